@@ -1,0 +1,35 @@
+//! `parley-bench`: rerunnable loopback benchmarks of Parley's functions, one subcommand per
+//! function (`mcp` today; `chat` can join it). Results go to stdout as a plain-text table,
+//! progress to stderr.
+
+mod measure;
+mod mcp;
+mod server;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "parley-bench", about = "Benchmarks Parley's functions on loopback")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// `tools/call` latency and throughput of the MCP function against a raw-query floor.
+    Mcp(mcp::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    // One thread drives both the HTTP client and the floor's connections, so the client side
+    // costs the same for both and takes as little CPU as possible from the server and Postgres
+    // that share this machine.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    match cli.command {
+        Command::Mcp(args) => runtime.block_on(mcp::run(args)),
+    }
+}

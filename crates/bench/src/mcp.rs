@@ -1,0 +1,660 @@
+//! `parley-bench mcp`: `tools/call` over loopback HTTP against the same SQL run directly on a
+//! pooled connection (the floor), on a dedicated database loaded with demo feedback.
+//!
+//! Floors: `raw` is the bare prepared query (the issue's baseline); `raw+tx` adds the server's
+//! pipelined `BEGIN READ ONLY; SET LOCAL statement_timeout` / `COMMIT`, so `mcp − raw+tx` is
+//! what HTTP, JSON-RPC, rmcp and rendering cost on their own.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use deadpool_postgres::Pool;
+use parley_mcp::tools::params::SqlValue;
+use parley_mcp::tools::{Catalog, Limits, ToolSpec};
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
+use serde_json::{Map, Value, json};
+use tokio_postgres::NoTls;
+use tokio_postgres::types::ToSql;
+
+use crate::measure::{self, Driver, Stats};
+use crate::server::Server;
+
+/// The protocol revision an ordinary current client announces.
+const PROTOCOL_VERSION: &str = "2025-06-18";
+
+/// What people write about; quoted phrases and exclusions exercise websearch syntax.
+const SEARCHES: &[&str] = &[
+    "pothole",
+    "\"missed bin collection\"",
+    "noise",
+    "mould",
+    "parking",
+    "\"bus service\"",
+    "fly tipping",
+    "street lights",
+    "council tax",
+    "damp -mould",
+    "recycling",
+    "planning application",
+];
+
+/// Districts the lookup rotates over.
+const LAD_REFS: i64 = 50;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Feedback rows in the bench database (loaded once; reruns with the same size skip it).
+    #[arg(long, default_value_t = 1_000_000)]
+    feedback: u64,
+    /// Measured lad_by_ref calls per path, at each concurrency.
+    #[arg(long, default_value_t = 2000)]
+    requests: usize,
+    /// Measured search_feedback calls per path, at each concurrency (each one ranks every
+    /// matching row, so far slower than a lookup).
+    #[arg(long, default_value_t = 300)]
+    search_requests: usize,
+    /// Concurrency of the throughput run (latency is measured one call at a time); also the
+    /// size of the server's and the floor's connection pools.
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// Unmeasured calls per path first (fills the statement caches and Postgres' buffers).
+    #[arg(long, default_value_t = 200)]
+    warmup: usize,
+    /// Database created (if missing) next to the one in DATABASE_URL.
+    #[arg(long, default_value = "parley_bench")]
+    database: String,
+    /// The MCP server binary [default: `mcp` beside this executable, i.e. target/release/mcp].
+    #[arg(long)]
+    mcp_bin: Option<PathBuf>,
+    /// Only these scenarios (comma-separated): lad_by_ref, search_feedback.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// RUST_LOG for the server (info adds a line per call, which costs time).
+    #[arg(long, default_value = "warn")]
+    server_log: String,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    Raw,
+    RawTx,
+    Mcp,
+}
+
+impl Path {
+    const ALL: [Path; 3] = [Path::Raw, Path::RawTx, Path::Mcp];
+
+    fn name(self) -> &'static str {
+        match self {
+            Path::Raw => "raw",
+            Path::RawTx => "raw+tx",
+            Path::Mcp => "mcp",
+        }
+    }
+}
+
+struct Scenario {
+    tool: &'static str,
+    requests: usize,
+    calls: Vec<Map<String, Value>>,
+}
+
+struct Measured {
+    tool: &'static str,
+    path: Path,
+    serial: Stats,
+    concurrent: Stats,
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let admin_url = std::env::var("DATABASE_URL")
+        .context("DATABASE_URL is not set; point it at a Postgres superuser (scripts/bench does)")?;
+    let concurrency = args.concurrency.max(1);
+
+    let (bench_url, pg_version) = prepare_database(&admin_url, &args.database, args.feedback).await?;
+    let scenarios = scenarios(&bench_url, &args).await?;
+    let catalog = Catalog::load(None, Limits::default()).context("loading the shipped tools")?;
+
+    let mut config = parley_core::db::DbConfig::from_url(&bench_url)?;
+    config.pool_max_size = concurrency;
+    let pool = parley_core::db::pool(&config)?;
+
+    let bin = match &args.mcp_bin {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()
+            .context("locating this executable")?
+            .with_file_name("mcp"),
+    };
+    let token = format!("bench-{:x}-{}", std::process::id(), now_nanos());
+    let server = Server::start(
+        &bin,
+        &[
+            ("DATABASE_URL", bench_url.clone()),
+            ("MCP_AUTH_TOKEN", token.clone()),
+            ("RUST_LOG", args.server_log.clone()),
+            ("DB_POOL_MAX_SIZE", concurrency.to_string()),
+        ],
+    )
+    .await?;
+    let (idle_rss, _) = server.memory()?;
+    eprintln!("mcp server pid {} at {} ({} KiB resident)", server.pid(), server.base, idle_rss);
+    let http = http_client(&token, concurrency)?;
+
+    let mut results = Vec::new();
+    for scenario in &scenarios {
+        let spec = catalog
+            .get(scenario.tool)
+            .with_context(|| format!("the shipped tools have no {}", scenario.tool))?;
+        let floor_calls = scenario
+            .calls
+            .iter()
+            .map(|args| bound_values(spec, args))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        for path in Path::ALL {
+            let stats = match path {
+                Path::Raw | Path::RawTx => {
+                    let begin = (path == Path::RawTx).then(|| {
+                        format!(
+                            "BEGIN READ ONLY; SET LOCAL statement_timeout = {}",
+                            spec.timeout.as_millis()
+                        )
+                    });
+                    let driver = Floor {
+                        pool: &pool,
+                        spec,
+                        calls: &floor_calls,
+                        begin,
+                    };
+                    measure_path(&driver, scenario, path, &args, concurrency).await?
+                }
+                Path::Mcp => {
+                    let driver = Mcp::new(&http, &server.base, scenario.tool, &scenario.calls);
+                    measure_path(&driver, scenario, path, &args, concurrency).await?
+                }
+            };
+            results.push(Measured {
+                tool: scenario.tool,
+                path,
+                serial: stats.0,
+                concurrent: stats.1,
+            });
+        }
+    }
+    let (end_rss, peak_rss) = server.memory()?;
+    drop(server);
+
+    let memory = Memory {
+        idle_kib: idle_rss,
+        end_kib: end_rss,
+        peak_kib: peak_rss,
+    };
+    let report = Report {
+        command: &command,
+        machine: machine(),
+        pg_version: &pg_version,
+        feedback: args.feedback,
+        concurrency,
+        results: &results,
+        memory,
+    };
+    print!("{}", report.text());
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report.json())?;
+        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// Warm-up, then one call at a time, then `concurrency` at a time.
+async fn measure_path<D: Driver>(
+    driver: &D,
+    scenario: &Scenario,
+    path: Path,
+    args: &Args,
+    concurrency: usize,
+) -> anyhow::Result<(Stats, Stats)> {
+    let n = scenario.requests;
+    let label = format!("{} {}", scenario.tool, path.name());
+    // Warming at full concurrency prepares the statement on every pooled connection.
+    measure::run(driver, args.warmup.min(n), concurrency, 0)
+        .await
+        .with_context(|| format!("{label}: warm-up"))?;
+    let serial = measure::run(driver, n, 1, 0)
+        .await
+        .with_context(|| format!("{label}: concurrency 1"))?;
+    let concurrent = measure::run(driver, n, concurrency, n)
+        .await
+        .with_context(|| format!("{label}: concurrency {concurrency}"))?;
+    eprintln!(
+        "{label:<24} p50 {:>8.3} ms  p99 {:>8.3} ms  {:>7.0} rps  | c={concurrency}: {:>7.0} rps",
+        ms(serial.p50),
+        ms(serial.p99),
+        serial.rps,
+        concurrent.rps
+    );
+    Ok((serial, concurrent))
+}
+
+/// Creates (if needed), migrates and loads the bench database; returns its URL and the
+/// server's version.
+async fn prepare_database(admin_url: &str, name: &str, feedback: u64) -> anyhow::Result<(String, String)> {
+    // The name is spliced into CREATE DATABASE, so only plain identifiers are accepted.
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
+        bail!("--database must be lowercase letters, digits and _");
+    }
+    let mut url = url::Url::parse(admin_url).context("DATABASE_URL must be a postgres:// URL")?;
+    let admin = connect(admin_url).await.context("connecting to DATABASE_URL")?;
+    let exists: bool = admin
+        .query_one("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", &[&name])
+        .await?
+        .get(0);
+    if !exists {
+        eprintln!("creating database {name}");
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .with_context(|| format!("creating database {name} (DATABASE_URL must be a superuser)"))?;
+    }
+    drop(admin);
+    url.set_path(&format!("/{name}"));
+    let bench_url = url.to_string();
+
+    let mut client = connect(&bench_url).await.with_context(|| format!("connecting to {name}"))?;
+    let applied = parley_core::migrate::run(&mut client).await.context("migrating")?;
+    if !applied.is_empty() {
+        eprintln!("applied migrations: {}", applied.join(", "));
+    }
+    eprintln!("loading {feedback} feedback rows (skipped when already loaded)...");
+    let options = parley_cli::demo::DemoOptions {
+        feedback,
+        ..Default::default()
+    };
+    let summary = parley_cli::demo::load(&mut client, &options)
+        .await
+        .context("loading demo data")?;
+    eprintln!(
+        "feedback: {} rows ({} in {:.1} s)",
+        summary.feedback,
+        if summary.reloaded { "loaded" } else { "already there, checked" },
+        summary.elapsed.as_secs_f64()
+    );
+    let version: String = client.query_one("SHOW server_version", &[]).await?.get(0);
+    Ok((bench_url, version))
+}
+
+async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
+    let (client, connection) = tokio_postgres::connect(url, NoTls).await?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            eprintln!("error: lost a database connection: {e}");
+        }
+    });
+    Ok(client)
+}
+
+/// The calls each scenario rotates over: real districts (by code and by name) for the lookup,
+/// realistic searches with and without a district filter.
+async fn scenarios(bench_url: &str, args: &Args) -> anyhow::Result<Vec<Scenario>> {
+    let client = connect(bench_url).await?;
+    // md5 order: a fixed, spread-out sample rather than the first 50 alphabetically.
+    let lads: Vec<(String, String)> = client
+        .query("SELECT code, name FROM lads ORDER BY md5(code) LIMIT $1", &[&LAD_REFS])
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    if lads.is_empty() {
+        bail!("the lads table is empty");
+    }
+    let lookups = lads
+        .iter()
+        .enumerate()
+        .map(|(i, (code, name))| {
+            let r = if i % 2 == 0 { code } else { name };
+            object(json!({ "ref": r }))
+        })
+        .collect();
+    let searches = SEARCHES
+        .iter()
+        .enumerate()
+        .flat_map(|(i, q)| {
+            [
+                object(json!({ "query": q })),
+                object(json!({ "query": q, "district": lads[i % lads.len()].1 })),
+            ]
+        })
+        .collect();
+    let all = [
+        Scenario {
+            tool: "lad_by_ref",
+            requests: args.requests,
+            calls: lookups,
+        },
+        Scenario {
+            tool: "search_feedback",
+            requests: args.search_requests,
+            calls: searches,
+        },
+    ];
+    for name in &args.only {
+        if !all.iter().any(|s| s.tool == name) {
+            bail!("unknown scenario {name:?} in --only");
+        }
+    }
+    Ok(all
+        .into_iter()
+        .filter(|s| args.only.is_empty() || args.only.iter().any(|o| o == s.tool))
+        .collect())
+}
+
+fn object(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => unreachable!("json! of an object literal"),
+    }
+}
+
+/// A call's checked arguments, the row-limit placeholder and the row limit, computed exactly
+/// as `tools::exec::run` does.
+fn bound_values(spec: &ToolSpec, args: &Map<String, Value>) -> anyhow::Result<FloorCall> {
+    let values = parley_mcp::tools::params::parse_arguments(&spec.params, Some(args))
+        .map_err(|e| anyhow::anyhow!("{}: arguments {args:?} refused: {e}", spec.name))?;
+    let row_limit = spec
+        .limit_param
+        .and_then(|i| values[i].as_i64())
+        .map_or(spec.max_rows, |n| (n.max(1) as u64).min(spec.max_rows));
+    Ok(FloorCall {
+        values,
+        fetch: i64::try_from(row_limit + 1)?,
+        row_limit,
+    })
+}
+
+struct FloorCall {
+    values: Vec<SqlValue>,
+    fetch: i64,
+    row_limit: u64,
+}
+
+/// The same statement and values straight on a pooled connection: checkout, cached prepare,
+/// query, and reading every row's JSON text, as the server does before rendering.
+struct Floor<'a> {
+    pool: &'a Pool,
+    spec: &'a ToolSpec,
+    calls: &'a [FloorCall],
+    /// The server's transaction preamble, for the `raw+tx` floor.
+    begin: Option<String>,
+}
+
+impl Driver for Floor<'_> {
+    async fn call(&self, i: usize) -> anyhow::Result<(Duration, u64)> {
+        let call = &self.calls[i % self.calls.len()];
+        let started = Instant::now();
+        let client = self.pool.get().await?;
+        let statement = client
+            .prepare_typed_cached(&self.spec.wrapped_sql, &self.spec.placeholder_types)
+            .await?;
+        let mut params: Vec<&(dyn ToSql + Sync)> = self
+            .spec
+            .placeholder_params
+            .iter()
+            .map(|&p| call.values[p].as_sql())
+            .collect();
+        params.push(&call.fetch);
+        let rows = match &self.begin {
+            None => client.query(&statement, &params).await?,
+            Some(begin) => {
+                let (begun, rows, committed) = tokio::join!(
+                    client.batch_execute(begin),
+                    client.query(&statement, &params),
+                    client.batch_execute("COMMIT"),
+                );
+                begun?;
+                let rows = rows?;
+                committed?;
+                rows
+            }
+        };
+        let bytes: usize = rows.iter().map(|r| r.get::<_, &str>(0).len()).sum();
+        std::hint::black_box(bytes);
+        let elapsed = started.elapsed();
+        Ok((elapsed, (rows.len() as u64).min(call.row_limit)))
+    }
+}
+
+/// `tools/call` as a stateless Streamable HTTP client sends it, over a keep-alive connection.
+struct Mcp<'a> {
+    http: &'a reqwest::Client,
+    url: String,
+    /// The `params` object of each call, already serialised.
+    params: Vec<String>,
+}
+
+impl<'a> Mcp<'a> {
+    fn new(http: &'a reqwest::Client, base: &str, tool: &str, calls: &[Map<String, Value>]) -> Self {
+        Self {
+            http,
+            url: format!("{base}/mcp"),
+            params: calls
+                .iter()
+                .map(|a| json!({ "name": tool, "arguments": a }).to_string())
+                .collect(),
+        }
+    }
+}
+
+impl Driver for Mcp<'_> {
+    async fn call(&self, i: usize) -> anyhow::Result<(Duration, u64)> {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{}}}"#,
+            i + 1,
+            self.params[i % self.params.len()]
+        );
+        let started = Instant::now();
+        let response = self.http.post(&self.url).body(body).send().await?;
+        let status = response.status();
+        let bytes = response.bytes().await?;
+        let elapsed = started.elapsed();
+        if !status.is_success() {
+            bail!("HTTP {status}: {}", String::from_utf8_lossy(&bytes));
+        }
+        let v: Value = serde_json::from_slice(&bytes)
+            .with_context(|| format!("response is not JSON: {}", String::from_utf8_lossy(&bytes)))?;
+        if let Some(error) = v.get("error") {
+            bail!("JSON-RPC error: {error}");
+        }
+        let result = v.get("result").with_context(|| format!("no result in {v}"))?;
+        if result.get("isError") != Some(&Value::Bool(false)) {
+            bail!("tool error: {}", result["content"][0]["text"]);
+        }
+        let rows = result["structuredContent"]["row_count"]
+            .as_u64()
+            .with_context(|| format!("no structuredContent.row_count in {result}"))?;
+        Ok((elapsed, rows))
+    }
+}
+
+fn http_client(token: &str, concurrency: usize) -> anyhow::Result<reqwest::Client> {
+    let mut headers = HeaderMap::new();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
+    headers.insert("mcp-protocol-version", HeaderValue::from_static(PROTOCOL_VERSION));
+    headers.insert(AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {token}"))?);
+    Ok(reqwest::Client::builder()
+        .default_headers(headers)
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(concurrency)
+        .build()?)
+}
+
+fn now_nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+struct Machine {
+    cpus: usize,
+    cpu_model: String,
+    memory_gib: f64,
+}
+
+fn machine() -> Machine {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let field = |text: &str, name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_owned())
+    };
+    Machine {
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        cpu_model: field(&cpuinfo, "model name").unwrap_or_else(|| "unknown CPU".into()),
+        memory_gib: field(&meminfo, "MemTotal")
+            .and_then(|v| v.trim_end_matches("kB").trim().parse::<f64>().ok())
+            .map_or(0.0, |kib| kib / 1024.0 / 1024.0),
+    }
+}
+
+struct Memory {
+    idle_kib: u64,
+    end_kib: u64,
+    peak_kib: u64,
+}
+
+struct Report<'a> {
+    command: &'a str,
+    machine: Machine,
+    pg_version: &'a str,
+    feedback: u64,
+    concurrency: usize,
+    results: &'a [Measured],
+    memory: Memory,
+}
+
+impl Report<'_> {
+    fn find(&self, tool: &str, path: Path) -> Option<&Measured> {
+        self.results.iter().find(|m| m.tool == tool && m.path == path)
+    }
+
+    /// (p50 ratio mcp/raw, µs over raw, µs over raw+tx) for a scenario with all three paths.
+    fn overhead(&self, tool: &str) -> Option<(f64, f64, f64)> {
+        let raw = self.find(tool, Path::Raw)?.serial.p50;
+        let tx = self.find(tool, Path::RawTx)?.serial.p50;
+        let mcp = self.find(tool, Path::Mcp)?.serial.p50;
+        let us = |a: Duration, b: Duration| (a.as_secs_f64() - b.as_secs_f64()) * 1e6;
+        Some((mcp.as_secs_f64() / raw.as_secs_f64(), us(mcp, raw), us(mcp, tx)))
+    }
+
+    fn tools(&self) -> Vec<&'static str> {
+        let mut tools: Vec<&'static str> = self.results.iter().map(|m| m.tool).collect();
+        tools.dedup();
+        tools
+    }
+
+    fn text(&self) -> String {
+        let m = &self.machine;
+        let c = self.concurrency;
+        let mut out = String::new();
+        let _ = writeln!(out, "\nparley-bench mcp: {} feedback rows, Postgres {}", self.feedback, self.pg_version);
+        let _ = writeln!(
+            out,
+            "machine: {} CPUs ({}), {:.0} GiB; server, Postgres and client share it",
+            m.cpus, m.cpu_model, m.memory_gib
+        );
+        let _ = writeln!(out, "command: {}\n", self.command);
+        let _ = writeln!(
+            out,
+            "{:<16} {:<7} {:>5} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9}",
+            "scenario", "path", "rows", "p50 ms", "p99 ms", "mean ms", "rps c=1", format!("rps c={c}"), format!("p99 c={c}")
+        );
+        for r in self.results {
+            let s = r.serial;
+            let _ = writeln!(
+                out,
+                "{:<16} {:<7} {:>5.1} {:>9.3} {:>9.3} {:>9.3} {:>8.0} {:>8.0} {:>9.3}",
+                r.tool,
+                r.path.name(),
+                s.rows_per_call,
+                ms(s.p50),
+                ms(s.p99),
+                ms(s.mean),
+                s.rps,
+                r.concurrent.rps,
+                ms(r.concurrent.p99)
+            );
+        }
+        let _ = writeln!(out);
+        for tool in self.tools() {
+            if let Some((ratio, over_raw, over_tx)) = self.overhead(tool) {
+                let verdict = match tool {
+                    "search_feedback" if ratio <= 1.2 => " (target <= 1.20x: met)",
+                    "search_feedback" => " (target <= 1.20x: MISSED)",
+                    _ => " (rmcp's published figure: ~300 us)",
+                };
+                let _ = writeln!(
+                    out,
+                    "{tool}: p50 mcp/raw = {ratio:.2}x; MCP overhead at p50 = {over_raw:.0} us over raw, {over_tx:.0} us over raw+tx{verdict}"
+                );
+            }
+        }
+        let mib = |kib: u64| kib as f64 / 1024.0;
+        let _ = writeln!(
+            out,
+            "mcp process RSS: {:.1} MiB idle after start, {:.1} MiB at the end, peak (VmHWM) {:.1} MiB",
+            mib(self.memory.idle_kib),
+            mib(self.memory.end_kib),
+            mib(self.memory.peak_kib)
+        );
+        out
+    }
+
+    fn json(&self) -> Value {
+        let results: Vec<Value> = self
+            .results
+            .iter()
+            .map(|r| {
+                json!({
+                    "scenario": r.tool,
+                    "path": r.path.name(),
+                    "serial": r.serial.to_json(),
+                    "concurrent": r.concurrent.to_json(),
+                })
+            })
+            .collect();
+        let overhead: Map<String, Value> = self
+            .tools()
+            .into_iter()
+            .filter_map(|t| {
+                self.overhead(t).map(|(ratio, raw, tx)| {
+                    (
+                        t.to_owned(),
+                        json!({ "p50_ratio_mcp_raw": ratio, "overhead_us_raw": raw, "overhead_us_raw_tx": tx }),
+                    )
+                })
+            })
+            .collect();
+        json!({
+            "command": self.command,
+            "machine": { "cpus": self.machine.cpus, "cpu_model": self.machine.cpu_model, "memory_gib": self.machine.memory_gib },
+            "postgres": self.pg_version,
+            "feedback_rows": self.feedback,
+            "concurrency": self.concurrency,
+            "results": results,
+            "overhead": overhead,
+            "mcp_rss_kib": { "idle": self.memory.idle_kib, "end": self.memory.end_kib, "peak": self.memory.peak_kib },
+        })
+    }
+}

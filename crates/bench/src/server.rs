@@ -1,0 +1,98 @@
+//! The function under test as a child process on a free loopback port, killed by pid when the
+//! guard drops (normal end, error or panic), plus its memory figures from `/proc`.
+
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+pub struct Server {
+    child: Child,
+    pub base: String,
+}
+
+impl Server {
+    /// Starts `bin` with `env` on a free port and waits until `GET /health` answers 200.
+    pub async fn start(bin: &Path, env: &[(&str, String)]) -> anyhow::Result<Self> {
+        if !bin.is_file() {
+            bail!(
+                "{} not found; build it with `cargo build --release -p parley-mcp` or pass --mcp-bin",
+                bin.display()
+            );
+        }
+        let port = free_port()?;
+        let mut command = Command::new(bin);
+        // Settings from the caller's shell must not change what is measured.
+        for var in ["TOOLS_FILE", "AWS_LAMBDA_RUNTIME_API", "TOOL_MAX_ROWS", "TOOL_TIMEOUT_MS"] {
+            command.env_remove(var);
+        }
+        command.env("LISTEN_ADDR", format!("127.0.0.1:{port}"));
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let child = command
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let mut server = Server {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+        };
+        server.wait_ready().await?;
+        Ok(server)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    async fn wait_ready(&mut self) -> anyhow::Result<()> {
+        let http = reqwest::Client::new();
+        let url = format!("{}/health", self.base);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().context("checking the server process")? {
+                bail!("the server exited during start-up ({status})");
+            }
+            if let Ok(r) = http.get(&url).send().await
+                && r.status().is_success()
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("the server did not answer {url} with 200 within 30 s");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// (VmRSS, VmHWM) in KiB: resident memory now and its peak over the process's life.
+    pub fn memory(&self) -> anyhow::Result<(u64, u64)> {
+        let path = format!("/proc/{}/status", self.pid());
+        let status = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                .with_context(|| format!("no {name} in {path}"))
+        };
+        Ok((field("VmRSS:")?, field("VmHWM:")?))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // Child::kill signals this child's pid only (SIGKILL): nothing else is touched.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A port the kernel just handed out; released for the child to bind (a tiny race, fine for a
+/// bench on one machine).
+fn free_port() -> anyhow::Result<u16> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("finding a free port")?;
+    Ok(listener.local_addr()?.port())
+}

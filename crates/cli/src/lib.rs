@@ -1,0 +1,6 @@
+//! The `parley` admin command as a library: connecting to the database named by
+//! `DATABASE_URL`, one module per subcommand under `cmd`, and the demo data generator.
+
+pub mod cmd;
+pub mod db;
+pub mod demo;

@@ -1,0 +1,43 @@
+//! `parley`: the admin command for a Parley database (migrations, demo data). Each
+//! subcommand lives in `parley_cli::cmd::<name>`; this file only parses and dispatches.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use parley_cli::cmd;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "parley",
+    version,
+    about = "Admin command for a Parley database (reads DATABASE_URL)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+// A new subcommand is one variant here, one arm below and one module in cmd/.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Apply pending database migrations.
+    Migrate(cmd::migrate::Args),
+    /// Load the districts and deterministic demo feedback.
+    DemoData(cmd::demo_data::Args),
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Migrate(args) => cmd::migrate::run(args).await,
+        Command::DemoData(args) => cmd::demo_data::run(args).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            e.exit_code()
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! Typed settings read once at start-up from environment variables.
+//!
+//! Each binary builds its own `Config` with an [`Env`]; a missing or malformed value becomes a
+//! [`ConfigError`] naming the variable, so start-up stops with one clear line.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+pub use secrecy::{ExposeSecret, SecretString};
+
+/// Why a setting could not be read. Never carries the value itself: it may be a secret.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid setting {var}: {problem}")]
+pub struct ConfigError {
+    pub var: String,
+    pub problem: String,
+}
+
+impl ConfigError {
+    pub fn new(var: &str, problem: impl Into<String>) -> Self {
+        Self {
+            var: var.to_owned(),
+            problem: problem.into(),
+        }
+    }
+}
+
+/// A source of settings: the process environment in production, a map in tests
+/// (so tests never mutate the process environment).
+#[derive(Clone, Default)]
+pub struct Env {
+    vars: HashMap<String, String>,
+}
+
+impl fmt::Debug for Env {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Values may be secrets; only the names are safe to show.
+        let mut names: Vec<_> = self.vars.keys().collect();
+        names.sort();
+        f.debug_struct("Env").field("names", &names).finish()
+    }
+}
+
+impl Env {
+    pub fn from_process() -> Self {
+        Self {
+            vars: std::env::vars().collect(),
+        }
+    }
+
+    pub fn from_pairs<K: Into<String>, V: Into<String>>(
+        pairs: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        Self {
+            vars: pairs
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        }
+    }
+
+    /// The raw value; an empty string counts as unset, as in most shells' `VAR=` idiom.
+    pub fn get(&self, var: &str) -> Option<&str> {
+        self.vars
+            .get(var)
+            .map(|v| v.trim())
+            .filter(|v| !v.is_empty())
+    }
+
+    pub fn is_set(&self, var: &str) -> bool {
+        self.get(var).is_some()
+    }
+
+    pub fn required<T: FromStr>(&self, var: &str) -> Result<T, ConfigError>
+    where
+        T::Err: fmt::Display,
+    {
+        let raw = self
+            .get(var)
+            .ok_or_else(|| ConfigError::new(var, "is required but not set"))?;
+        parse(var, raw)
+    }
+
+    pub fn optional<T: FromStr>(&self, var: &str) -> Result<Option<T>, ConfigError>
+    where
+        T::Err: fmt::Display,
+    {
+        self.get(var).map(|raw| parse(var, raw)).transpose()
+    }
+
+    pub fn or<T: FromStr>(&self, var: &str, default: T) -> Result<T, ConfigError>
+    where
+        T::Err: fmt::Display,
+    {
+        Ok(self.optional(var)?.unwrap_or(default))
+    }
+
+    /// A positive whole number within `range`, e.g. a row or byte limit.
+    pub fn limit(
+        &self,
+        var: &str,
+        default: u64,
+        range: std::ops::RangeInclusive<u64>,
+    ) -> Result<u64, ConfigError> {
+        let value: u64 = self.or(var, default)?;
+        if !range.contains(&value) {
+            return Err(ConfigError::new(
+                var,
+                format!(
+                    "must be between {} and {}, got {value}",
+                    range.start(),
+                    range.end()
+                ),
+            ));
+        }
+        Ok(value)
+    }
+
+    /// A duration written in milliseconds (variables end in `_MS`).
+    pub fn millis(
+        &self,
+        var: &str,
+        default: Duration,
+        range: std::ops::RangeInclusive<u64>,
+    ) -> Result<Duration, ConfigError> {
+        let default_ms = u64::try_from(default.as_millis()).unwrap_or(u64::MAX);
+        self.limit(var, default_ms, range)
+            .map(Duration::from_millis)
+    }
+
+    pub fn flag(&self, var: &str, default: bool) -> Result<bool, ConfigError> {
+        match self.get(var).map(str::to_ascii_lowercase).as_deref() {
+            None => Ok(default),
+            Some("1" | "true" | "yes" | "on") => Ok(true),
+            Some("0" | "false" | "no" | "off") => Ok(false),
+            Some(_) => Err(ConfigError::new(var, "must be true or false")),
+        }
+    }
+
+    pub fn secret(&self, var: &str) -> Option<SecretString> {
+        self.get(var).map(|v| SecretString::from(v.to_owned()))
+    }
+
+    /// A comma-separated list; blanks are dropped.
+    pub fn list(&self, var: &str) -> Vec<String> {
+        self.get(var)
+            .map(|raw| {
+                raw.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+fn parse<T: FromStr>(var: &str, raw: &str) -> Result<T, ConfigError>
+where
+    T::Err: fmt::Display,
+{
+    raw.parse()
+        .map_err(|e: T::Err| ConfigError::new(var, format!("cannot be parsed: {e}")))
+}
+
+/// Whether this process runs inside AWS Lambda (the runtime API is only set there and by
+/// `cargo lambda watch`).
+pub fn in_lambda(env: &Env) -> bool {
+    env.is_set("AWS_LAMBDA_RUNTIME_API")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_required_setting_names_the_variable() {
+        let err = Env::default().required::<u32>("DATABASE_URL").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid setting DATABASE_URL: is required but not set"
+        );
+    }
+
+    #[test]
+    fn an_unparsable_setting_names_the_variable_but_not_the_value() {
+        let env = Env::from_pairs([("DB_POOL_MAX_SIZE", "lots")]);
+        let err = env.required::<u32>("DB_POOL_MAX_SIZE").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("invalid setting DB_POOL_MAX_SIZE")
+        );
+        assert!(!err.to_string().contains("lots"));
+    }
+
+    #[test]
+    fn limits_outside_their_range_are_refused() {
+        let env = Env::from_pairs([("MAX_ROWS", "0")]);
+        let err = env.limit("MAX_ROWS", 10, 1..=100).unwrap_err();
+        assert_eq!(err.problem, "must be between 1 and 100, got 0");
+        assert_eq!(env.limit("OTHER", 10, 1..=100).unwrap(), 10);
+    }
+
+    #[test]
+    fn empty_values_count_as_unset() {
+        let env = Env::from_pairs([("X", "  ")]);
+        assert!(!env.is_set("X"));
+        assert!(env.flag("X", true).unwrap());
+    }
+
+    #[test]
+    fn lists_drop_blanks() {
+        let env = Env::from_pairs([("HOSTS", "a.example, ,b.example,")]);
+        assert_eq!(env.list("HOSTS"), vec!["a.example", "b.example"]);
+    }
+
+    #[test]
+    fn debug_output_shows_names_only() {
+        let env = Env::from_pairs([("MCP_AUTH_TOKEN", "s3cret")]);
+        assert!(!format!("{env:?}").contains("s3cret"));
+    }
+}

@@ -1,0 +1,311 @@
+//! The Postgres pool (tokio-postgres + deadpool-postgres) and how its failures are classified.
+//!
+//! A Lambda instance serves one request at a time, so pools stay small. Connections can die
+//! while an instance is frozen; callers get [`DbError::Unavailable`] for those and may retry once
+//! on a fresh connection (see [`is_connection_error`]).
+
+mod tls;
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
+use secrecy::ExposeSecret;
+
+use crate::config::{ConfigError, Env, SecretString};
+
+pub use deadpool_postgres::{Object as PooledClient, Pool as PgPool};
+
+/// Settings for the pool; see the README's settings table.
+#[derive(Debug, Clone)]
+pub struct DbConfig {
+    /// `DATABASE_URL`, kept secret because it may carry a password.
+    pub url: SecretString,
+    /// `DB_POOL_MAX_SIZE`: connections per instance (default 4; 1-2 is plenty under Lambda).
+    pub pool_max_size: usize,
+    /// `DB_CONNECT_TIMEOUT_MS`: TCP connect plus TLS plus authentication (default 5000).
+    pub connect_timeout: Duration,
+    /// `DB_ACQUIRE_TIMEOUT_MS`: how long a request waits for a free pooled connection (default 5000).
+    pub acquire_timeout: Duration,
+    /// `DB_CA_FILE`: PEM bundle of CAs to trust for `verify-ca`/`verify-full`
+    /// (e.g. Amazon's RDS global bundle). Overrides `sslrootcert` in the URL.
+    pub ca_file: Option<PathBuf>,
+}
+
+impl DbConfig {
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let url = env
+            .secret("DATABASE_URL")
+            .ok_or_else(|| ConfigError::new("DATABASE_URL", "is required but not set"))?;
+        // Parse now so a malformed URL stops start-up instead of the first request.
+        ConnectTarget::parse(url.expose_secret())
+            .map_err(|e| ConfigError::new("DATABASE_URL", e.to_string()))?;
+        Ok(Self {
+            url,
+            pool_max_size: env.limit("DB_POOL_MAX_SIZE", 4, 1..=256)? as usize,
+            connect_timeout: env.millis(
+                "DB_CONNECT_TIMEOUT_MS",
+                Duration::from_secs(5),
+                100..=120_000,
+            )?,
+            acquire_timeout: env.millis(
+                "DB_ACQUIRE_TIMEOUT_MS",
+                Duration::from_secs(5),
+                10..=120_000,
+            )?,
+            ca_file: env.optional("DB_CA_FILE")?,
+        })
+    }
+
+    /// A config for tools and tests that only have a URL.
+    pub fn from_url(url: &str) -> Result<Self, ConfigError> {
+        Self::from_env(&Env::from_pairs([("DATABASE_URL", url)]))
+    }
+}
+
+/// Failures talking to Postgres, split by what the caller can do about them.
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    /// The server could not be reached, a connection broke, or the pool is exhausted: retrying
+    /// later may work, and the client should hear "503 Service Unavailable".
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    /// The server ran the statement and refused it (syntax, constraint, permission, timeout...).
+    #[error(transparent)]
+    Query(tokio_postgres::Error),
+    #[error("invalid database URL: {0}")]
+    Url(String),
+    #[error("database TLS set-up failed: {0}")]
+    Tls(String),
+}
+
+impl From<tokio_postgres::Error> for DbError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        if is_connection_error(&e) {
+            DbError::Unavailable(e.to_string())
+        } else {
+            DbError::Query(e)
+        }
+    }
+}
+
+impl From<PoolError> for DbError {
+    fn from(e: PoolError) -> Self {
+        match e {
+            PoolError::Backend(e) => e.into(),
+            other => DbError::Unavailable(other.to_string()),
+        }
+    }
+}
+
+impl DbError {
+    /// The SQLSTATE code when Postgres itself refused the statement.
+    pub fn sqlstate(&self) -> Option<&tokio_postgres::error::SqlState> {
+        match self {
+            DbError::Query(e) => e.code(),
+            _ => None,
+        }
+    }
+}
+
+/// Whether the error means "this connection (or the server) is gone" rather than "this statement
+/// failed". Server shutdown and start-up states count as gone: the statement never ran.
+pub fn is_connection_error(e: &tokio_postgres::Error) -> bool {
+    use tokio_postgres::error::SqlState;
+    if e.is_closed() {
+        return true;
+    }
+    match e.code() {
+        Some(code) => [
+            SqlState::ADMIN_SHUTDOWN,
+            SqlState::CRASH_SHUTDOWN,
+            SqlState::CANNOT_CONNECT_NOW,
+            SqlState::TOO_MANY_CONNECTIONS,
+            SqlState::CONNECTION_FAILURE,
+            SqlState::CONNECTION_EXCEPTION,
+        ]
+        .contains(code),
+        // No SQLSTATE: either the link failed (I/O, TLS, connect timeout) or the client refused
+        // a value before sending it, which is a statement problem, not an outage.
+        None => has_io_source(e) || e.to_string().starts_with("timeout"),
+    }
+}
+
+fn has_io_source(e: &tokio_postgres::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if s.is::<std::io::Error>() {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SslMode {
+    Disable,
+    Require,
+    VerifyCa,
+    VerifyFull,
+}
+
+/// A `DATABASE_URL` split into what tokio-postgres understands and the TLS settings it does not
+/// (tokio-postgres knows no `verify-ca`/`verify-full`, and nothing of `sslrootcert`).
+#[derive(Debug)]
+struct ConnectTarget {
+    pg: tokio_postgres::Config,
+    ssl_mode: SslMode,
+    root_cert: Option<PathBuf>,
+}
+
+impl ConnectTarget {
+    fn parse(raw: &str) -> Result<Self, DbError> {
+        let mut url = url::Url::parse(raw).map_err(|e| DbError::Url(e.to_string()))?;
+        if !matches!(url.scheme(), "postgres" | "postgresql") {
+            return Err(DbError::Url(
+                "scheme must be postgres:// or postgresql://".into(),
+            ));
+        }
+        let mut ssl_mode = SslMode::Disable;
+        let mut root_cert = None;
+        let mut kept = Vec::new();
+        for (key, value) in url.query_pairs() {
+            match key.as_ref() {
+                "sslmode" => {
+                    ssl_mode = match value.as_ref() {
+                        "disable" | "allow" | "prefer" => SslMode::Disable,
+                        "require" => SslMode::Require,
+                        "verify-ca" => SslMode::VerifyCa,
+                        "verify-full" => SslMode::VerifyFull,
+                        other => return Err(DbError::Url(format!("unknown sslmode {other:?}"))),
+                    }
+                }
+                "sslrootcert" => root_cert = Some(PathBuf::from(value.as_ref())),
+                _ => kept.push((key.into_owned(), value.into_owned())),
+            }
+        }
+        if kept.is_empty() {
+            url.set_query(None);
+        } else {
+            url.query_pairs_mut().clear().extend_pairs(kept);
+        }
+        let mut pg = tokio_postgres::Config::from_str(url.as_str())
+            // The message may echo the URL, password included: keep only the kind of problem.
+            .map_err(|_| DbError::Url("not a valid Postgres connection URL".into()))?;
+        pg.ssl_mode(match ssl_mode {
+            SslMode::Disable => tokio_postgres::config::SslMode::Disable,
+            _ => tokio_postgres::config::SslMode::Require,
+        });
+        Ok(Self {
+            pg,
+            ssl_mode,
+            root_cert,
+        })
+    }
+}
+
+/// Builds the pool. Connections are opened lazily, so this succeeds while Postgres is down and
+/// the service recovers by itself once it is back.
+pub fn pool(config: &DbConfig) -> Result<Pool, DbError> {
+    let target = ConnectTarget::parse(config.url.expose_secret())?;
+    let mut pg = target.pg;
+    pg.connect_timeout(config.connect_timeout)
+        .keepalives(true)
+        .keepalives_idle(Duration::from_secs(30));
+    if pg.get_application_name().is_none() {
+        pg.application_name("parley");
+    }
+    let manager_config = ManagerConfig {
+        // `Fast` only checks the client is not closed; a connection that died while the Lambda
+        // instance was frozen is caught by the caller's single retry instead of a ping on every
+        // checkout.
+        recycling_method: RecyclingMethod::Fast,
+    };
+    let manager = match target.ssl_mode {
+        SslMode::Disable => Manager::from_config(pg, tokio_postgres::NoTls, manager_config),
+        mode => {
+            let ca = config.ca_file.as_deref().or(target.root_cert.as_deref());
+            Manager::from_config(pg, tls::connector(mode, ca)?, manager_config)
+        }
+    };
+    Pool::builder(manager)
+        .max_size(config.pool_max_size)
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(config.acquire_timeout))
+        .create_timeout(Some(config.connect_timeout))
+        .recycle_timeout(Some(config.connect_timeout))
+        .build()
+        .map_err(|e| DbError::Unavailable(e.to_string()))
+}
+
+/// Host, port and database of a URL, for logs: never the user or password.
+pub fn describe(url: &SecretString) -> String {
+    match url::Url::parse(url.expose_secret()) {
+        Ok(u) => format!(
+            "{}:{}{}",
+            u.host_str().unwrap_or("?"),
+            u.port().unwrap_or(5432),
+            u.path()
+        ),
+        Err(_) => "(unparsable URL)".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_settings_are_taken_out_of_the_url() {
+        let t = ConnectTarget::parse(
+            "postgres://u:p@db.example:6432/app?sslmode=verify-full&sslrootcert=/ca.pem&application_name=x",
+        )
+        .unwrap();
+        assert_eq!(t.ssl_mode, SslMode::VerifyFull);
+        assert_eq!(t.root_cert, Some(PathBuf::from("/ca.pem")));
+        assert_eq!(t.pg.get_application_name(), Some("x"));
+        assert_eq!(t.pg.get_ports(), &[6432]);
+    }
+
+    #[test]
+    fn no_sslmode_means_plain_connections() {
+        let t = ConnectTarget::parse("postgres://u@localhost/app").unwrap();
+        assert_eq!(t.ssl_mode, SslMode::Disable);
+    }
+
+    #[test]
+    fn unknown_sslmode_is_refused() {
+        let e = ConnectTarget::parse("postgres://u@h/app?sslmode=maybe").unwrap_err();
+        assert!(e.to_string().contains("unknown sslmode"));
+    }
+
+    #[test]
+    fn url_errors_never_echo_the_password() {
+        let cfg = DbConfig::from_url("mysql://u:hunter2@h/app").unwrap_err();
+        assert!(!cfg.to_string().contains("hunter2"));
+        assert!(cfg.to_string().contains("DATABASE_URL"));
+    }
+
+    #[test]
+    fn describe_hides_credentials() {
+        let url = SecretString::from("postgres://user:hunter2@db.internal:5433/app".to_owned());
+        assert_eq!(describe(&url), "db.internal:5433/app");
+    }
+
+    #[test]
+    fn verify_full_builds_a_connector_with_the_default_roots() {
+        assert!(tls::connector(SslMode::VerifyFull, None).is_ok());
+        assert!(tls::connector(SslMode::Require, None).is_ok());
+    }
+
+    #[test]
+    fn a_missing_ca_file_is_a_clear_error() {
+        let Err(e) = tls::connector(SslMode::VerifyCa, Some(std::path::Path::new("/nope.pem")))
+        else {
+            panic!("expected an error");
+        };
+        assert!(e.to_string().contains("/nope.pem"));
+    }
+}

@@ -1,0 +1,165 @@
+//! `TestDb`: one uniquely named database per test, migrated, optionally with demo data, plus
+//! a LOGIN role in `parley_readonly` so tests can connect exactly as the MCP function does.
+//! Databases are left behind on purpose (async Drop is not a thing); `scripts/test` drops them.
+
+use tokio_postgres::{Client, NoTls};
+use url::Url;
+use uuid::Uuid;
+
+use crate::pg_message;
+
+/// The LOGIN role `readonly_url` connects as. Roles are cluster-wide, so all test databases
+/// share it; it is a member of `parley_readonly` (created by migration 0002) and nothing else.
+pub const READONLY_USER: &str = "parley_mcp_test";
+/// Only matters when `DATABASE_URL` points at a server that checks passwords.
+const READONLY_PASSWORD: &str = "parley_mcp_test";
+
+/// Serialises the cluster-wide role DDL below across tests running in parallel. Advisory
+/// locks are per database, so it is taken on the admin connection, which all tests share.
+const ROLE_LOCK_KEY: i64 = 0x7061_726c_6579_726f; // ASCII "parleyro"
+
+/// A fresh database named `parley_test_<uuid>`, migrated to the current schema.
+#[derive(Debug, Clone)]
+pub struct TestDb {
+    pub name: String,
+    /// Superuser URL for this database.
+    pub url: String,
+    /// URL for this database as [`READONLY_USER`], a member of `parley_readonly`.
+    pub readonly_url: String,
+}
+
+impl TestDb {
+    /// A fresh, migrated database on the server at `DATABASE_URL` (a superuser URL).
+    pub async fn migrated() -> TestDb {
+        let admin_url = std::env::var("DATABASE_URL").unwrap_or_else(|_| {
+            panic!(
+                "DATABASE_URL is not set: run the tests with `scripts/test` (it starts a local \
+                 Postgres), or set DATABASE_URL to a superuser URL of a disposable server"
+            )
+        });
+        TestDb::migrated_on(&admin_url).await
+    }
+
+    /// A fresh, migrated database on the server at `admin_url` (a superuser URL), e.g. a
+    /// [`crate::TestCluster`]'s.
+    pub async fn migrated_on(admin_url: &str) -> TestDb {
+        let name = format!("parley_test_{}", Uuid::new_v4().simple());
+        let admin = connect(admin_url).await;
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .unwrap_or_else(|e| panic!("CREATE DATABASE {name} failed: {}", pg_message(&e)));
+
+        let url = replace_url(admin_url, |u| u.set_path(&format!("/{name}")));
+        let readonly_url = replace_url(&url, |u| {
+            u.set_username(READONLY_USER)
+                .and_then(|()| u.set_password(Some(READONLY_PASSWORD)))
+                .expect("a postgres:// URL with a host takes a username and password");
+        });
+
+        let mut client = connect(&url).await;
+        parley_core::migrate::run(&mut client)
+            .await
+            .unwrap_or_else(|e| panic!("migrating test database {name} failed: {e}"));
+        ensure_readonly_login(&admin).await;
+
+        TestDb {
+            name,
+            url,
+            readonly_url,
+        }
+    }
+
+    /// [`TestDb::migrated`] plus `parley demo-data` with `feedback` rows and the default seed.
+    pub async fn with_demo_data(feedback: u64) -> TestDb {
+        let db = TestDb::migrated().await;
+        let mut client = db.client().await;
+        let opts = parley_cli::demo::DemoOptions {
+            feedback,
+            ..Default::default()
+        };
+        parley_cli::demo::load(&mut client, &opts)
+            .await
+            .unwrap_or_else(|e| panic!("loading demo data into {} failed: {e}", db.name));
+        db
+    }
+
+    /// A superuser connection to this database.
+    pub async fn client(&self) -> Client {
+        connect(&self.url).await
+    }
+
+    /// A connection to this database as [`READONLY_USER`].
+    pub async fn readonly_client(&self) -> Client {
+        connect(&self.readonly_url).await
+    }
+}
+
+/// Connects without TLS and drives the connection on the current Tokio runtime.
+pub async fn connect(url: &str) -> Client {
+    let (client, connection) = tokio_postgres::connect(url, NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("connecting to {} failed: {e}", redact(url)));
+    tokio::spawn(async move {
+        // Expected when a test stops the server under an open connection; just note it.
+        if let Err(e) = connection.await {
+            eprintln!("testkit: postgres connection closed: {e}");
+        }
+    });
+    client
+}
+
+/// Creates the LOGIN role once per cluster. Parallel tests race to do so: the advisory lock
+/// serialises them, and the exception handlers cover anyone creating it without the lock.
+async fn ensure_readonly_login(admin: &Client) {
+    admin
+        .execute("SELECT pg_advisory_lock($1)", &[&ROLE_LOCK_KEY])
+        .await
+        .unwrap_or_else(|e| panic!("taking the role advisory lock failed: {}", pg_message(&e)));
+    let sql = format!(
+        "DO $$
+        BEGIN
+            IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = '{READONLY_USER}') THEN
+                CREATE ROLE {READONLY_USER} LOGIN PASSWORD '{READONLY_PASSWORD}' IN ROLE parley_readonly;
+            END IF;
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+        END $$;
+        DO $$
+        BEGIN
+            IF NOT pg_has_role('{READONLY_USER}', 'parley_readonly', 'MEMBER') THEN
+                GRANT parley_readonly TO {READONLY_USER};
+            END IF;
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+        END $$;"
+    );
+    let created = admin.batch_execute(&sql).await;
+    // Unlock before panicking so one failure does not stall every other test's setup.
+    let unlocked = admin
+        .execute("SELECT pg_advisory_unlock($1)", &[&ROLE_LOCK_KEY])
+        .await;
+    created.unwrap_or_else(|e| panic!("creating role {READONLY_USER} failed: {}", pg_message(&e)));
+    unlocked.unwrap_or_else(|e| panic!("releasing the role advisory lock failed: {e}"));
+}
+
+fn replace_url(url: &str, edit: impl FnOnce(&mut Url)) -> String {
+    let mut parsed = Url::parse(url).unwrap_or_else(|e| {
+        panic!(
+            "DATABASE_URL must be a postgres://user@host:port/db URL ({e}): {}",
+            redact(url)
+        )
+    });
+    edit(&mut parsed);
+    parsed.into()
+}
+
+/// Keeps passwords out of panic messages.
+fn redact(url: &str) -> String {
+    match Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.into()
+        }
+        Ok(parsed) => parsed.into(),
+        Err(_) => "<unparsable URL>".to_owned(),
+    }
+}

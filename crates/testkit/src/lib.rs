@@ -1,0 +1,24 @@
+//! Test fixtures for Parley's integration tests: a fresh, migrated database per test on the
+//! server at `DATABASE_URL` ([`TestDb`]), and private throwaway Postgres servers for tests
+//! that stop and restart the database ([`TestCluster`]). Run the tests with `scripts/test`.
+
+mod cluster;
+mod db;
+
+pub use cluster::TestCluster;
+pub use db::{READONLY_USER, TestDb, connect};
+
+/// tokio-postgres' Display for server errors is just "db error"; the useful part is inside.
+pub(crate) fn pg_message(err: &tokio_postgres::Error) -> String {
+    match err.as_db_error() {
+        Some(db) => {
+            let mut msg = format!("{} (SQLSTATE {})", db.message(), db.code().code());
+            if let Some(detail) = db.detail() {
+                msg.push_str("; detail: ");
+                msg.push_str(detail);
+            }
+            msg
+        }
+        None => err.to_string(),
+    }
+}

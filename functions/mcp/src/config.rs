@@ -1,0 +1,114 @@
+//! The MCP function's settings, read once at start-up (see the README's settings table).
+//!
+//! Holding a [`McpConfig`] proves every value was present and well-formed.
+
+use std::path::PathBuf;
+
+use parley_core::config::{ConfigError, Env, SecretString};
+use parley_core::db::DbConfig;
+
+use crate::tools::Limits;
+
+/// Hosts accepted in the `Host` header when `MCP_ALLOWED_HOSTS` is not set: loopback only,
+/// which keeps DNS-rebinding protection on for local use.
+pub const DEFAULT_ALLOWED_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+#[derive(Debug, Clone)]
+pub struct McpConfig {
+    pub db: DbConfig,
+    /// `MCP_AUTH_TOKEN`: required bearer token; `None` turns auth off (local development only).
+    pub auth_token: Option<SecretString>,
+    /// `MCP_ALLOWED_HOSTS`: `None` means any Host (the value `*`), which only makes sense
+    /// behind a gateway that fixes the Host itself.
+    pub allowed_hosts: Option<Vec<String>>,
+    /// `MCP_ALLOWED_ORIGINS`: browser origins allowed to call; empty means no Origin check.
+    pub allowed_origins: Vec<String>,
+    /// `MCP_MAX_BODY_BYTES`
+    pub max_body_bytes: usize,
+    /// `TOOLS_FILE`: a tools file to use instead of the shipped one.
+    pub tools_file: Option<PathBuf>,
+    /// `TOOL_MAX_ROWS`, `TOOL_MAX_RESULT_BYTES`, `TOOL_TIMEOUT_MS`
+    pub limits: Limits,
+}
+
+impl McpConfig {
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let defaults = Limits::default();
+        let hosts = env.list("MCP_ALLOWED_HOSTS");
+        let allowed_hosts = match hosts.as_slice() {
+            [] => Some(DEFAULT_ALLOWED_HOSTS.map(str::to_owned).to_vec()),
+            [star] if star == "*" => None,
+            list if list.iter().any(|h| h == "*") => {
+                return Err(ConfigError::new(
+                    "MCP_ALLOWED_HOSTS",
+                    "`*` cannot be mixed with host names",
+                ));
+            }
+            list => Some(list.to_vec()),
+        };
+        Ok(Self {
+            db: DbConfig::from_env(env)?,
+            auth_token: env.secret("MCP_AUTH_TOKEN"),
+            allowed_hosts,
+            allowed_origins: env.list("MCP_ALLOWED_ORIGINS"),
+            max_body_bytes: env.limit("MCP_MAX_BODY_BYTES", 1024 * 1024, 1024..=64 * 1024 * 1024)?
+                as usize,
+            tools_file: env.optional("TOOLS_FILE")?,
+            limits: Limits {
+                max_rows: env.limit(
+                    "TOOL_MAX_ROWS",
+                    defaults.max_rows,
+                    1..=crate::tools::spec::HARD_MAX_ROWS,
+                )?,
+                max_bytes: env.limit(
+                    "TOOL_MAX_RESULT_BYTES",
+                    defaults.max_bytes,
+                    1024..=16 * 1024 * 1024,
+                )?,
+                timeout: env.millis("TOOL_TIMEOUT_MS", defaults.timeout, 10..=300_000)?,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(extra: &[(&str, &str)]) -> Env {
+        let mut pairs = vec![("DATABASE_URL", "postgres://u@localhost/db")];
+        pairs.extend_from_slice(extra);
+        Env::from_pairs(pairs)
+    }
+
+    #[test]
+    fn loopback_hosts_are_the_default() {
+        let c = McpConfig::from_env(&env(&[])).unwrap();
+        assert_eq!(c.allowed_hosts.unwrap(), DEFAULT_ALLOWED_HOSTS);
+        assert!(c.auth_token.is_none());
+    }
+
+    #[test]
+    fn a_star_alone_turns_the_host_check_off() {
+        let c = McpConfig::from_env(&env(&[("MCP_ALLOWED_HOSTS", "*")])).unwrap();
+        assert!(c.allowed_hosts.is_none());
+        let e = McpConfig::from_env(&env(&[("MCP_ALLOWED_HOSTS", "*,a.example")])).unwrap_err();
+        assert_eq!(e.var, "MCP_ALLOWED_HOSTS");
+    }
+
+    #[test]
+    fn a_missing_database_url_stops_start_up() {
+        let e = McpConfig::from_env(&Env::default()).unwrap_err();
+        assert_eq!(e.var, "DATABASE_URL");
+    }
+
+    #[test]
+    fn limits_are_read_and_bounded() {
+        let c = McpConfig::from_env(&env(&[("TOOL_TIMEOUT_MS", "250"), ("TOOL_MAX_ROWS", "7")]))
+            .unwrap();
+        assert_eq!(c.limits.timeout.as_millis(), 250);
+        assert_eq!(c.limits.max_rows, 7);
+        let e = McpConfig::from_env(&env(&[("TOOL_MAX_ROWS", "0")])).unwrap_err();
+        assert_eq!(e.var, "TOOL_MAX_ROWS");
+    }
+}

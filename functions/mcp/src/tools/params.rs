@@ -1,0 +1,531 @@
+//! A tool's typed parameters: their JSON Schema for clients, and the checking of a call's
+//! arguments into values ready to bind.
+//!
+//! Every argument is checked here, so the executor only ever sees values of the declared type
+//! within the declared bounds.
+
+use chrono::{DateTime, NaiveDate, Utc};
+use serde_json::{Map, Value, json};
+use tokio_postgres::types::{ToSql, Type};
+
+/// The kinds of value a parameter can take, each bound as one Postgres type.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ParamType {
+    String {
+        min_length: Option<u64>,
+        max_length: Option<u64>,
+    },
+    Integer {
+        minimum: Option<i64>,
+        maximum: Option<i64>,
+    },
+    Number {
+        minimum: Option<f64>,
+        maximum: Option<f64>,
+    },
+    Boolean,
+    /// `YYYY-MM-DD`.
+    Date,
+    /// RFC 3339, e.g. `2026-01-31T12:00:00Z`; a bare date means midnight UTC.
+    Timestamp,
+    Enum {
+        values: Vec<String>,
+    },
+}
+
+impl ParamType {
+    pub fn pg_type(&self) -> Type {
+        match self {
+            ParamType::String { .. } | ParamType::Enum { .. } => Type::TEXT,
+            ParamType::Integer { .. } => Type::INT8,
+            ParamType::Number { .. } => Type::FLOAT8,
+            ParamType::Boolean => Type::BOOL,
+            ParamType::Date => Type::DATE,
+            ParamType::Timestamp => Type::TIMESTAMPTZ,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParamSpec {
+    pub name: String,
+    pub description: Option<String>,
+    pub ty: ParamType,
+    pub required: bool,
+    /// Already checked against `ty` when the tools file was loaded.
+    pub default: Option<SqlValue>,
+}
+
+/// A checked argument, ready to bind. `Null` carries nothing: the statement was prepared with
+/// the parameter's type, so Postgres knows what the NULL is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SqlValue {
+    Null,
+    Text(String),
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Date(NaiveDate),
+    Timestamp(DateTime<Utc>),
+}
+
+impl SqlValue {
+    pub fn as_sql(&self) -> &(dyn ToSql + Sync) {
+        match self {
+            SqlValue::Null => &Null,
+            SqlValue::Text(v) => v,
+            SqlValue::Int(v) => v,
+            SqlValue::Float(v) => v,
+            SqlValue::Bool(v) => v,
+            SqlValue::Date(v) => v,
+            SqlValue::Timestamp(v) => v,
+        }
+    }
+
+    pub fn as_i64(&self) -> Option<i64> {
+        match self {
+            SqlValue::Int(v) => Some(*v),
+            _ => None,
+        }
+    }
+}
+
+/// SQL NULL of whatever type the statement was prepared with (`Option<&str>` would refuse a
+/// `date` or `int8` placeholder).
+#[derive(Debug)]
+struct Null;
+
+impl ToSql for Null {
+    fn to_sql(
+        &self,
+        _ty: &Type,
+        _out: &mut bytes::BytesMut,
+    ) -> Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(tokio_postgres::types::IsNull::Yes)
+    }
+
+    fn accepts(_ty: &Type) -> bool {
+        true
+    }
+
+    tokio_postgres::types::to_sql_checked!();
+}
+
+/// Why an argument was refused; the message names the parameter so a model can fix its call.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ArgumentError {
+    #[error("missing required parameter `{0}`")]
+    Missing(String),
+    #[error("unknown parameter `{name}`; this tool takes: {known}")]
+    Unknown { name: String, known: String },
+    #[error("parameter `{name}` {problem}")]
+    Invalid { name: String, problem: String },
+}
+
+impl ParamSpec {
+    /// This parameter's JSON Schema property.
+    pub fn schema(&self) -> Value {
+        let mut s = Map::new();
+        let mut put = |k: &str, v: Value| {
+            s.insert(k.to_owned(), v);
+        };
+        match &self.ty {
+            ParamType::String {
+                min_length,
+                max_length,
+            } => {
+                put("type", json!("string"));
+                if let Some(n) = min_length {
+                    put("minLength", json!(n));
+                }
+                if let Some(n) = max_length {
+                    put("maxLength", json!(n));
+                }
+            }
+            ParamType::Integer { minimum, maximum } => {
+                put("type", json!("integer"));
+                if let Some(n) = minimum {
+                    put("minimum", json!(n));
+                }
+                if let Some(n) = maximum {
+                    put("maximum", json!(n));
+                }
+            }
+            ParamType::Number { minimum, maximum } => {
+                put("type", json!("number"));
+                if let Some(n) = minimum {
+                    put("minimum", json!(n));
+                }
+                if let Some(n) = maximum {
+                    put("maximum", json!(n));
+                }
+            }
+            ParamType::Boolean => put("type", json!("boolean")),
+            ParamType::Date => {
+                put("type", json!("string"));
+                put("format", json!("date"));
+            }
+            ParamType::Timestamp => {
+                put("type", json!("string"));
+                put("format", json!("date-time"));
+            }
+            ParamType::Enum { values } => {
+                put("type", json!("string"));
+                put("enum", json!(values));
+            }
+        }
+        if let Some(d) = &self.description {
+            put("description", json!(d));
+        }
+        if let Some(d) = &self.default {
+            put("default", d.to_json());
+        }
+        Value::Object(s)
+    }
+
+    /// Checks one JSON value against this parameter. `null` counts as "not given".
+    pub fn parse(&self, value: Option<&Value>) -> Result<SqlValue, ArgumentError> {
+        let value = match value {
+            None | Some(Value::Null) => {
+                return match (&self.default, self.required) {
+                    (Some(d), _) => Ok(d.clone()),
+                    (None, true) => Err(ArgumentError::Missing(self.name.clone())),
+                    (None, false) => Ok(SqlValue::Null),
+                };
+            }
+            Some(v) => v,
+        };
+        let invalid = |problem: String| ArgumentError::Invalid {
+            name: self.name.clone(),
+            problem,
+        };
+        match &self.ty {
+            ParamType::String {
+                min_length,
+                max_length,
+            } => {
+                let s = value
+                    .as_str()
+                    .ok_or_else(|| invalid(format!("must be a string, got {}", kind(value))))?;
+                let chars = s.chars().count() as u64;
+                if let Some(min) = min_length
+                    && chars < *min
+                {
+                    return Err(invalid(format!("must be at least {min} characters long")));
+                }
+                if let Some(max) = max_length
+                    && chars > *max
+                {
+                    return Err(invalid(format!("must be at most {max} characters long")));
+                }
+                if s.contains('\0') {
+                    return Err(invalid("must not contain NUL characters".into()));
+                }
+                Ok(SqlValue::Text(s.to_owned()))
+            }
+            ParamType::Integer { minimum, maximum } => {
+                let n = integer(value)
+                    .ok_or_else(|| invalid(format!("must be an integer, got {}", kind(value))))?;
+                check_range(n, *minimum, *maximum).map_err(invalid)?;
+                Ok(SqlValue::Int(n))
+            }
+            ParamType::Number { minimum, maximum } => {
+                let n = value
+                    .as_f64()
+                    .filter(|n| n.is_finite())
+                    .ok_or_else(|| invalid(format!("must be a number, got {}", kind(value))))?;
+                check_range(n, *minimum, *maximum).map_err(invalid)?;
+                Ok(SqlValue::Float(n))
+            }
+            ParamType::Boolean => value
+                .as_bool()
+                .map(SqlValue::Bool)
+                .ok_or_else(|| invalid(format!("must be true or false, got {}", kind(value)))),
+            ParamType::Date => value
+                .as_str()
+                .and_then(|s| NaiveDate::parse_from_str(s.trim(), "%Y-%m-%d").ok())
+                .map(SqlValue::Date)
+                .ok_or_else(|| invalid("must be a date written YYYY-MM-DD".into())),
+            ParamType::Timestamp => value
+                .as_str()
+                .and_then(parse_timestamp)
+                .map(SqlValue::Timestamp)
+                .ok_or_else(|| {
+                    invalid("must be an RFC 3339 timestamp such as 2026-01-31T09:00:00Z".into())
+                }),
+            ParamType::Enum { values } => {
+                let s = value
+                    .as_str()
+                    .ok_or_else(|| invalid(format!("must be a string, got {}", kind(value))))?;
+                if values.iter().any(|v| v == s) {
+                    Ok(SqlValue::Text(s.to_owned()))
+                } else {
+                    Err(invalid(format!("must be one of: {}", values.join(", "))))
+                }
+            }
+        }
+    }
+}
+
+impl SqlValue {
+    fn to_json(&self) -> Value {
+        match self {
+            SqlValue::Null => Value::Null,
+            SqlValue::Text(s) => json!(s),
+            SqlValue::Int(n) => json!(n),
+            SqlValue::Float(n) => json!(n),
+            SqlValue::Bool(b) => json!(b),
+            SqlValue::Date(d) => json!(d.format("%Y-%m-%d").to_string()),
+            SqlValue::Timestamp(t) => json!(t.to_rfc3339()),
+        }
+    }
+}
+
+/// Checks a whole `arguments` object: unknown names are refused rather than ignored, because a
+/// misspelt filter silently dropped would give a wrong answer that looks right.
+pub fn parse_arguments(
+    params: &[ParamSpec],
+    arguments: Option<&Map<String, Value>>,
+) -> Result<Vec<SqlValue>, ArgumentError> {
+    let empty = Map::new();
+    let arguments = arguments.unwrap_or(&empty);
+    if let Some(name) = arguments
+        .keys()
+        .find(|k| !params.iter().any(|p| &p.name == *k))
+    {
+        let known = params
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(ArgumentError::Unknown {
+            name: name.clone(),
+            known: if known.is_empty() {
+                "no parameters".into()
+            } else {
+                known
+            },
+        });
+    }
+    params
+        .iter()
+        .map(|p| p.parse(arguments.get(&p.name)))
+        .collect()
+}
+
+/// The tool's whole input schema.
+pub fn input_schema(params: &[ParamSpec]) -> Map<String, Value> {
+    let properties: Map<String, Value> = params
+        .iter()
+        .map(|p| (p.name.clone(), p.schema()))
+        .collect();
+    let required: Vec<&str> = params
+        .iter()
+        .filter(|p| p.required)
+        .map(|p| p.name.as_str())
+        .collect();
+    let mut schema = Map::new();
+    schema.insert("type".into(), json!("object"));
+    schema.insert("properties".into(), Value::Object(properties));
+    if !required.is_empty() {
+        schema.insert("required".into(), json!(required));
+    }
+    schema.insert("additionalProperties".into(), json!(false));
+    schema
+}
+
+/// Integers may arrive as `5` or `5.0` (some models write floats); `5.5` is refused.
+fn integer(value: &Value) -> Option<i64> {
+    value.as_i64().or_else(|| {
+        value
+            .as_f64()
+            .filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15)
+            .map(|f| f as i64)
+    })
+}
+
+fn check_range<T: PartialOrd + std::fmt::Display + Copy>(
+    n: T,
+    minimum: Option<T>,
+    maximum: Option<T>,
+) -> Result<(), String> {
+    if let Some(min) = minimum
+        && n < min
+    {
+        return Err(format!("must be at least {min}, got {n}"));
+    }
+    if let Some(max) = maximum
+        && n > max
+    {
+        return Err(format!("must be at most {max}, got {n}"));
+    }
+    Ok(())
+}
+
+fn parse_timestamp(s: &str) -> Option<DateTime<Utc>> {
+    let s = s.trim();
+    DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&Utc))
+        .ok()
+        .or_else(|| {
+            NaiveDate::parse_from_str(s, "%Y-%m-%d")
+                .ok()
+                .and_then(|d| d.and_hms_opt(0, 0, 0))
+                .map(|t| t.and_utc())
+        })
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn param(name: &str, ty: ParamType, required: bool) -> ParamSpec {
+        ParamSpec {
+            name: name.into(),
+            description: None,
+            ty,
+            required,
+            default: None,
+        }
+    }
+
+    fn limit() -> ParamSpec {
+        ParamSpec {
+            default: Some(SqlValue::Int(10)),
+            ..param(
+                "limit",
+                ParamType::Integer {
+                    minimum: Some(1),
+                    maximum: Some(50),
+                },
+                false,
+            )
+        }
+    }
+
+    #[test]
+    fn a_missing_required_argument_names_the_parameter() {
+        let p = [param(
+            "query",
+            ParamType::String {
+                min_length: Some(1),
+                max_length: None,
+            },
+            true,
+        )];
+        let err = parse_arguments(&p, None).unwrap_err();
+        assert_eq!(err.to_string(), "missing required parameter `query`");
+    }
+
+    #[test]
+    fn defaults_fill_in_and_bounds_are_enforced() {
+        let p = [limit()];
+        assert_eq!(parse_arguments(&p, None).unwrap(), vec![SqlValue::Int(10)]);
+        let args = json!({"limit": 51});
+        let err = parse_arguments(&p, args.as_object()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "parameter `limit` must be at most 50, got 51"
+        );
+        let args = json!({"limit": 5.0});
+        assert_eq!(
+            parse_arguments(&p, args.as_object()).unwrap(),
+            vec![SqlValue::Int(5)]
+        );
+        let args = json!({"limit": 5.5});
+        assert!(parse_arguments(&p, args.as_object()).is_err());
+    }
+
+    #[test]
+    fn unknown_arguments_are_refused_with_the_known_names() {
+        let args = json!({"limt": 5});
+        let err = parse_arguments(&[limit()], args.as_object()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown parameter `limt`; this tool takes: limit"
+        );
+    }
+
+    #[test]
+    fn enums_list_their_values_when_refused() {
+        let p = [param(
+            "sentiment",
+            ParamType::Enum {
+                values: vec!["negative".into(), "positive".into()],
+            },
+            false,
+        )];
+        let args = json!({"sentiment": "angry"});
+        let err = parse_arguments(&p, args.as_object()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "parameter `sentiment` must be one of: negative, positive"
+        );
+    }
+
+    #[test]
+    fn dates_and_timestamps_are_parsed_strictly() {
+        let d = param("from", ParamType::Date, false);
+        assert_eq!(
+            d.parse(Some(&json!("2025-02-01"))).unwrap(),
+            SqlValue::Date(NaiveDate::from_ymd_opt(2025, 2, 1).unwrap())
+        );
+        assert!(d.parse(Some(&json!("01/02/2025"))).is_err());
+        let t = param("since", ParamType::Timestamp, false);
+        assert!(t.parse(Some(&json!("2025-02-01T10:00:00+01:00"))).is_ok());
+        assert!(t.parse(Some(&json!("2025-02-01"))).is_ok());
+        assert!(t.parse(Some(&json!("yesterday"))).is_err());
+    }
+
+    #[test]
+    fn null_means_not_given() {
+        let p = param(
+            "district",
+            ParamType::String {
+                min_length: None,
+                max_length: None,
+            },
+            false,
+        );
+        assert_eq!(p.parse(Some(&Value::Null)).unwrap(), SqlValue::Null);
+    }
+
+    #[test]
+    fn the_schema_declares_types_bounds_and_required_names() {
+        let p = [
+            param(
+                "query",
+                ParamType::String {
+                    min_length: Some(1),
+                    max_length: Some(200),
+                },
+                true,
+            ),
+            limit(),
+        ];
+        let schema = Value::Object(input_schema(&p));
+        assert_eq!(
+            schema,
+            json!({
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "minLength": 1, "maxLength": 200},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 10}
+                },
+                "required": ["query"],
+                "additionalProperties": false
+            })
+        );
+    }
+}

@@ -1,0 +1,134 @@
+//! Named parameters (`:name`) in declared SQL become Postgres placeholders (`$1`).
+//!
+//! Values are always bound, never spliced into the text. The scanner skips string literals,
+//! quoted identifiers, comments, dollar-quoted bodies and `::` casts, so only real parameters
+//! are replaced.
+
+/// The SQL with `$n` placeholders, and the parameter names in placeholder order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placeholders {
+    pub sql: String,
+    pub names: Vec<String>,
+}
+
+pub fn rewrite(sql: &str) -> Placeholders {
+    let bytes = sql.as_bytes();
+    let mut out = String::with_capacity(sql.len());
+    let mut names: Vec<String> = Vec::new();
+    let mut i = 0;
+    let mut copied_to = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\'' | b'"' => i = skip_quoted(bytes, i),
+            b'-' if bytes.get(i + 1) == Some(&b'-') => {
+                i = sql[i..].find('\n').map_or(bytes.len(), |n| i + n + 1);
+            }
+            b'/' if bytes.get(i + 1) == Some(&b'*') => {
+                i = sql[i + 2..]
+                    .find("*/")
+                    .map_or(bytes.len(), |n| i + 2 + n + 2);
+            }
+            b'$' => i = skip_dollar_quoted(sql, i),
+            b':' if bytes.get(i + 1) == Some(&b':') => i += 2,
+            b':' if bytes
+                .get(i + 1)
+                .is_some_and(|b| b.is_ascii_alphabetic() || *b == b'_') =>
+            {
+                let start = i + 1;
+                let end = start
+                    + sql[start..]
+                        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                        .unwrap_or(sql.len() - start);
+                let name = &sql[start..end];
+                let index = match names.iter().position(|n| n == name) {
+                    Some(p) => p + 1,
+                    None => {
+                        names.push(name.to_owned());
+                        names.len()
+                    }
+                };
+                out.push_str(&sql[copied_to..i]);
+                out.push('$');
+                out.push_str(&index.to_string());
+                copied_to = end;
+                i = end;
+            }
+            _ => i += 1,
+        }
+    }
+    out.push_str(&sql[copied_to..]);
+    Placeholders { sql: out, names }
+}
+
+fn skip_quoted(bytes: &[u8], start: usize) -> usize {
+    let quote = bytes[start];
+    let mut i = start + 1;
+    while i < bytes.len() {
+        if bytes[i] == quote {
+            // A doubled quote is an escaped quote, not the end.
+            if bytes.get(i + 1) == Some(&quote) {
+                i += 2;
+                continue;
+            }
+            return i + 1;
+        }
+        i += 1;
+    }
+    bytes.len()
+}
+
+/// `$tag$ ... $tag$` bodies; a `$1`-style placeholder is not a tag and is stepped over.
+fn skip_dollar_quoted(sql: &str, start: usize) -> usize {
+    let rest = &sql[start + 1..];
+    let tag_len = rest
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(rest.len());
+    let tag = &rest[..tag_len];
+    let is_tag = rest[tag_len..].starts_with('$') && !tag.starts_with(|c: char| c.is_ascii_digit());
+    if !is_tag {
+        return start + 1;
+    }
+    let delimiter = format!("${tag}$");
+    let body_start = start + delimiter.len();
+    sql[body_start..]
+        .find(&delimiter)
+        .map_or(sql.len(), |n| body_start + n + delimiter.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_become_numbered_placeholders_in_first_use_order() {
+        let p = rewrite("SELECT * FROM t WHERE a = :b AND c = :a OR :b IS NULL");
+        assert_eq!(
+            p.sql,
+            "SELECT * FROM t WHERE a = $1 AND c = $2 OR $1 IS NULL"
+        );
+        assert_eq!(p.names, vec!["b", "a"]);
+    }
+
+    #[test]
+    fn casts_are_not_parameters() {
+        let p = rewrite("SELECT :x::text, now()::date");
+        assert_eq!(p.sql, "SELECT $1::text, now()::date");
+        assert_eq!(p.names, vec!["x"]);
+    }
+
+    #[test]
+    fn literals_identifiers_and_comments_are_left_alone() {
+        let sql =
+            "SELECT ':no', \"a:b\", 'it''s :no' -- :no\n, /* :no */ $$ :no $$, $t$ :no $t$, :yes";
+        let p = rewrite(sql);
+        assert_eq!(p.names, vec!["yes"]);
+        assert!(p.sql.ends_with("$t$ :no $t$, $1"));
+    }
+
+    #[test]
+    fn array_slices_with_numbers_are_not_parameters() {
+        let p = rewrite("SELECT arr[1:2] FROM t WHERE x = :x");
+        assert_eq!(p.names, vec!["x"]);
+        assert_eq!(p.sql, "SELECT arr[1:2] FROM t WHERE x = $1");
+    }
+}

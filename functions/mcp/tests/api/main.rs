@@ -1,0 +1,8 @@
+//! Integration tests of the MCP function through its real HTTP surface, against a real
+//! Postgres (see `parley-testkit`). One binary, so the crate links once.
+
+mod auth;
+mod helpers;
+mod protocol;
+mod resilience;
+mod tools;

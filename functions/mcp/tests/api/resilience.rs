@@ -1,0 +1,198 @@
+//! Failure behaviour: statement timeouts, read-only enforcement, result caps, tool
+//! declarations that do not fit the schema, and Postgres going away and coming back.
+
+use serde_json::{Value, json};
+
+use crate::helpers::{Options, env, spawn, spawn_on};
+use parley_testkit::{TestCluster, TestDb};
+
+const SLOW_TOOL: &str = r#"
+[[tool]]
+name = "slow"
+description = "Sleeps for a while."
+timeout_ms = 200
+sql = "SELECT pg_sleep(:seconds) AS slept"
+[tool.params.seconds]
+type = "number"
+required = true
+"#;
+
+const SNEAKY_WRITE: &str = r#"
+[[tool]]
+name = "sneaky"
+description = "Claims to read but writes."
+sql = "INSERT INTO lads (code, name, utla_code, utla_name) VALUES ('X99999999', :name, 'X', 'X') RETURNING code"
+[tool.params.name]
+type = "string"
+required = true
+"#;
+
+const DECLARED_WRITE: &str = r#"
+[[tool]]
+name = "close_feedback"
+description = "Marks one feedback item closed."
+writes = true
+sql = "UPDATE feedback SET status = 'closed' WHERE id = :id RETURNING id, status"
+[tool.params.id]
+type = "integer"
+required = true
+"#;
+
+#[tokio::test]
+async fn a_statement_over_its_timeout_is_cancelled_and_reported() {
+    let app = spawn(Options {
+        tools_toml: Some(SLOW_TOOL.into()),
+        ..Options::default()
+    })
+    .await;
+    let message = app.tool_error("slow", json!({"seconds": 5})).await;
+    assert!(message.contains("longer than 200 ms"), "{message}");
+    // The connection went back to the pool healthy: the next call works.
+    let out = app.rows("slow", json!({"seconds": 0.01})).await;
+    assert_eq!(out["row_count"], 1);
+}
+
+#[tokio::test]
+async fn a_tool_that_writes_without_declaring_it_is_refused_by_the_read_only_transaction() {
+    // Connect as the owner, not the read-only role, so only the transaction mode stops it.
+    let db = TestDb::with_demo_data(100).await;
+    let url = db.url.clone();
+    let app = spawn_on(
+        db,
+        Options {
+            tools_toml: Some(SNEAKY_WRITE.into()),
+            database_url: Some(url),
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
+    let message = app.tool_error("sneaky", json!({"name": "Nowhere"})).await;
+    assert!(message.contains("read-only"), "{message}");
+    let count: i64 = app
+        .sql_one("SELECT count(*) FROM lads WHERE code = 'X99999999'")
+        .await
+        .get(0);
+    assert_eq!(count, 0);
+}
+
+#[tokio::test]
+async fn the_read_only_role_refuses_writes_even_for_a_declared_writing_tool() {
+    let app = spawn(Options {
+        tools_toml: Some(DECLARED_WRITE.into()),
+        ..Options::default()
+    })
+    .await;
+    let message = app.tool_error("close_feedback", json!({"id": 1})).await;
+    assert!(message.contains("read-only"), "{message}");
+    let status: String = app
+        .sql_one("SELECT status FROM feedback WHERE id = 1")
+        .await
+        .get(0);
+    assert_ne!(status, "closed");
+}
+
+#[tokio::test]
+async fn a_declared_writing_tool_writes_when_its_role_may() {
+    let db = TestDb::with_demo_data(100).await;
+    let url = db.url.clone();
+    let app = spawn_on(
+        db,
+        Options {
+            tools_toml: Some(DECLARED_WRITE.into()),
+            database_url: Some(url),
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
+    let (_, listed) = app.rpc("tools/list", json!({})).await;
+    assert_eq!(
+        listed["result"]["tools"][0]["annotations"]["readOnlyHint"],
+        false
+    );
+    let out = app.rows("close_feedback", json!({"id": 1})).await;
+    assert_eq!(out["rows"][0]["status"], "closed");
+    let status: String = app
+        .sql_one("SELECT status FROM feedback WHERE id = 1")
+        .await
+        .get(0);
+    assert_eq!(status, "closed");
+}
+
+#[tokio::test]
+async fn results_over_the_byte_cap_are_cut_and_marked() {
+    let app = spawn(Options {
+        extra_env: env(&[("TOOL_MAX_RESULT_BYTES", "2048")]),
+        ..Options::default()
+    })
+    .await;
+    let out = app.rows("list_lads", json!({"limit": 400})).await;
+    assert_eq!(out["truncated"], true);
+    assert_eq!(out["truncated_reason"], "max_bytes");
+    let result = app.call("list_lads", json!({"limit": 400})).await;
+    assert!(result["content"][0]["text"].as_str().unwrap().len() <= 2048);
+}
+
+#[tokio::test]
+async fn a_tool_that_does_not_fit_the_schema_stops_start_up_naming_it() {
+    let broken = r#"
+[[tool]]
+name = "broken"
+description = "Reads a column that does not exist."
+sql = "SELECT no_such_column FROM lads"
+"#;
+    let db = TestDb::migrated().await;
+    let err = spawn_on(
+        db,
+        Options {
+            tools_toml: Some(broken.into()),
+            ..Options::default()
+        },
+    )
+    .await
+    .err()
+    .expect("start-up fails");
+    assert!(err.contains("tool `broken`"), "{err}");
+    assert!(err.contains("no_such_column"), "{err}");
+}
+
+#[tokio::test]
+async fn the_service_reports_postgres_down_and_recovers_when_it_returns() {
+    let mut cluster = TestCluster::start();
+    let db = TestDb::migrated_on(&cluster.url()).await;
+    let options = parley_cli::demo::DemoOptions {
+        feedback: 200,
+        ..Default::default()
+    };
+    parley_cli::demo::load(&mut db.client().await, &options)
+        .await
+        .expect("demo data");
+    let url = db.url.clone();
+    let app = spawn_on(
+        db,
+        Options {
+            database_url: Some(url),
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
+    let before = app.rows("lad_by_ref", json!({"ref": "Leeds"})).await;
+    assert_eq!(before["row_count"], 1);
+
+    cluster.stop();
+    let message = app.tool_error("lad_by_ref", json!({"ref": "Leeds"})).await;
+    assert!(message.contains("database is unavailable"), "{message}");
+    let health = app.get("/health").await;
+    assert_eq!(health.status(), 503);
+    assert_eq!(
+        health.json::<Value>().await.unwrap()["error"]["code"],
+        "database_unavailable"
+    );
+
+    cluster.restart();
+    let after = app.rows("lad_by_ref", json!({"ref": "Leeds"})).await;
+    assert_eq!(after, before);
+    assert_eq!(app.get("/health").await.status(), 200);
+}
