@@ -1,9 +1,9 @@
 //! Opens the admin connection from `DATABASE_URL`. Kept to one small function so the plain
 //! connection can be swapped for `parley_core::db`'s TLS-aware one without touching commands.
 
-use std::str::FromStr;
-
-use tokio_postgres::{Client, Config, NoTls};
+use parley_core::config::Env;
+use parley_core::db::DbConfig;
+use tokio_postgres::Client;
 
 pub const DATABASE_URL: &str = "DATABASE_URL";
 
@@ -16,8 +16,8 @@ pub enum ConnectError {
     // The parser's message names the bad part without echoing the value, which may hold a password.
     #[error("{DATABASE_URL} is not a valid Postgres URL: {0}")]
     Invalid(String),
-    #[error("could not connect to the database in {DATABASE_URL}: {}", with_causes(.0))]
-    Connect(#[source] tokio_postgres::Error),
+    #[error("could not connect to the database in {DATABASE_URL}: {0}")]
+    Connect(String),
 }
 
 impl ConnectError {
@@ -27,36 +27,20 @@ impl ConnectError {
     }
 }
 
-/// Parses the URL without connecting, so usage errors surface before any network wait.
-pub fn config_from_env() -> Result<Config, ConnectError> {
-    let url = std::env::var(DATABASE_URL)
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-        .ok_or(ConnectError::Missing)?;
-    Config::from_str(&url).map_err(|e| ConnectError::Invalid(with_causes(&e)))
-}
-
-/// tokio-postgres keeps the useful part ("Connection refused", which option is bad) in the
-/// error's sources, not its Display.
-fn with_causes(e: &tokio_postgres::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
+/// Parses the settings without connecting, so usage errors surface before any network wait.
+pub fn config_from_env() -> Result<DbConfig, ConnectError> {
+    let env = Env::from_process();
+    if !env.is_set(DATABASE_URL) {
+        return Err(ConnectError::Missing);
     }
-    text
+    DbConfig::from_env(&env).map_err(|e| ConnectError::Invalid(e.problem))
 }
 
-/// A dedicated session: the migration runner holds a session advisory lock on it.
+/// A dedicated session (the migration runner holds a session advisory lock on it), with the
+/// same TLS rules as the functions: `sslmode=verify-full` and `DB_CA_FILE` work here too.
 pub async fn connect() -> Result<Client, ConnectError> {
     let config = config_from_env()?;
-    let (client, connection) = config.connect(NoTls).await.map_err(ConnectError::Connect)?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            eprintln!("error: lost the database connection: {e}");
-        }
-    });
-    Ok(client)
+    parley_core::db::connect(&config)
+        .await
+        .map_err(|e| ConnectError::Connect(e.to_string()))
 }

@@ -83,7 +83,15 @@ pub enum DbError {
 impl From<tokio_postgres::Error> for DbError {
     fn from(e: tokio_postgres::Error) -> Self {
         if is_connection_error(&e) {
-            DbError::Unavailable(e.to_string())
+            // The useful part ("Connection refused") sits in the sources, not the Display.
+            let mut text = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(cause) = source {
+                text.push_str(": ");
+                text.push_str(&cause.to_string());
+                source = cause.source();
+            }
+            DbError::Unavailable(text)
         } else {
             DbError::Query(e)
         }
@@ -209,26 +217,16 @@ impl ConnectTarget {
 /// Builds the pool. Connections are opened lazily, so this succeeds while Postgres is down and
 /// the service recovers by itself once it is back.
 pub fn pool(config: &DbConfig) -> Result<Pool, DbError> {
-    let target = ConnectTarget::parse(config.url.expose_secret())?;
-    let mut pg = target.pg;
-    pg.connect_timeout(config.connect_timeout)
-        .keepalives(true)
-        .keepalives_idle(Duration::from_secs(30));
-    if pg.get_application_name().is_none() {
-        pg.application_name("parley");
-    }
+    let (pg, tls) = prepare(config)?;
     let manager_config = ManagerConfig {
         // `Fast` only checks the client is not closed; a connection that died while the Lambda
         // instance was frozen is caught by the caller's single retry instead of a ping on every
         // checkout.
         recycling_method: RecyclingMethod::Fast,
     };
-    let manager = match target.ssl_mode {
-        SslMode::Disable => Manager::from_config(pg, tokio_postgres::NoTls, manager_config),
-        mode => {
-            let ca = config.ca_file.as_deref().or(target.root_cert.as_deref());
-            Manager::from_config(pg, tls::connector(mode, ca)?, manager_config)
-        }
+    let manager = match tls {
+        None => Manager::from_config(pg, tokio_postgres::NoTls, manager_config),
+        Some(tls) => Manager::from_config(pg, tls, manager_config),
     };
     Pool::builder(manager)
         .max_size(config.pool_max_size)
@@ -238,6 +236,58 @@ pub fn pool(config: &DbConfig) -> Result<Pool, DbError> {
         .recycle_timeout(Some(config.connect_timeout))
         .build()
         .map_err(|e| DbError::Unavailable(e.to_string()))
+}
+
+/// One dedicated connection outside any pool, with the same TLS rules: for admin work such as
+/// migrations, which hold a session-level advisory lock.
+pub async fn connect(config: &DbConfig) -> Result<tokio_postgres::Client, DbError> {
+    let (pg, tls) = prepare(config)?;
+    let client = match tls {
+        None => {
+            let (client, connection) = pg.connect(tokio_postgres::NoTls).await?;
+            tokio::spawn(watch(connection));
+            client
+        }
+        Some(tls) => {
+            let (client, connection) = pg.connect(tls).await?;
+            tokio::spawn(watch(connection));
+            client
+        }
+    };
+    Ok(client)
+}
+
+async fn watch<F: std::future::Future<Output = Result<(), tokio_postgres::Error>>>(connection: F) {
+    if let Err(e) = connection.await {
+        tracing::warn!(error = %e, "database connection closed");
+    }
+}
+
+fn prepare(
+    config: &DbConfig,
+) -> Result<
+    (
+        tokio_postgres::Config,
+        Option<tokio_postgres_rustls::MakeRustlsConnect>,
+    ),
+    DbError,
+> {
+    let target = ConnectTarget::parse(config.url.expose_secret())?;
+    let mut pg = target.pg;
+    pg.connect_timeout(config.connect_timeout)
+        .keepalives(true)
+        .keepalives_idle(Duration::from_secs(30));
+    if pg.get_application_name().is_none() {
+        pg.application_name("parley");
+    }
+    let tls = match target.ssl_mode {
+        SslMode::Disable => None,
+        mode => {
+            let ca = config.ca_file.as_deref().or(target.root_cert.as_deref());
+            Some(tls::connector(mode, ca)?)
+        }
+    };
+    Ok((pg, tls))
 }
 
 /// Host, port and database of a URL, for logs: never the user or password.
