@@ -4,6 +4,7 @@
 
 mod cluster;
 mod db;
+pub mod llm;
 
 pub use cluster::TestCluster;
 pub use db::{READONLY_USER, TestDb, connect};

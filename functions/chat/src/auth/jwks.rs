@@ -1,0 +1,710 @@
+//! The RS256/ES256 verification keys of `JWT_JWKS_URL`, fetched on first use and cached for the
+//! life of the instance: refreshed after `JWKS_CACHE_TTL_MS`, refetched early for an unknown
+//! `kid`, but never more than once per `JWKS_MIN_REFRESH_MS`.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, KeyAlgorithm, PublicKeyUse};
+use jsonwebtoken::{Algorithm, DecodingKey};
+use serde::Deserialize;
+use tokio::sync::{Mutex, RwLock};
+
+use super::{AuthError, invalid};
+
+/// Real key sets are a few KiB; a bigger answer is refused rather than buffered.
+const MAX_JWKS_BYTES: usize = 512 * 1024;
+
+pub(super) struct JwksCache {
+    url: url::Url,
+    http: reqwest::Client,
+    timeout: Duration,
+    ttl: Duration,
+    min_refresh: Duration,
+    state: RwLock<State>,
+    /// Held while deciding on and running a fetch, so concurrent requests that miss the cache
+    /// cause one fetch and then share its result.
+    fetching: Mutex<()>,
+}
+
+#[derive(Default)]
+struct State {
+    keys: Vec<CachedKey>,
+    /// The last successful fetch.
+    fetched_at: Option<Instant>,
+    /// The last fetch, successful or not: a failed one is retried `min_refresh` after it.
+    attempted_at: Option<Instant>,
+    /// The last fetch caused by an unknown `kid`: the next one waits `min_refresh`.
+    refetched_at: Option<Instant>,
+    /// Why the last fetch failed; `None` once one succeeds.
+    last_error: Option<String>,
+}
+
+/// Why a fetch is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trigger {
+    /// No keys yet, or older than the TTL.
+    Expired,
+    /// The last fetch failed.
+    Retry,
+    /// The cache is fresh but no key has the token's `kid`: perhaps the IdP rotated its keys,
+    /// perhaps the kid is forged.
+    UnknownKid,
+}
+
+struct CachedKey {
+    kid: Option<String>,
+    alg: Algorithm,
+    key: Arc<DecodingKey>,
+}
+
+impl fmt::Debug for JwksCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JwksCache")
+            .field("url", &self.url.as_str())
+            .field("ttl", &self.ttl)
+            .field("min_refresh", &self.min_refresh)
+            .finish_non_exhaustive()
+    }
+}
+
+impl State {
+    fn is_fresh(&self, ttl: Duration) -> bool {
+        self.fetched_at.is_some_and(|at| at.elapsed() < ttl)
+    }
+
+    /// The key for a token's `alg` and `kid`. Without a `kid`, the set's only key for that
+    /// algorithm, if it has exactly one.
+    fn find(
+        &self,
+        alg: Algorithm,
+        kid: Option<&str>,
+    ) -> Result<Option<Arc<DecodingKey>>, AuthError> {
+        let mut candidates = self.keys.iter().filter(|k| k.alg == alg);
+        let found = match kid {
+            Some(kid) => candidates.find(|k| k.kid.as_deref() == Some(kid)),
+            None => match (candidates.next(), candidates.next()) {
+                (Some(only), None) => Some(only),
+                (Some(_), Some(_)) => {
+                    return Err(invalid(format!(
+                        "the token has no kid and the key set holds several {alg:?} keys"
+                    )));
+                }
+                _ => None,
+            },
+        };
+        Ok(found.map(|k| Arc::clone(&k.key)))
+    }
+}
+
+impl JwksCache {
+    pub(super) fn new(
+        url: url::Url,
+        http: reqwest::Client,
+        timeout: Duration,
+        ttl: Duration,
+        min_refresh: Duration,
+    ) -> Self {
+        Self {
+            url,
+            http,
+            timeout,
+            ttl,
+            min_refresh,
+            state: RwLock::default(),
+            fetching: Mutex::new(()),
+        }
+    }
+
+    /// The key that verifies a token with this `alg` (RS256 or ES256) and `kid`.
+    pub(super) async fn key_for(
+        &self,
+        alg: Algorithm,
+        kid: Option<&str>,
+    ) -> Result<Arc<DecodingKey>, AuthError> {
+        let asked_at = Instant::now();
+        let _fetching = {
+            let state = self.state.read().await;
+            match state.find(alg, kid)? {
+                Some(key) if state.is_fresh(self.ttl) => return Ok(key),
+                // Stale but usable: refresh it, unless another request already is, in which
+                // case this one need not wait for it.
+                Some(key) => match self.fetching.try_lock() {
+                    Ok(guard) => guard,
+                    Err(_) => return Ok(key),
+                },
+                None => {
+                    drop(state);
+                    self.fetching.lock().await
+                }
+            }
+        };
+
+        let trigger = {
+            let state = self.state.read().await;
+            if let Some(key) = state.find(alg, kid)?
+                && state.is_fresh(self.ttl)
+            {
+                return Ok(key);
+            }
+            self.fetch_trigger(&state, asked_at)
+        };
+        if let Some(trigger) = trigger {
+            let result = self.fetch().await;
+            let mut state = self.state.write().await;
+            state.attempted_at = Some(Instant::now());
+            if trigger == Trigger::UnknownKid {
+                state.refetched_at = state.attempted_at;
+            }
+            match result {
+                Ok(keys) => {
+                    tracing::debug!(url = %self.url, keys = keys.len(), ?trigger, "fetched the JWKS");
+                    state.keys = keys;
+                    state.fetched_at = state.attempted_at;
+                    state.last_error = None;
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        url = %self.url,
+                        error = %e,
+                        cached_keys = state.keys.len(),
+                        ?trigger,
+                        "cannot fetch the JWKS; keeping any cached keys"
+                    );
+                    state.last_error = Some(e);
+                }
+            }
+        }
+
+        let state = self.state.read().await;
+        match (state.find(alg, kid)?, &state.last_error) {
+            (Some(key), _) => Ok(key),
+            (None, Some(e)) => Err(AuthError::KeysUnavailable(e.clone())),
+            (None, None) => Err(invalid(format!(
+                "no {alg:?} key in the key set matches the token's kid"
+            ))),
+        }
+    }
+
+    /// Whether (and why) to fetch when no fresh key fits; `None` means answer from the cache.
+    fn fetch_trigger(&self, state: &State, asked_at: Instant) -> Option<Trigger> {
+        let waited =
+            |since: Option<Instant>| since.is_none_or(|at| at.elapsed() >= self.min_refresh);
+        if state.attempted_at.is_some_and(|at| at >= asked_at) {
+            // Another request fetched while this one waited for its turn: use its result.
+            None
+        } else if state.last_error.is_some() {
+            waited(state.attempted_at).then_some(Trigger::Retry)
+        } else if !state.is_fresh(self.ttl) {
+            Some(Trigger::Expired)
+        } else {
+            waited(state.refetched_at).then_some(Trigger::UnknownKid)
+        }
+    }
+
+    async fn fetch(&self) -> Result<Vec<CachedKey>, String> {
+        let mut response = self
+            .http
+            .get(self.url.clone())
+            .header(reqwest::header::ACCEPT, "application/json")
+            .timeout(self.timeout)
+            .send()
+            .await
+            .map_err(|e| with_causes(&e))?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(format!("the JWKS endpoint {} answered {status}", self.url));
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| with_causes(&e))? {
+            if body.len() + chunk.len() > MAX_JWKS_BYTES {
+                return Err(format!("the JWKS is larger than {MAX_JWKS_BYTES} bytes"));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        parse_key_set(&body)
+    }
+}
+
+/// The RS256 and ES256 signing keys of a JWKS document. Keys of other kinds, curves or uses
+/// are skipped, so one exotic key cannot take the whole set down.
+fn parse_key_set(body: &[u8]) -> Result<Vec<CachedKey>, String> {
+    #[derive(Deserialize)]
+    struct KeySet {
+        keys: Vec<serde_json::Value>,
+    }
+    let set: KeySet =
+        serde_json::from_slice(body).map_err(|e| format!("the JWKS is not a JSON key set: {e}"))?;
+    let keys: Vec<CachedKey> = set
+        .keys
+        .into_iter()
+        .filter_map(|value| serde_json::from_value::<Jwk>(value).ok())
+        .filter_map(|jwk| usable_key(&jwk))
+        .collect();
+    if keys.is_empty() {
+        return Err("the JWKS holds no RS256 or ES256 signing key".to_owned());
+    }
+    Ok(keys)
+}
+
+fn usable_key(jwk: &Jwk) -> Option<CachedKey> {
+    if jwk
+        .common
+        .public_key_use
+        .as_ref()
+        .is_some_and(|u| *u != PublicKeyUse::Signature)
+    {
+        return None;
+    }
+    let alg = match &jwk.algorithm {
+        AlgorithmParameters::RSA(_) => Algorithm::RS256,
+        AlgorithmParameters::EllipticCurve(p) if p.curve == EllipticCurve::P256 => Algorithm::ES256,
+        _ => return None,
+    };
+    // A key pinned to another algorithm (say PS256) must not verify this one.
+    if jwk
+        .common
+        .key_algorithm
+        .is_some_and(|declared| declared != KeyAlgorithm::from(alg))
+    {
+        return None;
+    }
+    let key = DecodingKey::from_jwk(jwk).ok()?;
+    Some(CachedKey {
+        kid: jwk.common.key_id.clone(),
+        alg,
+        key: Arc::new(key),
+    })
+}
+
+/// reqwest's own message ("error sending request") hides the useful part (refused, timed out,
+/// DNS) in its sources.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    use axum::Router;
+    use axum::extract::State as AxumState;
+    use axum::http::StatusCode;
+    use axum::routing::get;
+    use jsonwebtoken::{EncodingKey, Header, encode, get_current_timestamp};
+    use serde_json::{Value, json};
+
+    use crate::auth::{AuthConfig, AuthMode, Authenticator, UserId};
+
+    use super::*;
+
+    const JWKS: &str = include_str!("../../tests/fixtures/jwks.json");
+    const RSA_PEM: &[u8] = include_bytes!("../../tests/fixtures/rsa.pem");
+    const RSA_OTHER_PEM: &[u8] = include_bytes!("../../tests/fixtures/rsa-other.pem");
+    const EC_PEM: &[u8] = include_bytes!("../../tests/fixtures/ec-p256.pem");
+    const EC_OTHER_PEM: &[u8] = include_bytes!("../../tests/fixtures/ec-p256-other.pem");
+
+    /// A JWKS endpoint on loopback that counts its requests and can be told to fail.
+    struct IdP {
+        url: url::Url,
+        hits: Arc<AtomicUsize>,
+        body: Arc<std::sync::Mutex<String>>,
+        failing: Arc<AtomicBool>,
+    }
+
+    #[derive(Clone)]
+    struct Served {
+        hits: Arc<AtomicUsize>,
+        body: Arc<std::sync::Mutex<String>>,
+        failing: Arc<AtomicBool>,
+    }
+
+    async fn serve_jwks(served: AxumState<Served>) -> Result<String, StatusCode> {
+        served.hits.fetch_add(1, Ordering::SeqCst);
+        if served.failing.load(Ordering::SeqCst) {
+            return Err(StatusCode::INTERNAL_SERVER_ERROR);
+        }
+        Ok(served.body.lock().unwrap().clone())
+    }
+
+    impl IdP {
+        async fn start(jwks: &str) -> Self {
+            let served = Served {
+                hits: Arc::default(),
+                body: Arc::new(std::sync::Mutex::new(jwks.to_owned())),
+                failing: Arc::default(),
+            };
+            let app = Router::new()
+                .route("/jwks", get(serve_jwks))
+                .with_state(served.clone());
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            tokio::spawn(async move { axum::serve(listener, app).await });
+            Self {
+                url: format!("http://{addr}/jwks").parse().unwrap(),
+                hits: served.hits,
+                body: served.body,
+                failing: served.failing,
+            }
+        }
+
+        fn hits(&self) -> usize {
+            self.hits.load(Ordering::SeqCst)
+        }
+    }
+
+    fn config(url: url::Url) -> AuthConfig {
+        AuthConfig {
+            mode: AuthMode::Jwt,
+            secret: None,
+            jwks_url: Some(url),
+            issuer: None,
+            audience: Vec::new(),
+            leeway_secs: 30,
+            jwks_cache_ttl: Duration::from_secs(3600),
+            jwks_min_refresh: Duration::from_secs(60),
+            jwks_timeout: Duration::from_secs(5),
+        }
+    }
+
+    fn authenticator(config: AuthConfig) -> Authenticator {
+        Authenticator::new(config, reqwest::Client::new())
+    }
+
+    fn sign(alg: Algorithm, pem: &[u8], kid: Option<&str>, sub: &str) -> String {
+        let key = match alg {
+            Algorithm::ES256 => EncodingKey::from_ec_pem(pem),
+            _ => EncodingKey::from_rsa_pem(pem),
+        }
+        .unwrap();
+        let mut header = Header::new(alg);
+        header.kid = kid.map(str::to_owned);
+        let claims = json!({"sub": sub, "exp": get_current_timestamp() + 600});
+        encode(&header, &claims, &key).unwrap()
+    }
+
+    async fn check(auth: &Authenticator, token: &str) -> Result<UserId, AuthError> {
+        auth.authenticate(Some(&format!("Bearer {token}"))).await
+    }
+
+    fn only_key(kid: &str) -> String {
+        let mut set: Value = serde_json::from_str(JWKS).unwrap();
+        set["keys"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|k| k["kid"] == kid);
+        set.to_string()
+    }
+
+    #[tokio::test]
+    async fn valid_rs256_and_es256_tokens_pass() {
+        let idp = IdP::start(JWKS).await;
+        let auth = authenticator(config(idp.url.clone()));
+        let rs = sign(Algorithm::RS256, RSA_PEM, Some("test-rsa"), "rsa-user");
+        let es = sign(Algorithm::ES256, EC_PEM, Some("test-ec"), "ec-user");
+        assert_eq!(check(&auth, &rs).await.unwrap().as_str(), "rsa-user");
+        assert_eq!(check(&auth, &es).await.unwrap().as_str(), "ec-user");
+    }
+
+    #[tokio::test]
+    async fn a_token_signed_by_another_key_with_the_same_kid_fails() {
+        let idp = IdP::start(JWKS).await;
+        let auth = authenticator(config(idp.url.clone()));
+        let forged_rs = sign(Algorithm::RS256, RSA_OTHER_PEM, Some("test-rsa"), "u");
+        let forged_es = sign(Algorithm::ES256, EC_OTHER_PEM, Some("test-ec"), "u");
+        for forged in [forged_rs, forged_es] {
+            let result = check(&auth, &forged).await;
+            assert!(
+                matches!(&result, Err(AuthError::Invalid(why)) if why.contains("signature")),
+                "{result:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_kid_of_the_other_key_type_does_not_verify() {
+        let idp = IdP::start(JWKS).await;
+        let auth = authenticator(config(idp.url.clone()));
+        // An ES256 token naming the RSA key's kid finds no ES256 key with that kid.
+        let confused = sign(Algorithm::ES256, EC_PEM, Some("test-rsa"), "u");
+        let result = check(&auth, &confused).await;
+        assert!(matches!(result, Err(AuthError::Invalid(_))), "{result:?}");
+    }
+
+    #[tokio::test]
+    async fn keys_are_fetched_once_for_many_verifications() {
+        let idp = IdP::start(JWKS).await;
+        let auth = authenticator(config(idp.url.clone()));
+        assert_eq!(idp.hits(), 0, "nothing is fetched before the first token");
+        let rs = sign(Algorithm::RS256, RSA_PEM, Some("test-rsa"), "u");
+        let es = sign(Algorithm::ES256, EC_PEM, Some("test-ec"), "u");
+        for _ in 0..10 {
+            check(&auth, &rs).await.unwrap();
+            check(&auth, &es).await.unwrap();
+        }
+        assert_eq!(idp.hits(), 1);
+    }
+
+    #[tokio::test]
+    async fn concurrent_first_requests_share_one_fetch() {
+        let idp = IdP::start(JWKS).await;
+        let auth = Arc::new(authenticator(config(idp.url.clone())));
+        let rs = sign(Algorithm::RS256, RSA_PEM, Some("test-rsa"), "u");
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let auth = Arc::clone(&auth);
+                let rs = rs.clone();
+                tokio::spawn(async move { check(&auth, &rs).await })
+            })
+            .collect();
+        for task in futures::future::join_all(tasks).await {
+            task.unwrap().unwrap();
+        }
+        assert_eq!(idp.hits(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_unknown_kid_triggers_one_refetch_then_none_within_the_min_refresh() {
+        let idp = IdP::start(JWKS).await;
+        let auth = authenticator(config(idp.url.clone()));
+        check(
+            &auth,
+            &sign(Algorithm::RS256, RSA_PEM, Some("test-rsa"), "u"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(idp.hits(), 1);
+
+        for kid in ["forged-1", "forged-2", "forged-3", "forged-1"] {
+            let result = check(&auth, &sign(Algorithm::RS256, RSA_PEM, Some(kid), "u")).await;
+            assert!(
+                matches!(&result, Err(AuthError::Invalid(why)) if why.contains("kid")),
+                "{result:?}"
+            );
+            assert_eq!(
+                idp.hits(),
+                2,
+                "one refetch for the first unknown kid, then none"
+            );
+        }
+        // Known kids are still served from the cache.
+        check(&auth, &sign(Algorithm::ES256, EC_PEM, Some("test-ec"), "u"))
+            .await
+            .unwrap();
+        assert_eq!(idp.hits(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_rotated_key_is_picked_up_at_once_and_forged_kids_wait_for_the_min_refresh() {
+        let idp = IdP::start(&only_key("test-rsa")).await;
+        let mut cfg = config(idp.url.clone());
+        cfg.jwks_min_refresh = Duration::from_millis(200);
+        let auth = authenticator(cfg);
+        check(
+            &auth,
+            &sign(Algorithm::RS256, RSA_PEM, Some("test-rsa"), "u"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(idp.hits(), 1);
+
+        // The IdP rotates in a new key; tokens naming it arrive before our cache knows it.
+        let mut rotated: Value = serde_json::from_str(JWKS).unwrap();
+        rotated["keys"][0]["kid"] = json!("test-rsa-2");
+        *idp.body.lock().unwrap() = rotated.to_string();
+        let new_kid = sign(Algorithm::RS256, RSA_PEM, Some("test-rsa-2"), "u");
+        let forged_kid = sign(Algorithm::RS256, RSA_PEM, Some("forged"), "u");
+        assert_eq!(check(&auth, &new_kid).await.unwrap().as_str(), "u");
+        assert_eq!(idp.hits(), 2, "one refetch for the unknown kid");
+
+        for _ in 0..5 {
+            assert!(check(&auth, &forged_kid).await.is_err());
+        }
+        assert_eq!(idp.hits(), 2, "no more refetches within the min refresh");
+
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert!(check(&auth, &forged_kid).await.is_err());
+        assert_eq!(idp.hits(), 3, "one more once it has passed");
+        // The rotated-out kid is gone for good.
+        let old_kid = sign(Algorithm::RS256, RSA_PEM, Some("test-rsa"), "u");
+        assert!(check(&auth, &old_kid).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn the_jwks_server_down_at_first_use_means_keys_unavailable() {
+        // A port that was just free: connecting to it is refused.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        let auth = authenticator(config(format!("http://{addr}/jwks").parse().unwrap()));
+        let token = sign(Algorithm::RS256, RSA_PEM, Some("test-rsa"), "u");
+        let result = check(&auth, &token).await;
+        assert!(
+            matches!(result, Err(AuthError::KeysUnavailable(_))),
+            "{result:?}"
+        );
+        // Retried no sooner than the min refresh, and still reported as unavailable.
+        let result = check(&auth, &token).await;
+        assert!(
+            matches!(result, Err(AuthError::KeysUnavailable(_))),
+            "{result:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_error_status_or_a_bad_document_means_keys_unavailable() {
+        for body in [
+            "not json",
+            r#"{"keys": []}"#,
+            r#"{"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}"#,
+        ] {
+            let idp = IdP::start(body).await;
+            let auth = authenticator(config(idp.url.clone()));
+            let token = sign(Algorithm::RS256, RSA_PEM, Some("test-rsa"), "u");
+            let result = check(&auth, &token).await;
+            assert!(
+                matches!(result, Err(AuthError::KeysUnavailable(_))),
+                "{body}: {result:?}"
+            );
+        }
+        let idp = IdP::start(JWKS).await;
+        idp.failing.store(true, Ordering::SeqCst);
+        let auth = authenticator(config(idp.url.clone()));
+        let token = sign(Algorithm::RS256, RSA_PEM, Some("test-rsa"), "u");
+        match check(&auth, &token).await {
+            Err(AuthError::KeysUnavailable(why)) => assert!(why.contains("500"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn stale_keys_are_refreshed_and_kept_when_the_refresh_fails() {
+        let idp = IdP::start(JWKS).await;
+        let mut cfg = config(idp.url.clone());
+        cfg.jwks_cache_ttl = Duration::from_millis(100);
+        cfg.jwks_min_refresh = Duration::from_millis(10);
+        let auth = authenticator(cfg);
+        let token = sign(Algorithm::RS256, RSA_PEM, Some("test-rsa"), "u");
+        check(&auth, &token).await.unwrap();
+
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        check(&auth, &token).await.unwrap();
+        assert_eq!(idp.hits(), 2, "refreshed after the TTL");
+
+        idp.failing.store(true, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert_eq!(check(&auth, &token).await.unwrap().as_str(), "u");
+        assert_eq!(idp.hits(), 3, "the failed refresh was attempted");
+    }
+
+    #[tokio::test]
+    async fn a_token_without_kid_uses_the_only_key_of_its_algorithm() {
+        let idp = IdP::start(JWKS).await;
+        let auth = authenticator(config(idp.url.clone()));
+        let rs = sign(Algorithm::RS256, RSA_PEM, None, "u");
+        assert_eq!(check(&auth, &rs).await.unwrap().as_str(), "u");
+
+        // Two RSA keys: which one is meant is ambiguous.
+        let mut two: Value = serde_json::from_str(JWKS).unwrap();
+        let mut copy = two["keys"][0].clone();
+        copy["kid"] = json!("test-rsa-copy");
+        two["keys"].as_array_mut().unwrap().push(copy);
+        let idp = IdP::start(&two.to_string()).await;
+        let auth = authenticator(config(idp.url.clone()));
+        let result = check(&auth, &rs).await;
+        assert!(
+            matches!(&result, Err(AuthError::Invalid(why)) if why.contains("no kid")),
+            "{result:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn hs256_tokens_are_refused_when_only_a_jwks_is_configured() {
+        let idp = IdP::start(JWKS).await;
+        let auth = authenticator(config(idp.url.clone()));
+        // The classic confusion attack: HMAC keyed with the (public) RSA modulus.
+        let set: Value = serde_json::from_str(JWKS).unwrap();
+        let public = set["keys"][0]["n"].as_str().unwrap();
+        let claims = json!({"sub": "u", "exp": get_current_timestamp() + 600});
+        let mut header = Header::new(Algorithm::HS256);
+        header.kid = Some("test-rsa".to_owned());
+        let token = encode(
+            &header,
+            &claims,
+            &EncodingKey::from_secret(public.as_bytes()),
+        )
+        .unwrap();
+        let result = check(&auth, &token).await;
+        assert!(
+            matches!(&result, Err(AuthError::Invalid(why)) if why.contains("HS256 is not accepted")),
+            "{result:?}"
+        );
+        assert_eq!(idp.hits(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_secret_and_a_jwks_can_be_used_together() {
+        let idp = IdP::start(JWKS).await;
+        let mut cfg = config(idp.url.clone());
+        let secret = "a-test-secret-that-is-at-least-32-bytes-long";
+        cfg.secret = Some(secret.to_owned().into());
+        let auth = authenticator(cfg);
+        let claims = json!({"sub": "hs-user", "exp": get_current_timestamp() + 600});
+        let hs = encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &EncodingKey::from_secret(secret.as_bytes()),
+        )
+        .unwrap();
+        assert_eq!(check(&auth, &hs).await.unwrap().as_str(), "hs-user");
+        assert_eq!(idp.hits(), 0, "HS256 needs no keys from the IdP");
+        let es = sign(Algorithm::ES256, EC_PEM, Some("test-ec"), "ec-user");
+        assert_eq!(check(&auth, &es).await.unwrap().as_str(), "ec-user");
+    }
+
+    #[test]
+    fn only_rs256_and_es256_signing_keys_are_kept() {
+        let mut set: Value = serde_json::from_str(JWKS).unwrap();
+        let rsa = set["keys"][0].clone();
+        let ec = set["keys"][1].clone();
+        let mut extra = vec![
+            json!({"kty": "oct", "kid": "hmac", "k": "c2VjcmV0"}),
+            json!({"kty": "EC", "kid": "p384", "crv": "P-384", "x": "AA", "y": "AA"}),
+            json!({"kty": "OKP", "kid": "ed", "crv": "Ed25519", "x": "AA"}),
+            json!({"kty": "weird"}),
+            json!("not an object"),
+        ];
+        let mut encryption = rsa.clone();
+        encryption["use"] = json!("enc");
+        encryption["kid"] = json!("enc");
+        let mut pss = rsa.clone();
+        pss["alg"] = json!("PS256");
+        pss["kid"] = json!("pss");
+        let mut bare = ec.clone();
+        bare.as_object_mut().unwrap().remove("alg");
+        bare.as_object_mut().unwrap().remove("use");
+        bare["kid"] = json!("bare-ec");
+        extra.extend([encryption, pss, bare]);
+        set["keys"].as_array_mut().unwrap().extend(extra);
+
+        let keys = parse_key_set(set.to_string().as_bytes()).unwrap();
+        let kept: Vec<(Option<&str>, Algorithm)> =
+            keys.iter().map(|k| (k.kid.as_deref(), k.alg)).collect();
+        assert_eq!(
+            kept,
+            vec![
+                (Some("test-rsa"), Algorithm::RS256),
+                (Some("test-ec"), Algorithm::ES256),
+                (Some("bare-ec"), Algorithm::ES256),
+            ]
+        );
+    }
+}

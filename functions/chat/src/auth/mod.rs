@@ -1,0 +1,796 @@
+//! Who is calling: every request carries `Authorization: Bearer <JWT>`, verified with an HS256
+//! shared secret or with RS256/ES256 keys from a JWKS URL; the caller is the token's `sub`.
+//! `CHAT_AUTH=none` replaces all of this with one fixed local user, for local development only.
+
+mod jwks;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{FromRef, FromRequestParts};
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use parley_core::config::{ConfigError, Env, ExposeSecret, SecretString};
+use serde::Deserialize;
+
+use crate::error::ApiError;
+use jwks::JwksCache;
+
+/// Longest `sub` accepted as a user id, in characters.
+pub const MAX_USER_ID_CHARS: usize = 255;
+
+/// Tokens longer than this are refused before any parsing: real JWTs are a few KiB at most,
+/// and this bounds the work an anonymous caller can cause.
+const MAX_TOKEN_BYTES: usize = 16 * 1024;
+
+/// HS256 secrets shorter than this (the hash's output size) can be brute-forced offline from
+/// one captured token (RFC 7518 §3.2 asks for at least 256 bits).
+const MIN_SECRET_BYTES: usize = 32;
+
+/// How callers are identified (`CHAT_AUTH`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthMode {
+    /// `jwt`: a verified bearer JWT on every request (the default).
+    Jwt,
+    /// `none`: no authentication; every request acts as [`UserId::local`].
+    Disabled,
+}
+
+/// The auth settings, read once at start-up. Holding one proves the values were well-formed.
+#[derive(Debug, Clone)]
+pub struct AuthConfig {
+    /// `CHAT_AUTH`: `jwt` (default) requires a valid bearer JWT on every request; `none` turns
+    /// authentication off for local development only (every request acts as `local-user`, and a
+    /// warning is logged at start). Never the default.
+    pub mode: AuthMode,
+    /// `JWT_SECRET`: shared secret that verifies HS256 tokens. A warning is logged at start if it
+    /// is shorter than 32 bytes.
+    pub secret: Option<SecretString>,
+    /// `JWT_JWKS_URL`: http(s) URL of a JSON Web Key Set whose keys verify RS256 and ES256 tokens
+    /// (selected by the token's `kid`). With `CHAT_AUTH=jwt`, at least one of `JWT_SECRET` and
+    /// `JWT_JWKS_URL` is required.
+    pub jwks_url: Option<url::Url>,
+    /// `JWT_ISSUER`: when set, the token's `iss` must be present and equal to it.
+    pub issuer: Option<String>,
+    /// `JWT_AUDIENCE`: comma-separated list; when set, the token's `aud` must be present and
+    /// contain one of them. When unset, `aud` is not checked.
+    pub audience: Vec<String>,
+    /// `JWT_LEEWAY_SECS`: clock skew allowed on `exp` and `nbf` (default 30, at most 300).
+    pub leeway_secs: u64,
+    /// `JWKS_CACHE_TTL_MS`: how long fetched keys are used before they are fetched again
+    /// (default 3600000, one hour).
+    pub jwks_cache_ttl: Duration,
+    /// `JWKS_MIN_REFRESH_MS`: at most one JWKS fetch per this interval, whatever asks for it (an
+    /// unknown `kid`, a failed fetch), so forged kids cannot hammer the identity provider
+    /// (default 60000). The first fetch is never delayed.
+    pub jwks_min_refresh: Duration,
+    /// `JWKS_TIMEOUT_MS`: one JWKS request, start to end of body (default 5000).
+    pub jwks_timeout: Duration,
+}
+
+impl AuthConfig {
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let mode = match env.get("CHAT_AUTH").map(str::to_ascii_lowercase).as_deref() {
+            None | Some("jwt") => AuthMode::Jwt,
+            Some("none") => AuthMode::Disabled,
+            Some(_) => return Err(ConfigError::new("CHAT_AUTH", "must be jwt or none")),
+        };
+        let jwks_url = env
+            .optional::<url::Url>("JWT_JWKS_URL")?
+            .map(|url| match url.scheme() {
+                "http" | "https" => Ok(url),
+                _ => Err(ConfigError::new(
+                    "JWT_JWKS_URL",
+                    "must be an http or https URL",
+                )),
+            })
+            .transpose()?;
+        let secret = env.secret("JWT_SECRET");
+        if mode == AuthMode::Jwt && secret.is_none() && jwks_url.is_none() {
+            return Err(ConfigError::new(
+                "JWT_SECRET",
+                "JWT_SECRET or JWT_JWKS_URL is required to verify tokens \
+                 (or CHAT_AUTH=none for local development)",
+            ));
+        }
+        Ok(Self {
+            mode,
+            secret,
+            jwks_url,
+            issuer: env.get("JWT_ISSUER").map(str::to_owned),
+            audience: env.list("JWT_AUDIENCE"),
+            leeway_secs: env.limit("JWT_LEEWAY_SECS", 30, 0..=300)?,
+            jwks_cache_ttl: env.millis(
+                "JWKS_CACHE_TTL_MS",
+                Duration::from_secs(3600),
+                1_000..=86_400_000,
+            )?,
+            jwks_min_refresh: env.millis(
+                "JWKS_MIN_REFRESH_MS",
+                Duration::from_secs(60),
+                1_000..=3_600_000,
+            )?,
+            jwks_timeout: env.millis("JWKS_TIMEOUT_MS", Duration::from_secs(5), 100..=60_000)?,
+        })
+    }
+}
+
+/// The authenticated caller: a token's `sub`, or [`UserId::local`] with `CHAT_AUTH=none`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(transparent)]
+pub struct UserId(String);
+
+/// Why a string cannot be a [`UserId`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("must be 1 to {MAX_USER_ID_CHARS} characters without control characters")]
+pub struct InvalidUserId;
+
+impl UserId {
+    /// The one user of `CHAT_AUTH=none`.
+    pub const LOCAL: &str = "local-user";
+
+    pub fn new(id: impl Into<String>) -> Result<Self, InvalidUserId> {
+        let id = id.into();
+        // Control characters would let a crafted `sub` forge log lines or confuse whatever
+        // later displays the id.
+        let well_formed = !id.is_empty()
+            && id.chars().count() <= MAX_USER_ID_CHARS
+            && !id.chars().any(char::is_control);
+        if well_formed {
+            Ok(Self(id))
+        } else {
+            Err(InvalidUserId)
+        }
+    }
+
+    pub fn local() -> Self {
+        Self(Self::LOCAL.to_owned())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for UserId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Why a request could not be tied to a user. Messages go back to the caller, so they name the
+/// check that failed but never include the token or any key material.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// No `Authorization` header, a blank one, or a scheme other than `Bearer`.
+    #[error("send Authorization: Bearer <token>")]
+    Missing,
+    #[error("the token has expired")]
+    Expired,
+    /// A forged signature, an algorithm off the allow-list (including `none`), a wrong issuer or
+    /// audience, a malformed token, a missing `sub`, ...
+    #[error("invalid token: {0}")]
+    Invalid(String),
+    /// The JWKS could not be fetched and no cached key fits: the service's problem, not the
+    /// caller's (503, not 401).
+    #[error("the keys to verify tokens are unavailable: {0}")]
+    KeysUnavailable(String),
+}
+
+fn invalid(why: impl Into<String>) -> AuthError {
+    AuthError::Invalid(why.into())
+}
+
+/// Turns `Authorization` headers into users. Build one per instance and share it: it holds the
+/// JWKS cache, which then serves every request of a warm instance.
+pub struct Authenticator {
+    mode: AuthMode,
+    hmac: Option<Arc<DecodingKey>>,
+    jwks: Option<JwksCache>,
+    /// Claim checks shared by every algorithm; `algorithms` is set per token.
+    validation: Validation,
+}
+
+impl fmt::Debug for Authenticator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Keys stay out of the output.
+        f.debug_struct("Authenticator")
+            .field("mode", &self.mode)
+            .field("hs256", &self.hmac.is_some())
+            .field("jwks", &self.jwks)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Authenticator {
+    /// Logs a warning when auth is off or the HS256 secret is short, so build it once at start,
+    /// after logging is set up. `http` fetches the JWKS (no request is made here).
+    pub fn new(config: AuthConfig, http: reqwest::Client) -> Self {
+        if config.mode == AuthMode::Disabled {
+            tracing::warn!(
+                user = UserId::LOCAL,
+                "CHAT_AUTH=none: authentication is OFF and every request acts as one local user; \
+                 use this for local development only"
+            );
+        } else if let Some(secret) = &config.secret
+            && secret.expose_secret().len() < MIN_SECRET_BYTES
+        {
+            tracing::warn!(
+                "JWT_SECRET is shorter than {MIN_SECRET_BYTES} bytes: HS256 tokens signed with \
+                 it can be brute-forced; use a longer random secret"
+            );
+        }
+
+        let mut validation = Validation::new(Algorithm::HS256);
+        validation.leeway = config.leeway_secs;
+        validation.validate_nbf = true;
+        let mut required = vec!["exp", "sub"];
+        if let Some(issuer) = &config.issuer {
+            validation.set_issuer(&[issuer]);
+            required.push("iss");
+        }
+        if config.audience.is_empty() {
+            // Otherwise every token that names any audience would be refused.
+            validation.validate_aud = false;
+        } else {
+            validation.set_audience(&config.audience);
+            required.push("aud");
+        }
+        validation.set_required_spec_claims(&required);
+
+        let enabled = config.mode == AuthMode::Jwt;
+        Self {
+            mode: config.mode,
+            hmac: config
+                .secret
+                .filter(|_| enabled)
+                .map(|s| Arc::new(DecodingKey::from_secret(s.expose_secret().as_bytes()))),
+            jwks: config.jwks_url.filter(|_| enabled).map(|url| {
+                JwksCache::new(
+                    url,
+                    http,
+                    config.jwks_timeout,
+                    config.jwks_cache_ttl,
+                    config.jwks_min_refresh,
+                )
+            }),
+            validation,
+        }
+    }
+
+    /// True with `CHAT_AUTH=none`.
+    pub fn is_disabled(&self) -> bool {
+        self.mode == AuthMode::Disabled
+    }
+
+    /// The user behind an `Authorization` header value (`None` when the header is absent).
+    pub async fn authenticate(&self, authorization: Option<&str>) -> Result<UserId, AuthError> {
+        if self.is_disabled() {
+            return Ok(UserId::local());
+        }
+        let token = authorization
+            .and_then(bearer_token)
+            .ok_or(AuthError::Missing)?;
+        if token.len() > MAX_TOKEN_BYTES {
+            return Err(invalid(format!(
+                "the token is longer than {MAX_TOKEN_BYTES} bytes"
+            )));
+        }
+        // `alg: none` and other algorithms jsonwebtoken does not know fail right here.
+        let header = jsonwebtoken::decode_header(token).map_err(|_| {
+            invalid("the token header is malformed or names an unsupported algorithm")
+        })?;
+        // The key comes from the algorithm's own source, so an RS256 public key can never be
+        // used as an HS256 secret (algorithm confusion).
+        let key = match (header.alg, &self.hmac, &self.jwks) {
+            (Algorithm::HS256, Some(secret), _) => Arc::clone(secret),
+            (Algorithm::RS256 | Algorithm::ES256, _, Some(jwks)) => {
+                jwks.key_for(header.alg, header.kid.as_deref()).await?
+            }
+            (alg, _, _) => {
+                return Err(invalid(format!(
+                    "algorithm {alg:?} is not accepted (accepted: {})",
+                    self.accepted_algorithms()
+                )));
+            }
+        };
+        let mut validation = self.validation.clone();
+        validation.algorithms = vec![header.alg];
+        let data = jsonwebtoken::decode::<Claims>(token, &key, &validation).map_err(rejection)?;
+        let sub = data
+            .claims
+            .sub
+            .ok_or_else(|| invalid("the sub claim is missing"))?;
+        UserId::new(sub).map_err(|e| invalid(format!("the sub claim {e}")))
+    }
+
+    fn accepted_algorithms(&self) -> &'static str {
+        match (self.hmac.is_some(), self.jwks.is_some()) {
+            (true, true) => "HS256, RS256, ES256",
+            (true, false) => "HS256",
+            (false, true) => "RS256, ES256",
+            (false, false) => "none",
+        }
+    }
+}
+
+/// The claims read from a verified token; `exp`, `nbf`, `iss` and `aud` are checked by
+/// [`Validation`].
+#[derive(Deserialize)]
+struct Claims {
+    sub: Option<String>,
+}
+
+/// The token of an `Authorization` value; the scheme is case-insensitive (RFC 7235).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+/// Names the failed check; the library's own messages are not passed on because some of them
+/// quote parts of the token or key.
+fn rejection(e: jsonwebtoken::errors::Error) -> AuthError {
+    let why = match e.kind() {
+        ErrorKind::ExpiredSignature => return AuthError::Expired,
+        ErrorKind::InvalidSignature => "the signature does not verify",
+        ErrorKind::ImmatureSignature => "the token is not valid yet (nbf)",
+        ErrorKind::InvalidIssuer => "the issuer (iss) is not the expected one",
+        ErrorKind::InvalidAudience => "the audience (aud) does not include this service",
+        ErrorKind::MissingRequiredClaim(claim) => {
+            return invalid(format!("the {claim} claim is missing"));
+        }
+        ErrorKind::InvalidClaimFormat(claim) => {
+            return invalid(format!("the {claim} claim is malformed"));
+        }
+        ErrorKind::InvalidAlgorithm => "the algorithm does not match the key",
+        ErrorKind::InvalidRsaKey(_) | ErrorKind::InvalidEcdsaKey | ErrorKind::InvalidKeyFormat => {
+            "the key for this token cannot verify it"
+        }
+        _ => "the token is malformed",
+    };
+    invalid(why)
+}
+
+/// The caller of a handler. A handler that takes a `User` cannot run unauthenticated: the
+/// request is refused (401, or 503 when the keys are unavailable) before the handler starts.
+#[derive(Debug, Clone)]
+pub struct User(pub UserId);
+
+impl<S> FromRequestParts<S> for User
+where
+    Arc<Authenticator>: FromRef<S>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let authenticator = Arc::<Authenticator>::from_ref(state);
+        let authorization = match parts.headers.get(AUTHORIZATION) {
+            None => None,
+            // Not visible ASCII, so not a Bearer token either.
+            Some(value) => Some(value.to_str().map_err(|_| AuthError::Missing)?),
+        };
+        let user = authenticator.authenticate(authorization).await?;
+        Ok(User(user))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use jsonwebtoken::{EncodingKey, Header, encode, get_current_timestamp};
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    const SECRET: &str = "a-test-secret-that-is-at-least-32-bytes-long";
+
+    fn config(pairs: &[(&str, &str)]) -> Result<AuthConfig, ConfigError> {
+        AuthConfig::from_env(&Env::from_pairs(pairs.iter().copied()))
+    }
+
+    fn authenticator(pairs: &[(&str, &str)]) -> Authenticator {
+        let mut all = vec![("JWT_SECRET", SECRET)];
+        all.extend_from_slice(pairs);
+        Authenticator::new(config(&all).unwrap(), reqwest::Client::new())
+    }
+
+    fn hs256(claims: &Value, secret: &str) -> String {
+        encode(
+            &Header::new(Algorithm::HS256),
+            claims,
+            &EncodingKey::from_secret(secret.as_bytes()),
+        )
+        .unwrap()
+    }
+
+    fn claims(sub: &str) -> Value {
+        json!({"sub": sub, "exp": get_current_timestamp() + 600})
+    }
+
+    async fn check(auth: &Authenticator, token: &str) -> Result<UserId, AuthError> {
+        auth.authenticate(Some(&format!("Bearer {token}"))).await
+    }
+
+    fn assert_invalid(result: Result<UserId, AuthError>, expected: &str) {
+        match result {
+            Err(AuthError::Invalid(why)) => {
+                assert!(why.contains(expected), "expected {expected:?} in {why:?}")
+            }
+            other => panic!("expected Invalid({expected:?}), got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_valid_hs256_token_yields_its_subject() {
+        let auth = authenticator(&[]);
+        let user = check(&auth, &hs256(&claims("user-42"), SECRET))
+            .await
+            .unwrap();
+        assert_eq!(user.as_str(), "user-42");
+    }
+
+    #[tokio::test]
+    async fn the_bearer_scheme_is_case_insensitive() {
+        let auth = authenticator(&[]);
+        let token = hs256(&claims("u"), SECRET);
+        let user = auth.authenticate(Some(&format!("bearer  {token} "))).await;
+        assert_eq!(user.unwrap().as_str(), "u");
+    }
+
+    #[tokio::test]
+    async fn an_expired_token_is_refused_as_expired() {
+        let auth = authenticator(&[]);
+        let expired = json!({"sub": "u", "exp": get_current_timestamp() - 120});
+        let result = check(&auth, &hs256(&expired, SECRET)).await;
+        assert!(matches!(result, Err(AuthError::Expired)), "{result:?}");
+    }
+
+    #[tokio::test]
+    async fn a_token_expired_within_the_leeway_still_passes() {
+        let auth = authenticator(&[("JWT_LEEWAY_SECS", "30")]);
+        let just_expired = json!({"sub": "u", "exp": get_current_timestamp() - 10});
+        assert!(check(&auth, &hs256(&just_expired, SECRET)).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_token_without_exp_is_invalid() {
+        let auth = authenticator(&[]);
+        let result = check(&auth, &hs256(&json!({"sub": "u"}), SECRET)).await;
+        assert_invalid(result, "the exp claim is missing");
+    }
+
+    #[tokio::test]
+    async fn a_token_not_valid_yet_is_invalid() {
+        let auth = authenticator(&[]);
+        let now = get_current_timestamp();
+        let early = json!({"sub": "u", "exp": now + 600, "nbf": now + 300});
+        assert_invalid(check(&auth, &hs256(&early, SECRET)).await, "nbf");
+    }
+
+    #[tokio::test]
+    async fn a_token_signed_with_another_secret_is_invalid() {
+        let auth = authenticator(&[]);
+        let forged = hs256(&claims("u"), "another-secret-that-is-also-32-bytes-long");
+        assert_invalid(check(&auth, &forged).await, "signature");
+    }
+
+    #[tokio::test]
+    async fn a_token_with_a_tampered_payload_is_invalid() {
+        let auth = authenticator(&[]);
+        let genuine = hs256(&claims("alice"), SECRET);
+        let other = hs256(&claims("mallory"), "whatever");
+        let parts: Vec<&str> = genuine.split('.').collect();
+        let other_payload = other.split('.').nth(1).unwrap();
+        let spliced = format!("{}.{}.{}", parts[0], other_payload, parts[2]);
+        assert_invalid(check(&auth, &spliced).await, "signature");
+    }
+
+    #[tokio::test]
+    async fn an_unsigned_alg_none_token_is_invalid() {
+        let auth = authenticator(&[]);
+        // base64url of {"alg":"none","typ":"JWT"}, built by hand: no library will sign with none.
+        let none_header = "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0";
+        let payload = hs256(&claims("admin"), SECRET)
+            .split('.')
+            .nth(1)
+            .unwrap()
+            .to_owned();
+        for token in [
+            format!("{none_header}.{payload}."),
+            format!("{none_header}.{payload}.c2ln"),
+        ] {
+            assert_invalid(check(&auth, &token).await, "unsupported algorithm");
+        }
+    }
+
+    #[tokio::test]
+    async fn algorithms_off_the_allow_list_are_invalid() {
+        let auth = authenticator(&[]);
+        let hs384 = encode(
+            &Header::new(Algorithm::HS384),
+            &claims("u"),
+            &EncodingKey::from_secret(SECRET.as_bytes()),
+        )
+        .unwrap();
+        assert_invalid(check(&auth, &hs384).await, "HS384 is not accepted");
+
+        // No JWKS configured, so RS256 is not on the list either.
+        let rs256 = encode(
+            &Header::new(Algorithm::RS256),
+            &claims("u"),
+            &EncodingKey::from_rsa_pem(include_bytes!("../../tests/fixtures/rsa.pem")).unwrap(),
+        )
+        .unwrap();
+        assert_invalid(
+            check(&auth, &rs256).await,
+            "RS256 is not accepted (accepted: HS256)",
+        );
+    }
+
+    #[tokio::test]
+    async fn a_wrong_or_missing_issuer_is_invalid() {
+        let auth = authenticator(&[("JWT_ISSUER", "https://idp.example")]);
+        let mut good = claims("u");
+        good["iss"] = json!("https://idp.example");
+        assert!(check(&auth, &hs256(&good, SECRET)).await.is_ok());
+
+        let mut wrong = claims("u");
+        wrong["iss"] = json!("https://evil.example");
+        assert_invalid(check(&auth, &hs256(&wrong, SECRET)).await, "issuer");
+        assert_invalid(
+            check(&auth, &hs256(&claims("u"), SECRET)).await,
+            "the iss claim is missing",
+        );
+    }
+
+    #[tokio::test]
+    async fn the_audience_must_contain_a_configured_one() {
+        let auth = authenticator(&[("JWT_AUDIENCE", "parley, parley-chat")]);
+        let mut listed = claims("u");
+        listed["aud"] = json!(["other-api", "parley-chat"]);
+        assert!(check(&auth, &hs256(&listed, SECRET)).await.is_ok());
+
+        let mut wrong = claims("u");
+        wrong["aud"] = json!("other-api");
+        assert_invalid(check(&auth, &hs256(&wrong, SECRET)).await, "audience");
+        assert_invalid(
+            check(&auth, &hs256(&claims("u"), SECRET)).await,
+            "the aud claim is missing",
+        );
+    }
+
+    #[tokio::test]
+    async fn any_audience_passes_when_none_is_configured() {
+        let auth = authenticator(&[]);
+        let mut with_aud = claims("u");
+        with_aud["aud"] = json!("some-api");
+        assert!(check(&auth, &hs256(&with_aud, SECRET)).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_token_without_a_usable_sub_is_invalid() {
+        let auth = authenticator(&[]);
+        let no_sub = json!({"exp": get_current_timestamp() + 600});
+        assert_invalid(
+            check(&auth, &hs256(&no_sub, SECRET)).await,
+            "the sub claim is missing",
+        );
+
+        let too_long = "x".repeat(MAX_USER_ID_CHARS + 1);
+        for bad in ["", too_long.as_str(), "alice\nINFO forged log line"] {
+            let result = check(&auth, &hs256(&claims(bad), SECRET)).await;
+            assert_invalid(result, "the sub claim must be 1 to 255 characters");
+        }
+        let numeric = json!({"sub": 42, "exp": get_current_timestamp() + 600});
+        assert_invalid(check(&auth, &hs256(&numeric, SECRET)).await, "malformed");
+    }
+
+    #[tokio::test]
+    async fn a_missing_blank_or_non_bearer_header_is_missing() {
+        let auth = authenticator(&[]);
+        for header in [
+            None,
+            Some(""),
+            Some("   "),
+            Some("Basic x"),
+            Some("Bearer"),
+            Some("Bearer  "),
+        ] {
+            let result = auth.authenticate(header).await;
+            assert!(
+                matches!(result, Err(AuthError::Missing)),
+                "{header:?}: {result:?}"
+            );
+        }
+        assert_eq!(
+            AuthError::Missing.to_string(),
+            "send Authorization: Bearer <token>"
+        );
+    }
+
+    #[tokio::test]
+    async fn garbage_and_oversized_tokens_are_invalid() {
+        let auth = authenticator(&[]);
+        for garbage in ["x", "a.b.c", "a.b", "....", "eyJ.eyJ.sig"] {
+            assert_invalid(check(&auth, garbage).await, "malformed");
+        }
+        let huge = "a".repeat(MAX_TOKEN_BYTES + 1);
+        assert_invalid(check(&auth, &huge).await, "longer than");
+    }
+
+    #[tokio::test]
+    async fn refusals_never_echo_the_token() {
+        let auth = authenticator(&[("JWT_ISSUER", "https://idp.example")]);
+        let forged = hs256(&claims("u"), "another-secret-that-is-also-32-bytes-long");
+        let mut wrong_iss = claims("u");
+        wrong_iss["iss"] = json!("https://evil.example");
+        for token in [forged, hs256(&wrong_iss, SECRET), "not-a-jwt".to_owned()] {
+            let message = check(&auth, &token).await.unwrap_err().to_string();
+            assert!(!message.contains(&token), "{message}");
+            assert!(!message.contains("evil.example"), "{message}");
+            assert!(!message.contains(SECRET), "{message}");
+        }
+    }
+
+    #[tokio::test]
+    async fn disabled_auth_yields_the_local_user_without_a_header() {
+        let config = config(&[("CHAT_AUTH", "none")]).unwrap();
+        let auth = Authenticator::new(config, reqwest::Client::new());
+        assert!(auth.is_disabled());
+        assert_eq!(auth.authenticate(None).await.unwrap(), UserId::local());
+        let user = auth.authenticate(Some("Bearer whatever")).await.unwrap();
+        assert_eq!(user.as_str(), "local-user");
+    }
+
+    #[test]
+    fn jwt_mode_is_the_default_and_needs_a_secret_or_a_jwks_url() {
+        let err = config(&[]).unwrap_err();
+        assert_eq!(err.var, "JWT_SECRET");
+        assert!(err.problem.contains("JWT_JWKS_URL"), "{err}");
+        let err = config(&[("CHAT_AUTH", "jwt"), ("JWT_SECRET", "  ")]).unwrap_err();
+        assert_eq!(err.var, "JWT_SECRET");
+
+        let c = config(&[("JWT_SECRET", SECRET)]).unwrap();
+        assert_eq!(c.mode, AuthMode::Jwt);
+        assert!(!Authenticator::new(c, reqwest::Client::new()).is_disabled());
+    }
+
+    #[test]
+    fn settings_have_their_documented_defaults() {
+        let c = config(&[("JWT_JWKS_URL", "https://idp.example/.well-known/jwks.json")]).unwrap();
+        assert!(c.secret.is_none());
+        assert_eq!(c.jwks_url.unwrap().host_str(), Some("idp.example"));
+        assert_eq!(c.issuer, None);
+        assert!(c.audience.is_empty());
+        assert_eq!(c.leeway_secs, 30);
+        assert_eq!(c.jwks_cache_ttl, Duration::from_millis(3_600_000));
+        assert_eq!(c.jwks_min_refresh, Duration::from_millis(60_000));
+        assert_eq!(c.jwks_timeout, Duration::from_millis(5_000));
+    }
+
+    #[test]
+    fn settings_are_read_from_their_variables() {
+        let c = config(&[
+            ("CHAT_AUTH", "JWT"),
+            ("JWT_SECRET", SECRET),
+            ("JWT_JWKS_URL", "http://localhost:8080/jwks"),
+            ("JWT_ISSUER", "https://idp.example"),
+            ("JWT_AUDIENCE", "a, b,"),
+            ("JWT_LEEWAY_SECS", "5"),
+            ("JWKS_CACHE_TTL_MS", "120000"),
+            ("JWKS_MIN_REFRESH_MS", "2000"),
+            ("JWKS_TIMEOUT_MS", "1500"),
+        ])
+        .unwrap();
+        assert_eq!(c.secret.unwrap().expose_secret(), SECRET);
+        assert_eq!(c.issuer.as_deref(), Some("https://idp.example"));
+        assert_eq!(c.audience, vec!["a", "b"]);
+        assert_eq!(c.leeway_secs, 5);
+        assert_eq!(c.jwks_cache_ttl, Duration::from_secs(120));
+        assert_eq!(c.jwks_min_refresh, Duration::from_secs(2));
+        assert_eq!(c.jwks_timeout, Duration::from_millis(1500));
+    }
+
+    #[test]
+    fn malformed_settings_name_their_variable() {
+        let cases = [
+            ("CHAT_AUTH", "off", "CHAT_AUTH"),
+            ("JWT_JWKS_URL", "not a url", "JWT_JWKS_URL"),
+            ("JWT_JWKS_URL", "file:///etc/jwks.json", "JWT_JWKS_URL"),
+            ("JWT_LEEWAY_SECS", "-1", "JWT_LEEWAY_SECS"),
+            ("JWT_LEEWAY_SECS", "3600", "JWT_LEEWAY_SECS"),
+            ("JWKS_CACHE_TTL_MS", "0", "JWKS_CACHE_TTL_MS"),
+            ("JWKS_MIN_REFRESH_MS", "soon", "JWKS_MIN_REFRESH_MS"),
+            ("JWKS_TIMEOUT_MS", "0", "JWKS_TIMEOUT_MS"),
+        ];
+        for (var, value, named) in cases {
+            let err = config(&[("JWT_SECRET", SECRET), (var, value)]).unwrap_err();
+            assert_eq!(err.var, named, "{var}={value}");
+        }
+    }
+
+    #[test]
+    fn disabled_auth_needs_no_keys_and_debug_output_hides_the_secret() {
+        let c = config(&[("CHAT_AUTH", "None")]).unwrap();
+        assert_eq!(c.mode, AuthMode::Disabled);
+
+        let c = config(&[("JWT_SECRET", SECRET)]).unwrap();
+        assert!(!format!("{c:?}").contains(SECRET));
+        let auth = Authenticator::new(c, reqwest::Client::new());
+        assert!(!format!("{auth:?}").contains(SECRET));
+    }
+
+    #[test]
+    fn user_ids_are_bounded_and_free_of_control_characters() {
+        assert_eq!(UserId::new("auth0|abc").unwrap().as_str(), "auth0|abc");
+        assert!(UserId::new("é".repeat(MAX_USER_ID_CHARS)).is_ok());
+        assert_eq!(UserId::new(""), Err(InvalidUserId));
+        assert_eq!(
+            UserId::new("x".repeat(MAX_USER_ID_CHARS + 1)),
+            Err(InvalidUserId)
+        );
+        assert_eq!(UserId::new("a\u{7f}b"), Err(InvalidUserId));
+        assert_eq!(UserId::local().as_str(), UserId::LOCAL);
+        assert_eq!(
+            serde_json::to_value(UserId::local()).unwrap(),
+            json!("local-user")
+        );
+    }
+
+    #[test]
+    fn the_authenticator_can_be_shared_across_tasks() {
+        fn assert_send_sync<T: Send + Sync + 'static>() {}
+        assert_send_sync::<Authenticator>();
+    }
+
+    #[derive(Clone)]
+    struct AppState {
+        auth: Arc<Authenticator>,
+    }
+
+    impl FromRef<AppState> for Arc<Authenticator> {
+        fn from_ref(state: &AppState) -> Self {
+            Arc::clone(&state.auth)
+        }
+    }
+
+    async fn extract(state: &AppState, authorization: Option<&[u8]>) -> Result<User, ApiError> {
+        let mut request = axum::http::Request::builder().uri("/conversations");
+        if let Some(value) = authorization {
+            request = request.header(AUTHORIZATION, value);
+        }
+        let (mut parts, ()) = request.body(()).unwrap().into_parts();
+        User::from_request_parts(&mut parts, state).await
+    }
+
+    #[tokio::test]
+    async fn the_user_extractor_admits_valid_tokens_only() {
+        let state = AppState {
+            auth: Arc::new(authenticator(&[])),
+        };
+        let token = format!("Bearer {}", hs256(&claims("user-7"), SECRET));
+        let User(user) = extract(&state, Some(token.as_bytes())).await.unwrap();
+        assert_eq!(user.as_str(), "user-7");
+
+        for refused in [None, Some(&b"Basic x"[..]), Some(&b"Bearer \xff"[..])] {
+            let err = extract(&state, refused).await.unwrap_err();
+            assert!(
+                matches!(err, ApiError::Unauthorized(AuthError::Missing)),
+                "{err:?}"
+            );
+        }
+        let expired = json!({"sub": "u", "exp": get_current_timestamp() - 120});
+        let header = format!("Bearer {}", hs256(&expired, SECRET));
+        let err = extract(&state, Some(header.as_bytes())).await.unwrap_err();
+        assert!(
+            matches!(err, ApiError::Unauthorized(AuthError::Expired)),
+            "{err:?}"
+        );
+    }
+}

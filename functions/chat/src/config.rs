@@ -1,0 +1,216 @@
+//! The chat function's settings, read once at start-up (see the README's settings table).
+//!
+//! Holding a [`ChatConfig`] proves every value was present and well-formed; the LLM and auth
+//! settings live beside the code that uses them (`llm::LlmConfig`, `auth::AuthConfig`).
+
+use std::time::Duration;
+
+use parley_core::config::{ConfigError, Env, SecretString};
+use parley_core::db::DbConfig;
+use serde::Deserialize;
+
+use crate::auth::AuthConfig;
+use crate::llm::LlmConfig;
+
+/// Limits of one turn; each is a named setting.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// `HISTORY_LIMIT`: earlier messages reloaded into each turn (default 20).
+    pub history: usize,
+    /// `TOOL_OUTPUT_REPLAY_CHARS`: earlier turns' tool outputs are replayed cut to this many
+    /// characters, so old results cannot bloat the context (default 2000).
+    pub replay_chars: usize,
+    /// `MAX_TOOL_CALL_STEPS`: model→tools rounds per turn (default 8).
+    pub max_steps: u32,
+    /// `MAX_MESSAGE_CHARS`: longest accepted user message (default 4000).
+    pub max_message_chars: usize,
+    /// `CHAT_MAX_BODY_BYTES`: request body limit (default 65536).
+    pub max_body_bytes: usize,
+    /// `MAX_CONTEXT_BYTES`: largest accepted `context` object, serialized (default 8192).
+    pub max_context_bytes: usize,
+    /// `TURN_LOCK_WAIT_MS`: how long a turn waits for another turn on the same conversation
+    /// before answering 409 (default 60000).
+    pub turn_lock_wait: Duration,
+    /// `MCP_TIMEOUT_MS`: one MCP request (default 30000).
+    pub mcp_timeout: Duration,
+    /// `CONVERSATIONS_PAGE_MAX`: most conversations per page of `GET /api/conversations`
+    /// (default 100).
+    pub page_max: u32,
+}
+
+/// One MCP server whose tools the model may call.
+#[derive(Debug, Clone)]
+pub struct McpServer {
+    pub name: String,
+    pub url: url::Url,
+    pub token: Option<SecretString>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ChatConfig {
+    pub db: DbConfig,
+    pub llm: LlmConfig,
+    pub auth: AuthConfig,
+    /// `MCP_URL` + `MCP_AUTH_TOKEN` (named `parley`), then each of `MCP_SERVERS`.
+    pub mcp_servers: Vec<McpServer>,
+    pub limits: Limits,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    name: String,
+    url: String,
+    token: Option<String>,
+}
+
+impl ChatConfig {
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        Ok(Self {
+            db: DbConfig::from_env(env)?,
+            llm: LlmConfig::from_env(env)?,
+            auth: AuthConfig::from_env(env)?,
+            mcp_servers: mcp_servers(env)?,
+            limits: Limits {
+                history: env.limit("HISTORY_LIMIT", 20, 0..=500)? as usize,
+                replay_chars: env.limit("TOOL_OUTPUT_REPLAY_CHARS", 2000, 100..=1_000_000)?
+                    as usize,
+                max_steps: env.limit("MAX_TOOL_CALL_STEPS", 8, 1..=50)? as u32,
+                max_message_chars: env.limit("MAX_MESSAGE_CHARS", 4000, 1..=100_000)? as usize,
+                max_body_bytes: env.limit(
+                    "CHAT_MAX_BODY_BYTES",
+                    64 * 1024,
+                    1024..=10 * 1024 * 1024,
+                )? as usize,
+                max_context_bytes: env.limit("MAX_CONTEXT_BYTES", 8192, 0..=1024 * 1024)? as usize,
+                turn_lock_wait: env.millis(
+                    "TURN_LOCK_WAIT_MS",
+                    Duration::from_secs(60),
+                    0..=900_000,
+                )?,
+                mcp_timeout: env.millis(
+                    "MCP_TIMEOUT_MS",
+                    Duration::from_secs(30),
+                    100..=900_000,
+                )?,
+                page_max: env.limit("CONVERSATIONS_PAGE_MAX", 100, 1..=1000)? as u32,
+            },
+        })
+    }
+}
+
+fn mcp_servers(env: &Env) -> Result<Vec<McpServer>, ConfigError> {
+    let mut servers = Vec::new();
+    if let Some(url) = env.get("MCP_URL") {
+        servers.push(McpServer {
+            name: "parley".into(),
+            url: server_url("MCP_URL", url)?,
+            token: env.secret("MCP_AUTH_TOKEN"),
+        });
+    }
+    if let Some(raw) = env.get("MCP_SERVERS") {
+        let extra: Vec<RawServer> = serde_json::from_str(raw).map_err(|e| {
+            ConfigError::new(
+                "MCP_SERVERS",
+                format!("must be a JSON list of {{\"name\", \"url\", \"token\"}}: {e}"),
+            )
+        })?;
+        for s in extra {
+            if s.name.is_empty()
+                || s.name.len() > 32
+                || !s
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            {
+                return Err(ConfigError::new(
+                    "MCP_SERVERS",
+                    "server names are 1-32 characters of A-Z, a-z, 0-9, _ or -",
+                ));
+            }
+            if servers.iter().any(|o: &McpServer| o.name == s.name) {
+                return Err(ConfigError::new(
+                    "MCP_SERVERS",
+                    format!("server name `{}` is used twice", s.name),
+                ));
+            }
+            servers.push(McpServer {
+                url: server_url("MCP_SERVERS", &s.url)?,
+                token: s.token.filter(|t| !t.is_empty()).map(SecretString::from),
+                name: s.name,
+            });
+        }
+    }
+    if servers.is_empty() {
+        return Err(ConfigError::new(
+            "MCP_URL",
+            "is required (or MCP_SERVERS): the chat has no tools without it",
+        ));
+    }
+    Ok(servers)
+}
+
+fn server_url(var: &str, raw: &str) -> Result<url::Url, ConfigError> {
+    let url = url::Url::parse(raw).map_err(|e| ConfigError::new(var, format!("bad URL: {e}")))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(ConfigError::new(var, "MCP URLs must be http(s)"));
+    }
+    Ok(url)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(extra: &[(&str, &str)]) -> Env {
+        let mut pairs = vec![
+            ("DATABASE_URL", "postgres://u@localhost/db"),
+            ("CHAT_AUTH", "none"),
+            ("MCP_URL", "http://127.0.0.1:3001/mcp"),
+        ];
+        pairs.extend_from_slice(extra);
+        Env::from_pairs(pairs)
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let c = ChatConfig::from_env(&env(&[])).unwrap();
+        assert_eq!(c.limits.history, 20);
+        assert_eq!(c.limits.max_steps, 8);
+        assert_eq!(c.mcp_servers.len(), 1);
+        assert_eq!(c.mcp_servers[0].name, "parley");
+    }
+
+    #[test]
+    fn extra_servers_come_from_a_json_list() {
+        let c = ChatConfig::from_env(&env(&[(
+            "MCP_SERVERS",
+            r#"[{"name":"docs","url":"https://docs.example/mcp","token":"t"}]"#,
+        )]))
+        .unwrap();
+        assert_eq!(c.mcp_servers[1].name, "docs");
+        assert!(c.mcp_servers[1].token.is_some());
+        let e = ChatConfig::from_env(&env(&[(
+            "MCP_SERVERS",
+            r#"[{"name":"parley","url":"http://x/mcp"}]"#,
+        )]))
+        .unwrap_err();
+        assert!(e.problem.contains("used twice"));
+    }
+
+    #[test]
+    fn without_any_mcp_server_start_up_stops() {
+        let e = ChatConfig::from_env(&Env::from_pairs([
+            ("DATABASE_URL", "postgres://u@localhost/db"),
+            ("CHAT_AUTH", "none"),
+        ]))
+        .unwrap_err();
+        assert_eq!(e.var, "MCP_URL");
+    }
+
+    #[test]
+    fn a_zero_step_limit_is_refused() {
+        let e = ChatConfig::from_env(&env(&[("MAX_TOOL_CALL_STEPS", "0")])).unwrap_err();
+        assert_eq!(e.var, "MAX_TOOL_CALL_STEPS");
+    }
+}

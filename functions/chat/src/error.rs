@@ -1,0 +1,143 @@
+//! The one place the chat function picks HTTP statuses: every failure is an [`ApiError`], sent
+//! as `{"error":{"code","message"}}`. 5xx bodies stay generic; the cause goes to the log.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::auth::AuthError;
+use crate::llm::LlmError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The request body or query is malformed JSON or not what the endpoint takes.
+    #[error("{message}")]
+    BadRequest { code: &'static str, message: String },
+    /// Well-formed but unacceptable values (empty message, unknown tool, ...).
+    #[error("{message}")]
+    Invalid { code: &'static str, message: String },
+    #[error("request body is larger than {limit} bytes")]
+    TooLarge { limit: usize },
+    #[error(transparent)]
+    Unauthorized(#[from] AuthError),
+    #[error("conversation not found")]
+    ConversationNotFound,
+    /// Another turn on the same conversation held it for longer than the wait allowed.
+    #[error("another turn on this conversation is still running")]
+    ConversationBusy,
+    #[error(transparent)]
+    Llm(#[from] LlmError),
+    #[error("the database is unavailable")]
+    DatabaseUnavailable,
+    /// Anything else: a bug or an unexpected failure. Logged in full, reported generically.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<parley_core::db::DbError> for ApiError {
+    fn from(e: parley_core::db::DbError) -> Self {
+        match e {
+            parley_core::db::DbError::Unavailable(_) => ApiError::DatabaseUnavailable,
+            other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<tokio_postgres::Error> for ApiError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        parley_core::db::DbError::from(e).into()
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for ApiError {
+    fn from(e: deadpool_postgres::PoolError) -> Self {
+        parley_core::db::DbError::from(e).into()
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut retry_after: Option<Duration> = None;
+        let (status, code, message) = match &self {
+            ApiError::BadRequest { code, message } => {
+                (StatusCode::BAD_REQUEST, *code, message.clone())
+            }
+            ApiError::Invalid { code, message } => {
+                (StatusCode::UNPROCESSABLE_ENTITY, *code, message.clone())
+            }
+            ApiError::TooLarge { .. } => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                self.to_string(),
+            ),
+            ApiError::Unauthorized(e) => match e {
+                AuthError::KeysUnavailable(_) => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "auth_unavailable",
+                    "the keys to verify tokens cannot be fetched; retry shortly".to_owned(),
+                ),
+                other => (StatusCode::UNAUTHORIZED, "unauthorized", other.to_string()),
+            },
+            ApiError::ConversationNotFound => (
+                StatusCode::NOT_FOUND,
+                "conversation_not_found",
+                self.to_string(),
+            ),
+            ApiError::ConversationBusy => (
+                StatusCode::CONFLICT,
+                "conversation_busy",
+                format!("{self}; retry when it has finished"),
+            ),
+            ApiError::Llm(e) => match e {
+                LlmError::RateLimited { retry_after: after } => {
+                    retry_after = *after;
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "llm_rate_limited",
+                        "the language model is rate limited; retry shortly".to_owned(),
+                    )
+                }
+                LlmError::Timeout => (StatusCode::GATEWAY_TIMEOUT, "llm_timeout", e.to_string()),
+                _ => (
+                    StatusCode::BAD_GATEWAY,
+                    "llm_unavailable",
+                    "the language model failed to answer; retry shortly".to_owned(),
+                ),
+            },
+            ApiError::DatabaseUnavailable => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "database_unavailable",
+                "the database cannot be reached; retry shortly".to_owned(),
+            ),
+            ApiError::Internal(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "an internal error occurred".to_owned(),
+            ),
+        };
+        if status.is_server_error() {
+            tracing::error!(error = %self, "request failed");
+        } else {
+            tracing::info!(error = %self, "request refused");
+        }
+        let mut response = (
+            status,
+            Json(json!({"error": {"code": code, "message": message}})),
+        )
+            .into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let Some(after) = retry_after
+            && let Ok(v) = HeaderValue::from_str(&after.as_secs().max(1).to_string())
+        {
+            response.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        response
+    }
+}

@@ -1,0 +1,382 @@
+//! The Chat Completions dialect (what Ollama, vLLM and LiteLLM speak best): builds the
+//! `POST {base}/chat/completions` body, folding consecutive calls into one assistant message
+//! with `tool_calls`, and reads `choices[0].message` back into a [`Reply`].
+
+use std::iter::Peekable;
+use std::slice::Iter;
+
+use serde_json::{Value, json};
+
+use super::responses::{arguments, assign_missing_ids, usage};
+use super::{Item, LlmConfig, LlmError, Prompt, Reply, ToolCall};
+
+pub(super) fn request(config: &LlmConfig, prompt: Prompt<'_>) -> Value {
+    let mut messages = Vec::with_capacity(prompt.items.len() + 1);
+    if !prompt.instructions.is_empty() {
+        messages.push(json!({"role": "system", "content": prompt.instructions}));
+    }
+    let mut items = prompt.items.iter().peekable();
+    while let Some(item) = items.next() {
+        match item {
+            Item::User(text) => messages.push(json!({"role": "user", "content": text})),
+            // Text said in the same response as calls shares their message, as the model
+            // produced it.
+            Item::Assistant(text) if matches!(items.peek(), Some(Item::Call(_))) => {
+                let calls = following_calls(&mut items);
+                messages.push(json!({"role": "assistant", "content": text, "tool_calls": calls}));
+            }
+            Item::Assistant(text) => {
+                messages.push(json!({"role": "assistant", "content": text}));
+            }
+            Item::Call(first) => {
+                let mut calls = vec![tool_call(first)];
+                calls.extend(following_calls(&mut items));
+                messages.push(json!({"role": "assistant", "content": null, "tool_calls": calls}));
+            }
+            Item::Output { call_id, output } => messages.push(json!({
+                "role": "tool",
+                "tool_call_id": call_id,
+                "content": output,
+            })),
+        }
+    }
+    let mut body = json!({"model": config.model, "messages": messages});
+    // Servers reject `parallel_tool_calls` without tools, and some reject an empty array.
+    if !prompt.tools.is_empty() {
+        body["tools"] = prompt
+            .tools
+            .iter()
+            .map(|tool| {
+                json!({
+                    "type": "function",
+                    "function": {
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": tool.parameters,
+                    }
+                })
+            })
+            .collect();
+        body["parallel_tool_calls"] = json!(true);
+    }
+    // `max_tokens` rather than `max_completion_tokens`: every compatible server knows it.
+    if let Some(max) = config.max_output_tokens {
+        body["max_tokens"] = json!(max);
+    }
+    body
+}
+
+/// The calls that come next in the history, consumed.
+fn following_calls(items: &mut Peekable<Iter<'_, Item>>) -> Vec<Value> {
+    let mut calls = Vec::new();
+    while let Some(Item::Call(call)) = items.peek() {
+        calls.push(tool_call(call));
+        items.next();
+    }
+    calls
+}
+
+fn tool_call(call: &ToolCall) -> Value {
+    json!({
+        "id": call.call_id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    })
+}
+
+pub(super) fn parse(body: &Value) -> Result<Reply, LlmError> {
+    let choice = body
+        .get("choices")
+        .and_then(Value::as_array)
+        .and_then(|choices| choices.first())
+        .ok_or_else(|| LlmError::BadResponse("the response has no `choices`".to_owned()))?;
+    let message = choice
+        .get("message")
+        .filter(|m| m.is_object())
+        .ok_or_else(|| LlmError::BadResponse("the first choice has no `message`".to_owned()))?;
+    let text = content(message.get("content"))
+        // A refusal is what the model said; the user should see it.
+        .or_else(|| content(message.get("refusal")));
+    let mut calls = match message.get("tool_calls") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(raw)) => raw.iter().map(call).collect::<Result<_, _>>()?,
+        Some(_) => {
+            return Err(LlmError::BadResponse(
+                "`tool_calls` is not an array".to_owned(),
+            ));
+        }
+    };
+    if text.is_none() && calls.is_empty() {
+        // Cut off before saying anything: better reported than answered with nothing.
+        if let Some(reason @ ("length" | "content_filter")) =
+            choice.get("finish_reason").and_then(Value::as_str)
+        {
+            return Err(LlmError::BadResponse(format!(
+                "the response has no usable output: finish_reason {reason}"
+            )));
+        }
+    }
+    assign_missing_ids(&mut calls);
+    Ok(Reply {
+        text,
+        calls,
+        usage: usage(body.get("usage"), "prompt_tokens", "completion_tokens"),
+    })
+}
+
+/// `content` is a string or null; some servers send an array of `{type: "text", text}` parts.
+fn content(raw: Option<&Value>) -> Option<String> {
+    let text = match raw? {
+        Value::String(text) => text.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|part| part.get("text").and_then(Value::as_str))
+            .collect(),
+        _ => return None,
+    };
+    (!text.is_empty()).then_some(text)
+}
+
+fn call(raw: &Value) -> Result<ToolCall, LlmError> {
+    let function = raw.get("function");
+    let name = function
+        .and_then(|f| f.get("name"))
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| LlmError::BadResponse("a tool call has no function name".to_owned()))?;
+    Ok(ToolCall {
+        call_id: raw
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        name: name.to_owned(),
+        arguments: arguments(function.and_then(|f| f.get("arguments"))),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::Usage;
+    use crate::llm::responses::tests::{config, history, tools};
+
+    #[test]
+    fn the_request_folds_calls_into_one_assistant_message_and_outputs_into_tool_messages() {
+        let items = history();
+        let tools = tools();
+        let mut config = config();
+        config.max_output_tokens = Some(500);
+        let prompt = Prompt {
+            instructions: "Be brief.",
+            items: &items,
+            tools: &tools,
+        };
+        assert_eq!(
+            request(&config, prompt),
+            json!({
+                "model": "gpt-test",
+                "messages": [
+                    {"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": "How many orders?"},
+                    {"role": "assistant", "content": "Let me look.", "tool_calls": [
+                        {"id": "call_a", "type": "function", "function": {"name": "count_orders", "arguments": "{}"}},
+                        {"id": "call_b", "type": "function", "function": {"name": "list_customers", "arguments": "{\"limit\":2}"}}
+                    ]},
+                    {"role": "tool", "tool_call_id": "call_a", "content": "42"},
+                    {"role": "tool", "tool_call_id": "call_b", "content": "[\"Ada\",\"Bob\"]"},
+                    {"role": "assistant", "content": "There are 42 orders."},
+                    {"role": "user", "content": "Thanks"}
+                ],
+                "tools": [{"type": "function", "function": {
+                    "name": "count_orders",
+                    "description": "Counts orders.",
+                    "parameters": {"type": "object", "properties": {}}
+                }}],
+                "parallel_tool_calls": true,
+                "max_tokens": 500
+            })
+        );
+    }
+
+    #[test]
+    fn calls_without_preceding_text_get_null_content_and_no_tools_means_no_parallel_flag() {
+        let items = vec![
+            Item::User("hi".to_owned()),
+            Item::Call(ToolCall {
+                call_id: "c1".to_owned(),
+                name: "a".to_owned(),
+                arguments: "{}".to_owned(),
+            }),
+            Item::Output {
+                call_id: "c1".to_owned(),
+                output: "ok".to_owned(),
+            },
+        ];
+        let body = request(
+            &config(),
+            Prompt {
+                instructions: "",
+                items: &items,
+                tools: &[],
+            },
+        );
+        assert_eq!(
+            body,
+            json!({"model": "gpt-test", "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "a", "arguments": "{}"}}
+                ]},
+                {"role": "tool", "tool_call_id": "c1", "content": "ok"}
+            ]})
+        );
+    }
+
+    #[test]
+    fn a_text_answer_is_read_with_its_usage() {
+        let reply = parse(&json!({
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello."}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13}
+        }))
+        .unwrap();
+        assert_eq!(reply.text.as_deref(), Some("Hello."));
+        assert!(reply.calls.is_empty());
+        assert_eq!(
+            reply.usage,
+            Usage {
+                input_tokens: 10,
+                output_tokens: 3,
+                total_tokens: 13
+            }
+        );
+    }
+
+    #[test]
+    fn parallel_tool_calls_are_all_returned_in_order() {
+        let reply = parse(&json!({"choices": [{"message": {
+            "role": "assistant",
+            "content": null,
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "a", "arguments": "{\"x\":1}"}},
+                {"id": "call_2", "type": "function", "function": {"name": "b", "arguments": "{bad"}}
+            ]
+        }, "finish_reason": "tool_calls"}]}))
+        .unwrap();
+        assert_eq!(reply.text, None);
+        let calls: Vec<_> = reply
+            .calls
+            .iter()
+            .map(|c| (c.call_id.as_str(), c.name.as_str(), c.arguments.as_str()))
+            .collect();
+        assert_eq!(
+            calls,
+            vec![("call_1", "a", "{\"x\":1}"), ("call_2", "b", "{bad")]
+        );
+        assert_eq!(reply.usage, Usage::default());
+    }
+
+    #[test]
+    fn calls_without_ids_and_object_arguments_are_tolerated() {
+        let reply = parse(
+            &json!({"choices": [{"message": {"content": "", "tool_calls": [
+                {"type": "function", "function": {"name": "a", "arguments": {"x": 1}}},
+                {"type": "function", "function": {"name": "b"}}
+            ]}}]}),
+        )
+        .unwrap();
+        assert_eq!(reply.text, None);
+        assert!(reply.calls[0].call_id.starts_with("call_"));
+        assert_ne!(reply.calls[0].call_id, reply.calls[1].call_id);
+        assert_eq!(reply.calls[0].arguments, "{\"x\":1}");
+        assert_eq!(reply.calls[1].arguments, "{}");
+    }
+
+    #[test]
+    fn content_parts_and_refusals_are_read_as_text() {
+        let parts = parse(&json!({"choices": [{"message": {"content": [
+            {"type": "text", "text": "a"}, {"type": "text", "text": "b"}
+        ]}}]}))
+        .unwrap();
+        assert_eq!(parts.text.as_deref(), Some("ab"));
+        let refusal =
+            parse(&json!({"choices": [{"message": {"content": null, "refusal": "No."}}]})).unwrap();
+        assert_eq!(refusal.text.as_deref(), Some("No."));
+    }
+
+    #[test]
+    fn an_answer_cut_off_before_any_output_is_a_bad_response() {
+        let err =
+            parse(&json!({"choices": [{"message": {"content": null}, "finish_reason": "length"}]}))
+                .unwrap_err();
+        assert!(matches!(&err, LlmError::BadResponse(m) if m.contains("length")));
+    }
+
+    #[test]
+    fn malformed_bodies_are_bad_responses() {
+        for body in [
+            json!({}),
+            json!({"choices": []}),
+            json!({"choices": [{"finish_reason": "stop"}]}),
+            json!({"choices": [{"message": {"tool_calls": {"id": "x"}}}]}),
+            json!({"choices": [{"message": {"tool_calls": [{"id": "x", "function": {}}]}}]}),
+            json!({"error": {"message": "overloaded"}}),
+        ] {
+            assert!(
+                matches!(parse(&body), Err(LlmError::BadResponse(_))),
+                "{body}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn respond_sends_this_dialect_and_reads_the_scripted_answer() {
+        use parley_testkit::llm::{ScriptedLlm, Step};
+
+        let llm = ScriptedLlm::start(vec![Step::TextAndCalls(
+            "Checking.".to_owned(),
+            vec![
+                ("a".to_owned(), "{}".to_owned()),
+                ("b".to_owned(), "{\"x\":1}".to_owned()),
+            ],
+        )])
+        .await;
+        let config = LlmConfig {
+            api: crate::llm::LlmApi::ChatCompletions,
+            base_url: url::Url::parse(&format!("{}/", llm.base_url())).unwrap(),
+            ..config()
+        };
+        let (items, tools) = (history(), tools());
+        let prompt = Prompt {
+            instructions: "Be brief.",
+            items: &items,
+            tools: &tools,
+        };
+        let reply = crate::llm::Llm::new(config.clone(), reqwest::Client::new())
+            .respond(prompt)
+            .await
+            .unwrap();
+        assert_eq!(reply.text.as_deref(), Some("Checking."));
+        let calls: Vec<_> = reply
+            .calls
+            .iter()
+            .map(|c| (c.call_id.as_str(), c.name.as_str(), c.arguments.as_str()))
+            .collect();
+        assert_eq!(
+            calls,
+            vec![("call_1", "a", "{}"), ("call_2", "b", "{\"x\":1}")]
+        );
+        assert_eq!(
+            reply.usage,
+            crate::llm::Usage {
+                input_tokens: 100,
+                output_tokens: 20,
+                total_tokens: 120
+            }
+        );
+        assert_eq!(llm.paths(), vec!["/v1/chat/completions"]);
+        assert_eq!(llm.requests(), vec![request(&config, prompt)]);
+    }
+}

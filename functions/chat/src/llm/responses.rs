@@ -1,0 +1,483 @@
+//! The Responses API dialect: builds the `POST {base}/responses` body from a [`Prompt`] (items
+//! as `input`, `store: false` so the server keeps nothing) and reads the `output` items of the
+//! answer back into a [`Reply`].
+
+use serde_json::{Map, Value, json};
+
+use super::{Item, LlmConfig, LlmError, Prompt, Reply, ToolCall, Usage};
+
+pub(super) fn request(config: &LlmConfig, prompt: Prompt<'_>) -> Value {
+    let input: Vec<Value> = prompt
+        .items
+        .iter()
+        .map(|item| match item {
+            Item::User(text) => json!({"role": "user", "content": text}),
+            Item::Assistant(text) => json!({"role": "assistant", "content": text}),
+            Item::Call(call) => json!({
+                "type": "function_call",
+                "call_id": call.call_id,
+                "name": call.name,
+                "arguments": call.arguments,
+            }),
+            Item::Output { call_id, output } => json!({
+                "type": "function_call_output",
+                "call_id": call_id,
+                "output": output,
+            }),
+        })
+        .collect();
+    let mut body = json!({
+        "model": config.model,
+        "instructions": prompt.instructions,
+        "input": input,
+        "store": false,
+        "parallel_tool_calls": true,
+    });
+    // Some compatible servers reject an empty `tools` array, so none is sent at all.
+    if !prompt.tools.is_empty() {
+        body["tools"] = prompt
+            .tools
+            .iter()
+            .map(|tool| {
+                json!({
+                    "type": "function",
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": tool.parameters,
+                })
+            })
+            .collect();
+    }
+    if let Some(max) = config.max_output_tokens {
+        body["max_output_tokens"] = json!(max);
+    }
+    body
+}
+
+pub(super) fn parse(body: &Value) -> Result<Reply, LlmError> {
+    let Some(output) = body.get("output").and_then(Value::as_array) else {
+        // A failed response may come back as a 2xx without output; its error says why.
+        return Err(LlmError::BadResponse(match failure_reason(body) {
+            Some(reason) => format!("the response has no output: {reason}"),
+            None => "the response has no `output` array".to_owned(),
+        }));
+    };
+    let mut messages: Vec<String> = Vec::new();
+    let mut calls = Vec::new();
+    for item in output {
+        match item.get("type").and_then(Value::as_str) {
+            Some("message") => {
+                let parts = item.get("content").and_then(Value::as_array);
+                let text: String = parts
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|part| match part.get("type").and_then(Value::as_str) {
+                        Some("output_text") => part.get("text").and_then(Value::as_str),
+                        // A refusal is what the model said; the user should see it.
+                        Some("refusal") => part.get("refusal").and_then(Value::as_str),
+                        _ => None,
+                    })
+                    .collect();
+                if !text.is_empty() {
+                    messages.push(text);
+                }
+            }
+            Some("function_call") => calls.push(call(item)?),
+            // `reasoning`, built-in tool calls and whatever comes next carry nothing for us.
+            _ => {}
+        }
+    }
+    let text = (!messages.is_empty()).then(|| messages.join("\n\n"));
+    if text.is_none()
+        && calls.is_empty()
+        && let Some(reason) = failure_reason(body)
+    {
+        return Err(LlmError::BadResponse(format!(
+            "the response has no usable output: {reason}"
+        )));
+    }
+    assign_missing_ids(&mut calls);
+    Ok(Reply {
+        text,
+        calls,
+        usage: usage(body.get("usage"), "input_tokens", "output_tokens"),
+    })
+}
+
+fn call(item: &Value) -> Result<ToolCall, LlmError> {
+    let name = item
+        .get("name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| LlmError::BadResponse("a function_call has no name".to_owned()))?;
+    Ok(ToolCall {
+        // `id` is the item's own id; `call_id` is the one outputs must quote. Fall back to `id`
+        // for servers that only send that one.
+        call_id: text_field(item, "call_id")
+            .or_else(|| text_field(item, "id"))
+            .unwrap_or_default(),
+        name: name.to_owned(),
+        arguments: arguments(item.get("arguments")),
+    })
+}
+
+/// Why a response that is `failed` or `incomplete` stopped, if it is one of those.
+fn failure_reason(body: &Value) -> Option<String> {
+    let status = body.get("status").and_then(Value::as_str);
+    let error = body
+        .get("error")
+        .and_then(|e| e.get("message"))
+        .and_then(Value::as_str);
+    let incomplete = body
+        .get("incomplete_details")
+        .and_then(|d| d.get("reason"))
+        .and_then(Value::as_str);
+    match (status, error, incomplete) {
+        (_, Some(message), _) => Some(format!("{} ({message})", status.unwrap_or("failed"))),
+        (Some("incomplete"), None, Some(reason)) => Some(format!("incomplete ({reason})")),
+        (Some(status @ ("incomplete" | "failed" | "cancelled")), None, None) => {
+            Some(status.to_owned())
+        }
+        _ => None,
+    }
+}
+
+fn text_field(value: &Value, key: &str) -> Option<String> {
+    value
+        .get(key)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+}
+
+/// The arguments as the model wrote them. Some compatible servers send an object rather than
+/// JSON text, and some leave them out for a call without arguments.
+pub(super) fn arguments(raw: Option<&Value>) -> String {
+    match raw {
+        Some(Value::String(text)) => text.clone(),
+        None | Some(Value::Null) => "{}".to_owned(),
+        Some(other) => other.to_string(),
+    }
+}
+
+/// Token counts under the dialect's field names; absent counts are zero, an absent total is
+/// the sum (some local servers report no usage at all).
+pub(super) fn usage(usage: Option<&Value>, input_key: &str, output_key: &str) -> Usage {
+    let empty = Map::new();
+    let usage = usage.and_then(Value::as_object).unwrap_or(&empty);
+    let count = |key: &str| usage.get(key).and_then(Value::as_u64);
+    let input_tokens = count(input_key).unwrap_or(0);
+    let output_tokens = count(output_key).unwrap_or(0);
+    Usage {
+        input_tokens,
+        output_tokens,
+        total_tokens: count("total_tokens").unwrap_or(input_tokens + output_tokens),
+    }
+}
+
+/// Gives every call a usable id: some local servers send none, or the same one for every call
+/// of a response, and outputs are matched to calls by id. Generated ids are random so they do
+/// not repeat across the responses of a conversation either.
+pub(super) fn assign_missing_ids(calls: &mut [ToolCall]) {
+    let mut seen = std::collections::HashSet::new();
+    for call in calls {
+        if call.call_id.is_empty() || !seen.insert(call.call_id.clone()) {
+            call.call_id = format!("call_{}", uuid::Uuid::new_v4().simple());
+            seen.insert(call.call_id.clone());
+        }
+    }
+}
+
+/// Shared with the other dialect's and the retry tests: one config, one history, one tool.
+#[cfg(test)]
+pub(super) mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::llm::{LlmApi, ToolDef};
+
+    pub(crate) fn config() -> LlmConfig {
+        LlmConfig {
+            api: LlmApi::Responses,
+            base_url: url::Url::parse("http://127.0.0.1:1/v1/").unwrap(),
+            model: "gpt-test".to_owned(),
+            api_key: None,
+            timeout: Duration::from_secs(5),
+            max_retries: 0,
+            retry_budget: Duration::ZERO,
+            max_output_tokens: None,
+        }
+    }
+
+    /// user, assistant, two parallel calls, their outputs, the final assistant text.
+    pub(crate) fn history() -> Vec<Item> {
+        vec![
+            Item::User("How many orders?".to_owned()),
+            Item::Assistant("Let me look.".to_owned()),
+            Item::Call(ToolCall {
+                call_id: "call_a".to_owned(),
+                name: "count_orders".to_owned(),
+                arguments: "{}".to_owned(),
+            }),
+            Item::Call(ToolCall {
+                call_id: "call_b".to_owned(),
+                name: "list_customers".to_owned(),
+                arguments: "{\"limit\":2}".to_owned(),
+            }),
+            Item::Output {
+                call_id: "call_a".to_owned(),
+                output: "42".to_owned(),
+            },
+            Item::Output {
+                call_id: "call_b".to_owned(),
+                output: "[\"Ada\",\"Bob\"]".to_owned(),
+            },
+            Item::Assistant("There are 42 orders.".to_owned()),
+            Item::User("Thanks".to_owned()),
+        ]
+    }
+
+    pub(crate) fn tools() -> Vec<ToolDef> {
+        vec![ToolDef {
+            name: "count_orders".to_owned(),
+            description: "Counts orders.".to_owned(),
+            parameters: json!({"type": "object", "properties": {}}),
+        }]
+    }
+
+    #[test]
+    fn the_request_carries_the_whole_history_as_input_items() {
+        let items = history();
+        let tools = tools();
+        let mut config = config();
+        config.max_output_tokens = Some(500);
+        let prompt = Prompt {
+            instructions: "Be brief.",
+            items: &items,
+            tools: &tools,
+        };
+        assert_eq!(
+            request(&config, prompt),
+            json!({
+                "model": "gpt-test",
+                "instructions": "Be brief.",
+                "input": [
+                    {"role": "user", "content": "How many orders?"},
+                    {"role": "assistant", "content": "Let me look."},
+                    {"type": "function_call", "call_id": "call_a", "name": "count_orders", "arguments": "{}"},
+                    {"type": "function_call", "call_id": "call_b", "name": "list_customers", "arguments": "{\"limit\":2}"},
+                    {"type": "function_call_output", "call_id": "call_a", "output": "42"},
+                    {"type": "function_call_output", "call_id": "call_b", "output": "[\"Ada\",\"Bob\"]"},
+                    {"role": "assistant", "content": "There are 42 orders."},
+                    {"role": "user", "content": "Thanks"}
+                ],
+                "tools": [{
+                    "type": "function",
+                    "name": "count_orders",
+                    "description": "Counts orders.",
+                    "parameters": {"type": "object", "properties": {}}
+                }],
+                "store": false,
+                "parallel_tool_calls": true,
+                "max_output_tokens": 500
+            })
+        );
+    }
+
+    #[test]
+    fn a_request_without_tools_sends_no_tools_field() {
+        let items = vec![Item::User("hi".to_owned())];
+        let body = request(
+            &config(),
+            Prompt {
+                instructions: "",
+                items: &items,
+                tools: &[],
+            },
+        );
+        assert!(body.get("tools").is_none());
+        assert!(body.get("max_output_tokens").is_none());
+    }
+
+    #[test]
+    fn a_text_answer_joins_its_text_parts_and_skips_reasoning() {
+        let reply = parse(&json!({
+            "status": "completed",
+            "output": [
+                {"type": "reasoning", "id": "rs_1", "summary": []},
+                {"type": "message", "role": "assistant", "content": [
+                    {"type": "output_text", "text": "Hello, ", "annotations": []},
+                    {"type": "output_text", "text": "world.", "annotations": []}
+                ]}
+            ],
+            "usage": {"input_tokens": 10, "output_tokens": 3, "total_tokens": 13}
+        }))
+        .unwrap();
+        assert_eq!(reply.text.as_deref(), Some("Hello, world."));
+        assert!(reply.calls.is_empty());
+        assert_eq!(
+            reply.usage,
+            Usage {
+                input_tokens: 10,
+                output_tokens: 3,
+                total_tokens: 13
+            }
+        );
+    }
+
+    #[test]
+    fn a_refusal_is_read_as_text() {
+        let reply = parse(&json!({"output": [{"type": "message", "role": "assistant",
+            "content": [{"type": "refusal", "refusal": "I can't help with that."}]}]}))
+        .unwrap();
+        assert_eq!(reply.text.as_deref(), Some("I can't help with that."));
+    }
+
+    #[test]
+    fn parallel_calls_are_all_returned_in_order_with_the_text() {
+        let reply = parse(&json!({
+            "output": [
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Checking."}]},
+                {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "a", "arguments": "{\"x\":1}"},
+                {"type": "function_call", "id": "fc_2", "call_id": "call_2", "name": "b", "arguments": "not json"}
+            ]
+        }))
+        .unwrap();
+        assert_eq!(reply.text.as_deref(), Some("Checking."));
+        let calls: Vec<_> = reply
+            .calls
+            .iter()
+            .map(|c| (c.call_id.as_str(), c.name.as_str(), c.arguments.as_str()))
+            .collect();
+        assert_eq!(
+            calls,
+            vec![("call_1", "a", "{\"x\":1}"), ("call_2", "b", "not json")]
+        );
+    }
+
+    #[test]
+    fn calls_without_ids_or_with_repeated_ids_get_fresh_ones() {
+        let reply = parse(&json!({"output": [
+            {"type": "function_call", "name": "a", "arguments": "{}"},
+            {"type": "function_call", "call_id": "same", "name": "b", "arguments": "{}"},
+            {"type": "function_call", "call_id": "same", "name": "c"}
+        ]}))
+        .unwrap();
+        let ids: Vec<_> = reply.calls.iter().map(|c| c.call_id.clone()).collect();
+        assert!(ids[0].starts_with("call_"));
+        assert_eq!(ids[1], "same");
+        assert!(ids[2].starts_with("call_") && ids[2] != ids[0]);
+        assert_eq!(reply.calls[2].arguments, "{}");
+    }
+
+    #[test]
+    fn missing_usage_is_zero_and_a_missing_total_is_the_sum() {
+        let none = parse(&json!({"output": []})).unwrap();
+        assert_eq!(none.usage, Usage::default());
+        let partial =
+            parse(&json!({"output": [], "usage": {"input_tokens": 7, "output_tokens": 2}}))
+                .unwrap();
+        assert_eq!(partial.usage.total_tokens, 9);
+    }
+
+    #[test]
+    fn an_incomplete_response_without_output_is_a_bad_response_naming_the_reason() {
+        let err = parse(&json!({
+            "status": "incomplete",
+            "incomplete_details": {"reason": "max_output_tokens"},
+            "output": [{"type": "reasoning", "summary": []}]
+        }))
+        .unwrap_err();
+        assert!(
+            matches!(&err, LlmError::BadResponse(m) if m.contains("max_output_tokens")),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn a_failed_response_is_a_bad_response_with_its_error_message() {
+        let err = parse(&json!({
+            "status": "failed",
+            "error": {"code": "server_error", "message": "The model crashed."},
+            "output": []
+        }))
+        .unwrap_err();
+        assert!(matches!(&err, LlmError::BadResponse(m) if m.contains("The model crashed.")));
+    }
+
+    #[test]
+    fn an_incomplete_response_with_text_is_still_used() {
+        let reply = parse(&json!({
+            "status": "incomplete",
+            "incomplete_details": {"reason": "max_output_tokens"},
+            "output": [{"type": "message", "content": [{"type": "output_text", "text": "Partial"}]}]
+        }))
+        .unwrap();
+        assert_eq!(reply.text.as_deref(), Some("Partial"));
+    }
+
+    #[test]
+    fn malformed_bodies_are_bad_responses() {
+        for body in [
+            json!({}),
+            json!([]),
+            json!("text"),
+            json!({"output": {"type": "message"}}),
+            json!({"output": [{"type": "function_call", "call_id": "c", "arguments": "{}"}]}),
+        ] {
+            assert!(
+                matches!(parse(&body), Err(LlmError::BadResponse(_))),
+                "{body}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn respond_sends_this_dialect_and_reads_the_scripted_answer() {
+        use parley_testkit::llm::{ScriptedLlm, Step};
+
+        let llm = ScriptedLlm::start(vec![Step::TextAndCalls(
+            "Checking.".to_owned(),
+            vec![
+                ("a".to_owned(), "{}".to_owned()),
+                ("b".to_owned(), "{\"x\":1}".to_owned()),
+            ],
+        )])
+        .await;
+        let config = LlmConfig {
+            api: crate::llm::LlmApi::Responses,
+            base_url: url::Url::parse(&format!("{}/", llm.base_url())).unwrap(),
+            ..config()
+        };
+        let (items, tools) = (history(), tools());
+        let prompt = Prompt {
+            instructions: "Be brief.",
+            items: &items,
+            tools: &tools,
+        };
+        let reply = crate::llm::Llm::new(config.clone(), reqwest::Client::new())
+            .respond(prompt)
+            .await
+            .unwrap();
+        assert_eq!(reply.text.as_deref(), Some("Checking."));
+        let calls: Vec<_> = reply
+            .calls
+            .iter()
+            .map(|c| (c.call_id.as_str(), c.name.as_str(), c.arguments.as_str()))
+            .collect();
+        assert_eq!(
+            calls,
+            vec![("call_1", "a", "{}"), ("call_2", "b", "{\"x\":1}")]
+        );
+        assert_eq!(
+            reply.usage,
+            crate::llm::Usage {
+                input_tokens: 100,
+                output_tokens: 20,
+                total_tokens: 120
+            }
+        );
+        assert_eq!(llm.paths(), vec!["/v1/responses"]);
+        assert_eq!(llm.requests(), vec![request(&config, prompt)]);
+    }
+}

@@ -1,0 +1,390 @@
+//! The chat function as an MCP client: one connection per configured server, kept across warm
+//! invocations, with the tool list cached, so a warm turn costs one HTTP request per tool call.
+//!
+//! Connections use the one-request `server/discover` lifecycle (2026-07-28) when the server
+//! offers it and fall back to the classic `initialize` handshake. A dead connection is replaced
+//! and the call retried once; a server that is down becomes a tool error, never a failed turn.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parley_core::config::ExposeSecret;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock,
+    Implementation, ProtocolVersion,
+};
+use rmcp::service::{
+    ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService, ServiceError,
+};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::{Map, Value};
+use tokio::sync::Mutex;
+
+use crate::config::McpServer;
+use crate::llm::ToolDef;
+
+type Client = RunningService<RoleClient, ClientConfig>;
+
+/// All configured MCP servers and the tools they offer.
+pub struct McpClients {
+    servers: Vec<Server>,
+    http: reqwest::Client,
+    timeout: Duration,
+    catalog: Mutex<Option<Arc<Catalog>>>,
+}
+
+struct Server {
+    config: McpServer,
+    client: Mutex<Option<Arc<Client>>>,
+}
+
+/// The tools offered to the model, under the names the model uses.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    pub tools: Vec<ToolDef>,
+    routes: HashMap<String, Route>,
+    /// A server could not be listed; its tools are missing and the next turn tries again.
+    incomplete: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Route {
+    server: usize,
+    remote_name: String,
+    schema: Value,
+}
+
+impl Catalog {
+    pub fn contains(&self, name: &str) -> bool {
+        self.routes.contains_key(name)
+    }
+}
+
+/// A tool call's outcome as the model and the trace see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutcome {
+    pub output: Value,
+    pub is_error: bool,
+}
+
+impl ToolOutcome {
+    fn error(message: impl Into<String>) -> Self {
+        Self {
+            output: Value::String(message.into()),
+            is_error: true,
+        }
+    }
+}
+
+impl McpClients {
+    pub fn new(servers: Vec<McpServer>, http: reqwest::Client, timeout: Duration) -> Self {
+        Self {
+            servers: servers
+                .into_iter()
+                .map(|config| Server {
+                    config,
+                    client: Mutex::new(None),
+                })
+                .collect(),
+            http,
+            timeout,
+            catalog: Mutex::new(None),
+        }
+    }
+
+    /// The tools of every reachable server; listed once per instance, not per turn.
+    pub async fn catalog(&self) -> Arc<Catalog> {
+        let mut cached = self.catalog.lock().await;
+        if let Some(c) = cached.as_ref().filter(|c| !c.incomplete) {
+            return c.clone();
+        }
+        let mut listed: Vec<(usize, Vec<rmcp::model::Tool>)> = Vec::new();
+        let mut incomplete = false;
+        for (i, server) in self.servers.iter().enumerate() {
+            match self.list(server).await {
+                Ok(tools) => listed.push((i, tools)),
+                Err(e) => {
+                    incomplete = true;
+                    tracing::warn!(server = %server.config.name, error = %e, "cannot list MCP tools; the turn goes on without them");
+                }
+            }
+        }
+        let catalog = Arc::new(build_catalog(&self.servers, listed, incomplete));
+        *cached = Some(catalog.clone());
+        catalog
+    }
+
+    async fn list(&self, server: &Server) -> Result<Vec<rmcp::model::Tool>, String> {
+        let client = self.connect(server).await?;
+        match tokio::time::timeout(self.timeout, client.list_all_tools()).await {
+            Ok(Ok(tools)) => Ok(tools),
+            Ok(Err(e)) => {
+                self.forget(server, &client).await;
+                Err(e.to_string())
+            }
+            Err(_) => Err("timed out".into()),
+        }
+    }
+
+    /// Runs one call by the name the model used. Never fails: problems become tool errors.
+    pub async fn call(
+        &self,
+        catalog: &Catalog,
+        name: &str,
+        arguments: Map<String, Value>,
+    ) -> ToolOutcome {
+        let Some(route) = catalog.routes.get(name) else {
+            return ToolOutcome::error(if catalog.incomplete {
+                format!(
+                    "the tool `{name}` is unavailable right now: a tool server cannot be reached"
+                )
+            } else {
+                format!("unknown tool `{name}`; use one of the tools offered")
+            });
+        };
+        if let Err(problem) = check_arguments(&route.schema, &arguments) {
+            return ToolOutcome::error(format!("invalid arguments: {problem}"));
+        }
+        let server = &self.servers[route.server];
+        let params =
+            CallToolRequestParams::new(route.remote_name.clone()).with_arguments(arguments);
+        // Two attempts: the first may find a connection that died while the instance was
+        // frozen or the server restarted; the second uses a fresh one.
+        for attempt in 1..=2 {
+            let client = match self.connect(server).await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(server = %server.config.name, error = %e, "MCP server unreachable");
+                    return ToolOutcome::error(format!(
+                        "the tool server `{}` is unavailable right now; try again later or answer without it",
+                        server.config.name
+                    ));
+                }
+            };
+            match tokio::time::timeout(self.timeout, client.call_tool(params.clone())).await {
+                Ok(Ok(result)) => return outcome(result),
+                Ok(Err(ServiceError::McpError(e))) => {
+                    return ToolOutcome::error(e.message.to_string());
+                }
+                Ok(Err(e)) if attempt == 1 => {
+                    tracing::info!(server = %server.config.name, error = %e, "MCP connection failed; reconnecting");
+                    self.forget(server, &client).await;
+                }
+                Ok(Err(e)) => {
+                    self.forget(server, &client).await;
+                    tracing::warn!(server = %server.config.name, error = %e, "MCP call failed");
+                    return ToolOutcome::error(format!(
+                        "the tool server `{}` failed to answer; try again later",
+                        server.config.name
+                    ));
+                }
+                Err(_) => {
+                    return ToolOutcome::error(format!(
+                        "the tool did not answer within {} ms",
+                        self.timeout.as_millis()
+                    ));
+                }
+            }
+        }
+        unreachable!("the loop returns on its second attempt")
+    }
+
+    async fn connect(&self, server: &Server) -> Result<Arc<Client>, String> {
+        let mut slot = server.client.lock().await;
+        if let Some(client) = slot.as_ref().filter(|c| !c.is_transport_closed()) {
+            return Ok(client.clone());
+        }
+        let mut config = StreamableHttpClientTransportConfig::with_uri(server.config.url.as_str());
+        if let Some(token) = &server.config.token {
+            config = config.auth_header(token.expose_secret().to_owned());
+        }
+        let transport = StreamableHttpClientTransport::with_client(self.http.clone(), config);
+        let info = ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("parley-chat", env!("CARGO_PKG_VERSION")),
+        );
+        let lifecycle = ClientLifecycleMode::Auto {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
+        };
+        let client = tokio::time::timeout(
+            self.timeout,
+            info.serve_with_lifecycle(transport, lifecycle),
+        )
+        .await
+        .map_err(|_| "connecting timed out".to_owned())?
+        .map_err(|e| e.to_string())?;
+        let client = Arc::new(client);
+        *slot = Some(client.clone());
+        Ok(client)
+    }
+
+    async fn forget(&self, server: &Server, dead: &Arc<Client>) {
+        let mut slot = server.client.lock().await;
+        if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, dead)) {
+            *slot = None;
+        }
+    }
+}
+
+/// Names are kept as the servers give them, except where two servers offer the same name:
+/// then each of those becomes `<server>__<tool>`.
+fn build_catalog(
+    servers: &[Server],
+    listed: Vec<(usize, Vec<rmcp::model::Tool>)>,
+    incomplete: bool,
+) -> Catalog {
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for (_, tools) in &listed {
+        for t in tools {
+            *seen.entry(t.name.to_string()).or_default() += 1;
+        }
+    }
+    let mut catalog = Catalog {
+        incomplete,
+        ..Catalog::default()
+    };
+    for (server, tools) in listed {
+        for t in tools {
+            let remote_name = t.name.to_string();
+            let name = if seen[&remote_name] > 1 {
+                format!("{}__{}", servers[server].config.name, remote_name)
+            } else {
+                remote_name.clone()
+            };
+            let schema = Value::Object((*t.input_schema).clone());
+            catalog.tools.push(ToolDef {
+                name: name.clone(),
+                description: t.description.as_deref().unwrap_or_default().to_owned(),
+                parameters: schema.clone(),
+            });
+            catalog.routes.insert(
+                name,
+                Route {
+                    server,
+                    remote_name,
+                    schema,
+                },
+            );
+        }
+    }
+    catalog
+}
+
+/// The server's structured JSON when present, else its text.
+fn outcome(result: CallToolResult) -> ToolOutcome {
+    let is_error = result.is_error.unwrap_or(false);
+    let output = match result.structured_content {
+        Some(structured) if !is_error => structured,
+        _ => {
+            let text: Vec<String> = result
+                .content
+                .iter()
+                .filter_map(|c| match c {
+                    ContentBlock::Text(t) => Some(t.text.clone()),
+                    _ => None,
+                })
+                .collect();
+            Value::String(text.join("\n"))
+        }
+    };
+    ToolOutcome { output, is_error }
+}
+
+/// A first check of a call against the tool's schema: an object, required names present,
+/// no names the schema forbids, and the declared JSON types. The server checks everything
+/// again; this catches what any server would refuse without a round trip.
+pub fn check_arguments(schema: &Value, args: &Map<String, Value>) -> Result<(), String> {
+    let properties = schema.get("properties").and_then(Value::as_object);
+    if let Some(required) = schema.get("required").and_then(Value::as_array) {
+        for name in required.iter().filter_map(Value::as_str) {
+            if args.get(name).is_none_or(Value::is_null) {
+                return Err(format!("missing required parameter `{name}`"));
+            }
+        }
+    }
+    if schema.get("additionalProperties") == Some(&Value::Bool(false))
+        && let Some(unknown) = args
+            .keys()
+            .find(|k| !properties.is_some_and(|p| p.contains_key(*k)))
+    {
+        return Err(format!("unknown parameter `{unknown}`"));
+    }
+    for (name, value) in args {
+        let Some(expected) = properties
+            .and_then(|p| p.get(name))
+            .and_then(|p| p.get("type"))
+            .and_then(Value::as_str)
+        else {
+            continue;
+        };
+        let fits = match expected {
+            "string" => value.is_string(),
+            "integer" => value.as_f64().is_some_and(|f| f.fract() == 0.0),
+            "number" => value.is_number(),
+            "boolean" => value.is_boolean(),
+            "object" => value.is_object(),
+            "array" => value.is_array(),
+            _ => true,
+        };
+        if !fits && !value.is_null() {
+            return Err(format!("parameter `{name}` must be of type {expected}"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn schema() -> Value {
+        json!({
+            "type": "object",
+            "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
+            "required": ["query"],
+            "additionalProperties": false
+        })
+    }
+
+    fn args(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn arguments_missing_a_required_name_are_refused() {
+        let e = check_arguments(&schema(), &args(json!({"limit": 3}))).unwrap_err();
+        assert_eq!(e, "missing required parameter `query`");
+    }
+
+    #[test]
+    fn unknown_names_and_wrong_types_are_refused() {
+        assert_eq!(
+            check_arguments(&schema(), &args(json!({"query": "x", "lim": 1}))).unwrap_err(),
+            "unknown parameter `lim`"
+        );
+        assert_eq!(
+            check_arguments(&schema(), &args(json!({"query": "x", "limit": "5"}))).unwrap_err(),
+            "parameter `limit` must be of type integer"
+        );
+        assert!(check_arguments(&schema(), &args(json!({"query": "x", "limit": 5}))).is_ok());
+    }
+
+    #[test]
+    fn structured_content_wins_over_text() {
+        let mut r = CallToolResult::success(vec![ContentBlock::text("{\"rows\":[]}")]);
+        r.structured_content = Some(json!({"rows": []}));
+        assert_eq!(outcome(r).output, json!({"rows": []}));
+        let e = CallToolResult::error(vec![ContentBlock::text("bad `x`")]);
+        assert_eq!(
+            outcome(e),
+            ToolOutcome {
+                output: json!("bad `x`"),
+                is_error: true
+            }
+        );
+    }
+}

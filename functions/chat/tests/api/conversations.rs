@@ -1,0 +1,231 @@
+//! Conversation memory: the history window, ownership, concurrent turns, listing and the
+//! stored record of each turn.
+
+use std::time::Duration;
+
+use parley_testkit::llm::Step;
+use serde_json::{Value, json};
+
+use crate::helpers::{Options, input_of, spawn, spawn_chat};
+
+/// A call whose output is far longer than the replay limit set below.
+fn lookup(n: usize) -> Step {
+    Step::Calls(vec![(
+        "list_lads".into(),
+        format!(r#"{{"limit":{}}}"#, 10 + n),
+    )])
+}
+
+#[tokio::test]
+async fn the_history_window_replays_the_last_turns_whole_with_old_outputs_cut() {
+    let mut steps = Vec::new();
+    for n in 1..=26 {
+        steps.push(lookup(n));
+        steps.push(Step::Text(format!("answer {n}")));
+    }
+    let chat = spawn(Options {
+        steps,
+        extra_env: vec![("TOOL_OUTPUT_REPLAY_CHARS", "100".into())],
+        ..Options::default()
+    })
+    .await;
+    let first = chat.turn("alice", json!({"message": "question 1"})).await;
+    let id = first["conversation_id"].clone();
+    for n in 2..=26 {
+        chat.turn(
+            "alice",
+            json!({"message": format!("question {n}"), "conversation_id": id}),
+        )
+        .await;
+    }
+    // The first request of turn 26: 20 stored messages = turns 16..25, then the new question.
+    let requests = chat.llm.requests();
+    let input = input_of(&requests[50]);
+    assert_eq!(
+        input.first().unwrap()["content"],
+        "question 16",
+        "the window opens on a user message"
+    );
+    assert_eq!(input.last().unwrap()["content"], "question 26");
+    let users = input.iter().filter(|i| i["role"] == "user").count();
+    assert_eq!(users, 11);
+    let mut open_calls = Vec::new();
+    for item in &input {
+        match item["type"].as_str() {
+            Some("function_call") => open_calls.push(item["call_id"].as_str().unwrap().to_owned()),
+            Some("function_call_output") => {
+                let id = item["call_id"].as_str().unwrap();
+                assert!(
+                    open_calls.iter().any(|c| c == id),
+                    "output {id} without its call"
+                );
+                let output = item["output"].as_str().unwrap();
+                assert!(
+                    output.contains("truncated from an earlier turn"),
+                    "{output}"
+                );
+                assert!(output.chars().count() < 100 + 120);
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(open_calls.len(), 10);
+    // Nothing was lost: all 52 messages are stored.
+    let messages = chat.messages("alice", id.as_str().unwrap()).await;
+    assert_eq!(messages.len(), 52);
+}
+
+#[tokio::test]
+async fn an_odd_window_never_opens_on_a_reply_without_its_question() {
+    let mut steps = Vec::new();
+    for n in 1..=4 {
+        steps.push(Step::Text(format!("answer {n}")));
+    }
+    let chat = spawn(Options {
+        steps,
+        extra_env: vec![("HISTORY_LIMIT", "3".into())],
+        ..Options::default()
+    })
+    .await;
+    let first = chat.turn("alice", json!({"message": "question 1"})).await;
+    for n in 2..=4 {
+        chat.turn("alice", json!({"message": format!("question {n}"), "conversation_id": first["conversation_id"]})).await;
+    }
+    // Last 3 stored before turn 4: answer 2, question 3, answer 3 -> the reply is dropped.
+    let input = input_of(&chat.llm.requests()[3]);
+    let contents: Vec<&str> = input
+        .iter()
+        .map(|i| i["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(contents, ["question 3", "answer 3", "question 4"]);
+}
+
+#[tokio::test]
+async fn another_users_conversation_is_not_found() {
+    let chat = spawn_chat(vec![
+        Step::Text("hi alice".into()),
+        Step::Text("never sent".into()),
+    ])
+    .await;
+    let first = chat.turn("alice", json!({"message": "hello"})).await;
+    let id = first["conversation_id"].as_str().unwrap();
+    let (status, body) = chat
+        .post(
+            "bob",
+            json!({"message": "let me in", "conversation_id": id}),
+        )
+        .await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"]["code"], "conversation_not_found");
+    let (status, _) = chat
+        .get(Some("bob"), &format!("/api/conversations/{id}/messages"))
+        .await;
+    assert_eq!(status, 404);
+    let (_, list) = chat.get(Some("bob"), "/api/conversations").await;
+    assert_eq!(list["conversations"], json!([]));
+    assert_eq!(
+        chat.llm.requests().len(),
+        1,
+        "bob's turn never reached the model"
+    );
+    let (status, _) = chat
+        .post(
+            "alice",
+            json!({"message": "x", "conversation_id": "6f1c5d2e-8c7b-4f2a-9d1e-3b5a7c9e1f20"}),
+        )
+        .await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn concurrent_turns_on_one_conversation_run_one_after_the_other() {
+    let chat = spawn_chat(vec![
+        Step::Text("first".into()),
+        Step::Delay(
+            Duration::from_millis(300),
+            Box::new(Step::Text("slow answer".into())),
+        ),
+        Step::Text("quick answer".into()),
+    ])
+    .await;
+    let first = chat.turn("alice", json!({"message": "start"})).await;
+    let id = first["conversation_id"].clone();
+    let (a, b) = tokio::join!(
+        chat.post("alice", json!({"message": "turn A", "conversation_id": id})),
+        chat.post("alice", json!({"message": "turn B", "conversation_id": id})),
+    );
+    assert_eq!(a.0, 200, "{}", a.1);
+    assert_eq!(b.0, 200, "{}", b.1);
+    let messages = chat.messages("alice", id.as_str().unwrap()).await;
+    let seqs: Vec<i64> = messages
+        .iter()
+        .map(|m| m["seq"].as_i64().unwrap())
+        .collect();
+    assert_eq!(seqs, [1, 2, 3, 4, 5, 6]);
+    // Each question is followed by its own answer: the turns did not interleave.
+    for pair in messages[2..].chunks(2) {
+        let question = pair[0]["content"].as_str().unwrap();
+        let reply = if question == "turn A" {
+            &a.1["reply"]
+        } else {
+            &b.1["reply"]
+        };
+        assert_eq!(pair[0]["role"], "user");
+        assert_eq!(&pair[1]["content"], reply);
+    }
+    // The later turn saw the earlier one in its history.
+    let last_input = input_of(&chat.llm.requests()[2]);
+    assert_eq!(last_input.len(), 5);
+}
+
+#[tokio::test]
+async fn conversations_are_listed_newest_first_a_page_at_a_time() {
+    let chat = spawn_chat((1..=3).map(|n| Step::Text(format!("a{n}"))).collect()).await;
+    for n in 1..=3 {
+        chat.turn("alice", json!({"message": format!("topic {n}")}))
+            .await;
+    }
+    let (status, page) = chat.get(Some("alice"), "/api/conversations?limit=2").await;
+    assert_eq!(status, 200);
+    let titles: Vec<&str> = page["conversations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["title"].as_str().unwrap())
+        .collect();
+    assert_eq!(titles, ["topic 3", "topic 2"]);
+    let cursor = page["next_cursor"].as_str().unwrap();
+    let (_, next) = chat
+        .get(
+            Some("alice"),
+            &format!("/api/conversations?limit=2&cursor={cursor}"),
+        )
+        .await;
+    assert_eq!(next["conversations"][0]["title"], "topic 1");
+    assert_eq!(next["next_cursor"], Value::Null);
+    assert_eq!(next["conversations"][0]["message_count"], 2);
+}
+
+#[tokio::test]
+async fn the_stored_history_carries_each_turns_traces_and_usage() {
+    let chat = spawn_chat(vec![
+        Step::Calls(vec![("lad_by_ref".into(), r#"{"ref":"Leeds"}"#.into())]),
+        Step::Text("Leeds it is.".into()),
+    ])
+    .await;
+    let turn = chat
+        .turn(
+            "alice",
+            json!({"message": "Leeds?", "context": {"page": "map"}}),
+        )
+        .await;
+    let messages = chat
+        .messages("alice", turn["conversation_id"].as_str().unwrap())
+        .await;
+    assert_eq!(messages.len(), 2);
+    assert_eq!(messages[0]["context"], json!({"page": "map"}));
+    assert_eq!(messages[1]["content"], "Leeds it is.");
+    assert_eq!(messages[1]["traces"], turn["traces"]);
+    assert_eq!(messages[1]["usage"], turn["usage"]);
+    assert_eq!(messages[1]["steps"], 1);
+}

@@ -1,0 +1,261 @@
+//! `spawn_chat`: the chat function on `127.0.0.1:0` over a fresh database, wired to the real
+//! mcp function (also on loopback, its requests counted) and a scripted LLM.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::extract::Request;
+use axum::middleware::Next;
+use axum::response::Response;
+use jsonwebtoken::{EncodingKey, Header, encode};
+use parley_core::config::Env;
+use parley_testkit::TestDb;
+use parley_testkit::llm::{ScriptedLlm, Step};
+use serde_json::{Value, json};
+
+pub const JWT_SECRET: &str = "test-secret-0123456789abcdef0123456789abcdef";
+pub const MCP_TOKEN: &str = "mcp-test-token-0123456789";
+pub const FEEDBACK_ROWS: u64 = 2_000;
+
+pub struct TestChat {
+    pub base: String,
+    pub llm: ScriptedLlm,
+    pub mcp: Option<McpHandle>,
+    http: reqwest::Client,
+}
+
+/// The mcp function the chat talks to, and how many HTTP requests reached it.
+pub struct McpHandle {
+    pub url: String,
+    pub requests: Arc<AtomicUsize>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl McpHandle {
+    pub fn requests(&self) -> usize {
+        self.requests.load(Ordering::SeqCst)
+    }
+
+    /// Stops the server (the chat's cached connection to it dies with it).
+    pub fn stop(&self) {
+        self.server.abort();
+    }
+}
+
+pub struct Options {
+    pub api: &'static str,
+    pub steps: Vec<Step>,
+    pub extra_env: Vec<(&'static str, String)>,
+    /// Point MCP_URL at a closed port instead of a running mcp function.
+    pub mcp_down: bool,
+    /// A model that answers every request with this one tool call (name, arguments).
+    pub endless: Option<(&'static str, &'static str)>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            api: "responses",
+            steps: Vec::new(),
+            extra_env: Vec::new(),
+            mcp_down: false,
+            endless: None,
+        }
+    }
+}
+
+pub async fn spawn_chat(steps: Vec<Step>) -> TestChat {
+    spawn(Options {
+        steps,
+        ..Options::default()
+    })
+    .await
+}
+
+pub async fn spawn(options: Options) -> TestChat {
+    let db = TestDb::with_demo_data(FEEDBACK_ROWS).await;
+    let llm = match options.endless {
+        Some((name, args)) => ScriptedLlm::endless_calls(name, args).await,
+        None => ScriptedLlm::start(options.steps).await,
+    };
+    let mcp = if options.mcp_down {
+        None
+    } else {
+        Some(spawn_mcp(&db).await)
+    };
+    let mcp_url = match &mcp {
+        Some(m) => m.url.clone(),
+        None => format!("http://{}/mcp", closed_port().await),
+    };
+    let mut env: Vec<(String, String)> = vec![
+        ("DATABASE_URL".into(), db.url.clone()),
+        ("JWT_SECRET".into(), JWT_SECRET.into()),
+        ("MCP_URL".into(), mcp_url),
+        ("MCP_AUTH_TOKEN".into(), MCP_TOKEN.into()),
+        ("LLM_API".into(), options.api.into()),
+        ("LLM_BASE_URL".into(), llm.base_url()),
+        ("LLM_MODEL".into(), "scripted-model".into()),
+        ("LLM_API_KEY".into(), "sk-test-not-a-real-key".into()),
+        ("MCP_TIMEOUT_MS".into(), "5000".into()),
+    ];
+    env.extend(
+        options
+            .extra_env
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v)),
+    );
+    let config =
+        parley_chat::config::ChatConfig::from_env(&Env::from_pairs(env)).expect("chat config");
+    let router = parley_chat::build(&config).expect("chat builds");
+    let base = serve(router).await;
+    TestChat {
+        base,
+        llm,
+        mcp,
+        http: reqwest::Client::new(),
+    }
+}
+
+async fn spawn_mcp(db: &TestDb) -> McpHandle {
+    let env = Env::from_pairs([
+        ("DATABASE_URL", db.readonly_url.as_str()),
+        ("MCP_AUTH_TOKEN", MCP_TOKEN),
+    ]);
+    let config = parley_mcp::config::McpConfig::from_env(&env).expect("mcp config");
+    let requests = Arc::new(AtomicUsize::new(0));
+    let counter = requests.clone();
+    let router =
+        parley_mcp::build(&config)
+            .await
+            .expect("mcp builds")
+            .layer(axum::middleware::from_fn(
+                move |req: Request, next: Next| {
+                    let counter = counter.clone();
+                    async move {
+                        if req.uri().path() == "/mcp" {
+                            counter.fetch_add(1, Ordering::SeqCst);
+                        }
+                        let response: Response = next.run(req).await;
+                        response
+                    }
+                },
+            ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    McpHandle {
+        url: format!("http://{addr}/mcp"),
+        requests,
+        server,
+    }
+}
+
+async fn serve(router: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    format!("http://{addr}")
+}
+
+/// A loopback address nothing listens on.
+async fn closed_port() -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    listener.local_addr().expect("addr")
+}
+
+/// An HS256 token for `sub`, valid for an hour.
+pub fn token(sub: &str) -> String {
+    token_with(json!({"sub": sub, "exp": now() + 3600}), JWT_SECRET)
+}
+
+pub fn token_with(claims: Value, secret: &str) -> String {
+    encode(
+        &Header::default(),
+        &claims,
+        &EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .expect("token")
+}
+
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs() as i64
+}
+
+impl TestChat {
+    /// `POST /api/chat` with a raw body and optional bearer token.
+    pub async fn post_raw(
+        &self,
+        token: Option<&str>,
+        body: impl Into<reqwest::Body>,
+    ) -> (u16, Value) {
+        let mut request = self
+            .http
+            .post(format!("{}/api/chat", self.base))
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(t) = token {
+            request = request.bearer_auth(t);
+        }
+        let response = request.send().await.expect("request sent");
+        let status = response.status().as_u16();
+        let text = response.text().await.expect("body");
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    pub async fn post(&self, user: &str, body: Value) -> (u16, Value) {
+        self.post_raw(Some(&token(user)), body.to_string()).await
+    }
+
+    /// A turn that must succeed; returns the response body.
+    pub async fn turn(&self, user: &str, body: Value) -> Value {
+        let (status, response) = self.post(user, body).await;
+        assert_eq!(status, 200, "{response}");
+        response
+    }
+
+    pub async fn get(&self, user: Option<&str>, path: &str) -> (u16, Value) {
+        let mut request = self.http.get(format!("{}{path}", self.base));
+        if let Some(u) = user {
+            request = request.bearer_auth(token(u));
+        }
+        let response = request.send().await.expect("request sent");
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn messages(&self, user: &str, conversation: &str) -> Vec<Value> {
+        let (status, body) = self
+            .get(
+                Some(user),
+                &format!("/api/conversations/{conversation}/messages"),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body["messages"].as_array().expect("messages").clone()
+    }
+
+    pub fn mcp(&self) -> &McpHandle {
+        self.mcp.as_ref().expect("this chat has an mcp function")
+    }
+}
+
+/// The `input` (Responses) of the n-th request the model received.
+pub fn input_of(request: &Value) -> Vec<Value> {
+    request["input"].as_array().expect("input array").clone()
+}

@@ -1,0 +1,8 @@
+//! Integration tests of the chat function through its real HTTP surface: a real Postgres, the
+//! real mcp function over HTTP, and a scripted OpenAI-compatible LLM (the only stand-in).
+
+mod conversations;
+mod helpers;
+mod identity;
+mod turns;
+mod validation;

@@ -1,0 +1,393 @@
+//! The tool-calling loop end to end: tool calls through the real mcp function, parallel calls,
+//! the step cap, bad arguments, LLM retries and failures, the MCP function down, both dialects.
+
+use parley_testkit::llm::Step;
+use serde_json::{Value, json};
+
+use crate::helpers::{Options, input_of, spawn, spawn_chat};
+
+fn call(name: &str, args: &str) -> (String, String) {
+    (name.to_owned(), args.to_owned())
+}
+
+#[tokio::test]
+async fn a_turn_with_one_tool_call_answers_from_the_database() {
+    let chat = spawn_chat(vec![
+        Step::Calls(vec![call("lad_by_ref", r#"{"ref":"Leeds"}"#)]),
+        Step::Text("Leeds (E08000035) is in West Yorkshire.".into()),
+    ])
+    .await;
+    let body = chat
+        .turn("alice", json!({"message": "Tell me about Leeds"}))
+        .await;
+    assert_eq!(body["reply"], "Leeds (E08000035) is in West Yorkshire.");
+    assert_eq!(body["steps"], 1);
+    let traces = body["traces"].as_array().unwrap();
+    assert_eq!(traces.len(), 1);
+    assert_eq!(traces[0]["name"], "lad_by_ref");
+    assert_eq!(traces[0]["args"], json!({"ref": "Leeds"}));
+    assert_eq!(traces[0]["is_error"], false);
+    assert_eq!(traces[0]["output"]["rows"][0]["code"], "E08000035");
+    assert!(traces[0]["duration_ms"].is_u64());
+    // Usage sums both LLM calls (the scripted model reports 100 in, 20 out each).
+    assert_eq!(
+        body["usage"],
+        json!({"input_tokens": 200, "output_tokens": 40, "total_tokens": 240})
+    );
+
+    // What the model was sent: the tools, the instructions, then the tool output.
+    let requests = chat.llm.requests();
+    assert_eq!(requests.len(), 2);
+    let tools: Vec<&str> = requests[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        tools.contains(&"search_feedback") && tools.contains(&"lad_by_ref"),
+        "{tools:?}"
+    );
+    assert!(
+        requests[0]["instructions"]
+            .as_str()
+            .unwrap()
+            .contains("read-only")
+    );
+    assert_eq!(requests[0]["store"], false);
+    let second = input_of(&requests[1]);
+    let output = second
+        .iter()
+        .find(|i| i["type"] == "function_call_output")
+        .expect("tool output sent back");
+    let sent: Value = serde_json::from_str(output["output"].as_str().unwrap()).unwrap();
+    assert_eq!(sent["rows"][0]["name"], "Leeds");
+}
+
+#[tokio::test]
+async fn several_calls_in_one_response_all_get_outputs_in_order() {
+    let chat = spawn_chat(vec![
+        Step::Calls(vec![
+            call("lad_by_ref", r#"{"ref":"Leeds"}"#),
+            call("lad_by_ref", r#"{"ref":"Bristol"}"#),
+            call("feedback_stats", r#"{"group_by":"sentiment"}"#),
+        ]),
+        Step::Text("Done.".into()),
+    ])
+    .await;
+    let body = chat
+        .turn("alice", json!({"message": "Compare Leeds and Bristol"}))
+        .await;
+    let traces = body["traces"].as_array().unwrap();
+    let names: Vec<&str> = traces.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["lad_by_ref", "lad_by_ref", "feedback_stats"]);
+    assert_eq!(traces[1]["output"]["rows"][0]["code"], "E06000023");
+    let sent = input_of(&chat.llm.requests()[1]);
+    let call_ids: Vec<&str> = sent
+        .iter()
+        .filter(|i| i["type"] == "function_call")
+        .map(|i| i["call_id"].as_str().unwrap())
+        .collect();
+    let output_ids: Vec<&str> = sent
+        .iter()
+        .filter(|i| i["type"] == "function_call_output")
+        .map(|i| i["call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(call_ids.len(), 3);
+    assert_eq!(call_ids, output_ids, "every call has its output");
+}
+
+#[tokio::test]
+async fn the_step_cap_ends_the_turn_with_a_clear_reply_and_the_traces_so_far() {
+    let chat = spawn(Options {
+        endless: Some(("lad_by_ref", r#"{"ref":"Leeds"}"#)),
+        extra_env: vec![("MAX_TOOL_CALL_STEPS", "3".into())],
+        ..Options::default()
+    })
+    .await;
+    let body = chat.turn("alice", json!({"message": "loop forever"})).await;
+    assert_eq!(body["steps"], 3);
+    assert_eq!(body["traces"].as_array().unwrap().len(), 3);
+    assert!(
+        body["reply"]
+            .as_str()
+            .unwrap()
+            .contains("stopped after 3 rounds"),
+        "{body}"
+    );
+    assert_eq!(
+        chat.llm.requests().len(),
+        4,
+        "three rounds, then the answer that would need a fourth"
+    );
+}
+
+#[tokio::test]
+async fn bad_arguments_become_tool_errors_the_model_sees() {
+    let chat = spawn_chat(vec![
+        Step::Calls(vec![
+            call("lad_by_ref", r#"{"ref": "Leeds""#),
+            call("search_feedback", r#"{"limit": 5}"#),
+            call("get_feedback", r#"{"id": "seven"}"#),
+            call("no_such_tool", r#"{}"#),
+        ]),
+        Step::Text("Sorry.".into()),
+    ])
+    .await;
+    let body = chat.turn("alice", json!({"message": "break things"})).await;
+    let traces = body["traces"].as_array().unwrap();
+    assert!(traces.iter().all(|t| t["is_error"] == true), "{traces:?}");
+    assert!(
+        traces[0]["output"]
+            .as_str()
+            .unwrap()
+            .contains("not valid JSON")
+    );
+    assert_eq!(
+        traces[0]["args"], r#"{"ref": "Leeds""#,
+        "invalid JSON is kept verbatim"
+    );
+    assert!(
+        traces[1]["output"]
+            .as_str()
+            .unwrap()
+            .contains("missing required parameter `query`")
+    );
+    assert!(traces[2]["output"].as_str().unwrap().contains("`id`"));
+    assert!(
+        traces[3]["output"]
+            .as_str()
+            .unwrap()
+            .contains("unknown tool")
+    );
+    let sent = input_of(&chat.llm.requests()[1]);
+    assert_eq!(
+        sent.iter()
+            .filter(|i| i["type"] == "function_call_output")
+            .count(),
+        4
+    );
+}
+
+#[tokio::test]
+async fn a_rate_limited_llm_is_retried_then_answers() {
+    let chat = spawn_chat(vec![
+        Step::Status {
+            status: 429,
+            retry_after: Some(0),
+            body: r#"{"error":{"message":"slow down"}}"#.into(),
+        },
+        Step::Status {
+            status: 503,
+            retry_after: None,
+            body: "{}".into(),
+        },
+        Step::Text("Hello.".into()),
+    ])
+    .await;
+    let body = chat.turn("alice", json!({"message": "hi"})).await;
+    assert_eq!(body["reply"], "Hello.");
+    assert_eq!(chat.llm.requests().len(), 3);
+}
+
+#[tokio::test]
+async fn an_llm_that_keeps_failing_gives_a_502_and_the_question_stays_on_record() {
+    let chat = spawn(Options {
+        steps: vec![
+            Step::Status {
+                status: 500,
+                retry_after: None,
+                body: "{}".into(),
+            },
+            Step::Status {
+                status: 500,
+                retry_after: None,
+                body: "{}".into(),
+            },
+        ],
+        extra_env: vec![("LLM_MAX_RETRIES", "1".into())],
+        ..Options::default()
+    })
+    .await;
+    let (status, body) = chat
+        .post("alice", json!({"message": "are you there?"}))
+        .await;
+    assert_eq!(status, 502, "{body}");
+    assert_eq!(body["error"]["code"], "llm_unavailable");
+    let (_, list) = chat.get(Some("alice"), "/api/conversations").await;
+    let id = list["conversations"][0]["id"].as_str().unwrap().to_owned();
+    let messages = chat.messages("alice", &id).await;
+    assert_eq!(messages[0]["role"], "user");
+    assert_eq!(messages[0]["content"], "are you there?");
+    assert!(
+        messages[1]["error"].as_str().unwrap().contains("HTTP 500"),
+        "{messages:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_persistent_429_is_a_503_with_retry_after() {
+    let chat = spawn(Options {
+        steps: vec![
+            Step::Status {
+                status: 429,
+                retry_after: Some(0),
+                body: "{}".into(),
+            },
+            Step::Status {
+                status: 429,
+                retry_after: Some(7),
+                body: "{}".into(),
+            },
+        ],
+        extra_env: vec![("LLM_MAX_RETRIES", "1".into())],
+        ..Options::default()
+    })
+    .await;
+    let (status, body) = chat.post("alice", json!({"message": "hi"})).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "llm_rate_limited");
+}
+
+#[tokio::test]
+async fn with_the_mcp_function_down_the_turn_still_completes_with_a_tool_error() {
+    let chat = spawn(Options {
+        mcp_down: true,
+        steps: vec![
+            Step::Calls(vec![call("lad_by_ref", r#"{"ref":"Leeds"}"#)]),
+            Step::Text("I could not look that up.".into()),
+        ],
+        ..Options::default()
+    })
+    .await;
+    let body = chat.turn("alice", json!({"message": "Leeds?"})).await;
+    assert_eq!(body["reply"], "I could not look that up.");
+    let trace = &body["traces"][0];
+    assert_eq!(trace["is_error"], true);
+    assert!(
+        trace["output"].as_str().unwrap().contains("unavailable"),
+        "{trace}"
+    );
+}
+
+#[tokio::test]
+async fn an_mcp_function_that_dies_mid_conversation_is_a_tool_error_not_a_failed_turn() {
+    let chat = spawn_chat(vec![
+        Step::Calls(vec![call("lad_by_ref", r#"{"ref":"Leeds"}"#)]),
+        Step::Text("one".into()),
+        Step::Calls(vec![call("lad_by_ref", r#"{"ref":"York"}"#)]),
+        Step::Text("two".into()),
+    ])
+    .await;
+    let first = chat.turn("alice", json!({"message": "Leeds?"})).await;
+    assert_eq!(first["traces"][0]["is_error"], false);
+    chat.mcp().stop();
+    let second = chat
+        .turn(
+            "alice",
+            json!({"message": "York?", "conversation_id": first["conversation_id"]}),
+        )
+        .await;
+    assert_eq!(second["reply"], "two");
+    assert_eq!(second["traces"][0]["is_error"], true);
+    assert!(
+        second["traces"][0]["output"]
+            .as_str()
+            .unwrap()
+            .contains("unavailable"),
+        "{second}"
+    );
+}
+
+#[tokio::test]
+async fn warm_turns_cost_one_mcp_request_per_tool_call() {
+    let chat = spawn_chat(vec![
+        Step::Calls(vec![call("lad_by_ref", r#"{"ref":"Leeds"}"#)]),
+        Step::Text("one".into()),
+        Step::Calls(vec![
+            call("lad_by_ref", r#"{"ref":"York"}"#),
+            call("lad_by_ref", r#"{"ref":"Hull"}"#),
+        ]),
+        Step::Text("two".into()),
+    ])
+    .await;
+    let first = chat.turn("alice", json!({"message": "Leeds?"})).await;
+    let after_cold = chat.mcp().requests();
+    assert!(
+        after_cold >= 2,
+        "the cold turn connects, lists and calls: {after_cold}"
+    );
+    chat.turn(
+        "alice",
+        json!({"message": "York and Hull?", "conversation_id": first["conversation_id"]}),
+    )
+    .await;
+    assert_eq!(
+        chat.mcp().requests() - after_cold,
+        2,
+        "no handshake, no re-listing, one request per call"
+    );
+}
+
+#[tokio::test]
+async fn a_request_can_narrow_the_tools_offered() {
+    let chat = spawn_chat(vec![Step::Text("ok".into())]).await;
+    chat.turn(
+        "alice",
+        json!({"message": "hi", "tools": ["lad_by_ref", "get_feedback"]}),
+    )
+    .await;
+    let offered: Vec<String> = chat.llm.requests()[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(offered, ["lad_by_ref", "get_feedback"]);
+}
+
+#[tokio::test]
+async fn ui_context_reaches_the_instructions_as_non_authoritative_hints() {
+    let chat = spawn_chat(vec![Step::Text("ok".into())]).await;
+    chat.turn(
+        "alice",
+        json!({"message": "How is it doing?", "context": {"district": {"code": "E06000023", "label": "Bristol"}}}),
+    )
+    .await;
+    let instructions = chat.llm.requests()[0]["instructions"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(instructions.contains("not authoritative"));
+    assert!(
+        instructions.contains(r#"call lad_by_ref with ref "E06000023""#),
+        "{instructions}"
+    );
+}
+
+#[tokio::test]
+async fn chat_completions_dialect_runs_the_same_loop() {
+    let chat = spawn(Options {
+        api: "chat-completions",
+        steps: vec![
+            Step::Calls(vec![
+                call("lad_by_ref", r#"{"ref":"Cardiff"}"#),
+                call("lad_by_ref", r#"{"ref":"Leeds"}"#),
+            ]),
+            Step::Text("Cardiff is Welsh.".into()),
+        ],
+        ..Options::default()
+    })
+    .await;
+    let body = chat.turn("alice", json!({"message": "Cardiff?"})).await;
+    assert_eq!(body["reply"], "Cardiff is Welsh.");
+    assert_eq!(body["traces"][0]["output"]["rows"][0]["code"], "W06000015");
+    let requests = chat.llm.requests();
+    assert!(chat.llm.paths()[0].ends_with("/chat/completions"));
+    let messages = requests[1]["messages"].as_array().unwrap();
+    assert_eq!(messages[0]["role"], "system");
+    let assistant = messages.iter().find(|m| m["role"] == "assistant").unwrap();
+    assert_eq!(assistant["tool_calls"].as_array().unwrap().len(), 2);
+    assert_eq!(messages.iter().filter(|m| m["role"] == "tool").count(), 2);
+    assert_eq!(body["usage"]["total_tokens"], 240);
+}
