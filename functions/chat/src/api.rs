@@ -53,6 +53,13 @@ const MAX_TOOL_NAMES: usize = 64;
 impl ChatBody {
     fn parse(bytes: &[u8], limits: &Limits) -> Result<TurnRequest, ApiError> {
         let body: ChatBody = parse_json(bytes)?;
+        // Postgres text cannot hold NUL; refuse it here rather than fail when storing.
+        if body.message.contains('\0') || body.context.as_ref().is_some_and(has_nul) {
+            return Err(invalid(
+                "invalid_characters",
+                "`message` and `context` must not contain NUL characters",
+            ));
+        }
         let message = body.message.trim();
         if message.is_empty() {
             return Err(invalid("message_empty", "`message` must not be empty"));
@@ -114,6 +121,15 @@ impl ChatBody {
             conversation,
             tools: body.tools,
         })
+    }
+}
+
+fn has_nul(value: &Value) -> bool {
+    match value {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(has_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+        _ => false,
     }
 }
 
@@ -294,6 +310,14 @@ mod tests {
         assert_eq!(
             error(r#"{"message": "hi", "tools": []}"#),
             (422, "invalid_tools")
+        );
+        assert_eq!(
+            error(r#"{"message": "a\u0000b"}"#),
+            (422, "invalid_characters")
+        );
+        assert_eq!(
+            error(r#"{"message": "hi", "context": {"x": ["\u0000"]}}"#),
+            (422, "invalid_characters")
         );
     }
 

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use parley_core::config::{ConfigError, Env, SecretString};
-use parley_core::db::DbConfig;
+use parley_core::db::{Checkout, DbConfig};
 use serde::Deserialize;
 
 use crate::auth::AuthConfig;
@@ -66,8 +66,12 @@ struct RawServer {
 
 impl ChatConfig {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let mut db = DbConfig::from_env(env)?;
+        // Chat queries are not retried one by one, so a connection that died while the
+        // instance was frozen is replaced at checkout instead.
+        db.checkout = Checkout::Verified;
         Ok(Self {
-            db: DbConfig::from_env(env)?,
+            db,
             llm: LlmConfig::from_env(env)?,
             auth: AuthConfig::from_env(env)?,
             mcp_servers: mcp_servers(env)?,

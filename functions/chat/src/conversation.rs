@@ -183,8 +183,15 @@ impl Turn {
 
     async fn lock(&mut self, wait: std::time::Duration) -> Result<(), ApiError> {
         let conn = self.conn();
-        conn.batch_execute(&format!("SET lock_timeout = {}", wait.as_millis().max(1)))
-            .await?;
+        // The lock lives as long as this session. If the instance dies mid-turn without closing
+        // the socket, server-side keepalives end the session (and free the conversation) within
+        // about a minute instead of the OS default of two hours.
+        conn.batch_execute(&format!(
+            "SET lock_timeout = {}; SET tcp_keepalives_idle = 30; \
+             SET tcp_keepalives_interval = 10; SET tcp_keepalives_count = 3",
+            wait.as_millis().max(1)
+        ))
+        .await?;
         let locked = conn
             .execute("SELECT pg_advisory_lock($1)", &[&self.lock_key])
             .await;
@@ -225,13 +232,19 @@ impl Turn {
             )
             .await?;
             tx.commit().await?;
-            conn.execute("SELECT pg_advisory_unlock($1)", &[&self.lock_key])
-                .await?;
             Ok::<(), ApiError>(())
         }
         .await;
-        if result.is_err() {
-            // The lock may still be held: close the session rather than pool it.
+        // Once committed, the turn is stored whatever happens to the lock: a failed unlock only
+        // means this session must close (which frees the lock) rather than go back to the pool.
+        let unlocked = match &result {
+            Ok(()) => conn
+                .execute("SELECT pg_advisory_unlock($1)", &[&self.lock_key])
+                .await
+                .is_ok(),
+            Err(_) => false,
+        };
+        if !unlocked {
             drop(Object::take(conn));
         }
         result

@@ -58,10 +58,17 @@ impl From<deadpool_postgres::PoolError> for ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+impl ApiError {
+    /// `"<code>: <message>"` exactly as the client is told: safe to store and show later.
+    pub fn public_summary(&self) -> String {
+        let (_, code, message, _) = self.public_parts();
+        format!("{code}: {message}")
+    }
+
+    /// Status, code, message and `Retry-After`: what the client sees, never internals.
+    fn public_parts(&self) -> (StatusCode, &'static str, String, Option<Duration>) {
         let mut retry_after: Option<Duration> = None;
-        let (status, code, message) = match &self {
+        let (status, code, message) = match self {
             ApiError::BadRequest { code, message } => {
                 (StatusCode::BAD_REQUEST, *code, message.clone())
             }
@@ -100,7 +107,11 @@ impl IntoResponse for ApiError {
                         "the language model is rate limited; retry shortly".to_owned(),
                     )
                 }
-                LlmError::Timeout => (StatusCode::GATEWAY_TIMEOUT, "llm_timeout", e.to_string()),
+                LlmError::Timeout => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "llm_timeout",
+                    e.to_string(),
+                ),
                 _ => (
                     StatusCode::BAD_GATEWAY,
                     "llm_unavailable",
@@ -118,6 +129,13 @@ impl IntoResponse for ApiError {
                 "an internal error occurred".to_owned(),
             ),
         };
+        (status, code, message, retry_after)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code, message, retry_after) = self.public_parts();
         if status.is_server_error() {
             tracing::error!(error = %self, "request failed");
         } else {

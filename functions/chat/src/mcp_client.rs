@@ -60,6 +60,11 @@ impl Catalog {
     pub fn contains(&self, name: &str) -> bool {
         self.routes.contains_key(name)
     }
+
+    /// Some server could not be listed, so some tools may be missing.
+    pub fn is_incomplete(&self) -> bool {
+        self.incomplete
+    }
 }
 
 /// A tool call's outcome as the model and the trace see it.
@@ -166,6 +171,11 @@ impl McpClients {
             match tokio::time::timeout(self.timeout, client.call_tool(params.clone())).await {
                 Ok(Ok(result)) => return outcome(result),
                 Ok(Err(ServiceError::McpError(e))) => {
+                    // -32602 is how servers say "no such tool": the cached list is stale (the
+                    // server was redeployed), so the next turn lists the tools again.
+                    if e.code == rmcp::model::ErrorCode::INVALID_PARAMS {
+                        *self.catalog.lock().await = None;
+                    }
                     return ToolOutcome::error(e.message.to_string());
                 }
                 Ok(Err(e)) if attempt == 1 => {

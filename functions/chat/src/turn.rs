@@ -43,6 +43,7 @@ pub async fn run(
 ) -> Result<TurnResponse, ApiError> {
     let catalog = state.mcp.catalog().await;
     let tools = offered_tools(&catalog, request.tools.as_deref())?;
+    let narrowed = request.tools.is_some().then_some(tools.as_slice());
     let context_json = request.context.as_ref().map(UiContext::as_json);
     let turn = conversation::begin(
         &state.pool,
@@ -77,7 +78,7 @@ pub async fn run(
         };
         usage += reply.usage;
         if reply.calls.is_empty() {
-            break Ok(reply.text.unwrap_or_default());
+            break Ok(without_nul(&reply.text.unwrap_or_default()));
         }
         if steps == state.limits.max_steps {
             break Ok(format!(
@@ -93,7 +94,7 @@ reaching an answer. The results gathered so far are in the traces; try a narrowe
             reply
                 .calls
                 .iter()
-                .map(|call| run_call(state, &catalog, call, steps)),
+                .map(|call| run_call(state, &catalog, narrowed, call, steps)),
         )
         .await;
         items.extend(reply.calls.iter().cloned().map(Item::Call));
@@ -125,7 +126,10 @@ reaching an answer. The results gathered so far are in the traces; try a narrowe
             })
         }
         Err(e) => {
-            let error = format!("{e}");
+            let e = ApiError::Llm(e);
+            // The record is shown to the user later: a stable code and a plain sentence; the
+            // details (hosts, upstream bodies) went to the log.
+            let error = e.public_summary();
             if let Err(record_error) = turn
                 .finish(TurnRecord {
                     reply: "",
@@ -138,7 +142,7 @@ reaching an answer. The results gathered so far are in the traces; try a narrowe
             {
                 tracing::error!(error = %record_error, "could not record the failed turn");
             }
-            Err(ApiError::Llm(e))
+            Err(e)
         }
     }
 }
@@ -148,7 +152,13 @@ fn offered_tools(catalog: &Catalog, wanted: Option<&[String]>) -> Result<Vec<Too
     let Some(wanted) = wanted else {
         return Ok(catalog.tools.clone());
     };
-    if let Some(unknown) = wanted.iter().find(|n| !catalog.contains(n)) {
+    // With a server unreachable its tools are missing from the catalog; that is an outage,
+    // not a bad request, so the names are let through and any call to them becomes a tool
+    // error.
+    if let Some(unknown) = wanted
+        .iter()
+        .find(|n| !catalog.contains(n) && !catalog.is_incomplete())
+    {
         let known: Vec<&str> = catalog.tools.iter().map(|t| t.name.as_str()).collect();
         return Err(ApiError::Invalid {
             code: "unknown_tool",
@@ -167,9 +177,28 @@ fn offered_tools(catalog: &Catalog, wanted: Option<&[String]>) -> Result<Vec<Too
 }
 
 /// Runs one call. Arguments that are not a JSON object become a tool error the model sees.
-async fn run_call(state: &AppState, catalog: &Catalog, call: &ToolCall, step: u32) -> Trace {
+async fn run_call(
+    state: &AppState,
+    catalog: &Catalog,
+    narrowed: Option<&[ToolDef]>,
+    call: &ToolCall,
+    step: u32,
+) -> Trace {
     let started = Instant::now();
     let (args, outcome) = match parse_arguments(&call.arguments) {
+        // A request that narrowed the tools is obeyed even if the model calls another one.
+        Ok(map) if narrowed.is_some_and(|offered| !offered.iter().any(|t| t.name == call.name)) => {
+            (
+                Value::Object(map),
+                ToolOutcome {
+                    output: Value::String(format!(
+                        "the tool `{}` is not available in this conversation turn",
+                        call.name
+                    )),
+                    is_error: true,
+                },
+            )
+        }
         Ok(map) => {
             let args = Value::Object(map.clone());
             (args, state.mcp.call(catalog, &call.name, map).await)
@@ -187,11 +216,30 @@ async fn run_call(state: &AppState, catalog: &Catalog, call: &ToolCall, step: u3
     Trace {
         call_id: call.call_id.clone(),
         step,
-        name: call.name.clone(),
-        args,
-        output: outcome.output,
+        name: without_nul(&call.name),
+        args: json_without_nul(args),
+        output: json_without_nul(outcome.output),
         is_error: outcome.is_error,
         duration_ms,
+    }
+}
+
+/// Postgres cannot store NUL in text or jsonb; what the model or a tool server sends is
+/// cleaned rather than allowed to make the turn unstorable.
+fn without_nul(s: &str) -> String {
+    s.replace('\0', "\u{FFFD}")
+}
+
+fn json_without_nul(value: Value) -> Value {
+    match value {
+        Value::String(s) if s.contains('\0') => Value::String(without_nul(&s)),
+        Value::Array(items) => Value::Array(items.into_iter().map(json_without_nul).collect()),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (without_nul(&k), json_without_nul(v)))
+                .collect(),
+        ),
+        other => other,
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use parley_core::config::{ConfigError, Env, SecretString};
+use parley_core::config::{ConfigError, Env, SecretString, in_lambda};
 use parley_core::db::DbConfig;
 
 use crate::tools::Limits;
@@ -46,9 +46,20 @@ impl McpConfig {
             }
             list => Some(list.to_vec()),
         };
+        let auth_token = env.secret("MCP_AUTH_TOKEN");
+        let auth_off = env
+            .get("MCP_AUTH")
+            .is_some_and(|v| v.eq_ignore_ascii_case("none"));
+        // A deployment that forgot its token must not come up as an open endpoint.
+        if auth_token.is_none() && in_lambda(env) && !auth_off {
+            return Err(ConfigError::new(
+                "MCP_AUTH_TOKEN",
+                "is required under Lambda (set MCP_AUTH=none to run without auth on purpose)",
+            ));
+        }
         Ok(Self {
             db: DbConfig::from_env(env)?,
-            auth_token: env.secret("MCP_AUTH_TOKEN"),
+            auth_token,
             allowed_hosts,
             allowed_origins: env.list("MCP_ALLOWED_ORIGINS"),
             max_body_bytes: env.limit("MCP_MAX_BODY_BYTES", 1024 * 1024, 1024..=64 * 1024 * 1024)?
@@ -94,6 +105,20 @@ mod tests {
         assert!(c.allowed_hosts.is_none());
         let e = McpConfig::from_env(&env(&[("MCP_ALLOWED_HOSTS", "*,a.example")])).unwrap_err();
         assert_eq!(e.var, "MCP_ALLOWED_HOSTS");
+    }
+
+    #[test]
+    fn under_lambda_a_missing_token_stops_start_up_unless_auth_is_off_on_purpose() {
+        let lambda = env(&[("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001")]);
+        assert_eq!(
+            McpConfig::from_env(&lambda).unwrap_err().var,
+            "MCP_AUTH_TOKEN"
+        );
+        let off = env(&[
+            ("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001"),
+            ("MCP_AUTH", "none"),
+        ]);
+        assert!(McpConfig::from_env(&off).unwrap().auth_token.is_none());
     }
 
     #[test]

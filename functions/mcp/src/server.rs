@@ -88,7 +88,9 @@ impl ServerHandler for ParleyMcp {
                 elapsed_ms = started.elapsed().as_millis() as u64,
                 "tool call"
             ),
-            Err(e) => tracing::info!(tool = %tool.name, error = %e, "tool call refused or failed"),
+            Err(e) => {
+                tracing::info!(tool = %tool.name, error = %e.log_kind(), "tool call refused or failed")
+            }
         }
         Ok(tools::to_call_result(outcome).into())
     }

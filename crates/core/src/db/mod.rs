@@ -31,6 +31,19 @@ pub struct DbConfig {
     /// `DB_CA_FILE`: PEM bundle of CAs to trust for `verify-ca`/`verify-full`
     /// (e.g. Amazon's RDS global bundle). Overrides `sslrootcert` in the URL.
     pub ca_file: Option<PathBuf>,
+    /// How a pooled connection is checked before use; chosen by each function, not a setting.
+    pub checkout: Checkout,
+}
+
+/// How much a pooled connection is checked when a request takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checkout {
+    /// Only "not closed": no round trip. For callers that retry once on a stale connection
+    /// themselves (the mcp function's tool calls).
+    Fast,
+    /// An empty query first, replacing a connection that died (e.g. while the Lambda instance
+    /// was frozen) before the caller sees it. One round trip per checkout.
+    Verified,
 }
 
 impl DbConfig {
@@ -55,6 +68,7 @@ impl DbConfig {
                 10..=120_000,
             )?,
             ca_file: env.optional("DB_CA_FILE")?,
+            checkout: Checkout::Fast,
         })
     }
 
@@ -99,9 +113,19 @@ impl From<tokio_postgres::Error> for DbError {
 }
 
 impl From<PoolError> for DbError {
+    /// Every pool failure means "no usable connection": even a server's refusal while
+    /// connecting (wrong password, missing database) is an outage to the caller, not a bad
+    /// statement.
     fn from(e: PoolError) -> Self {
         match e {
-            PoolError::Backend(e) => e.into(),
+            PoolError::Backend(e) if e.code().is_some() => DbError::Unavailable(format!(
+                "the server refused the connection (SQLSTATE {})",
+                e.code().map_or("?", |c| c.code())
+            )),
+            PoolError::Backend(e) => match DbError::from(e) {
+                DbError::Query(e) => DbError::Unavailable(e.to_string()),
+                other => other,
+            },
             other => DbError::Unavailable(other.to_string()),
         }
     }
@@ -219,10 +243,10 @@ impl ConnectTarget {
 pub fn pool(config: &DbConfig) -> Result<Pool, DbError> {
     let (pg, tls) = prepare(config)?;
     let manager_config = ManagerConfig {
-        // `Fast` only checks the client is not closed; a connection that died while the Lambda
-        // instance was frozen is caught by the caller's single retry instead of a ping on every
-        // checkout.
-        recycling_method: RecyclingMethod::Fast,
+        recycling_method: match config.checkout {
+            Checkout::Fast => RecyclingMethod::Fast,
+            Checkout::Verified => RecyclingMethod::Verified,
+        },
     };
     let manager = match tls {
         None => Manager::from_config(pg, tokio_postgres::NoTls, manager_config),

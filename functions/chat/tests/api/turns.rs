@@ -220,7 +220,10 @@ async fn an_llm_that_keeps_failing_gives_a_502_and_the_question_stays_on_record(
     assert_eq!(messages[0]["role"], "user");
     assert_eq!(messages[0]["content"], "are you there?");
     assert!(
-        messages[1]["error"].as_str().unwrap().contains("HTTP 500"),
+        messages[1]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("llm_unavailable:"),
         "{messages:?}"
     );
 }
@@ -344,6 +347,24 @@ async fn a_request_can_narrow_the_tools_offered() {
         .map(|t| t["name"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(offered, ["lad_by_ref", "get_feedback"]);
+}
+
+#[tokio::test]
+async fn a_call_to_a_tool_the_request_left_out_is_refused() {
+    let chat = spawn_chat(vec![
+        Step::Calls(vec![call("search_feedback", r#"{"query":"noise"}"#)]),
+        Step::Text("ok".into()),
+    ])
+    .await;
+    let body = chat
+        .turn("alice", json!({"message": "hi", "tools": ["lad_by_ref"]}))
+        .await;
+    let trace = &body["traces"][0];
+    assert_eq!(trace["is_error"], true);
+    assert!(
+        trace["output"].as_str().unwrap().contains("not available in this conversation turn"),
+        "{trace}"
+    );
 }
 
 #[tokio::test]

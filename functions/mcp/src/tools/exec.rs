@@ -37,6 +37,10 @@ pub enum ExecError {
     Unavailable,
     #[error("this tool is read-only and its statement tried to change data; nothing was changed")]
     ReadOnly,
+    #[error(
+        "the database role of this service may not do what this tool asks; nothing was changed"
+    )]
+    PermissionDenied,
     #[error("the query failed (SQLSTATE {0}); the tool's declaration may need fixing")]
     Query(String),
 }
@@ -46,7 +50,7 @@ impl From<DbError> for ExecError {
         match e {
             DbError::Query(e) => match e.code() {
                 Some(c) if *c == SqlState::READ_ONLY_SQL_TRANSACTION => ExecError::ReadOnly,
-                Some(c) if *c == SqlState::INSUFFICIENT_PRIVILEGE => ExecError::ReadOnly,
+                Some(c) if *c == SqlState::INSUFFICIENT_PRIVILEGE => ExecError::PermissionDenied,
                 Some(c) => ExecError::Query(c.code().to_owned()),
                 None => ExecError::Query("unknown".into()),
             },

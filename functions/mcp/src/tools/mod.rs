@@ -163,6 +163,25 @@ pub enum ToolError {
     Exec(#[from] ExecError),
 }
 
+impl ToolError {
+    /// What the log may say: the kind of failure and, for arguments, the parameter's name, but
+    /// never a value the caller sent.
+    pub fn log_kind(&self) -> String {
+        match self {
+            ToolError::Arguments(ArgumentError::Missing(name)) => {
+                format!("missing argument `{name}`")
+            }
+            ToolError::Arguments(ArgumentError::Unknown { name, .. }) => {
+                format!("unknown argument `{name}`")
+            }
+            ToolError::Arguments(ArgumentError::Invalid { name, .. }) => {
+                format!("invalid argument `{name}`")
+            }
+            ToolError::Exec(e) => e.to_string(),
+        }
+    }
+}
+
 /// The one place a call's outcome becomes what MCP clients see: rows as structured content
 /// plus the same JSON as text, or a tool error (`isError: true`) the model can act on.
 pub fn to_call_result(outcome: Result<ToolOutput, ToolError>) -> CallToolResult {
