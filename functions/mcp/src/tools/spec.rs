@@ -60,6 +60,10 @@ pub struct ToolSpec {
     pub limit_param: Option<usize>,
     /// Declared to change data: runs in a read-write transaction. Off unless declared.
     pub writes: bool,
+    /// Plan each call for its values. True when a parameter can be NULL (optional, no
+    /// default): such SQL is written `(:x IS NULL OR col = :x)`, and a cached generic plan
+    /// cannot use the index a given filter allows. Other tools keep Postgres' plan cache.
+    pub custom_plans: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -217,7 +221,9 @@ fn tool(raw: RawTool, limits: Limits) -> Result<ToolSpec, String> {
             Some(i)
         }
     };
+    let custom_plans = params.iter().any(|p| !p.required && p.default.is_none());
     Ok(ToolSpec {
+        custom_plans,
         name: raw.name,
         title: raw.title,
         description: raw.description.trim().to_owned(),
@@ -360,6 +366,18 @@ mod tests {
         );
         assert_eq!(t.placeholder_types, vec![Type::TEXT, Type::INT8]);
         assert_eq!(t.max_rows, 100);
+        assert!(!t.custom_plans, "a required parameter is never NULL");
+    }
+
+    #[test]
+    fn tools_with_nullable_filters_are_planned_per_call() {
+        let tools = parse(DEFAULT_TOOLS, Limits::default()).unwrap();
+        let planned: Vec<_> = tools
+            .iter()
+            .filter(|t| t.custom_plans)
+            .map(|t| t.name.as_str())
+            .collect();
+        assert_eq!(planned, ["list_lads", "search_feedback", "feedback_stats"]);
     }
 
     #[test]
