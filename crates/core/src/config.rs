@@ -61,6 +61,17 @@ impl Env {
         }
     }
 
+    /// This environment with `overrides` set on top (an override replaces a value of the same
+    /// name): how settings from Secrets Manager join the process environment.
+    pub fn overlay<K: Into<String>, V: Into<String>>(
+        &self,
+        overrides: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        let mut vars = self.vars.clone();
+        vars.extend(overrides.into_iter().map(|(k, v)| (k.into(), v.into())));
+        Self { vars }
+    }
+
     /// The raw value; an empty string counts as unset, as in most shells' `VAR=` idiom.
     pub fn get(&self, var: &str) -> Option<&str> {
         self.vars
@@ -214,6 +225,15 @@ mod tests {
     fn lists_drop_blanks() {
         let env = Env::from_pairs([("HOSTS", "a.example, ,b.example,")]);
         assert_eq!(env.list("HOSTS"), vec!["a.example", "b.example"]);
+    }
+
+    #[test]
+    fn an_overlay_replaces_values_and_keeps_the_rest() {
+        let env = Env::from_pairs([("A", "1"), ("B", "2")]).overlay([("B", "3"), ("C", "4")]);
+        assert_eq!(
+            (env.get("A"), env.get("B"), env.get("C")),
+            (Some("1"), Some("3"), Some("4"))
+        );
     }
 
     #[test]

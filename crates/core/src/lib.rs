@@ -1,10 +1,11 @@
-//! What Parley's functions share: typed configuration, the Postgres pool, migrations,
-//! telemetry and the dual Lambda / plain-HTTP runtime.
+//! What Parley's functions share: typed configuration, settings from Secrets Manager, the
+//! Postgres pool, migrations, telemetry and the dual Lambda / plain-HTTP runtime.
 //!
 //! **Invariant:** this crate knows no routes, no MCP and no LLM; the functions bring those.
 
 pub mod config;
 pub mod db;
 pub mod migrate;
+pub mod secrets;
 pub mod serve;
 pub mod telemetry;

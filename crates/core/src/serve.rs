@@ -3,7 +3,10 @@
 //!
 //! Both paths run the same `Router`, so tests of the plain server test what Lambda runs.
 
+use std::fmt::Display;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::process::ExitCode;
 
 use axum::Router;
 use axum::http::{HeaderName, Request};
@@ -12,6 +15,7 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::trace::TraceLayer;
 
 use crate::config::{ConfigError, Env, in_lambda};
+use crate::secrets::Secrets;
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -28,6 +32,43 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
     #[error("Lambda runtime failed: {0}")]
     Lambda(String),
+}
+
+/// A function's whole `main`: logging from the process environment, then the secrets in
+/// `SECRET_IDS` laid over it, then `build` with that environment (and the handle that fetches
+/// the secrets again), then serving until told to stop. `name` prefixes the one line printed
+/// when start-up fails; the exit code is 2 for a bad logging setting, 1 for anything else.
+pub async fn main<F, Fut, E>(name: &str, default_addr: &str, build: F) -> ExitCode
+where
+    F: FnOnce(Env, Option<Secrets>) -> Fut,
+    Fut: Future<Output = Result<Router, E>>,
+    E: Display,
+{
+    let env = Env::from_process();
+    if let Err(e) = crate::telemetry::init(&env) {
+        eprintln!("{name}: {e}");
+        return ExitCode::from(2);
+    }
+    let result = async {
+        let (env, secrets) = crate::secrets::load(&env)
+            .await
+            .map_err(|e| e.to_string())?;
+        let router = build(env.clone(), secrets)
+            .await
+            .map_err(|e| e.to_string())?;
+        run(router, &env, default_addr)
+            .await
+            .map_err(|e| e.to_string())
+    }
+    .await;
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("{name}: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// Wraps a router so every request runs in a span carrying its request id: the Lambda

@@ -20,8 +20,9 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 const PORT_ATTEMPTS: usize = 5;
 
 /// A Postgres server of its own in a fresh directory under `$PARLEY_PG_HOME/clusters/`,
-/// listening on a free port on 127.0.0.1 with trust auth for `postgres`. Dropping it stops the
-/// server (`-m immediate`) and deletes the directory.
+/// listening on a free port on 127.0.0.1 with trust auth for `postgres` (and, from
+/// [`TestCluster::start_with_passwords`], password checks for every other role). Dropping it
+/// stops the server (`-m immediate`) and deletes the directory.
 #[derive(Debug)]
 pub struct TestCluster {
     bin: PathBuf,
@@ -35,6 +36,17 @@ pub struct TestCluster {
 impl TestCluster {
     /// initdb + start. Panics with initdb's or the server's log when either fails.
     pub fn start() -> TestCluster {
+        TestCluster::start_with(Auth::Trust)
+    }
+
+    /// Like [`TestCluster::start`], but every role except `postgres` must log in with its
+    /// password (scram-sha-256): for tests of refused and rotated passwords, which the shared
+    /// server (trust auth) cannot show.
+    pub fn start_with_passwords() -> TestCluster {
+        TestCluster::start_with(Auth::PasswordsExceptSuperuser)
+    }
+
+    fn start_with(auth: Auth) -> TestCluster {
         let bin = bin_dir();
         let run_as = is_root().then(|| {
             ensure_pg_user();
@@ -70,6 +82,13 @@ impl TestCluster {
             running: false,
         };
         cluster.initdb();
+        if auth == Auth::PasswordsExceptSuperuser {
+            // Written before the first start, so no reload is needed. First match wins.
+            cluster.write_hba(
+                "host all postgres 127.0.0.1/32 trust\n\
+                 host all all 127.0.0.1/32 scram-sha-256\n",
+            );
+        }
         cluster.start_on_free_port();
         cluster
     }
@@ -217,6 +236,17 @@ impl TestCluster {
             .unwrap_or_else(|e| panic!("running {}: {e}", program.display()))
     }
 
+    fn write_hba(&self, lines: &str) {
+        let path = self.data.join("pg_hba.conf");
+        // Truncating keeps the file's owner (the server user) and mode.
+        OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(lines.as_bytes()))
+            .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+    }
+
     fn append_conf(&self, lines: &str) {
         let path = self.data.join("postgresql.conf");
         OpenOptions::new()
@@ -242,6 +272,12 @@ impl Drop for TestCluster {
         }
         let _ = fs::remove_dir_all(&self.dir);
     }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Auth {
+    Trust,
+    PasswordsExceptSuperuser,
 }
 
 /// `$PARLEY_PG_BIN` (set by `scripts/test`), else what `scripts/pg` installs.

@@ -72,7 +72,15 @@ impl TestDb {
 
     /// [`TestDb::migrated`] plus `parley demo-data` with `feedback` rows and the default seed.
     pub async fn with_demo_data(feedback: u64) -> TestDb {
-        let db = TestDb::migrated().await;
+        TestDb::load_demo_data(TestDb::migrated().await, feedback).await
+    }
+
+    /// [`TestDb::migrated_on`] plus `parley demo-data` with `feedback` rows and the default seed.
+    pub async fn with_demo_data_on(admin_url: &str, feedback: u64) -> TestDb {
+        TestDb::load_demo_data(TestDb::migrated_on(admin_url).await, feedback).await
+    }
+
+    async fn load_demo_data(db: TestDb, feedback: u64) -> TestDb {
         let mut client = db.client().await;
         let opts = parley_cli::demo::DemoOptions {
             feedback,

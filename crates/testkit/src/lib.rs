@@ -1,13 +1,16 @@
 //! Test fixtures for Parley's integration tests: a fresh, migrated database per test on the
-//! server at `DATABASE_URL` ([`TestDb`]), and private throwaway Postgres servers for tests
-//! that stop and restart the database ([`TestCluster`]). Run the tests with `scripts/test`.
+//! server at `DATABASE_URL` ([`TestDb`]), private throwaway Postgres servers for tests that stop
+//! and restart the database or check passwords ([`TestCluster`]), and a local AWS Secrets
+//! Manager ([`Moto`]). Run the tests with `scripts/test`.
 
 mod cluster;
 mod db;
 pub mod llm;
+mod moto;
 
 pub use cluster::TestCluster;
 pub use db::{READONLY_USER, TestDb, connect};
+pub use moto::{MOTO_REGION, Moto};
 
 /// tokio-postgres' Display for server errors is just "db error"; the useful part is inside.
 pub(crate) fn pg_message(err: &tokio_postgres::Error) -> String {

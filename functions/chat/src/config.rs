@@ -44,6 +44,9 @@ pub struct McpServer {
     pub name: String,
     pub url: url::Url,
     pub token: Option<SecretString>,
+    /// The setting the token comes from when it can be re-read after a 401 (the `parley`
+    /// server's `MCP_AUTH_TOKEN`, which Secrets Manager may rotate); `None` for `MCP_SERVERS`.
+    pub token_setting: Option<&'static str>,
 }
 
 #[derive(Debug, Clone)]
@@ -110,6 +113,7 @@ fn mcp_servers(env: &Env) -> Result<Vec<McpServer>, ConfigError> {
             name: "parley".into(),
             url: server_url("MCP_URL", url)?,
             token: env.secret("MCP_AUTH_TOKEN"),
+            token_setting: Some("MCP_AUTH_TOKEN"),
         });
     }
     if let Some(raw) = env.get("MCP_SERVERS") {
@@ -141,6 +145,7 @@ fn mcp_servers(env: &Env) -> Result<Vec<McpServer>, ConfigError> {
             servers.push(McpServer {
                 url: server_url("MCP_SERVERS", &s.url)?,
                 token: s.token.filter(|t| !t.is_empty()).map(SecretString::from),
+                token_setting: None,
                 name: s.name,
             });
         }

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::FromRef;
 use deadpool_postgres::Pool;
+use parley_core::secrets::Secrets;
 
 use crate::auth::Authenticator;
 use crate::config::{ChatConfig, Limits};
@@ -53,20 +54,30 @@ pub enum StartupError {
 /// Builds the state and the router. Nothing is connected yet: the pool, the MCP connections and
 /// the JWKS are opened on first use, so a cold start does not wait for them twice.
 pub fn build(config: &ChatConfig) -> Result<Router, StartupError> {
+    build_with_secrets(config, None)
+}
+
+/// [`build`] for settings that came from Secrets Manager: a refused database password or a 401
+/// from the `parley` MCP server fetches `secrets` again (rate-limited) and retries once.
+pub fn build_with_secrets(
+    config: &ChatConfig,
+    secrets: Option<Secrets>,
+) -> Result<Router, StartupError> {
     let http = reqwest::Client::builder()
         .connect_timeout(std::time::Duration::from_secs(5))
         .pool_idle_timeout(std::time::Duration::from_secs(90))
         .build()
         .map_err(|e| StartupError::Http(e.to_string()))?;
     let auth = Arc::new(Authenticator::new(config.auth.clone(), http.clone()));
+    let mut db = config.db.clone();
+    db.rotation = secrets.as_ref().map(Secrets::database_rotation);
     let state = AppState {
-        pool: parley_core::db::pool(&config.db)?,
+        pool: parley_core::db::pool(&db)?,
         llm: Llm::new(config.llm.clone(), http.clone()),
-        mcp: Arc::new(McpClients::new(
-            config.mcp_servers.clone(),
-            http,
-            config.limits.mcp_timeout,
-        )),
+        mcp: Arc::new(
+            McpClients::new(config.mcp_servers.clone(), http, config.limits.mcp_timeout)
+                .with_secrets(secrets),
+        ),
         auth,
         limits: Arc::new(config.limits.clone()),
     };

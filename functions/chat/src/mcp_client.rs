@@ -4,12 +4,15 @@
 //! Connections use the one-request `server/discover` lifecycle (2026-07-28) when the server
 //! offers it and fall back to the classic `initialize` handshake. A dead connection is replaced
 //! and the call retried once; a server that is down becomes a tool error, never a failed turn.
+//! A 401 from the `parley` server fetches its token from Secrets Manager again (rate-limited),
+//! reconnects with it and retries once, so a rotated token needs no cold start.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use parley_core::config::ExposeSecret;
+use parley_core::config::{ExposeSecret, SecretString};
+use parley_core::secrets::Secrets;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock,
     Implementation, ProtocolVersion,
@@ -33,11 +36,30 @@ pub struct McpClients {
     http: reqwest::Client,
     timeout: Duration,
     catalog: Mutex<Option<Arc<Catalog>>>,
+    /// Where a rotated token comes from; `None` when the settings came from the environment.
+    secrets: Option<Secrets>,
 }
 
 struct Server {
     config: McpServer,
-    client: Mutex<Option<Arc<Client>>>,
+    /// The token in use and how many times it was replaced: a request refused with 401 retries
+    /// only if the token changed since its connection was made.
+    token: RwLock<(u64, Option<SecretString>)>,
+    client: Mutex<Option<Connected>>,
+}
+
+/// A live client and the generation of the token it sends.
+#[derive(Clone)]
+struct Connected {
+    client: Arc<Client>,
+    token_generation: u64,
+}
+
+/// Why connecting failed; `unauthorized` when the server answered 401 (or 403 with a challenge).
+struct ConnectFailure {
+    message: String,
+    unauthorized: bool,
+    token_generation: u64,
 }
 
 /// The tools offered to the model, under the names the model uses.
@@ -89,6 +111,7 @@ impl McpClients {
             servers: servers
                 .into_iter()
                 .map(|config| Server {
+                    token: RwLock::new((0, config.token.clone())),
                     config,
                     client: Mutex::new(None),
                 })
@@ -96,7 +119,14 @@ impl McpClients {
             http,
             timeout,
             catalog: Mutex::new(None),
+            secrets: None,
         }
+    }
+
+    /// Takes rotated tokens from `secrets` when a server refuses the current one.
+    pub fn with_secrets(mut self, secrets: Option<Secrets>) -> Self {
+        self.secrets = secrets;
+        self
     }
 
     /// The tools of every reachable server; listed once per instance, not per turn.
@@ -122,15 +152,23 @@ impl McpClients {
     }
 
     async fn list(&self, server: &Server) -> Result<Vec<rmcp::model::Tool>, String> {
-        let client = self.connect(server).await?;
-        match tokio::time::timeout(self.timeout, client.list_all_tools()).await {
-            Ok(Ok(tools)) => Ok(tools),
-            Ok(Err(e)) => {
-                self.forget(server, &client).await;
-                Err(e.to_string())
+        for attempt in 1..=2 {
+            let connected = self.connect_authorized(server).await?;
+            match tokio::time::timeout(self.timeout, connected.client.list_all_tools()).await {
+                Ok(Ok(tools)) => return Ok(tools),
+                Ok(Err(e)) => {
+                    self.forget(server, &connected.client).await;
+                    let renewed = attempt == 1
+                        && e.auth_challenge().is_some()
+                        && self.renew_token(server, connected.token_generation).await;
+                    if !renewed {
+                        return Err(e.to_string());
+                    }
+                }
+                Err(_) => return Err("timed out".into()),
             }
-            Err(_) => Err("timed out".into()),
         }
+        Err("the server refused the renewed token".into())
     }
 
     /// Runs one call by the name the model used. Never fails: problems become tool errors.
@@ -158,7 +196,7 @@ impl McpClients {
         // Two attempts: the first may find a connection that died while the instance was
         // frozen or the server restarted; the second uses a fresh one.
         for attempt in 1..=2 {
-            let client = match self.connect(server).await {
+            let connected = match self.connect_authorized(server).await {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::warn!(server = %server.config.name, error = %e, "MCP server unreachable");
@@ -168,6 +206,7 @@ impl McpClients {
                     ));
                 }
             };
+            let client = connected.client;
             match tokio::time::timeout(self.timeout, client.call_tool(params.clone())).await {
                 Ok(Ok(result)) => return outcome(result),
                 Ok(Err(ServiceError::McpError(e))) => {
@@ -177,6 +216,16 @@ impl McpClients {
                         *self.catalog.lock().await = None;
                     }
                     return ToolOutcome::error(e.message.to_string());
+                }
+                Ok(Err(e)) if attempt == 1 && e.auth_challenge().is_some() => {
+                    self.forget(server, &client).await;
+                    if !self.renew_token(server, connected.token_generation).await {
+                        tracing::warn!(server = %server.config.name, "MCP server refused the token");
+                        return ToolOutcome::error(format!(
+                            "the tool server `{}` refused Parley's credentials; try again later or answer without it",
+                            server.config.name
+                        ));
+                    }
                 }
                 Ok(Err(e)) if attempt == 1 => {
                     tracing::info!(server = %server.config.name, error = %e, "MCP connection failed; reconnecting");
@@ -201,13 +250,37 @@ impl McpClients {
         unreachable!("the loop returns on its second attempt")
     }
 
-    async fn connect(&self, server: &Server) -> Result<Arc<Client>, String> {
-        let mut slot = server.client.lock().await;
-        if let Some(client) = slot.as_ref().filter(|c| !c.is_transport_closed()) {
-            return Ok(client.clone());
+    /// [`Self::connect`], renewing the token once if the server refuses it.
+    async fn connect_authorized(&self, server: &Server) -> Result<Connected, String> {
+        match self.connect(server).await {
+            Err(refused) if refused.unauthorized => {
+                if self.renew_token(server, refused.token_generation).await {
+                    self.connect(server).await.map_err(|f| f.message)
+                } else {
+                    Err(refused.message)
+                }
+            }
+            other => other.map_err(|f| f.message),
         }
+    }
+
+    async fn connect(&self, server: &Server) -> Result<Connected, ConnectFailure> {
+        let mut slot = server.client.lock().await;
+        if let Some(connected) = slot.as_ref().filter(|c| !c.client.is_transport_closed()) {
+            return Ok(connected.clone());
+        }
+        let (token_generation, token) = server
+            .token
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let failure = |message: String, unauthorized: bool| ConnectFailure {
+            message,
+            unauthorized,
+            token_generation,
+        };
         let mut config = StreamableHttpClientTransportConfig::with_uri(server.config.url.as_str());
-        if let Some(token) = &server.config.token {
+        if let Some(token) = &token {
             config = config.auth_header(token.expose_secret().to_owned());
         }
         let transport = StreamableHttpClientTransport::with_client(self.http.clone(), config);
@@ -224,16 +297,52 @@ impl McpClients {
             info.serve_with_lifecycle(transport, lifecycle),
         )
         .await
-        .map_err(|_| "connecting timed out".to_owned())?
-        .map_err(|e| e.to_string())?;
-        let client = Arc::new(client);
-        *slot = Some(client.clone());
-        Ok(client)
+        .map_err(|_| failure("connecting timed out".to_owned(), false))?
+        .map_err(|e| failure(e.to_string(), e.auth_challenge().is_some()))?;
+        let connected = Connected {
+            client: Arc::new(client),
+            token_generation,
+        };
+        *slot = Some(connected.clone());
+        Ok(connected)
+    }
+
+    /// After a 401 on a connection made with token `used`: whether a newer token is there to
+    /// retry with, fetching the secrets again (rate-limited, shared) if need be. Only servers
+    /// whose token comes from a setting (`MCP_URL`'s) can have one.
+    async fn renew_token(&self, server: &Server, used: u64) -> bool {
+        let (Some(secrets), Some(setting)) = (&self.secrets, server.config.token_setting) else {
+            return false;
+        };
+        tracing::info!(server = %server.config.name, "MCP server refused the token; fetching it again");
+        let fresh = match secrets.refresh().await {
+            Ok(env) => env.secret(setting),
+            Err(e) => {
+                tracing::warn!(server = %server.config.name, error = %e, "cannot fetch the secrets again");
+                None
+            }
+        };
+        let mut token = server.token.write().unwrap_or_else(|p| p.into_inner());
+        if token.0 != used {
+            return true; // another call renewed it meanwhile
+        }
+        let Some(fresh) = fresh else {
+            return false;
+        };
+        let same = token
+            .1
+            .as_ref()
+            .is_some_and(|t| t.expose_secret() == fresh.expose_secret());
+        if same {
+            return false;
+        }
+        *token = (used + 1, Some(fresh));
+        true
     }
 
     async fn forget(&self, server: &Server, dead: &Arc<Client>) {
         let mut slot = server.client.lock().await;
-        if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, dead)) {
+        if slot.as_ref().is_some_and(|c| Arc::ptr_eq(&c.client, dead)) {
             *slot = None;
         }
     }

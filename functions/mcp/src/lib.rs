@@ -16,6 +16,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::routing::get;
 use deadpool_postgres::Pool;
+use parley_core::secrets::Secrets;
 use serde_json::json;
 
 use crate::config::McpConfig;
@@ -32,8 +33,19 @@ pub enum StartupError {
 
 /// Loads the tools, builds the pool and checks every tool statement against the database.
 pub async fn build(config: &McpConfig) -> Result<Router, StartupError> {
+    build_with_secrets(config, None).await
+}
+
+/// [`build`] for settings that came from Secrets Manager: a refused database password or a
+/// bearer token that does not match fetches `secrets` again (rate-limited) before giving up.
+pub async fn build_with_secrets(
+    config: &McpConfig,
+    secrets: Option<Secrets>,
+) -> Result<Router, StartupError> {
     let catalog = Arc::new(Catalog::load(config.tools_file.as_deref(), config.limits)?);
-    let pool = parley_core::db::pool(&config.db)?;
+    let mut db = config.db.clone();
+    db.rotation = secrets.as_ref().map(Secrets::database_rotation);
+    let pool = parley_core::db::pool(&db)?;
     if catalog.check_against(&pool).await? {
         tracing::info!(
             tools = catalog.specs().len(),
@@ -48,18 +60,27 @@ pub async fn build(config: &McpConfig) -> Result<Router, StartupError> {
     if config.allowed_hosts.is_none() {
         tracing::warn!("MCP_ALLOWED_HOSTS=*: the Host check is off; rely on the gateway in front");
     }
-    Ok(router(config, catalog, pool))
+    Ok(router_with_secrets(config, catalog, pool, secrets))
 }
 
 /// The whole HTTP surface: `POST /mcp` and `GET /health`.
 pub fn router(config: &McpConfig, catalog: Arc<Catalog>, pool: Pool) -> Router {
+    router_with_secrets(config, catalog, pool, None)
+}
+
+fn router_with_secrets(
+    config: &McpConfig,
+    catalog: Arc<Catalog>,
+    pool: Pool,
+    secrets: Option<Secrets>,
+) -> Router {
     let mcp = server::service(config, server::ParleyMcp::new(catalog, pool.clone()));
     let mut mcp_routes = Router::new()
         .route_service("/mcp", mcp)
         .route_layer(axum::middleware::from_fn(error::json_transport_errors));
     if let Some(token) = &config.auth_token {
         mcp_routes = mcp_routes.route_layer(axum::middleware::from_fn_with_state(
-            Arc::new(token.clone()),
+            Arc::new(auth::BearerAuth::new(token.clone(), secrets)),
             auth::require_bearer,
         ));
     }

@@ -2,23 +2,39 @@
 //!
 //! A Lambda instance serves one request at a time, so pools stay small. Connections can die
 //! while an instance is frozen; callers get [`DbError::Unavailable`] for those and may retry once
-//! on a fresh connection (see [`is_connection_error`]).
+//! on a fresh connection (see [`is_connection_error`]). When the credentials come from Secrets
+//! Manager, a password the server refuses is re-fetched once and the connection retried
+//! ([`CredentialRefresh`]), so a rotated secret does not wait for the next cold start.
 
 mod tls;
 
+use std::fmt;
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::str::FromStr;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
 use secrecy::ExposeSecret;
+use tokio::task::JoinHandle;
 
 use crate::config::{ConfigError, Env, SecretString};
 
 pub use deadpool_postgres::{Object as PooledClient, Pool as PgPool};
 
+/// Where a newer `DATABASE_URL` comes from when the server refuses the current password
+/// (SQLSTATE 28P01 or 28000): in production, the secrets loaded at start-up
+/// (`parley_core::secrets::Secrets::database_rotation`).
+pub trait CredentialRefresh: Send + Sync {
+    /// The `DATABASE_URL` to use now, after asking for fresh credentials (the implementation may
+    /// skip the fetch, e.g. when it fetched moments ago); `None` when none can be had.
+    fn refresh(&self) -> Pin<Box<dyn Future<Output = Option<SecretString>> + Send + '_>>;
+}
+
 /// Settings for the pool; see the README's settings table.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct DbConfig {
     /// `DATABASE_URL`, kept secret because it may carry a password.
     pub url: SecretString,
@@ -33,6 +49,24 @@ pub struct DbConfig {
     pub ca_file: Option<PathBuf>,
     /// How a pooled connection is checked before use; chosen by each function, not a setting.
     pub checkout: Checkout,
+    /// Asked for a new URL when the server refuses the password; `None` (the default) means the
+    /// URL is fixed for the life of the process.
+    pub rotation: Option<Arc<dyn CredentialRefresh>>,
+}
+
+impl fmt::Debug for DbConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // By hand because of `rotation`; the URL shows as SecretString's own redaction.
+        f.debug_struct("DbConfig")
+            .field("url", &self.url)
+            .field("pool_max_size", &self.pool_max_size)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("acquire_timeout", &self.acquire_timeout)
+            .field("ca_file", &self.ca_file)
+            .field("checkout", &self.checkout)
+            .field("rotation", &self.rotation.is_some())
+            .finish()
+    }
 }
 
 /// How much a pooled connection is checked when a request takes it.
@@ -69,6 +103,7 @@ impl DbConfig {
             )?,
             ca_file: env.optional("DB_CA_FILE")?,
             checkout: Checkout::Fast,
+            rotation: None,
         })
     }
 
@@ -175,6 +210,16 @@ fn has_io_source(e: &tokio_postgres::Error) -> bool {
     false
 }
 
+/// Whether the server refused our credentials while connecting: 28P01 (invalid_password) or
+/// 28000 (invalid_authorization_specification, e.g. no pg_hba.conf entry for the user).
+pub fn is_auth_failure(e: &tokio_postgres::Error) -> bool {
+    use tokio_postgres::error::SqlState;
+    e.code().is_some_and(|code| {
+        *code == SqlState::INVALID_PASSWORD
+            || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
+    })
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SslMode {
     Disable,
@@ -241,17 +286,17 @@ impl ConnectTarget {
 /// Builds the pool. Connections are opened lazily, so this succeeds while Postgres is down and
 /// the service recovers by itself once it is back.
 pub fn pool(config: &DbConfig) -> Result<Pool, DbError> {
-    let (pg, tls) = prepare(config)?;
+    let connector = Connector::new(config)?;
     let manager_config = ManagerConfig {
         recycling_method: match config.checkout {
             Checkout::Fast => RecyclingMethod::Fast,
             Checkout::Verified => RecyclingMethod::Verified,
         },
     };
-    let manager = match tls {
-        None => Manager::from_config(pg, tokio_postgres::NoTls, manager_config),
-        Some(tls) => Manager::from_config(pg, tls, manager_config),
-    };
+    // deadpool hands this config to `Connect::connect`, which ignores it in favour of the
+    // connector's current one (that is what a refresh replaces).
+    let pg = connector.current().pg.clone();
+    let manager = Manager::from_connect(pg, PoolConnect(Arc::new(connector)), manager_config);
     Pool::builder(manager)
         .max_size(config.pool_max_size)
         .runtime(Runtime::Tokio1)
@@ -262,43 +307,166 @@ pub fn pool(config: &DbConfig) -> Result<Pool, DbError> {
         .map_err(|e| DbError::Unavailable(e.to_string()))
 }
 
-/// One dedicated connection outside any pool, with the same TLS rules: for admin work such as
-/// migrations, which hold a session-level advisory lock.
+/// One dedicated connection outside any pool, with the same TLS and rotation rules: for admin
+/// work such as migrations, which hold a session-level advisory lock.
 pub async fn connect(config: &DbConfig) -> Result<tokio_postgres::Client, DbError> {
-    let (pg, tls) = prepare(config)?;
-    let client = match tls {
-        None => {
-            let (client, connection) = pg.connect(tokio_postgres::NoTls).await?;
-            tokio::spawn(watch(connection));
-            client
-        }
-        Some(tls) => {
-            let (client, connection) = pg.connect(tls).await?;
-            tokio::spawn(watch(connection));
-            client
-        }
-    };
+    let (client, _task) = Connector::new(config)?.connect().await?;
     Ok(client)
 }
 
-async fn watch<F: std::future::Future<Output = Result<(), tokio_postgres::Error>>>(connection: F) {
-    if let Err(e) = connection.await {
-        tracing::warn!(error = %e, "database connection closed");
+/// Opens connections with the current credentials, and on an authentication failure asks the
+/// [`CredentialRefresh`] for a new URL and tries once more.
+struct Connector {
+    current: RwLock<Arc<Target>>,
+    connect_timeout: Duration,
+    ca_file: Option<PathBuf>,
+    rotation: Option<Arc<dyn CredentialRefresh>>,
+}
+
+/// One URL made ready to connect with. `generation` tells whether a refresh replaced it between
+/// a failed attempt and now (then the attempt is worth repeating).
+struct Target {
+    url: SecretString,
+    pg: tokio_postgres::Config,
+    tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
+    generation: u64,
+}
+
+impl Connector {
+    fn new(config: &DbConfig) -> Result<Self, DbError> {
+        let first = prepare(
+            config.url.clone(),
+            config.connect_timeout,
+            config.ca_file.as_deref(),
+            0,
+        )?;
+        Ok(Self {
+            current: RwLock::new(Arc::new(first)),
+            connect_timeout: config.connect_timeout,
+            ca_file: config.ca_file.clone(),
+            rotation: config.rotation.clone(),
+        })
+    }
+
+    fn current(&self) -> Arc<Target> {
+        // A poisoned lock only means a panic elsewhere while swapping an Arc: the value is whole.
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    async fn connect(
+        &self,
+    ) -> Result<(tokio_postgres::Client, JoinHandle<()>), tokio_postgres::Error> {
+        let used = self.current();
+        let first = used.connect().await;
+        let Some(rotation) = &self.rotation else {
+            return first;
+        };
+        match first {
+            Err(e) if is_auth_failure(&e) => {
+                tracing::warn!(
+                    sqlstate = e.code().map_or("?", |c| c.code()),
+                    "the database refused the credentials; fetching them again"
+                );
+                if let Some(url) = rotation.refresh().await {
+                    self.adopt(url, &used);
+                }
+                let now = self.current();
+                if now.generation == used.generation {
+                    return Err(e);
+                }
+                let second = now.connect().await;
+                if second.is_ok() {
+                    tracing::info!("connected with the refreshed database credentials");
+                }
+                second
+            }
+            other => other,
+        }
+    }
+
+    /// Switches from `used` to `url`, unless another caller already replaced `used` or `url`
+    /// is the same (then retrying would fail the same way).
+    fn adopt(&self, url: SecretString, used: &Target) {
+        let current = self.current();
+        if current.generation != used.generation {
+            return;
+        }
+        if current.url.expose_secret() == url.expose_secret() {
+            tracing::warn!("the refreshed secret holds the same database credentials");
+            return;
+        }
+        let next = prepare(
+            url,
+            self.connect_timeout,
+            self.ca_file.as_deref(),
+            current.generation + 1,
+        );
+        match next {
+            Ok(next) => {
+                let mut slot = self.current.write().unwrap_or_else(|p| p.into_inner());
+                // Another caller may have adopted the same refresh meanwhile; keep the newest.
+                if slot.generation == current.generation {
+                    *slot = Arc::new(next);
+                }
+            }
+            // The error names the kind of problem, never the URL.
+            Err(e) => tracing::warn!(error = %e, "the refreshed DATABASE_URL is unusable"),
+        }
     }
 }
 
+impl Target {
+    async fn connect(
+        &self,
+    ) -> Result<(tokio_postgres::Client, JoinHandle<()>), tokio_postgres::Error> {
+        match &self.tls {
+            None => {
+                let (client, connection) = self.pg.connect(tokio_postgres::NoTls).await?;
+                Ok((client, tokio::spawn(watch(connection))))
+            }
+            Some(tls) => {
+                let (client, connection) = self.pg.connect(tls.clone()).await?;
+                Ok((client, tokio::spawn(watch(connection))))
+            }
+        }
+    }
+}
+
+/// deadpool's side of [`Connector`].
+struct PoolConnect(Arc<Connector>);
+
+impl deadpool_postgres::Connect for PoolConnect {
+    fn connect(
+        &self,
+        _ignored: &tokio_postgres::Config,
+    ) -> Pin<
+        Box<
+            dyn Future<
+                    Output = Result<
+                        (tokio_postgres::Client, JoinHandle<()>),
+                        tokio_postgres::Error,
+                    >,
+                > + Send
+                + '_,
+        >,
+    > {
+        Box::pin(self.0.connect())
+    }
+}
+
+/// A URL parsed and made ready to connect: timeouts, keepalives, application name and TLS.
 fn prepare(
-    config: &DbConfig,
-) -> Result<
-    (
-        tokio_postgres::Config,
-        Option<tokio_postgres_rustls::MakeRustlsConnect>,
-    ),
-    DbError,
-> {
-    let target = ConnectTarget::parse(config.url.expose_secret())?;
+    url: SecretString,
+    connect_timeout: Duration,
+    ca_file: Option<&std::path::Path>,
+    generation: u64,
+) -> Result<Target, DbError> {
+    let target = ConnectTarget::parse(url.expose_secret())?;
     let mut pg = target.pg;
-    pg.connect_timeout(config.connect_timeout)
+    pg.connect_timeout(connect_timeout)
         .keepalives(true)
         .keepalives_idle(Duration::from_secs(30));
     if pg.get_application_name().is_none() {
@@ -307,11 +475,22 @@ fn prepare(
     let tls = match target.ssl_mode {
         SslMode::Disable => None,
         mode => {
-            let ca = config.ca_file.as_deref().or(target.root_cert.as_deref());
+            let ca = ca_file.or(target.root_cert.as_deref());
             Some(tls::connector(mode, ca)?)
         }
     };
-    Ok((pg, tls))
+    Ok(Target {
+        url,
+        pg,
+        tls,
+        generation,
+    })
+}
+
+async fn watch<F: std::future::Future<Output = Result<(), tokio_postgres::Error>>>(connection: F) {
+    if let Err(e) = connection.await {
+        tracing::warn!(error = %e, "database connection closed");
+    }
 }
 
 /// Host, port and database of a URL, for logs: never the user or password.

@@ -117,29 +117,37 @@ pub async fn spawn(options: Options) -> TestChat {
 }
 
 async fn spawn_mcp(db: &TestDb) -> McpHandle {
-    let env = Env::from_pairs([
+    spawn_mcp_from(Env::from_pairs([
         ("DATABASE_URL", db.readonly_url.as_str()),
         ("MCP_AUTH_TOKEN", MCP_TOKEN),
-    ]);
+    ]))
+    .await
+}
+
+/// The mcp function started as its `main` does: `env` (exactly these settings) goes through
+/// `parley_core::secrets::load` first, so `SECRET_IDS` in it is honoured.
+pub async fn spawn_mcp_from(env: Env) -> McpHandle {
+    let (env, secrets) = parley_core::secrets::load(&env)
+        .await
+        .expect("mcp secrets load");
     let config = parley_mcp::config::McpConfig::from_env(&env).expect("mcp config");
     let requests = Arc::new(AtomicUsize::new(0));
     let counter = requests.clone();
-    let router =
-        parley_mcp::build(&config)
-            .await
-            .expect("mcp builds")
-            .layer(axum::middleware::from_fn(
-                move |req: Request, next: Next| {
-                    let counter = counter.clone();
-                    async move {
-                        if req.uri().path() == "/mcp" {
-                            counter.fetch_add(1, Ordering::SeqCst);
-                        }
-                        let response: Response = next.run(req).await;
-                        response
+    let router = parley_mcp::build_with_secrets(&config, secrets)
+        .await
+        .expect("mcp builds")
+        .layer(axum::middleware::from_fn(
+            move |req: Request, next: Next| {
+                let counter = counter.clone();
+                async move {
+                    if req.uri().path() == "/mcp" {
+                        counter.fetch_add(1, Ordering::SeqCst);
                     }
-                },
-            ));
+                    let response: Response = next.run(req).await;
+                    response
+                }
+            },
+        ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -151,6 +159,21 @@ async fn spawn_mcp(db: &TestDb) -> McpHandle {
         url: format!("http://{addr}/mcp"),
         requests,
         server,
+    }
+}
+
+/// The chat function started as its `main` does (secrets first), over `llm` and `mcp`.
+pub async fn spawn_chat_from(env: Env, llm: ScriptedLlm, mcp: Option<McpHandle>) -> TestChat {
+    let (env, secrets) = parley_core::secrets::load(&env)
+        .await
+        .expect("chat secrets load");
+    let config = parley_chat::config::ChatConfig::from_env(&env).expect("chat config");
+    let router = parley_chat::build_with_secrets(&config, secrets).expect("chat builds");
+    TestChat {
+        base: serve(router).await,
+        llm,
+        mcp,
+        http: reqwest::Client::new(),
     }
 }
 

@@ -4,5 +4,6 @@
 mod conversations;
 mod helpers;
 mod identity;
+mod secrets;
 mod turns;
 mod validation;

@@ -362,7 +362,10 @@ async fn a_call_to_a_tool_the_request_left_out_is_refused() {
     let trace = &body["traces"][0];
     assert_eq!(trace["is_error"], true);
     assert!(
-        trace["output"].as_str().unwrap().contains("not available in this conversation turn"),
+        trace["output"]
+            .as_str()
+            .unwrap()
+            .contains("not available in this conversation turn"),
         "{trace}"
     );
 }

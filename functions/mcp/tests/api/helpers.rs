@@ -82,6 +82,28 @@ pub async fn spawn_on(db: TestDb, options: Options) -> Result<TestApp, String> {
     let router = parley_mcp::build(&config)
         .await
         .map_err(|e| e.to_string())?;
+    Ok(serve(router, db, options.token).await)
+}
+
+/// Starts the function as its `main` does when `SECRET_IDS` is set: `env` (exactly these
+/// settings, nothing from the process) goes through `parley_core::secrets::load` first.
+/// `token` is what [`TestApp`]'s own requests present.
+pub async fn spawn_with_secrets(
+    db: TestDb,
+    env: Vec<(String, String)>,
+    token: Option<String>,
+) -> Result<TestApp, String> {
+    let (env, secrets) = parley_core::secrets::load(&Env::from_pairs(env))
+        .await
+        .map_err(|e| e.to_string())?;
+    let config = McpConfig::from_env(&env).map_err(|e| e.to_string())?;
+    let router = parley_mcp::build_with_secrets(&config, secrets)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(serve(router, db, token).await)
+}
+
+async fn serve(router: axum::Router, db: TestDb, token: Option<String>) -> TestApp {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -90,13 +112,13 @@ pub async fn spawn_on(db: TestDb, options: Options) -> Result<TestApp, String> {
         axum::serve(listener, router).await.expect("serve");
     });
     let base = format!("http://{addr}");
-    Ok(TestApp {
+    TestApp {
         mcp_url: format!("{base}/mcp"),
         base,
-        token: options.token,
+        token,
         db,
         http: reqwest::Client::new(),
-    })
+    }
 }
 
 impl TestApp {
@@ -133,9 +155,18 @@ impl TestApp {
 
     /// One JSON-RPC request; returns the HTTP status and the parsed body.
     pub async fn rpc(&self, method: &str, params: Value) -> (u16, Value) {
+        self.rpc_with(self.token.as_deref(), method, params).await
+    }
+
+    /// [`TestApp::rpc`] presenting `token` (or no `Authorization` at all).
+    pub async fn rpc_with(&self, token: Option<&str>, method: &str, params: Value) -> (u16, Value) {
         let body =
             json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
-        let headers = self.standard_headers();
+        let mut headers = self.standard_headers();
+        headers.retain(|(name, _)| *name != AUTHORIZATION.as_str());
+        if let Some(token) = token {
+            headers.push((AUTHORIZATION.as_str(), format!("Bearer {token}")));
+        }
         let borrowed: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let response = self.post_mcp(body, &borrowed).await;
         let status = response.status().as_u16();

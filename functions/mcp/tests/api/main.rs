@@ -5,4 +5,5 @@ mod auth;
 mod helpers;
 mod protocol;
 mod resilience;
+mod secrets;
 mod tools;

@@ -84,7 +84,10 @@ async fn the_read_only_role_refuses_writes_even_for_a_declared_writing_tool() {
     })
     .await;
     let message = app.tool_error("close_feedback", json!({"id": 1})).await;
-    assert!(message.contains("may not do what this tool asks"), "{message}");
+    assert!(
+        message.contains("may not do what this tool asks"),
+        "{message}"
+    );
     let status: String = app
         .sql_one("SELECT status FROM feedback WHERE id = 1")
         .await

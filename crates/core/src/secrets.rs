@@ -1,0 +1,712 @@
+//! Settings from AWS Secrets Manager: the secrets named in `SECRET_IDS` are fetched once per
+//! instance before the first request and laid over the environment; [`Secrets`] fetches them
+//! again, rate-limited, when a credential is refused, so a rotation needs no cold start.
+//!
+//! Two shapes of secret are understood. An RDS database secret (`username`, `password`, `host`,
+//! `port`, `dbname`, `engine`) becomes `DATABASE_URL`; any other key that looks like a setting
+//! name (`LLM_API_KEY`, `MCP_AUTH_TOKEN`, ...) supplies that setting. Secret values win over the
+//! environment: the secret is what rotation updates. Values never reach errors, logs or Debug.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use aws_config::BehaviorVersion;
+use aws_sdk_secretsmanager::error::{ProvideErrorMetadata, SdkError};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use serde_json::Value;
+
+use crate::config::{ConfigError, Env, SecretString};
+use crate::db::CredentialRefresh;
+
+/// The setting that lists the secrets: ids or ARNs, comma-separated, later ones winning.
+pub const SECRET_IDS: &str = "SECRET_IDS";
+const MIN_REFRESH: &str = "SECRETS_MIN_REFRESH_MS";
+const DEFAULT_MIN_REFRESH: Duration = Duration::from_secs(30);
+
+/// The keys of an RDS database secret; see the module docs.
+const RDS_KEYS: [&str; 6] = ["username", "password", "host", "port", "dbname", "engine"];
+
+/// RFC 3986 unreserved characters stay; everything else in a user, password or database name
+/// is percent-encoded, so `@`, `/`, `:` and `?` in a generated password cannot break the URL.
+const URL_COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// Why the secrets could not be loaded. Names the secret and the key, never a value.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretsError {
+    #[error("cannot fetch secret {id}: {reason}")]
+    Fetch { id: String, reason: String },
+    #[error("secret {id}: {problem}")]
+    Invalid { id: String, problem: String },
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+impl SecretsError {
+    fn invalid(id: &str, problem: impl Into<String>) -> Self {
+        SecretsError::Invalid {
+            id: id.to_owned(),
+            problem: problem.into(),
+        }
+    }
+}
+
+/// Reads the secrets named in `SECRET_IDS` and returns the environment with their settings laid
+/// over it, plus the handle that fetches them again. Without `SECRET_IDS` this is `env` itself
+/// and no handle: the local-development path.
+pub async fn load(env: &Env) -> Result<(Env, Option<Secrets>), SecretsError> {
+    let ids = env.list(SECRET_IDS);
+    if ids.is_empty() {
+        return Ok((env.clone(), None));
+    }
+    let min_refresh = env.millis(MIN_REFRESH, DEFAULT_MIN_REFRESH, 0..=86_400_000)?;
+    let source = AwsSource {
+        client: client(env).await,
+        ids,
+    };
+    let secrets = Secrets::start(env.clone(), Box::new(source), min_refresh).await?;
+    let merged = (*secrets.env()).clone();
+    Ok((merged, Some(secrets)))
+}
+
+/// The secrets of this instance: the current merged environment and a rate-limited way to fetch
+/// it again. Cheap to clone; clones share everything.
+#[derive(Clone)]
+pub struct Secrets {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    base: Env,
+    source: Box<dyn Source>,
+    min_refresh: Duration,
+    current: RwLock<Arc<Env>>,
+    /// When the last fetch ended (successful or not). Held across a fetch, so concurrent
+    /// callers wait for it and share its result instead of fetching again.
+    last_fetch: tokio::sync::Mutex<Instant>,
+}
+
+impl fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Secrets")
+            .field("ids", &self.inner.source.ids())
+            .field("min_refresh", &self.inner.min_refresh)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Secrets {
+    async fn start(
+        base: Env,
+        source: Box<dyn Source>,
+        min_refresh: Duration,
+    ) -> Result<Self, SecretsError> {
+        let fetched = source.fetch().await?;
+        let merged = merge(&base, &fetched)?;
+        tracing::info!(
+            secrets = fetched.len(),
+            settings = ?supplied_names(&fetched),
+            "settings loaded from Secrets Manager"
+        );
+        Ok(Self {
+            inner: Arc::new(Inner {
+                base,
+                source,
+                min_refresh,
+                current: RwLock::new(Arc::new(merged)),
+                last_fetch: tokio::sync::Mutex::new(Instant::now()),
+            }),
+        })
+    }
+
+    /// The environment with the secrets' settings as last fetched.
+    pub fn env(&self) -> Arc<Env> {
+        // A poisoned lock only means a panic elsewhere while swapping an Arc: the value is whole.
+        self.inner
+            .current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Fetches the secrets again, unless a fetch ended after this call began (its result is
+    /// shared) or less than `SECRETS_MIN_REFRESH_MS` ago (the current values are returned, so a
+    /// stream of bad tokens cannot turn into a stream of Secrets Manager calls). Returns the
+    /// environment to use now.
+    pub async fn refresh(&self) -> Result<Arc<Env>, SecretsError> {
+        let asked = Instant::now();
+        let mut last = self.inner.last_fetch.lock().await;
+        if *last >= asked {
+            return Ok(self.env());
+        }
+        if last.elapsed() < self.inner.min_refresh {
+            tracing::debug!("secrets fetched moments ago; not fetching them again yet");
+            return Ok(self.env());
+        }
+        let result = self.inner.source.fetch().await;
+        // A failed fetch counts too: a Secrets Manager outage must not be hammered.
+        *last = Instant::now();
+        let merged = merge(&self.inner.base, &result?)?;
+        let merged = Arc::new(merged);
+        *self
+            .inner
+            .current
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = merged.clone();
+        tracing::info!("secrets fetched again from Secrets Manager");
+        Ok(merged)
+    }
+
+    /// The database pool's way to a new `DATABASE_URL` when Postgres refuses the password;
+    /// for `DbConfig::rotation`.
+    pub fn database_rotation(&self) -> Arc<dyn CredentialRefresh> {
+        Arc::new(DatabaseRotation(self.clone()))
+    }
+}
+
+struct DatabaseRotation(Secrets);
+
+impl CredentialRefresh for DatabaseRotation {
+    fn refresh(&self) -> Pin<Box<dyn Future<Output = Option<SecretString>> + Send + '_>> {
+        Box::pin(async move {
+            match self.0.refresh().await {
+                Ok(env) => env.secret("DATABASE_URL"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot fetch the database secret again");
+                    None
+                }
+            }
+        })
+    }
+}
+
+/// Where secrets come from: Secrets Manager in production, a stand-in in unit tests.
+trait Source: Send + Sync {
+    fn ids(&self) -> &[String];
+    /// Every secret's text, in `SECRET_IDS` order.
+    fn fetch(&self) -> Pin<Box<dyn Future<Output = Result<Fetched, SecretsError>> + Send + '_>>;
+}
+
+/// `(id, SecretString)` pairs. Only ever handled whole, never printed.
+type Fetched = Vec<(String, SecretString)>;
+
+struct AwsSource {
+    client: aws_sdk_secretsmanager::Client,
+    ids: Vec<String>,
+}
+
+impl Source for AwsSource {
+    fn ids(&self) -> &[String] {
+        &self.ids
+    }
+
+    fn fetch(&self) -> Pin<Box<dyn Future<Output = Result<Fetched, SecretsError>> + Send + '_>> {
+        Box::pin(async move {
+            // All at once: each is a round trip, and a cold start waits for the slowest only.
+            let mut tasks = tokio::task::JoinSet::new();
+            for (i, id) in self.ids.iter().enumerate() {
+                let client = self.client.clone();
+                let id = id.clone();
+                tasks.spawn(async move { (i, fetch_one(&client, &id).await) });
+            }
+            let mut fetched: Vec<Option<(String, SecretString)>> = vec![None; self.ids.len()];
+            while let Some(joined) = tasks.join_next().await {
+                let (i, result) = joined.map_err(|e| SecretsError::Fetch {
+                    id: SECRET_IDS.to_owned(),
+                    reason: format!("the fetch task failed: {e}"),
+                })?;
+                fetched[i] = Some((self.ids[i].clone(), result?));
+            }
+            Ok(fetched.into_iter().flatten().collect())
+        })
+    }
+}
+
+async fn fetch_one(
+    client: &aws_sdk_secretsmanager::Client,
+    id: &str,
+) -> Result<SecretString, SecretsError> {
+    let output = client
+        .get_secret_value()
+        .secret_id(id)
+        .send()
+        .await
+        .map_err(|e| SecretsError::Fetch {
+            id: id.to_owned(),
+            reason: describe_sdk_error(&e),
+        })?;
+    output.secret_string.map(SecretString::from).ok_or_else(|| {
+        SecretsError::invalid(
+            id,
+            "holds no SecretString (binary secrets are not supported)",
+        )
+    })
+}
+
+/// `AccessDeniedException: User ... is not authorized ...` for a refusal, else the chain of
+/// causes (`dispatch failure: ... Connection refused`). Requests carry no secret, so neither can
+/// these.
+fn describe_sdk_error<E, R>(e: &SdkError<E, R>) -> String
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: fmt::Debug,
+{
+    if let SdkError::ServiceError(service) = e {
+        let err = service.err();
+        match (err.code(), err.message()) {
+            (Some(code), Some(message)) => return format!("{code}: {message}"),
+            (Some(code), None) => return code.to_owned(),
+            _ => {}
+        }
+    }
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        // Wrappers often repeat their cause's text; keep each piece once.
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// The Secrets Manager client: the default AWS configuration (credential chain, region,
+/// `AWS_ENDPOINT_URL`), except that what `env` itself holds is used as given, so a test can
+/// point one instance at a local server without touching the process environment.
+async fn client(env: &Env) -> aws_sdk_secretsmanager::Client {
+    let mut loader = aws_config::defaults(BehaviorVersion::latest());
+    if let Some(region) = env.get("AWS_REGION").or(env.get("AWS_DEFAULT_REGION")) {
+        loader = loader.region(aws_config::Region::new(region.to_owned()));
+    }
+    if let Some(url) = env
+        .get("AWS_ENDPOINT_URL_SECRETS_MANAGER")
+        .or(env.get("AWS_ENDPOINT_URL"))
+    {
+        loader = loader.endpoint_url(url);
+    }
+    if let (Some(id), Some(key)) = (
+        env.get("AWS_ACCESS_KEY_ID"),
+        env.get("AWS_SECRET_ACCESS_KEY"),
+    ) {
+        loader = loader.credentials_provider(aws_sdk_secretsmanager::config::Credentials::new(
+            id,
+            key,
+            env.get("AWS_SESSION_TOKEN").map(str::to_owned),
+            None,
+            "environment",
+        ));
+    }
+    aws_sdk_secretsmanager::Client::new(&loader.load().await)
+}
+
+/// `base` with every secret's settings laid over it, later secrets winning.
+fn merge(base: &Env, fetched: &Fetched) -> Result<Env, SecretsError> {
+    let mut settings: BTreeMap<String, String> = BTreeMap::new();
+    for (id, text) in fetched {
+        settings.extend(settings_of(base, id, text)?);
+    }
+    Ok(base.overlay(settings))
+}
+
+/// The settings one secret supplies.
+fn settings_of(
+    base: &Env,
+    id: &str,
+    text: &SecretString,
+) -> Result<BTreeMap<String, String>, SecretsError> {
+    use secrecy::ExposeSecret;
+    // Only the position is kept from a parse error: serde's messages may quote the text.
+    let json: Value = serde_json::from_str(text.expose_secret()).map_err(|e| {
+        SecretsError::invalid(
+            id,
+            format!(
+                "is not JSON (line {}, column {}); expected an object of settings or an RDS secret",
+                e.line(),
+                e.column()
+            ),
+        )
+    })?;
+    let Value::Object(object) = json else {
+        return Err(SecretsError::invalid(
+            id,
+            "is not a JSON object; expected an object of settings or an RDS secret",
+        ));
+    };
+    let mut settings = BTreeMap::new();
+    for (key, value) in &object {
+        if !is_setting_name(key) {
+            // RDS secrets also carry e.g. dbInstanceIdentifier; nothing here needs those.
+            if !RDS_KEYS.contains(&key.as_str()) {
+                tracing::debug!(secret = id, key = %key, "ignoring a key that names no setting");
+            }
+            continue;
+        }
+        if key == SECRET_IDS || key == MIN_REFRESH {
+            return Err(SecretsError::invalid(
+                id,
+                format!("`{key}` cannot come from a secret"),
+            ));
+        }
+        let value = match value {
+            Value::String(s) => s.clone(),
+            Value::Null => String::new(),
+            // e.g. MCP_SERVERS stored as a JSON list rather than as a string holding one.
+            other => other.to_string(),
+        };
+        settings.insert(key.clone(), value);
+    }
+    if RDS_KEYS.iter().any(|k| object.contains_key(*k)) {
+        if settings.contains_key("DATABASE_URL") {
+            return Err(SecretsError::invalid(
+                id,
+                "holds both DATABASE_URL and RDS keys; keep one of them",
+            ));
+        }
+        settings.insert("DATABASE_URL".into(), database_url(base, id, &object)?);
+    }
+    Ok(settings)
+}
+
+/// `SCREAMING_SNAKE_CASE`, as environment settings are named.
+fn is_setting_name(key: &str) -> bool {
+    let mut chars = key.chars();
+    chars.next().is_some_and(|c| c.is_ascii_uppercase())
+        && chars.all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// `postgres://user:password@host:port/dbname?sslmode=...` from an RDS secret. `DATABASE_HOST`
+/// and `DATABASE_NAME` in the environment say where to connect (e.g. an RDS Proxy endpoint);
+/// the secret supplies the credentials.
+fn database_url(
+    base: &Env,
+    id: &str,
+    object: &serde_json::Map<String, Value>,
+) -> Result<String, SecretsError> {
+    let text = |key: &str| -> Result<Option<&str>, SecretsError> {
+        match object.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if s.is_empty() => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(_) => Err(SecretsError::invalid(
+                id,
+                format!("key `{key}` must be a string"),
+            )),
+        }
+    };
+    let required = |key: &str| -> Result<&str, SecretsError> {
+        text(key)?.ok_or_else(|| SecretsError::invalid(id, format!("missing key `{key}`")))
+    };
+    if let Some(engine) = text("engine")?
+        && !matches!(engine, "postgres" | "postgresql" | "aurora-postgresql")
+    {
+        return Err(SecretsError::invalid(
+            id,
+            format!("engine `{engine}` is not Postgres"),
+        ));
+    }
+    let username = required("username")?;
+    let password = required("password")?;
+    let host = match base.get("DATABASE_HOST") {
+        Some(host) => host,
+        None => text("host")?.ok_or_else(|| {
+            SecretsError::invalid(id, "missing key `host` (or set DATABASE_HOST)")
+        })?,
+    };
+    if host.contains(['/', '@', '?', '#', ' ']) {
+        return Err(SecretsError::invalid(id, "key `host` is not a host name"));
+    }
+    let port = match object.get("port") {
+        None | Some(Value::Null) => 5432,
+        Some(Value::Number(n)) => n.as_u64().unwrap_or(0),
+        Some(Value::String(s)) => s.trim().parse().unwrap_or(0),
+        Some(_) => 0,
+    };
+    if !(1..=65535).contains(&port) {
+        return Err(SecretsError::invalid(
+            id,
+            "key `port` must be a port number (1-65535)",
+        ));
+    }
+    let dbname = match base.get("DATABASE_NAME") {
+        Some(name) => Some(name),
+        None => text("dbname")?,
+    };
+    let sslmode = base.get("DB_SSLMODE").unwrap_or("verify-full");
+    if !matches!(
+        sslmode,
+        "disable" | "allow" | "prefer" | "require" | "verify-ca" | "verify-full"
+    ) {
+        return Err(ConfigError::new(
+            "DB_SSLMODE",
+            "must be disable, require, verify-ca or verify-full",
+        )
+        .into());
+    }
+    let host = if host.contains(':') {
+        format!("[{host}]") // an IPv6 address
+    } else {
+        host.to_owned()
+    };
+    let encode = |s: &str| utf8_percent_encode(s, URL_COMPONENT).to_string();
+    // Without a database name Postgres uses the user's name, as libpq does.
+    let path = dbname.map(encode).unwrap_or_default();
+    Ok(format!(
+        "postgres://{}:{}@{host}:{port}/{path}?sslmode={sslmode}",
+        encode(username),
+        encode(password),
+    ))
+}
+
+/// The names of the settings the secrets supply, for the start-up log line.
+fn supplied_names(fetched: &Fetched) -> Vec<String> {
+    use secrecy::ExposeSecret;
+    let mut names: Vec<String> = fetched
+        .iter()
+        .filter_map(|(_, text)| serde_json::from_str::<Value>(text.expose_secret()).ok())
+        .filter_map(|v| v.as_object().cloned())
+        .flat_map(|o| {
+            let rds = RDS_KEYS.iter().any(|k| o.contains_key(*k));
+            o.keys()
+                .filter(|k| is_setting_name(k))
+                .cloned()
+                .chain(rds.then(|| "DATABASE_URL".to_owned()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use secrecy::ExposeSecret;
+    use serde_json::json;
+
+    use super::*;
+
+    fn fetched(pairs: &[(&str, Value)]) -> Fetched {
+        pairs
+            .iter()
+            .map(|(id, v)| ((*id).to_owned(), SecretString::from(v.to_string())))
+            .collect()
+    }
+
+    fn rds() -> Value {
+        json!({"engine": "postgres", "host": "db.internal", "port": 5432,
+               "username": "parley_mcp", "password": "pw", "dbname": "parley",
+               "dbInstanceIdentifier": "parley-db"})
+    }
+
+    #[test]
+    fn database_host_and_name_from_the_environment_say_where_to_connect() {
+        let base = Env::from_pairs([
+            ("DATABASE_HOST", "proxy.internal"),
+            ("DATABASE_NAME", "app"),
+            ("DB_SSLMODE", "require"),
+        ]);
+        let env = merge(&base, &fetched(&[("db", rds())])).unwrap();
+        assert_eq!(
+            env.get("DATABASE_URL"),
+            Some("postgres://parley_mcp:pw@proxy.internal:5432/app?sslmode=require")
+        );
+    }
+
+    #[test]
+    fn an_rds_secret_with_only_credentials_needs_a_host_from_the_environment() {
+        let creds = json!({"username": "u", "password": "p"});
+        let e = merge(&Env::default(), &fetched(&[("rds!db-1", creds.clone())])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "secret rds!db-1: missing key `host` (or set DATABASE_HOST)"
+        );
+        let env = merge(
+            &Env::from_pairs([("DATABASE_HOST", "h")]),
+            &fetched(&[("rds!db-1", creds)]),
+        )
+        .unwrap();
+        assert_eq!(
+            env.get("DATABASE_URL"),
+            Some("postgres://u:p@h:5432/?sslmode=verify-full")
+        );
+    }
+
+    #[test]
+    fn later_secrets_win_and_non_string_values_become_json_text() {
+        let env = merge(
+            &Env::default(),
+            &fetched(&[
+                ("a", json!({"LLM_MODEL": "a", "HISTORY_LIMIT": 5})),
+                (
+                    "b",
+                    json!({"LLM_MODEL": "b", "MCP_SERVERS": [{"name": "x"}]}),
+                ),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(env.get("LLM_MODEL"), Some("b"));
+        assert_eq!(env.get("HISTORY_LIMIT"), Some("5"));
+        assert_eq!(env.get("MCP_SERVERS"), Some(r#"[{"name":"x"}]"#));
+    }
+
+    #[test]
+    fn a_secret_that_is_not_an_object_is_refused_without_echoing_it() {
+        let text = vec![("s".to_owned(), SecretString::from("hunter2-not-json"))];
+        let e = merge(&Env::default(), &text).unwrap_err().to_string();
+        assert!(e.starts_with("secret s: is not JSON"), "{e}");
+        assert!(!e.contains("hunter2"));
+    }
+
+    #[test]
+    fn other_engines_and_bad_ports_are_refused() {
+        let mysql = json!({"engine": "mysql", "username": "u", "password": "p", "host": "h"});
+        assert_eq!(
+            merge(&Env::default(), &fetched(&[("m", mysql)]))
+                .unwrap_err()
+                .to_string(),
+            "secret m: engine `mysql` is not Postgres"
+        );
+        let port = json!({"username": "u", "password": "p", "host": "h", "port": "x"});
+        assert!(
+            merge(&Env::default(), &fetched(&[("p", port)]))
+                .unwrap_err()
+                .to_string()
+                .contains("key `port`")
+        );
+    }
+
+    #[test]
+    fn secret_ids_cannot_come_from_a_secret() {
+        let e = merge(
+            &Env::default(),
+            &fetched(&[("s", json!({"SECRET_IDS": "x"}))]),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "secret s: `SECRET_IDS` cannot come from a secret"
+        );
+    }
+
+    /// A source that counts fetches and holds each one after start-up's until the test
+    /// releases it (a semaphore permit).
+    struct Counting {
+        ids: Vec<String>,
+        fetches: Arc<AtomicUsize>,
+        gate: Arc<tokio::sync::Semaphore>,
+    }
+
+    impl Source for Counting {
+        fn ids(&self) -> &[String] {
+            &self.ids
+        }
+
+        fn fetch(
+            &self,
+        ) -> Pin<Box<dyn Future<Output = Result<Fetched, SecretsError>> + Send + '_>> {
+            Box::pin(async move {
+                let n = self.fetches.fetch_add(1, Ordering::SeqCst);
+                if n > 0 {
+                    self.gate.acquire().await.expect("gate open").forget();
+                }
+                Ok(fetched(&[(
+                    "app",
+                    json!({"MCP_AUTH_TOKEN": format!("token-{n}")}),
+                )]))
+            })
+        }
+    }
+
+    struct Harness {
+        secrets: Secrets,
+        fetches: Arc<AtomicUsize>,
+        gate: Arc<tokio::sync::Semaphore>,
+    }
+
+    async fn harness(min_refresh: Duration) -> Harness {
+        let fetches = Arc::new(AtomicUsize::new(0));
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let source = Counting {
+            ids: vec!["app".into()],
+            fetches: fetches.clone(),
+            gate: gate.clone(),
+        };
+        let secrets = Secrets::start(Env::default(), Box::new(source), min_refresh)
+            .await
+            .unwrap();
+        Harness {
+            secrets,
+            fetches,
+            gate,
+        }
+    }
+
+    fn token(env: &Env) -> &str {
+        env.get("MCP_AUTH_TOKEN").unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn a_refresh_within_the_minimum_interval_reuses_the_last_values() {
+        let h = harness(Duration::from_secs(3600)).await;
+        let env = h.secrets.refresh().await.unwrap();
+        assert_eq!(token(&env), "token-0");
+        assert_eq!(h.fetches.load(Ordering::SeqCst), 1, "only start-up fetched");
+    }
+
+    #[tokio::test]
+    async fn a_refresh_past_the_minimum_interval_fetches_again() {
+        let h = harness(Duration::ZERO).await;
+        h.gate.add_permits(1);
+        let env = h.secrets.refresh().await.unwrap();
+        assert_eq!(token(&env), "token-1");
+        assert_eq!(token(&h.secrets.env()), "token-1");
+    }
+
+    #[tokio::test]
+    async fn concurrent_refreshes_share_one_fetch() {
+        let h = harness(Duration::ZERO).await;
+        let release = async {
+            // Both refreshes are polled first: one fetches (and waits here), one waits for it.
+            tokio::task::yield_now().await;
+            h.gate.add_permits(1);
+        };
+        let (a, b, ()) = tokio::join!(h.secrets.refresh(), h.secrets.refresh(), release);
+        assert_eq!(token(&a.unwrap()), "token-1");
+        assert_eq!(token(&b.unwrap()), "token-1");
+        assert_eq!(
+            h.fetches.load(Ordering::SeqCst),
+            2,
+            "start-up plus one refresh"
+        );
+    }
+
+    #[test]
+    fn debug_output_names_the_secrets_but_shows_no_value() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let h = rt.block_on(harness(Duration::ZERO));
+        let debug = format!("{:?}", h.secrets);
+        assert!(debug.contains("app"), "{debug}");
+        assert!(!debug.contains("token-0"), "{debug}");
+        assert_eq!(
+            h.secrets
+                .env()
+                .secret("MCP_AUTH_TOKEN")
+                .map(|s| s.expose_secret().len()),
+            Some(7)
+        );
+    }
+}
