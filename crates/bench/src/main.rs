@@ -1,15 +1,20 @@
 //! `parley-bench`: rerunnable loopback benchmarks of Parley's functions, one subcommand per
-//! function (`mcp` today; `chat` can join it). Results go to stdout as a plain-text table,
+//! function (`mcp`, `chat`). Results go to stdout as a plain-text table,
 //! progress to stderr.
 
-mod measure;
+mod chat;
 mod mcp;
+mod measure;
 mod server;
+mod stubs;
 
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "parley-bench", about = "Benchmarks Parley's functions on loopback")]
+#[command(
+    name = "parley-bench",
+    about = "Benchmarks Parley's functions on loopback"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -19,6 +24,9 @@ struct Cli {
 enum Command {
     /// `tools/call` latency and throughput of the MCP function against a raw-query floor.
     Mcp(mcp::Args),
+    /// Chat turns with one tool call each against an instant LLM: the chat function's own time
+    /// per turn, MCP requests per turn, throughput and memory.
+    Chat(chat::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -31,5 +39,6 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     match cli.command {
         Command::Mcp(args) => runtime.block_on(mcp::run(args)),
+        Command::Chat(args) => runtime.block_on(chat::run(args)),
     }
 }

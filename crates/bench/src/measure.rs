@@ -47,12 +47,14 @@ pub fn micros(d: Duration) -> f64 {
 
 /// Makes `n` calls, `concurrency` at a time, starting at argument index `offset`. Any failed
 /// call fails the run (after the rest finish) with the count and the first error.
-pub async fn run<D: Driver>(driver: &D, n: usize, concurrency: usize, offset: usize) -> anyhow::Result<Stats> {
+pub async fn run<D: Driver>(
+    driver: &D,
+    n: usize,
+    concurrency: usize,
+    offset: usize,
+) -> anyhow::Result<Stats> {
     let next = Cell::new(0usize);
-    let latencies = RefCell::new(Vec::with_capacity(n));
-    let rows = Cell::new(0u64);
-    let errors = Cell::new(0usize);
-    let first_error = RefCell::new(None);
+    let tally = RefCell::new(Tally::new(n));
     let worker = || async {
         loop {
             let i = next.get();
@@ -60,40 +62,110 @@ pub async fn run<D: Driver>(driver: &D, n: usize, concurrency: usize, offset: us
                 break;
             }
             next.set(i + 1);
-            match driver.call(offset + i).await {
-                Ok((elapsed, r)) => {
-                    latencies.borrow_mut().push(elapsed);
-                    rows.set(rows.get() + r);
-                }
-                Err(e) => {
-                    errors.set(errors.get() + 1);
-                    first_error.borrow_mut().get_or_insert(e);
-                }
-            }
+            let outcome = driver.call(offset + i).await;
+            tally.borrow_mut().record(outcome);
         }
     };
     let started = Instant::now();
     join_all((0..concurrency.max(1)).map(|_| worker())).await;
     let wall = started.elapsed();
-    if let Some(e) = first_error.into_inner() {
-        bail!("{} of {n} calls failed; first: {e:#}", errors.get());
+    tally.into_inner().stats(concurrency, Some(wall))
+}
+
+/// One call at a time over several drivers: call `i` goes to every driver with the same
+/// arguments, the order rotating, so drift (caches, other load) hits all of them alike and
+/// none always runs on the caches another has just warmed. Throughput is 1 / mean latency.
+/// Also returns each driver's latencies in call order, for paired comparisons.
+pub async fn interleaved<D: Driver>(
+    drivers: &[D],
+    n: usize,
+) -> anyhow::Result<Vec<(Stats, Vec<Duration>)>> {
+    let mut tallies: Vec<Tally> = drivers.iter().map(|_| Tally::new(n)).collect();
+    for i in 0..n {
+        for k in 0..drivers.len() {
+            let d = (i + k) % drivers.len();
+            let outcome = drivers[d].call(i).await;
+            tallies[d].record(outcome);
+        }
     }
-    let mut lat = latencies.into_inner();
-    lat.sort_unstable();
-    let total: Duration = lat.iter().sum();
-    Ok(Stats {
-        n,
-        concurrency,
-        p50: percentile(&lat, 50.0),
-        p99: percentile(&lat, 99.0),
-        mean: total / u32::try_from(n.max(1)).unwrap_or(u32::MAX),
-        rps: n as f64 / wall.as_secs_f64(),
-        rows_per_call: rows.get() as f64 / n.max(1) as f64,
-    })
+    tallies
+        .into_iter()
+        .map(|t| {
+            let in_order = t.latencies.clone();
+            Ok((t.stats(1, None)?, in_order))
+        })
+        .collect()
+}
+
+/// Latencies and failures of one run.
+struct Tally {
+    latencies: Vec<Duration>,
+    rows: u64,
+    errors: usize,
+    first_error: Option<anyhow::Error>,
+}
+
+impl Tally {
+    fn new(n: usize) -> Self {
+        Self {
+            latencies: Vec::with_capacity(n),
+            rows: 0,
+            errors: 0,
+            first_error: None,
+        }
+    }
+
+    fn record(&mut self, outcome: anyhow::Result<(Duration, u64)>) {
+        match outcome {
+            Ok((elapsed, rows)) => {
+                self.latencies.push(elapsed);
+                self.rows += rows;
+            }
+            Err(e) => {
+                self.errors += 1;
+                self.first_error.get_or_insert(e);
+            }
+        }
+    }
+
+    /// `wall`: the run's elapsed time, for throughput; `None` means calls ran back to back.
+    fn stats(mut self, concurrency: usize, wall: Option<Duration>) -> anyhow::Result<Stats> {
+        let n = self.latencies.len() + self.errors;
+        if let Some(e) = self.first_error {
+            bail!("{} of {n} calls failed; first: {e:#}", self.errors);
+        }
+        self.latencies.sort_unstable();
+        let total: Duration = self.latencies.iter().sum();
+        let wall = wall.unwrap_or(total);
+        Ok(Stats {
+            n,
+            concurrency,
+            p50: percentile(&self.latencies, 50.0),
+            p99: percentile(&self.latencies, 99.0),
+            mean: total / u32::try_from(n.max(1)).unwrap_or(u32::MAX),
+            rps: n as f64 / wall.as_secs_f64().max(1e-9),
+            rows_per_call: self.rows as f64 / n.max(1) as f64,
+        })
+    }
+}
+
+/// The median of `a[i] - b[i]` in microseconds: the typical extra cost of `a` on the same call,
+/// insensitive to drift that moves both alike.
+pub fn paired_median_us(a: &[Duration], b: &[Duration]) -> f64 {
+    let mut d: Vec<f64> = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (x.as_secs_f64() - y.as_secs_f64()) * 1e6)
+        .collect();
+    if d.is_empty() {
+        return 0.0;
+    }
+    d.sort_unstable_by(f64::total_cmp);
+    d[(d.len() - 1) / 2]
 }
 
 /// Nearest-rank percentile of sorted samples.
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }
@@ -111,5 +183,16 @@ mod tests {
         assert_eq!(percentile(&v, 50.0), Duration::from_millis(50));
         assert_eq!(percentile(&v, 99.0), Duration::from_millis(99));
         assert_eq!(percentile(&v[..1], 99.0), Duration::from_millis(1));
+    }
+
+    #[test]
+    fn paired_median_is_the_median_of_differences() {
+        let ms = |v: &[u64]| {
+            v.iter()
+                .map(|&m| Duration::from_millis(m))
+                .collect::<Vec<_>>()
+        };
+        let d = paired_median_us(&ms(&[10, 50, 12]), &ms(&[9, 48, 12]));
+        assert!((d - 1000.0).abs() < 1e-6, "{d}");
     }
 }

@@ -18,15 +18,19 @@ impl Server {
     pub async fn start(bin: &Path, env: &[(&str, String)]) -> anyhow::Result<Self> {
         if !bin.is_file() {
             bail!(
-                "{} not found; build it with `cargo build --release -p parley-mcp` or pass --mcp-bin",
+                "{} not found; build it with `cargo build --release -p parley-mcp -p parley-chat` \
+                 or pass its path (--mcp-bin / --chat-bin)",
                 bin.display()
             );
         }
         let port = free_port()?;
         let mut command = Command::new(bin);
-        // Settings from the caller's shell must not change what is measured.
-        for var in ["TOOLS_FILE", "AWS_LAMBDA_RUNTIME_API", "TOOL_MAX_ROWS", "TOOL_TIMEOUT_MS"] {
-            command.env_remove(var);
+        // Settings from the caller's shell (TOOLS_FILE, HISTORY_LIMIT, SECRET_IDS,
+        // AWS_LAMBDA_RUNTIME_API, ...) must not change what is measured: the server gets only
+        // the settings given here.
+        command.env_clear();
+        if let Some(path) = std::env::var_os("PATH") {
+            command.env("PATH", path);
         }
         command.env("LISTEN_ADDR", format!("127.0.0.1:{port}"));
         for (k, v) in env {
@@ -52,7 +56,11 @@ impl Server {
         let url = format!("{}/health", self.base);
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Some(status) = self.child.try_wait().context("checking the server process")? {
+            if let Some(status) = self
+                .child
+                .try_wait()
+                .context("checking the server process")?
+            {
                 bail!("the server exited during start-up ({status})");
             }
             if let Ok(r) = http.get(&url).send().await
@@ -75,7 +83,13 @@ impl Server {
             status
                 .lines()
                 .find_map(|l| l.strip_prefix(name))
-                .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                .and_then(|rest| {
+                    rest.trim()
+                        .trim_end_matches("kB")
+                        .trim()
+                        .parse::<u64>()
+                        .ok()
+                })
                 .with_context(|| format!("no {name} in {path}"))
         };
         Ok((field("VmRSS:")?, field("VmHWM:")?))

@@ -1,0 +1,634 @@
+//! `parley-bench chat`: chat turns (`POST /api/chat`) against an LLM that answers instantly,
+//! each turn making one `lad_by_ref` call through the real mcp function, to measure what the
+//! chat function itself costs per turn.
+//!
+//! The chain: bench client → chat (release process) → stub LLM (twice per turn: a tool call,
+//! then a text reply) and → counting proxy → mcp (release process) → Postgres. The stubs time
+//! their own work; a turn's **own time** is its client-side total minus the LLM's and the tool's
+//! time (the proxy's, which includes the mcp function's). What is left is the chat function:
+//! HTTP and JWT, its Postgres work (conversation, lock, history, storing the turn), building the
+//! prompts and reading the answers, the MCP client, and the loopback hops to the LLM and the
+//! proxy (tens of µs each; counted against the chat, not subtracted).
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use jsonwebtoken::{EncodingKey, Header, encode};
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
+use serde_json::{Value, json};
+
+use crate::mcp::{self as shared, ms};
+use crate::measure::{self, Driver, micros, percentile};
+use crate::server::Server;
+use crate::stubs::{Stubs, TOOL, Window};
+
+/// Districts the turns rotate over.
+const DISTRICTS: i64 = 50;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Feedback rows in the bench database (loaded once; reruns with the same size skip it).
+    #[arg(long, default_value_t = 20_000)]
+    feedback: u64,
+    /// Measured turns per scenario.
+    #[arg(long, default_value_t = 500)]
+    turns: usize,
+    /// Unmeasured turns first, at full concurrency (connections, caches).
+    #[arg(long, default_value_t = 20)]
+    warmup: usize,
+    /// Turns in flight in the throughput run; also both functions' DB_POOL_MAX_SIZE.
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// The chat's HISTORY_LIMIT; continuing turns run with this many earlier messages replayed.
+    #[arg(long, default_value_t = 20)]
+    history_limit: usize,
+    /// Database created (if missing) next to the one in DATABASE_URL.
+    #[arg(long, default_value = "parley_bench_chat")]
+    database: String,
+    /// The chat binary [default: `chat` beside this executable, i.e. target/release/chat].
+    #[arg(long)]
+    chat_bin: Option<PathBuf>,
+    /// The mcp binary [default: `mcp` beside this executable].
+    #[arg(long)]
+    mcp_bin: Option<PathBuf>,
+    /// Runs the chat's database sessions with this `synchronous_commit` (default: the server's
+    /// setting). `off` is a diagnostic: the turns' commits then skip waiting for the WAL flush,
+    /// which shows what the disk's fsync latency adds to the own time.
+    #[arg(long)]
+    synchronous_commit: Option<String>,
+    /// RUST_LOG for both functions (info adds log lines per request, which cost time).
+    #[arg(long, default_value = "warn")]
+    server_log: String,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// One measured turn, one at a time: client total and what the stubs measured meanwhile.
+#[derive(Debug, Clone)]
+struct Sample {
+    total: Duration,
+    llm: Duration,
+    mcp: Duration,
+    mcp_requests: u32,
+}
+
+impl Sample {
+    fn own(&self) -> Duration {
+        self.total.saturating_sub(self.llm + self.mcp)
+    }
+}
+
+/// A scenario run one turn at a time.
+struct Serial {
+    label: String,
+    samples: Vec<Sample>,
+}
+
+/// A summary of one scenario.
+struct Row {
+    label: String,
+    n: usize,
+    concurrency: usize,
+    total_p50: Duration,
+    total_p99: Duration,
+    /// Per-turn own time; `None` when turns overlapped (only the mean is defined then).
+    own_p50: Option<Duration>,
+    own_p99: Option<Duration>,
+    own_mean: Duration,
+    llm_mean: Duration,
+    mcp_mean: Duration,
+    rps: f64,
+    mcp_per_turn: f64,
+    /// Least and most MCP requests of one turn (serial runs only).
+    mcp_range: Option<(u32, u32)>,
+}
+
+impl Serial {
+    fn row(&self) -> Row {
+        let n = self.samples.len();
+        let sorted = |f: &dyn Fn(&Sample) -> Duration| {
+            let mut v: Vec<Duration> = self.samples.iter().map(f).collect();
+            v.sort_unstable();
+            v
+        };
+        let total = sorted(&|s| s.total);
+        let own = sorted(&|s| s.own());
+        let mean = |v: &[Duration]| v.iter().sum::<Duration>() / n.max(1) as u32;
+        let requests: Vec<u32> = self.samples.iter().map(|s| s.mcp_requests).collect();
+        Row {
+            label: self.label.clone(),
+            n,
+            concurrency: 1,
+            total_p50: percentile(&total, 50.0),
+            total_p99: percentile(&total, 99.0),
+            own_p50: Some(percentile(&own, 50.0)),
+            own_p99: Some(percentile(&own, 99.0)),
+            own_mean: mean(&own),
+            llm_mean: mean(&sorted(&|s| s.llm)),
+            mcp_mean: mean(&sorted(&|s| s.mcp)),
+            rps: 1.0 / mean(&total).as_secs_f64().max(1e-9),
+            mcp_per_turn: requests.iter().map(|&r| f64::from(r)).sum::<f64>() / n.max(1) as f64,
+            mcp_range: Some((
+                requests.iter().copied().min().unwrap_or(0),
+                requests.iter().copied().max().unwrap_or(0),
+            )),
+        }
+    }
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let admin_url = std::env::var("DATABASE_URL").context(
+        "DATABASE_URL is not set; point it at a Postgres superuser (scripts/bench does)",
+    )?;
+    let concurrency = args.concurrency.max(1);
+    let (bench_url, pg_version) =
+        shared::prepare_database(&admin_url, &args.database, args.feedback).await?;
+    let (districts, server_sync_commit) = districts(&bench_url).await?;
+
+    let beside = |name: &str| -> anyhow::Result<PathBuf> {
+        Ok(std::env::current_exe()
+            .context("locating this executable")?
+            .with_file_name(name))
+    };
+    let mcp_bin = args.mcp_bin.clone().map_or_else(|| beside("mcp"), Ok)?;
+    let chat_bin = args.chat_bin.clone().map_or_else(|| beside("chat"), Ok)?;
+    let mcp_token = format!("bench-{:x}-{}", std::process::id(), shared::now_nanos());
+    let mcp = Server::start(
+        &mcp_bin,
+        &[
+            ("DATABASE_URL", bench_url.clone()),
+            ("MCP_AUTH_TOKEN", mcp_token.clone()),
+            ("RUST_LOG", args.server_log.clone()),
+            ("DB_POOL_MAX_SIZE", concurrency.to_string()),
+        ],
+    )
+    .await
+    .context("starting the mcp function")?;
+    let stubs = Stubs::start(&mcp.base)?;
+    let mut chat_db_url = url::Url::parse(&bench_url)?;
+    if let Some(mode) = &args.synchronous_commit {
+        if !mode.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            bail!("--synchronous-commit must be a plain word (on, off, local, ...)");
+        }
+        // No space after -c: parley_core::db re-encodes the URL's query with `+` for spaces.
+        chat_db_url
+            .query_pairs_mut()
+            .append_pair("options", &format!("-csynchronous_commit={mode}"));
+    }
+    let jwt_secret = format!("bench-jwt-{:x}-{}", std::process::id(), shared::now_nanos());
+    let chat = Server::start(
+        &chat_bin,
+        &[
+            ("DATABASE_URL", chat_db_url.to_string()),
+            ("JWT_SECRET", jwt_secret.clone()),
+            ("MCP_URL", stubs.mcp_url.clone()),
+            ("MCP_AUTH_TOKEN", mcp_token.clone()),
+            ("LLM_API", "responses".into()),
+            ("LLM_BASE_URL", stubs.llm_base.clone()),
+            ("LLM_MODEL", "bench-model".into()),
+            ("LLM_API_KEY", "sk-bench-not-a-real-key".into()),
+            ("HISTORY_LIMIT", args.history_limit.to_string()),
+            ("RUST_LOG", args.server_log.clone()),
+            ("DB_POOL_MAX_SIZE", concurrency.to_string()),
+        ],
+    )
+    .await
+    .context("starting the chat function")?;
+    let (idle_rss, _) = chat.memory()?;
+    eprintln!(
+        "chat pid {} at {} ({idle_rss} KiB resident), mcp pid {} at {} via proxy {}, LLM stub {}",
+        chat.pid(),
+        chat.base,
+        mcp.pid(),
+        mcp.base,
+        stubs.mcp_url,
+        stubs.llm_base
+    );
+    let client = Client::new(&chat.base, &jwt_secret, districts, concurrency)?;
+    let meter = &*stubs.meter;
+
+    // The first turn after start: the chat connects to the mcp function and lists its tools.
+    meter.take();
+    let (cold_total, _) = client.turn(0, None).await.context("the first turn")?;
+    let cold = checked(meter.take())?;
+    eprintln!(
+        "first turn: {:.3} ms, MCP requests: {}",
+        ms(cold_total),
+        cold.mcp_kinds.join(", ")
+    );
+
+    // Warm-up at full concurrency opens every pooled connection on both functions.
+    measure::run(&Fresh(&client), args.warmup, concurrency, 1)
+        .await
+        .context("warm-up")?;
+    meter.take();
+
+    // A conversation whose history window is full before the measured continuing turns.
+    let prefill = args.history_limit.div_ceil(2) + 1;
+    let (_, conversation) = client.turn(1, None).await?;
+    for i in 1..prefill {
+        client.turn(i + 1, Some(&conversation)).await?;
+    }
+    checked(meter.take())?;
+
+    // One turn at a time, fresh and continuing interleaved (alternating which goes first), so
+    // drift on this shared machine hits both alike.
+    let n = args.turns;
+    let mut fresh = Serial {
+        label: "fresh conversation".into(),
+        samples: Vec::with_capacity(n),
+    };
+    let mut continuing = Serial {
+        label: format!("continuing ({}-message window)", args.history_limit),
+        samples: Vec::with_capacity(n),
+    };
+    let offset = 1000;
+    for i in 0..n {
+        for k in 0..2 {
+            let (serial, conversation) = if (i + k) % 2 == 0 {
+                (&mut fresh, None)
+            } else {
+                (&mut continuing, Some(conversation.as_str()))
+            };
+            meter.take();
+            let (total, _) = client
+                .turn(offset + i, conversation)
+                .await
+                .with_context(|| format!("{}: turn {i}", serial.label))?;
+            let w = checked(meter.take())?;
+            if w.llm_requests != 2 {
+                bail!(
+                    "{}: turn {i} asked the LLM {} times, not 2",
+                    serial.label,
+                    w.llm_requests
+                );
+            }
+            serial.samples.push(Sample {
+                total,
+                llm: w.llm,
+                mcp: w.mcp,
+                mcp_requests: w.mcp_requests,
+            });
+        }
+        if (i + 1) % 100 == 0 {
+            eprintln!("{} of {n} serial turns", i + 1);
+        }
+    }
+    let mut rows = vec![fresh.row(), continuing.row()];
+    let warm_extra: Vec<String> = fresh
+        .samples
+        .iter()
+        .chain(continuing.samples.iter())
+        .filter(|s| s.mcp_requests != 1)
+        .map(|s| s.mcp_requests.to_string())
+        .collect();
+
+    // Throughput: fresh conversations, `concurrency` turns in flight.
+    meter.take();
+    let stats = measure::run(&Fresh(&client), n, concurrency, 2 * offset)
+        .await
+        .with_context(|| format!("concurrency {concurrency}"))?;
+    let w = checked(meter.take())?;
+    let turns = stats.n as u32;
+    let total_sum = stats.mean * turns;
+    rows.push(Row {
+        label: "fresh conversation".into(),
+        n: stats.n,
+        concurrency,
+        total_p50: stats.p50,
+        total_p99: stats.p99,
+        own_p50: None,
+        own_p99: None,
+        own_mean: total_sum.saturating_sub(w.llm + w.mcp) / turns.max(1),
+        llm_mean: w.llm / turns.max(1),
+        mcp_mean: w.mcp / turns.max(1),
+        rps: stats.rps,
+        mcp_per_turn: f64::from(w.mcp_requests) / f64::from(turns.max(1)),
+        mcp_range: None,
+    });
+    for r in &rows {
+        eprintln!(
+            "{:<34} c={} total p50 {:>7.3} ms  own mean {:>7.3} ms  {:>6.1} rps",
+            r.label,
+            r.concurrency,
+            ms(r.total_p50),
+            ms(r.own_mean),
+            r.rps
+        );
+    }
+    let (end_rss, peak_rss) = chat.memory()?;
+    drop(chat);
+    drop(mcp);
+
+    let report = Report {
+        command: &command,
+        machine: shared::machine(),
+        pg_version: &pg_version,
+        feedback: args.feedback,
+        rows: &rows,
+        cold_total,
+        cold,
+        warm_extra,
+        rss: (idle_rss, end_rss, peak_rss),
+        synchronous_commit: args
+            .synchronous_commit
+            .clone()
+            .unwrap_or_else(|| format!("{} (the server's)", server_sync_commit)),
+    };
+    print!("{}", report.text());
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report.json())?;
+        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// Every turn asks the LLM exactly twice; an answer the stub could not give fails the run.
+fn checked(w: Window) -> anyhow::Result<Window> {
+    if let Some(problem) = w.llm_errors.first() {
+        bail!("the stub LLM refused a request: {problem}");
+    }
+    Ok(w)
+}
+
+/// Real districts (asked by code and by name alternately) and the server's
+/// `synchronous_commit`.
+async fn districts(bench_url: &str) -> anyhow::Result<(Vec<(String, String)>, String)> {
+    let client = shared::connect(bench_url).await?;
+    let rows = client
+        .query(
+            "SELECT code, name FROM lads ORDER BY md5(code) LIMIT $1",
+            &[&DISTRICTS],
+        )
+        .await?;
+    if rows.is_empty() {
+        bail!("the lads table is empty");
+    }
+    let sync: String = client
+        .query_one("SHOW synchronous_commit", &[])
+        .await?
+        .get(0);
+    Ok((rows.iter().map(|r| (r.get(0), r.get(1))).collect(), sync))
+}
+
+/// `POST /api/chat` as a web page sends it: a bearer JWT, a question and the page's context.
+struct Client {
+    http: reqwest::Client,
+    url: String,
+    districts: Vec<(String, String)>,
+}
+
+impl Client {
+    fn new(
+        base: &str,
+        jwt_secret: &str,
+        districts: Vec<(String, String)>,
+        concurrency: usize,
+    ) -> anyhow::Result<Self> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_secs();
+        let token = encode(
+            &Header::default(),
+            &json!({"sub": "bench-user", "exp": now + 24 * 3600}),
+            &EncodingKey::from_secret(jwt_secret.as_bytes()),
+        )?;
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(
+            AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {token}"))?,
+        );
+        Ok(Self {
+            http: reqwest::Client::builder()
+                .default_headers(headers)
+                .tcp_nodelay(true)
+                .pool_max_idle_per_host(concurrency)
+                .build()?,
+            url: format!("{base}/api/chat"),
+            districts,
+        })
+    }
+
+    /// Turn `i` (the district rotates by index); returns its latency and its conversation id.
+    /// Anything but one successful `lad_by_ref` call and a reply fails it.
+    async fn turn(
+        &self,
+        i: usize,
+        conversation: Option<&str>,
+    ) -> anyhow::Result<(Duration, String)> {
+        let (code, name) = &self.districts[i % self.districts.len()];
+        let asked = if i.is_multiple_of(2) { code } else { name };
+        let mut body = json!({
+            "message": format!("How is public feedback in district: {asked}? (bench turn {i})"),
+            "context": {"district": {"code": code, "label": name}},
+        });
+        if let Some(id) = conversation {
+            body["conversation_id"] = Value::String(id.to_owned());
+        }
+        let body = body.to_string();
+        let started = Instant::now();
+        let response = self.http.post(&self.url).body(body).send().await?;
+        let status = response.status();
+        let bytes = response.bytes().await?;
+        let elapsed = started.elapsed();
+        if !status.is_success() {
+            bail!("HTTP {status}: {}", String::from_utf8_lossy(&bytes));
+        }
+        let v: Value = serde_json::from_slice(&bytes).with_context(|| {
+            format!("response is not JSON: {}", String::from_utf8_lossy(&bytes))
+        })?;
+        let traces = v["traces"].as_array().map_or(&[][..], Vec::as_slice);
+        let [trace] = traces else {
+            bail!("expected one tool call, got {}: {v}", traces.len());
+        };
+        if trace["name"] != TOOL || trace["is_error"] != false || v["steps"] != 1 {
+            bail!("the tool call failed: {trace}");
+        }
+        if !v["reply"]
+            .as_str()
+            .is_some_and(|r| r.contains(name.as_str()))
+        {
+            bail!("the reply does not name {name}: {}", v["reply"]);
+        }
+        let id = v["conversation_id"]
+            .as_str()
+            .with_context(|| format!("no conversation_id in {v}"))?;
+        Ok((elapsed, id.to_owned()))
+    }
+}
+
+/// Fresh-conversation turns for [`measure::run`].
+struct Fresh<'a>(&'a Client);
+
+impl Driver for Fresh<'_> {
+    async fn call(&self, i: usize) -> anyhow::Result<(Duration, u64)> {
+        let (elapsed, _) = self.0.turn(i, None).await?;
+        Ok((elapsed, 1))
+    }
+}
+
+struct Report<'a> {
+    command: &'a str,
+    machine: shared::Machine,
+    pg_version: &'a str,
+    feedback: u64,
+    rows: &'a [Row],
+    cold_total: Duration,
+    cold: Window,
+    /// MCP request counts of warm serial turns that made other than one.
+    warm_extra: Vec<String>,
+    /// Chat process (VmRSS idle after start, VmRSS at the end, VmHWM) in KiB.
+    rss: (u64, u64, u64),
+    /// The chat's database sessions' `synchronous_commit`.
+    synchronous_commit: String,
+}
+
+/// The issue's target for the chat function's own time per turn (p50).
+const OWN_TARGET: Duration = Duration::from_millis(3);
+
+impl Report<'_> {
+    fn text(&self) -> String {
+        let m = &self.machine;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "\nparley-bench chat: one {TOOL} call per turn, {} feedback rows, Postgres {}",
+            self.feedback, self.pg_version
+        );
+        let _ = writeln!(
+            out,
+            "machine: {} CPUs ({}), {:.0} GiB; chat, mcp, Postgres, stubs and client share it",
+            m.cpus, m.cpu_model, m.memory_gib
+        );
+        let _ = writeln!(
+            out,
+            "chat sessions: synchronous_commit = {}",
+            self.synchronous_commit
+        );
+        let _ = writeln!(out, "command: {}\n", self.command);
+        let _ = writeln!(
+            out,
+            "{:<34} {:>2} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>7} {:>8}",
+            "turns",
+            "c",
+            "n",
+            "total p50",
+            "total p99",
+            "own p50",
+            "own p99",
+            "own mean",
+            "llm mean",
+            "mcp mean",
+            "rps",
+            "mcp/turn"
+        );
+        let opt = |d: Option<Duration>| d.map_or("-".to_owned(), |d| format!("{:.3}", ms(d)));
+        for r in self.rows {
+            let _ = writeln!(
+                out,
+                "{:<34} {:>2} {:>5} {:>9.3} {:>9.3} {:>9} {:>9} {:>9.3} {:>8.3} {:>8.3} {:>7.1} {:>8.2}",
+                r.label,
+                r.concurrency,
+                r.n,
+                ms(r.total_p50),
+                ms(r.total_p99),
+                opt(r.own_p50),
+                opt(r.own_p99),
+                ms(r.own_mean),
+                ms(r.llm_mean),
+                ms(r.mcp_mean),
+                r.rps,
+                r.mcp_per_turn
+            );
+        }
+        let _ = writeln!(
+            out,
+            "(ms; own = client total - LLM stub time - MCP time at the proxy (incl. the mcp function);\n \
+             c=1 rps = 1/mean, c>1: wall-clock rps and own time only as a mean)\n"
+        );
+        let _ = writeln!(
+            out,
+            "first turn after start: {:.3} ms, {} MCP requests ({})",
+            ms(self.cold_total),
+            self.cold.mcp_requests,
+            self.cold.mcp_kinds.join(", ")
+        );
+        if let Some(fresh) = self.rows.first() {
+            let own = fresh.own_p50.unwrap_or_default();
+            let (lo, hi) = fresh.mcp_range.unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "target own p50 <= 3 ms (fresh, c=1): {:.3} ms, {}",
+                ms(own),
+                if own <= OWN_TARGET { "met" } else { "MISSED" }
+            );
+            let _ = writeln!(
+                out,
+                "target 1 MCP request per tool call on warm turns: {lo}..{hi} per turn, {}",
+                if self.warm_extra.is_empty() {
+                    "met".to_owned()
+                } else {
+                    format!(
+                        "MISSED ({} turns made {})",
+                        self.warm_extra.len(),
+                        self.warm_extra.join(",")
+                    )
+                }
+            );
+        }
+        let mib = |kib: u64| kib as f64 / 1024.0;
+        let (idle, end, peak) = self.rss;
+        let _ = writeln!(
+            out,
+            "chat process RSS: {:.1} MiB idle after start, {:.1} MiB at the end, peak (VmHWM) {:.1} MiB",
+            mib(idle),
+            mib(end),
+            mib(peak)
+        );
+        out
+    }
+
+    fn json(&self) -> Value {
+        let us = |d: Option<Duration>| d.map(micros);
+        let rows: Vec<Value> = self
+            .rows
+            .iter()
+            .map(|r| {
+                json!({
+                    "turns": r.label,
+                    "concurrency": r.concurrency,
+                    "n": r.n,
+                    "total_p50_us": micros(r.total_p50),
+                    "total_p99_us": micros(r.total_p99),
+                    "own_p50_us": us(r.own_p50),
+                    "own_p99_us": us(r.own_p99),
+                    "own_mean_us": micros(r.own_mean),
+                    "llm_mean_us": micros(r.llm_mean),
+                    "mcp_mean_us": micros(r.mcp_mean),
+                    "rps": (r.rps * 10.0).round() / 10.0,
+                    "mcp_requests_per_turn": r.mcp_per_turn,
+                })
+            })
+            .collect();
+        let (idle, end, peak) = self.rss;
+        json!({
+            "command": self.command,
+            "machine": { "cpus": self.machine.cpus, "cpu_model": self.machine.cpu_model, "memory_gib": self.machine.memory_gib },
+            "postgres": self.pg_version,
+            "feedback_rows": self.feedback,
+            "synchronous_commit": self.synchronous_commit,
+            "results": rows,
+            "first_turn": {
+                "total_us": micros(self.cold_total),
+                "mcp_requests": self.cold.mcp_kinds,
+            },
+            "chat_rss_kib": { "idle": idle, "end": end, "peak": peak },
+        })
+    }
+}
