@@ -104,6 +104,28 @@ struct Row {
     mcp_per_turn: f64,
     /// Least and most MCP requests of one turn (serial runs only).
     mcp_range: Option<(u32, u32)>,
+    /// CPU time per turn of the chat and the mcp process (serial rows: over both kinds).
+    cpu: (Duration, Duration),
+}
+
+/// The chat's SQL replayed: latency of one turn's worth.
+struct SqlRow {
+    label: &'static str,
+    p50: Duration,
+    p99: Duration,
+}
+
+/// CPU used per turn between two readings of (chat, mcp).
+fn per_turn(
+    after: (Duration, Duration),
+    before: (Duration, Duration),
+    turns: usize,
+) -> (Duration, Duration) {
+    let turns = u32::try_from(turns.max(1)).unwrap_or(u32::MAX);
+    (
+        after.0.saturating_sub(before.0) / turns,
+        after.1.saturating_sub(before.1) / turns,
+    )
 }
 
 impl Serial {
@@ -135,6 +157,7 @@ impl Serial {
                 requests.iter().copied().min().unwrap_or(0),
                 requests.iter().copied().max().unwrap_or(0),
             )),
+            cpu: (Duration::ZERO, Duration::ZERO),
         }
     }
 }
@@ -147,7 +170,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let concurrency = args.concurrency.max(1);
     let (bench_url, pg_version) =
         shared::prepare_database(&admin_url, &args.database, args.feedback).await?;
-    let (districts, server_sync_commit) = districts(&bench_url).await?;
+    let (districts, durability) = districts(&bench_url).await?;
 
     let beside = |name: &str| -> anyhow::Result<PathBuf> {
         Ok(std::env::current_exe()
@@ -235,8 +258,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     checked(meter.take())?;
 
-    // One turn at a time, fresh and continuing interleaved (alternating which goes first), so
-    // drift on this shared machine hits both alike.
+    // The chat's own SQL, replayed straight (see `SqlReplay`), warmed like the chat's pool.
+    let replays = [
+        SqlReplay::new(chat_db_url.as_str(), false, args.history_limit)?,
+        SqlReplay::new(chat_db_url.as_str(), true, args.history_limit)?,
+    ];
+    for replay in &replays {
+        for i in 0..args.warmup.max(1) {
+            replay.turn(i).await.context("replaying the chat's SQL")?;
+        }
+    }
+
+    // One turn at a time: fresh and continuing chat turns and the two SQL replays interleaved
+    // (rotating which goes first), so drift on this shared machine hits them all alike.
     let n = args.turns;
     let mut fresh = Serial {
         label: "fresh conversation".into(),
@@ -246,13 +280,22 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         label: format!("continuing ({}-message window)", args.history_limit),
         samples: Vec::with_capacity(n),
     };
+    let mut replayed: [Vec<Duration>; 2] = [Vec::with_capacity(n), Vec::with_capacity(n)];
     let offset = 1000;
+    let cpu_before = (chat.cpu_time()?, mcp.cpu_time()?);
     for i in 0..n {
-        for k in 0..2 {
-            let (serial, conversation) = if (i + k) % 2 == 0 {
-                (&mut fresh, None)
-            } else {
-                (&mut continuing, Some(conversation.as_str()))
+        for k in 0..4 {
+            let (serial, conversation) = match (i + k) % 4 {
+                0 => (&mut fresh, None),
+                1 => (&mut continuing, Some(conversation.as_str())),
+                r => {
+                    let replay = &replays[r - 2];
+                    let elapsed = replay.turn(offset + i).await.with_context(|| {
+                        format!("replaying the chat's SQL (cached: {})", replay.cached)
+                    })?;
+                    replayed[r - 2].push(elapsed);
+                    continue;
+                }
             };
             meter.take();
             let (total, _) = client
@@ -278,7 +321,28 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             eprintln!("{} of {n} serial turns", i + 1);
         }
     }
+    let serial_cpu = per_turn((chat.cpu_time()?, mcp.cpu_time()?), cpu_before, 2 * n);
     let mut rows = vec![fresh.row(), continuing.row()];
+    for row in &mut rows {
+        row.cpu = serial_cpu;
+    }
+    let sql: Vec<SqlRow> = replays
+        .iter()
+        .zip(&mut replayed)
+        .map(|(replay, samples)| {
+            samples.sort_unstable();
+            SqlRow {
+                label: if replay.cached {
+                    "statements prepared once (cached)"
+                } else {
+                    "as the chat sends it"
+                },
+                p50: percentile(samples, 50.0),
+                p99: percentile(samples, 99.0),
+            }
+        })
+        .collect();
+    drop(replays);
     let warm_extra: Vec<String> = fresh
         .samples
         .iter()
@@ -289,10 +353,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     // Throughput: fresh conversations, `concurrency` turns in flight.
     meter.take();
+    let cpu_before = (chat.cpu_time()?, mcp.cpu_time()?);
     let stats = measure::run(&Fresh(&client), n, concurrency, 2 * offset)
         .await
         .with_context(|| format!("concurrency {concurrency}"))?;
     let w = checked(meter.take())?;
+    let cpu = per_turn((chat.cpu_time()?, mcp.cpu_time()?), cpu_before, n);
     let turns = stats.n as u32;
     let total_sum = stats.mean * turns;
     rows.push(Row {
@@ -309,6 +375,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         rps: stats.rps,
         mcp_per_turn: f64::from(w.mcp_requests) / f64::from(turns.max(1)),
         mcp_range: None,
+        cpu,
     });
     for r in &rows {
         eprintln!(
@@ -330,14 +397,22 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         pg_version: &pg_version,
         feedback: args.feedback,
         rows: &rows,
+        sql: &sql,
         cold_total,
         cold,
         warm_extra,
         rss: (idle_rss, end_rss, peak_rss),
-        synchronous_commit: args
-            .synchronous_commit
-            .clone()
-            .unwrap_or_else(|| format!("{} (the server's)", server_sync_commit)),
+        durability: format!(
+            "fsync = {}, synchronous_commit = {}",
+            durability[0],
+            args.synchronous_commit.as_deref().map_or_else(
+                || durability[1].clone(),
+                |mode| format!(
+                    "{mode} (--synchronous-commit; the server's: {})",
+                    durability[1]
+                )
+            )
+        ),
     };
     print!("{}", report.text());
     if let Some(path) = &args.json {
@@ -356,9 +431,9 @@ fn checked(w: Window) -> anyhow::Result<Window> {
     Ok(w)
 }
 
-/// Real districts (asked by code and by name alternately) and the server's
+/// Real districts (asked by code and by name alternately) and the server's `fsync` and
 /// `synchronous_commit`.
-async fn districts(bench_url: &str) -> anyhow::Result<(Vec<(String, String)>, String)> {
+async fn districts(bench_url: &str) -> anyhow::Result<(Vec<(String, String)>, Vec<String>)> {
     let client = shared::connect(bench_url).await?;
     let rows = client
         .query(
@@ -369,11 +444,18 @@ async fn districts(bench_url: &str) -> anyhow::Result<(Vec<(String, String)>, St
     if rows.is_empty() {
         bail!("the lads table is empty");
     }
-    let sync: String = client
-        .query_one("SHOW synchronous_commit", &[])
-        .await?
-        .get(0);
-    Ok((rows.iter().map(|r| (r.get(0), r.get(1))).collect(), sync))
+    let mut durability = Vec::new();
+    for setting in ["fsync", "synchronous_commit"] {
+        let value: String = client
+            .query_one(&format!("SHOW {setting}"), &[])
+            .await?
+            .get(0);
+        durability.push(value);
+    }
+    Ok((
+        rows.iter().map(|r| (r.get(0), r.get(1))).collect(),
+        durability,
+    ))
 }
 
 /// `POST /api/chat` as a web page sends it: a bearer JWT, a question and the page's context.
@@ -479,14 +561,15 @@ struct Report<'a> {
     pg_version: &'a str,
     feedback: u64,
     rows: &'a [Row],
+    sql: &'a [SqlRow],
     cold_total: Duration,
     cold: Window,
     /// MCP request counts of warm serial turns that made other than one.
     warm_extra: Vec<String>,
     /// Chat process (VmRSS idle after start, VmRSS at the end, VmHWM) in KiB.
     rss: (u64, u64, u64),
-    /// The chat's database sessions' `synchronous_commit`.
-    synchronous_commit: String,
+    /// The server's `fsync` and the chat sessions' `synchronous_commit`.
+    durability: String,
 }
 
 /// The issue's target for the chat function's own time per turn (p50).
@@ -508,13 +591,13 @@ impl Report<'_> {
         );
         let _ = writeln!(
             out,
-            "chat sessions: synchronous_commit = {}",
-            self.synchronous_commit
+            "Postgres durability: {} (each commit waits for a WAL flush when both are on)",
+            self.durability
         );
         let _ = writeln!(out, "command: {}\n", self.command);
         let _ = writeln!(
             out,
-            "{:<34} {:>2} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>7} {:>8}",
+            "{:<34} {:>2} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>7} {:>8} {:>8} {:>7}",
             "turns",
             "c",
             "n",
@@ -526,13 +609,15 @@ impl Report<'_> {
             "llm mean",
             "mcp mean",
             "rps",
-            "mcp/turn"
+            "mcp/turn",
+            "chat cpu",
+            "mcp cpu"
         );
         let opt = |d: Option<Duration>| d.map_or("-".to_owned(), |d| format!("{:.3}", ms(d)));
         for r in self.rows {
             let _ = writeln!(
                 out,
-                "{:<34} {:>2} {:>5} {:>9.3} {:>9.3} {:>9} {:>9} {:>9.3} {:>8.3} {:>8.3} {:>7.1} {:>8.2}",
+                "{:<34} {:>2} {:>5} {:>9.3} {:>9.3} {:>9} {:>9} {:>9.3} {:>8.3} {:>8.3} {:>7.1} {:>8.2} {:>8.2} {:>7.2}",
                 r.label,
                 r.concurrency,
                 r.n,
@@ -544,14 +629,30 @@ impl Report<'_> {
                 ms(r.llm_mean),
                 ms(r.mcp_mean),
                 r.rps,
-                r.mcp_per_turn
+                r.mcp_per_turn,
+                ms(r.cpu.0),
+                ms(r.cpu.1)
             );
         }
         let _ = writeln!(
             out,
             "(ms; own = client total - LLM stub time - MCP time at the proxy (incl. the mcp function);\n \
-             c=1 rps = 1/mean, c>1: wall-clock rps and own time only as a mean)\n"
+             c=1 rps = 1/mean, c>1: wall-clock rps and own time only as a mean; cpu = process CPU per turn)\n"
         );
+        let _ = writeln!(
+            out,
+            "the chat's SQL for one fresh turn, replayed on one pooled connection, c=1:"
+        );
+        for r in self.sql {
+            let _ = writeln!(
+                out,
+                "  {:<34} p50 {:>7.3} ms  p99 {:>7.3} ms",
+                r.label,
+                ms(r.p50),
+                ms(r.p99)
+            );
+        }
+        let _ = writeln!(out);
         let _ = writeln!(
             out,
             "first turn after start: {:.3} ms, {} MCP requests ({})",
@@ -613,6 +714,8 @@ impl Report<'_> {
                     "mcp_mean_us": micros(r.mcp_mean),
                     "rps": (r.rps * 10.0).round() / 10.0,
                     "mcp_requests_per_turn": r.mcp_per_turn,
+                    "chat_cpu_us_per_turn": micros(r.cpu.0),
+                    "mcp_cpu_us_per_turn": micros(r.cpu.1),
                 })
             })
             .collect();
@@ -622,13 +725,132 @@ impl Report<'_> {
             "machine": { "cpus": self.machine.cpus, "cpu_model": self.machine.cpu_model, "memory_gib": self.machine.memory_gib },
             "postgres": self.pg_version,
             "feedback_rows": self.feedback,
-            "synchronous_commit": self.synchronous_commit,
+            "durability": self.durability,
             "results": rows,
+            "sql_replay": self.sql.iter().map(|r| json!({
+                "path": r.label, "p50_us": micros(r.p50), "p99_us": micros(r.p99),
+            })).collect::<Vec<_>>(),
             "first_turn": {
                 "total_us": micros(self.cold_total),
                 "mcp_requests": self.cold.mcp_kinds,
             },
             "chat_rss_kib": { "idle": idle, "end": end, "peak": peak },
         })
+    }
+}
+
+/// The chat function's Postgres work for one fresh turn, replayed straight on a pooled
+/// connection exactly as `functions/chat/src/conversation.rs` sends it (keep in step with
+/// `begin`, `Turn::lock`, `load_window`, `next_seq` and `Turn::finish`): a checkout that runs
+/// an empty query (`Checkout::Verified`), each statement prepared and closed around its one
+/// use (tokio-postgres' `query(&str)`: two round trips), autocommitted except the final
+/// transaction. 21 round trips and 4 commits; `cached` prepares each statement once per
+/// connection instead (13 round trips), to show what that alone would save.
+struct SqlReplay {
+    pool: deadpool_postgres::Pool,
+    cached: bool,
+    history_limit: i64,
+    /// A tool trace like the one a turn stores.
+    traces: Value,
+}
+
+const SQL_INSERT_CONVERSATION: &str =
+    "INSERT INTO chat.conversations (id, owner, title) VALUES ($1, $2, $3)";
+const SQL_LOCK_SETTINGS: &str = "SET lock_timeout = 60000; SET tcp_keepalives_idle = 30; \
+     SET tcp_keepalives_interval = 10; SET tcp_keepalives_count = 3";
+const SQL_WINDOW: &str =
+    "SELECT seq, role, content, context, traces, usage, steps, error, created_at FROM (
+                   SELECT * FROM chat.messages
+                   WHERE conversation_id = $1 AND error IS NULL
+                   ORDER BY seq DESC LIMIT $2) m
+                 ORDER BY seq";
+const SQL_NEXT_SEQ: &str =
+    "UPDATE chat.conversations SET message_count = message_count + 1, updated_at = now()
+             WHERE id = $1 RETURNING message_count";
+const SQL_INSERT_USER: &str =
+    "INSERT INTO chat.messages (conversation_id, seq, role, content, context)
+             VALUES ($1, $2, 'user', $3, $4)";
+const SQL_INSERT_ASSISTANT: &str = "INSERT INTO chat.messages
+                   (conversation_id, seq, role, content, traces, usage, steps, error)
+                 VALUES ($1, $2, 'assistant', $3, $4, $5, $6, $7)";
+
+impl SqlReplay {
+    fn new(url: &str, cached: bool, history_limit: usize) -> anyhow::Result<Self> {
+        let mut config = parley_core::db::DbConfig::from_url(url)?;
+        config.pool_max_size = 1;
+        config.checkout = parley_core::db::Checkout::Verified;
+        Ok(Self {
+            pool: parley_core::db::pool(&config)?,
+            cached,
+            history_limit: i64::try_from(history_limit)?,
+            traces: json!([{
+                "call_id": "call_1", "step": 1, "name": TOOL, "args": {"ref": "E06000023"},
+                "output": {"rows": [{"code": "E06000023", "name": "Bristol, City of",
+                    "country": "England", "utla_code": "E06000023", "utla_name": "Bristol, City of",
+                    "match": "code", "feedback": {"total": 60, "open": 21, "average_rating": 2.9,
+                    "negative": 30, "neutral": 18, "positive": 12, "last_90_days": 7}}],
+                    "row_count": 1, "truncated": false},
+                "is_error": false, "duration_ms": 1
+            }]),
+        })
+    }
+
+    async fn query<C: deadpool_postgres::GenericClient>(
+        &self,
+        client: &C,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> anyhow::Result<Vec<tokio_postgres::Row>> {
+        Ok(if self.cached {
+            let statement = client.prepare_cached(sql).await?;
+            client.query(&statement, params).await?
+        } else {
+            client.query(sql, params).await?
+        })
+    }
+
+    async fn turn(&self, i: usize) -> anyhow::Result<Duration> {
+        let id = uuid::Uuid::new_v4();
+        let (hi, lo) = id.as_u64_pair();
+        let lock_key = (hi ^ lo) as i64;
+        let message = format!("How is public feedback in district: E06000023? (sql turn {i})");
+        let context = json!({"district": {"code": "E06000023", "label": "Bristol, City of"}});
+        let usage = json!({"input_tokens": 200, "output_tokens": 40, "total_tokens": 240});
+        let (steps, error, reply) = (
+            1i32,
+            None::<&str>,
+            "Bristol, City of has 60 feedback items.",
+        );
+        let started = Instant::now();
+        let mut conn = self.pool.get().await?;
+        self.query(
+            &conn,
+            SQL_INSERT_CONVERSATION,
+            &[&id, &"bench-sql", &message.as_str()],
+        )
+        .await?;
+        conn.batch_execute(SQL_LOCK_SETTINGS).await?;
+        self.query(&conn, "SELECT pg_advisory_lock($1)", &[&lock_key])
+            .await?;
+        conn.batch_execute("RESET lock_timeout").await?;
+        self.query(&conn, SQL_WINDOW, &[&id, &self.history_limit])
+            .await?;
+        let seq: i32 = self.query(&conn, SQL_NEXT_SEQ, &[&id]).await?[0].get(0);
+        self.query(&conn, SQL_INSERT_USER, &[&id, &seq, &message, &context])
+            .await?;
+        // (the model and the tool run here)
+        let tx = conn.transaction().await?;
+        let seq: i32 = self.query(&tx, SQL_NEXT_SEQ, &[&id]).await?[0].get(0);
+        self.query(
+            &tx,
+            SQL_INSERT_ASSISTANT,
+            &[&id, &seq, &reply, &self.traces, &usage, &steps, &error],
+        )
+        .await?;
+        tx.commit().await?;
+        self.query(&conn, "SELECT pg_advisory_unlock($1)", &[&lock_key])
+            .await?;
+        drop(conn);
+        Ok(started.elapsed())
     }
 }

@@ -94,6 +94,27 @@ impl Server {
         };
         Ok((field("VmRSS:")?, field("VmHWM:")?))
     }
+
+    /// CPU time (user + system) the process has used so far, at clock-tick resolution (10 ms).
+    pub fn cpu_time(&self) -> anyhow::Result<Duration> {
+        let path = format!("/proc/{}/stat", self.pid());
+        let stat = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+        // Fields after the command name, which is in parentheses and may contain spaces:
+        // state is field 3, utime 14, stime 15.
+        let rest = stat
+            .rsplit_once(')')
+            .map(|(_, r)| r)
+            .with_context(|| format!("no command name in {path}"))?;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = |i: usize| -> anyhow::Result<u64> {
+            fields
+                .get(i - 3)
+                .and_then(|f| f.parse().ok())
+                .with_context(|| format!("no field {i} in {path}"))
+        };
+        // USER_HZ is 100 on Linux.
+        Ok(Duration::from_millis((ticks(14)? + ticks(15)?) * 10))
+    }
 }
 
 impl Drop for Server {
