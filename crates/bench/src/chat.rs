@@ -108,7 +108,7 @@ struct Row {
     cpu: (Duration, Duration),
 }
 
-/// The chat's SQL replayed: latency of one turn's worth.
+/// The chat's Postgres work alone (`begin` + `finish`): latency of one turn's worth.
 struct SqlRow {
     label: &'static str,
     p50: Duration,
@@ -258,18 +258,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     checked(meter.take())?;
 
-    // The chat's own SQL, replayed straight (see `SqlReplay`), warmed like the chat's pool.
-    let replays = [
-        SqlReplay::new(chat_db_url.as_str(), false, args.history_limit)?,
-        SqlReplay::new(chat_db_url.as_str(), true, args.history_limit)?,
-    ];
-    for replay in &replays {
-        for i in 0..args.warmup.max(1) {
-            replay.turn(i).await.context("replaying the chat's SQL")?;
-        }
+    // The chat's Postgres work alone (see `ChatSql`), warmed like the chat's pool.
+    let mut sql_turns = ChatSql::new(chat_db_url.as_str(), args.history_limit)
+        .await
+        .context("the chat's SQL")?;
+    for i in 0..args.warmup.max(1) {
+        sql_turns
+            .turn(i, i % 2 == 1)
+            .await
+            .context("the chat's SQL")?;
     }
 
-    // One turn at a time: fresh and continuing chat turns and the two SQL replays interleaved
+    // One turn at a time: fresh and continuing chat turns and their SQL alone interleaved
     // (rotating which goes first), so drift on this shared machine hits them all alike.
     let n = args.turns;
     let mut fresh = Serial {
@@ -280,7 +280,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         label: format!("continuing ({}-message window)", args.history_limit),
         samples: Vec::with_capacity(n),
     };
-    let mut replayed: [Vec<Duration>; 2] = [Vec::with_capacity(n), Vec::with_capacity(n)];
+    let mut sql_samples: [Vec<Duration>; 2] = [Vec::with_capacity(n), Vec::with_capacity(n)];
     let offset = 1000;
     let cpu_before = (chat.cpu_time()?, mcp.cpu_time()?);
     for i in 0..n {
@@ -289,11 +289,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 0 => (&mut fresh, None),
                 1 => (&mut continuing, Some(conversation.as_str())),
                 r => {
-                    let replay = &replays[r - 2];
-                    let elapsed = replay.turn(offset + i).await.with_context(|| {
-                        format!("replaying the chat's SQL (cached: {})", replay.cached)
-                    })?;
-                    replayed[r - 2].push(elapsed);
+                    let continuing = r == 3;
+                    let elapsed = sql_turns
+                        .turn(offset + i, continuing)
+                        .await
+                        .with_context(|| format!("the chat's SQL alone, turn {i}"))?;
+                    sql_samples[r - 2].push(elapsed);
                     continue;
                 }
             };
@@ -326,23 +327,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     for row in &mut rows {
         row.cpu = serial_cpu;
     }
-    let sql: Vec<SqlRow> = replays
-        .iter()
-        .zip(&mut replayed)
-        .map(|(replay, samples)| {
+    let sql: Vec<SqlRow> = ["fresh conversation", "continuing (full window)"]
+        .into_iter()
+        .zip(&mut sql_samples)
+        .map(|(label, samples)| {
             samples.sort_unstable();
             SqlRow {
-                label: if replay.cached {
-                    "statements prepared once (cached)"
-                } else {
-                    "as the chat sends it"
-                },
+                label,
                 p50: percentile(samples, 50.0),
                 p99: percentile(samples, 99.0),
             }
         })
         .collect();
-    drop(replays);
+    drop(sql_turns);
     let warm_extra: Vec<String> = fresh
         .samples
         .iter()
@@ -641,7 +638,7 @@ impl Report<'_> {
         );
         let _ = writeln!(
             out,
-            "the chat's SQL for one fresh turn, replayed on one pooled connection, c=1:"
+            "the chat's Postgres work alone (conversation::begin + Turn::finish, one pooled connection), c=1:"
         );
         for r in self.sql {
             let _ = writeln!(
@@ -727,7 +724,7 @@ impl Report<'_> {
             "feedback_rows": self.feedback,
             "durability": self.durability,
             "results": rows,
-            "sql_replay": self.sql.iter().map(|r| json!({
+            "chat_sql": self.sql.iter().map(|r| json!({
                 "path": r.label, "p50_us": micros(r.p50), "p99_us": micros(r.p99),
             })).collect::<Vec<_>>(),
             "first_turn": {
@@ -739,118 +736,88 @@ impl Report<'_> {
     }
 }
 
-/// The chat function's Postgres work for one fresh turn, replayed straight on a pooled
-/// connection exactly as `functions/chat/src/conversation.rs` sends it (keep in step with
-/// `begin`, `Turn::lock`, `load_window`, `next_seq` and `Turn::finish`): a checkout that runs
-/// an empty query (`Checkout::Verified`), each statement prepared and closed around its one
-/// use (tokio-postgres' `query(&str)`: two round trips), autocommitted except the final
-/// transaction. 21 round trips and 4 commits; `cached` prepares each statement once per
-/// connection instead (13 round trips), to show what that alone would save.
-struct SqlReplay {
+/// The chat function's Postgres work for one turn, run straight through its own code
+/// (`parley_chat::conversation::begin` and `Turn::finish`) on a pool configured like the chat's:
+/// what is left of the own time when HTTP, JWT, prompts and the MCP client are taken away.
+struct ChatSql {
     pool: deadpool_postgres::Pool,
-    cached: bool,
-    history_limit: i64,
+    owner: parley_chat::auth::UserId,
+    history_limit: usize,
+    /// A turn with a full history window continues this conversation.
+    conversation: Option<parley_chat::conversation::ConversationId>,
     /// A tool trace like the one a turn stores.
-    traces: Value,
+    traces: Vec<parley_chat::conversation::Trace>,
 }
 
-const SQL_INSERT_CONVERSATION: &str =
-    "INSERT INTO chat.conversations (id, owner, title) VALUES ($1, $2, $3)";
-const SQL_LOCK_SETTINGS: &str = "SET lock_timeout = 60000; SET tcp_keepalives_idle = 30; \
-     SET tcp_keepalives_interval = 10; SET tcp_keepalives_count = 3";
-const SQL_WINDOW: &str =
-    "SELECT seq, role, content, context, traces, usage, steps, error, created_at FROM (
-                   SELECT * FROM chat.messages
-                   WHERE conversation_id = $1 AND error IS NULL
-                   ORDER BY seq DESC LIMIT $2) m
-                 ORDER BY seq";
-const SQL_NEXT_SEQ: &str =
-    "UPDATE chat.conversations SET message_count = message_count + 1, updated_at = now()
-             WHERE id = $1 RETURNING message_count";
-const SQL_INSERT_USER: &str =
-    "INSERT INTO chat.messages (conversation_id, seq, role, content, context)
-             VALUES ($1, $2, 'user', $3, $4)";
-const SQL_INSERT_ASSISTANT: &str = "INSERT INTO chat.messages
-                   (conversation_id, seq, role, content, traces, usage, steps, error)
-                 VALUES ($1, $2, 'assistant', $3, $4, $5, $6, $7)";
-
-impl SqlReplay {
-    fn new(url: &str, cached: bool, history_limit: usize) -> anyhow::Result<Self> {
+impl ChatSql {
+    async fn new(url: &str, history_limit: usize) -> anyhow::Result<Self> {
         let mut config = parley_core::db::DbConfig::from_url(url)?;
         config.pool_max_size = 1;
-        config.checkout = parley_core::db::Checkout::Verified;
-        Ok(Self {
+        config.checkout = parley_chat::config::DB_CHECKOUT;
+        let trace = json!({
+            "call_id": "call_1", "step": 1, "name": TOOL, "args": {"ref": "E06000023"},
+            "output": {"rows": [{"code": "E06000023", "name": "Bristol, City of",
+                "country": "England", "utla_code": "E06000023", "utla_name": "Bristol, City of",
+                "match": "code", "feedback": {"total": 60, "open": 21, "average_rating": 2.9,
+                "negative": 30, "neutral": 18, "positive": 12, "last_90_days": 7}}],
+                "row_count": 1, "truncated": false},
+            "is_error": false, "duration_ms": 1
+        });
+        let mut sql = Self {
             pool: parley_core::db::pool(&config)?,
-            cached,
-            history_limit: i64::try_from(history_limit)?,
-            traces: json!([{
-                "call_id": "call_1", "step": 1, "name": TOOL, "args": {"ref": "E06000023"},
-                "output": {"rows": [{"code": "E06000023", "name": "Bristol, City of",
-                    "country": "England", "utla_code": "E06000023", "utla_name": "Bristol, City of",
-                    "match": "code", "feedback": {"total": 60, "open": 21, "average_rating": 2.9,
-                    "negative": 30, "neutral": 18, "positive": 12, "last_90_days": 7}}],
-                    "row_count": 1, "truncated": false},
-                "is_error": false, "duration_ms": 1
-            }]),
-        })
+            owner: parley_chat::auth::UserId::new("bench-sql")?,
+            history_limit,
+            conversation: None,
+            traces: vec![serde_json::from_value(trace)?],
+        };
+        // Fill a conversation's window for the continuing turns.
+        sql.turn(0, false).await?;
+        for i in 1..=history_limit.div_ceil(2) {
+            sql.turn(i, true).await?;
+        }
+        Ok(sql)
     }
 
-    async fn query<C: deadpool_postgres::GenericClient>(
-        &self,
-        client: &C,
-        sql: &str,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> anyhow::Result<Vec<tokio_postgres::Row>> {
-        Ok(if self.cached {
-            let statement = client.prepare_cached(sql).await?;
-            client.query(&statement, params).await?
-        } else {
-            client.query(sql, params).await?
-        })
-    }
-
-    async fn turn(&self, i: usize) -> anyhow::Result<Duration> {
-        let id = uuid::Uuid::new_v4();
-        let (hi, lo) = id.as_u64_pair();
-        let lock_key = (hi ^ lo) as i64;
+    /// One turn's `begin` and `finish`, a fresh conversation or the continuing one.
+    async fn turn(&mut self, i: usize, continuing: bool) -> anyhow::Result<Duration> {
+        use parley_chat::conversation::{self, TurnRecord, TurnStart};
         let message = format!("How is public feedback in district: E06000023? (sql turn {i})");
         let context = json!({"district": {"code": "E06000023", "label": "Bristol, City of"}});
-        let usage = json!({"input_tokens": 200, "output_tokens": 40, "total_tokens": 240});
-        let (steps, error, reply) = (
-            1i32,
-            None::<&str>,
-            "Bristol, City of has 60 feedback items.",
-        );
         let started = Instant::now();
-        let mut conn = self.pool.get().await?;
-        self.query(
-            &conn,
-            SQL_INSERT_CONVERSATION,
-            &[&id, &"bench-sql", &message.as_str()],
+        let turn = conversation::begin(
+            &self.pool,
+            TurnStart {
+                owner: &self.owner,
+                conversation: if continuing { self.conversation } else { None },
+                message: &message,
+                context: Some(&context),
+                history_limit: self.history_limit,
+                lock_wait: Duration::from_secs(60),
+            },
         )
-        .await?;
-        conn.batch_execute(SQL_LOCK_SETTINGS).await?;
-        self.query(&conn, "SELECT pg_advisory_lock($1)", &[&lock_key])
-            .await?;
-        conn.batch_execute("RESET lock_timeout").await?;
-        self.query(&conn, SQL_WINDOW, &[&id, &self.history_limit])
-            .await?;
-        let seq: i32 = self.query(&conn, SQL_NEXT_SEQ, &[&id]).await?[0].get(0);
-        self.query(&conn, SQL_INSERT_USER, &[&id, &seq, &message, &context])
-            .await?;
+        .await
+        .map_err(|e| anyhow::anyhow!("begin: {e}"))?;
+        if continuing && turn.history.is_empty() && self.history_limit > 0 {
+            bail!("a continuing turn loaded no history");
+        }
+        let id = turn.conversation;
         // (the model and the tool run here)
-        let tx = conn.transaction().await?;
-        let seq: i32 = self.query(&tx, SQL_NEXT_SEQ, &[&id]).await?[0].get(0);
-        self.query(
-            &tx,
-            SQL_INSERT_ASSISTANT,
-            &[&id, &seq, &reply, &self.traces, &usage, &steps, &error],
-        )
-        .await?;
-        tx.commit().await?;
-        self.query(&conn, "SELECT pg_advisory_unlock($1)", &[&lock_key])
-            .await?;
-        drop(conn);
+        turn.finish(TurnRecord {
+            reply: "Bristol, City of has 60 feedback items.",
+            traces: &self.traces,
+            usage: parley_chat::llm::Usage {
+                input_tokens: 200,
+                output_tokens: 40,
+                total_tokens: 240,
+            },
+            steps: 1,
+            error: None,
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("finish: {e}"))?;
+        if !continuing {
+            self.conversation.get_or_insert(id);
+        }
         Ok(started.elapsed())
     }
 }

@@ -67,12 +67,14 @@ struct RawServer {
     token: Option<String>,
 }
 
+/// No round trip at checkout: `conversation` retries once itself when a connection that died
+/// while the instance was frozen fails before anything ran.
+pub const DB_CHECKOUT: Checkout = Checkout::Fast;
+
 impl ChatConfig {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let mut db = DbConfig::from_env(env)?;
-        // Chat queries are not retried one by one, so a connection that died while the
-        // instance was frozen is replaced at checkout instead.
-        db.checkout = Checkout::Verified;
+        db.checkout = DB_CHECKOUT;
         Ok(Self {
             db,
             llm: LlmConfig::from_env(env)?,

@@ -6,14 +6,23 @@
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{Object, Pool};
+use parley_core::db::is_connection_error;
 use serde::Serialize;
 use serde_json::Value;
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::{Json, ToSql};
 use uuid::Uuid;
 
 use crate::auth::UserId;
 use crate::error::ApiError;
 use crate::llm::{Item, ToolCall, Usage};
+
+/// What [`message`] reads, in every query that returns messages.
+macro_rules! columns {
+    () => {
+        "seq, role, content, context, traces, usage, steps, error, created_at"
+    };
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(transparent)]
@@ -128,133 +137,284 @@ pub struct TurnStart<'a> {
 
 /// Opens a turn: checks ownership (or creates the conversation), waits for any other turn on
 /// it, loads the history window, and stores the user's message before any LLM call.
+///
+/// All of it is one pipelined round trip and one commit: `BEGIN`, session settings, the lock
+/// (taken only if the caller owns the conversation), the window, the insert, `COMMIT`. Inside
+/// the transaction a lock timeout aborts what follows, so a message is never stored unlocked.
+///
+/// The commit is visible at once but does not wait for its WAL flush: [`Turn::finish`]'s commit
+/// does, and flushing the WAL up to it flushes this one too. So everything a 200 acknowledges
+/// is durable, and a turn pays for one flush instead of two. Only a Postgres crash within the
+/// WAL writer's delay (`wal_writer_delay`, 200 ms by default) of this commit could undo it, and
+/// then the turn it belongs to fails as well, so the client is never told it was kept.
 pub async fn begin(pool: &Pool, start: TurnStart<'_>) -> Result<Turn, ApiError> {
-    let conn = pool.get().await?;
-    let conversation = match start.conversation {
-        Some(id) => {
-            let row = conn
-                .query_opt(
-                    "SELECT owner FROM chat.conversations WHERE id = $1",
-                    &[id.as_uuid()],
-                )
-                .await?;
-            // Someone else's conversation is indistinguishable from a missing one.
-            match row {
-                Some(r) if r.get::<_, &str>(0) == start.owner.as_str() => id,
-                _ => return Err(ApiError::ConversationNotFound),
-            }
-        }
-        None => {
-            let id = ConversationId::new();
-            conn.execute(
-                "INSERT INTO chat.conversations (id, owner, title) VALUES ($1, $2, $3)",
-                &[id.as_uuid(), &start.owner.as_str(), &title(start.message)],
-            )
-            .await?;
-            id
-        }
+    let (conversation, is_new) = match start.conversation {
+        Some(id) => (id, false),
+        None => (ConversationId::new(), true),
     };
+    // Checkout does not test connections (a round trip per turn). One that died while the
+    // instance was frozen fails before `BEGIN` got an answer, so nothing ran and a second
+    // attempt on a fresh connection is safe.
+    match try_begin(pool.get().await?, &start, conversation, is_new).await {
+        Err(Attempt::Stale(e)) => {
+            tracing::warn!(error = %e, "stale database connection; retrying once");
+            try_begin(pool.get().await?, &start, conversation, is_new)
+                .await
+                .map_err(Attempt::into_error)
+        }
+        other => other.map_err(Attempt::into_error),
+    }
+}
+
+/// Why one attempt at [`begin`] failed.
+enum Attempt {
+    /// The connection was dead before anything ran.
+    Stale(ApiError),
+    Failed(ApiError),
+}
+
+impl Attempt {
+    fn into_error(self) -> ApiError {
+        match self {
+            Attempt::Stale(e) | Attempt::Failed(e) => e,
+        }
+    }
+}
+
+impl From<ApiError> for Attempt {
+    fn from(e: ApiError) -> Self {
+        Attempt::Failed(e)
+    }
+}
+
+/// A connection error before the server acknowledged anything of this attempt.
+fn stale(e: tokio_postgres::Error) -> Attempt {
+    if is_connection_error(&e) {
+        Attempt::Stale(e.into())
+    } else {
+        Attempt::Failed(e.into())
+    }
+}
+
+async fn try_begin(
+    conn: Object,
+    start: &TurnStart<'_>,
+    conversation: ConversationId,
+    is_new: bool,
+) -> Result<Turn, Attempt> {
     let lock_key = lock_key(&conversation);
-    let mut turn = Turn {
-        conn: Some(conn),
-        conversation,
-        lock_key,
-        history: Vec::new(),
-    };
-    turn.lock(start.lock_wait).await?;
-    turn.history = load_window(turn.conn(), &conversation, start.history_limit).await?;
-    let seq = next_seq(turn.conn(), &conversation).await?;
-    turn.conn()
-        .execute(
-            "INSERT INTO chat.messages (conversation_id, seq, role, content, context)
-             VALUES ($1, $2, 'user', $3, $4)",
-            &[conversation.as_uuid(), &seq, &start.message, &start.context],
+    let id = conversation.as_uuid();
+    let owner = start.owner.as_str();
+    let lock_timeout = start.lock_wait.as_millis().max(1).to_string();
+    let limit = start.history_limit as i64;
+
+    let prepared = if is_new {
+        futures::try_join!(
+            conn.prepare_cached(SET_SESSION),
+            conn.prepare_cached(LOCK),
+            conn.prepare_cached(WINDOW),
+            conn.prepare_cached(INSERT_FIRST_MESSAGE),
         )
-        .await?;
-    Ok(turn)
+    } else {
+        futures::try_join!(
+            conn.prepare_cached(SET_SESSION),
+            conn.prepare_cached(LOCK_OWNED),
+            conn.prepare_cached(WINDOW),
+            conn.prepare_cached(INSERT_NEXT_MESSAGE),
+        )
+    };
+    let (settings, lock, window, insert) = match prepared {
+        Ok(statements) => statements,
+        Err(e) => {
+            // Nothing has been sent but statement descriptions: a dead link here is stale.
+            discard(conn);
+            return Err(stale(e));
+        }
+    };
+    let title = title(start.message);
+    let settings_params: [&(dyn ToSql + Sync); 1] = [&lock_timeout];
+    let lock_new: [&(dyn ToSql + Sync); 1] = [&lock_key];
+    let lock_owned: [&(dyn ToSql + Sync); 3] = [id, &lock_key, &owner];
+    let insert_params: [&(dyn ToSql + Sync); 5] =
+        [id, &owner, &start.message, &start.context, &title];
+    // A new conversation has no history: the window query is not sent at all.
+    let read_window = !is_new && limit > 0;
+    // futures' join polls in order, so the statements reach the server in this order.
+    let (began, set, locked, rows, inserted, committed) = futures::join!(
+        conn.batch_execute("BEGIN"),
+        conn.execute(&settings, &settings_params),
+        conn.query(&lock, if is_new { &lock_new } else { &lock_owned }),
+        async {
+            match read_window {
+                true => conn.query(&window, &[id, &(limit), &owner]).await.map(Some),
+                false => Ok(None),
+            }
+        },
+        conn.query_opt(&insert, &insert_params[..if is_new { 5 } else { 4 }]),
+        conn.batch_execute("COMMIT"),
+    );
+
+    // Which results matter, in the order the server ran them: an error aborts everything after
+    // it, and `COMMIT` then rolls back.
+    if let Err(e) = began {
+        discard(conn);
+        return Err(stale(e));
+    }
+    let outcome = (|| {
+        set?;
+        let held = !locked.map_err(lock_error)?.is_empty();
+        let rows = rows?;
+        let stored = inserted?.is_some();
+        committed?;
+        Ok::<_, ApiError>((held, rows, stored))
+    })();
+    match outcome {
+        Ok((true, rows, true)) => {
+            let history = match rows.as_deref().map(window_from).transpose() {
+                Ok(history) => history.unwrap_or_default(),
+                Err(e) => {
+                    discard(conn);
+                    return Err(e.into());
+                }
+            };
+            Ok(Turn {
+                conn: Some(conn),
+                conversation,
+                lock_key,
+                history,
+            })
+        }
+        // Someone else's conversation is indistinguishable from a missing one. Nothing was
+        // locked or written, so the connection goes back to the pool as it is.
+        Ok((false, _, _)) => Err(ApiError::ConversationNotFound.into()),
+        Ok((true, _, false)) => {
+            discard(conn);
+            Err(ApiError::Internal("the conversation vanished mid-turn".into()).into())
+        }
+        Err(e) => {
+            // The lock may be held (a session lock outlives the rolled-back transaction):
+            // closing the session is the one sure way to free it.
+            discard(conn);
+            Err(e.into())
+        }
+    }
+}
+
+/// Session settings, sent with every `begin` because the pipeline makes them free. The lock
+/// lives as long as the session: if the instance dies mid-turn without closing the socket,
+/// server-side keepalives end the session (and free the conversation) within about a minute
+/// instead of the OS default of two hours. `lock_timeout` and `synchronous_commit` (see
+/// [`begin`]) are for this transaction only.
+const SET_SESSION: &str = "SELECT set_config('lock_timeout', $1, true),
+       set_config('synchronous_commit', 'off', true),
+       set_config('tcp_keepalives_idle', '30', false),
+       set_config('tcp_keepalives_interval', '10', false),
+       set_config('tcp_keepalives_count', '3', false)";
+
+const LOCK: &str = "SELECT pg_advisory_lock($1)";
+
+/// No row, and no lock, unless the caller owns the conversation.
+const LOCK_OWNED: &str = "SELECT pg_advisory_lock($2) FROM chat.conversations
+     WHERE id = $1 AND owner = $3";
+
+/// The last `$2` replayable messages, newest first (see [`window_from`]), only for the owner.
+const WINDOW: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM chat.messages
+     WHERE conversation_id = $1 AND error IS NULL
+       AND EXISTS (SELECT 1 FROM chat.conversations WHERE id = $1 AND owner = $3)
+     ORDER BY seq DESC LIMIT $2"
+);
+
+const INSERT_FIRST_MESSAGE: &str = "WITH c AS (
+       INSERT INTO chat.conversations (id, owner, title, message_count)
+       VALUES ($1, $2, $5, 1)
+       RETURNING message_count)
+     INSERT INTO chat.messages (conversation_id, seq, role, content, context)
+     SELECT $1, message_count, 'user', $3, $4 FROM c
+     RETURNING seq";
+
+const INSERT_NEXT_MESSAGE: &str = "WITH c AS (
+       UPDATE chat.conversations SET message_count = message_count + 1, updated_at = now()
+       WHERE id = $1 AND owner = $2
+       RETURNING message_count)
+     INSERT INTO chat.messages (conversation_id, seq, role, content, context)
+     SELECT $1, message_count, 'user', $3, $4 FROM c
+     RETURNING seq";
+
+/// The assistant's side of a turn, atomic without `BEGIN`/`COMMIT` because it is one statement.
+const INSERT_REPLY: &str = "WITH c AS (
+       UPDATE chat.conversations SET message_count = message_count + 1, updated_at = now()
+       WHERE id = $1
+       RETURNING message_count)
+     INSERT INTO chat.messages (conversation_id, seq, role, content, traces, usage, steps, error)
+     SELECT $1, message_count, 'assistant', $2, $3, $4, $5, $6 FROM c";
+
+const UNLOCK: &str = "SELECT pg_advisory_unlock($1)";
+
+fn lock_error(e: tokio_postgres::Error) -> ApiError {
+    if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) {
+        ApiError::ConversationBusy
+    } else {
+        e.into()
+    }
+}
+
+/// Closes the connection instead of returning it to the pool.
+fn discard(conn: Object) {
+    drop(Object::take(conn));
 }
 
 impl Turn {
-    fn conn(&self) -> &Object {
-        self.conn
-            .as_ref()
-            .expect("a turn holds its connection until finished")
-    }
-
-    async fn lock(&mut self, wait: std::time::Duration) -> Result<(), ApiError> {
-        let conn = self.conn();
-        // The lock lives as long as this session. If the instance dies mid-turn without closing
-        // the socket, server-side keepalives end the session (and free the conversation) within
-        // about a minute instead of the OS default of two hours.
-        conn.batch_execute(&format!(
-            "SET lock_timeout = {}; SET tcp_keepalives_idle = 30; \
-             SET tcp_keepalives_interval = 10; SET tcp_keepalives_count = 3",
-            wait.as_millis().max(1)
-        ))
-        .await?;
-        let locked = conn
-            .execute("SELECT pg_advisory_lock($1)", &[&self.lock_key])
-            .await;
-        conn.batch_execute("RESET lock_timeout").await?;
-        match locked {
-            Ok(_) => Ok(()),
-            Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
-                Err(ApiError::ConversationBusy)
-            }
-            Err(e) => Err(e.into()),
-        }
-    }
-
     /// Stores the assistant's side of the turn (reply, traces, usage, or the error) in one
-    /// transaction, then releases the conversation.
+    /// statement and releases the conversation, pipelined: one round trip, one commit. That
+    /// commit waits for its WAL flush (as the server is configured), which also makes
+    /// [`begin`]'s durable.
     pub async fn finish(mut self, record: TurnRecord<'_>) -> Result<(), ApiError> {
-        let mut conn = self.conn.take().expect("finish runs once");
-        let result = async {
-            let tx = conn.transaction().await?;
-            let seq = next_seq(&tx, &self.conversation).await?;
-            let traces = serde_json::to_value(record.traces)
-                .map_err(|e| ApiError::Internal(e.to_string()))?;
-            let usage = serde_json::to_value(record.usage)
-                .map_err(|e| ApiError::Internal(e.to_string()))?;
-            tx.execute(
-                "INSERT INTO chat.messages
-                   (conversation_id, seq, role, content, traces, usage, steps, error)
-                 VALUES ($1, $2, 'assistant', $3, $4, $5, $6, $7)",
-                &[
-                    self.conversation.as_uuid(),
-                    &seq,
-                    &record.reply,
-                    &traces,
-                    &usage,
-                    &(record.steps as i32),
-                    &record.error,
-                ],
-            )
-            .await?;
-            tx.commit().await?;
-            Ok::<(), ApiError>(())
-        }
-        .await;
-        // Once committed, the turn is stored whatever happens to the lock: a failed unlock only
-        // means this session must close (which frees the lock) rather than go back to the pool.
-        let unlocked = match &result {
-            Ok(()) => conn
-                .execute("SELECT pg_advisory_unlock($1)", &[&self.lock_key])
-                .await
-                .is_ok(),
-            Err(_) => false,
+        let conn = self.conn.take().expect("finish runs once");
+        let prepared = futures::try_join!(
+            conn.prepare_cached(INSERT_REPLY),
+            conn.prepare_cached(UNLOCK)
+        );
+        let (insert, unlock) = match prepared {
+            Ok(statements) => statements,
+            Err(e) => {
+                discard(conn);
+                return Err(e.into());
+            }
         };
-        if !unlocked {
-            drop(Object::take(conn));
+        let (traces, usage) = (Json(record.traces), Json(record.usage));
+        let steps = record.steps as i32;
+        let reply: [&(dyn ToSql + Sync); 6] = [
+            self.conversation.as_uuid(),
+            &record.reply,
+            &traces,
+            &usage,
+            &steps,
+            &record.error,
+        ];
+        let key: [&(dyn ToSql + Sync); 1] = [&self.lock_key];
+        let (stored, unlocked) =
+            futures::join!(conn.execute(&insert, &reply), conn.query_one(&unlock, &key),);
+        // The unlock runs whatever happened to the insert (the turn is over either way). Unless
+        // it says the lock is free, this session must close rather than go back to the pool.
+        if !matches!(unlocked.map(|r| r.get::<_, bool>(0)), Ok(true)) {
+            discard(conn);
         }
-        result
+        match stored? {
+            1 => Ok(()),
+            _ => Err(ApiError::Internal(
+                "the conversation vanished mid-turn".into(),
+            )),
+        }
     }
 }
 
 impl Drop for Turn {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
-            drop(Object::take(conn));
+            discard(conn);
         }
     }
 }
@@ -266,45 +426,16 @@ fn lock_key(id: &ConversationId) -> i64 {
     (hi ^ lo) as i64
 }
 
-async fn next_seq(
-    client: &impl deadpool_postgres::GenericClient,
-    id: &ConversationId,
-) -> Result<i32, ApiError> {
-    let row = client
-        .query_one(
-            "UPDATE chat.conversations SET message_count = message_count + 1, updated_at = now()
-             WHERE id = $1 RETURNING message_count",
-            &[id.as_uuid()],
-        )
-        .await?;
-    Ok(row.get(0))
-}
-
-/// The last `limit` replayable messages, oldest first, starting with a user message: a failed
-/// turn's record is not replayed, and a window never opens on an assistant reply whose
-/// question was cut off. Tool calls and their outputs live in the same row, so a window can
+/// The window, oldest first, from [`WINDOW`]'s rows (newest first): it starts with a user
+/// message, so it never opens on an assistant reply whose question was cut off. A failed turn's
+/// record is not replayed. Tool calls and their outputs live in the same row, so a window can
 /// never separate them.
-async fn load_window(
-    conn: &Object,
-    id: &ConversationId,
-    limit: usize,
-) -> Result<Vec<StoredMessage>, ApiError> {
-    if limit == 0 {
-        return Ok(Vec::new());
-    }
-    let rows = conn
-        .query(
-            &format!(
-                "SELECT {COLUMNS} FROM (
-                   SELECT * FROM chat.messages
-                   WHERE conversation_id = $1 AND error IS NULL
-                   ORDER BY seq DESC LIMIT $2) m
-                 ORDER BY seq"
-            ),
-            &[id.as_uuid(), &(limit as i64)],
-        )
-        .await?;
-    let mut messages = rows.iter().map(message).collect::<Result<Vec<_>, _>>()?;
+fn window_from(rows: &[tokio_postgres::Row]) -> Result<Vec<StoredMessage>, ApiError> {
+    let mut messages = rows
+        .iter()
+        .rev()
+        .map(message)
+        .collect::<Result<Vec<_>, _>>()?;
     let first_user = messages
         .iter()
         .position(|m| m.role == "user")
@@ -313,22 +444,20 @@ async fn load_window(
     Ok(messages)
 }
 
-const COLUMNS: &str = "seq, role, content, context, traces, usage, steps, error, created_at";
-
 fn message(row: &tokio_postgres::Row) -> Result<StoredMessage, ApiError> {
-    let traces: Value = row.get("traces");
-    let usage: Option<Value> = row.get("usage");
+    let traces: Json<Vec<Trace>> = row
+        .try_get("traces")
+        .map_err(|e| ApiError::Internal(format!("stored traces: {e}")))?;
+    let usage: Option<Json<Usage>> = row
+        .try_get("usage")
+        .map_err(|e| ApiError::Internal(format!("stored usage: {e}")))?;
     Ok(StoredMessage {
         seq: row.get("seq"),
         role: row.get("role"),
         content: row.get("content"),
         context: row.get("context"),
-        traces: serde_json::from_value(traces)
-            .map_err(|e| ApiError::Internal(format!("stored traces: {e}")))?,
-        usage: usage
-            .map(serde_json::from_value)
-            .transpose()
-            .map_err(|e| ApiError::Internal(format!("stored usage: {e}")))?,
+        traces: traces.0,
+        usage: usage.map(|u| u.0),
         steps: row.get("steps"),
         error: row.get("error"),
         created_at: row.get("created_at"),
@@ -409,21 +538,20 @@ pub async fn list(
     limit: u32,
     before: Option<&PageCursor>,
 ) -> Result<(Vec<ConversationSummary>, Option<PageCursor>), ApiError> {
-    let conn = pool.get().await?;
     let (at, id) = match before {
         Some(c) => (Some(c.updated_at), Some(c.id)),
         None => (None, None),
     };
-    let rows = conn
-        .query(
-            "SELECT id, title, message_count, created_at, updated_at FROM chat.conversations
-             WHERE owner = $1
-               AND ($2::timestamptz IS NULL OR (updated_at, id) < ($2, $3::uuid))
-             ORDER BY updated_at DESC, id DESC
-             LIMIT $4",
-            &[&owner.as_str(), &at, &id, &(i64::from(limit) + 1)],
-        )
-        .await?;
+    let page_size = i64::from(limit) + 1;
+    let params: [&(dyn ToSql + Sync); 4] = [&owner.as_str(), &at, &id, &page_size];
+    let mut retried = false;
+    let rows = loop {
+        let conn = pool.get().await?;
+        match read_page(&conn, &params).await {
+            Err(e) if !retried && is_connection_error(&e) => retried = retry_stale(conn, &e),
+            other => break other?,
+        }
+    };
     let mut items: Vec<ConversationSummary> = rows
         .iter()
         .map(|r| ConversationSummary {
@@ -446,29 +574,71 @@ pub async fn list(
     Ok((items, next))
 }
 
+async fn read_page(
+    conn: &Object,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+    let page = conn
+        .prepare_cached(
+            "SELECT id, title, message_count, created_at, updated_at FROM chat.conversations
+             WHERE owner = $1
+               AND ($2::timestamptz IS NULL OR (updated_at, id) < ($2, $3::uuid))
+             ORDER BY updated_at DESC, id DESC
+             LIMIT $4",
+        )
+        .await?;
+    conn.query(&page, params).await
+}
+
 /// The whole history of one of the owner's conversations.
 pub async fn messages(
     pool: &Pool,
     owner: &UserId,
     id: &ConversationId,
 ) -> Result<Vec<StoredMessage>, ApiError> {
-    let conn = pool.get().await?;
-    let owned = conn
-        .query_opt(
-            "SELECT 1 FROM chat.conversations WHERE id = $1 AND owner = $2",
-            &[id.as_uuid(), &owner.as_str()],
-        )
-        .await?;
-    if owned.is_none() {
-        return Err(ApiError::ConversationNotFound);
-    }
-    let rows = conn
-        .query(
-            &format!("SELECT {COLUMNS} FROM chat.messages WHERE conversation_id = $1 ORDER BY seq"),
-            &[id.as_uuid()],
-        )
-        .await?;
+    let mut retried = false;
+    let rows = loop {
+        let conn = pool.get().await?;
+        match read_messages(&conn, owner, id).await {
+            Err(e) if !retried && is_connection_error(&e) => retried = retry_stale(conn, &e),
+            other => break other?,
+        }
+    };
+    let rows = rows.ok_or(ApiError::ConversationNotFound)?;
     rows.iter().map(message).collect()
+}
+
+/// `None` unless the owner owns the conversation.
+async fn read_messages(
+    conn: &Object,
+    owner: &UserId,
+    id: &ConversationId,
+) -> Result<Option<Vec<tokio_postgres::Row>>, tokio_postgres::Error> {
+    let (owned, all) = futures::try_join!(
+        conn.prepare_cached("SELECT 1 FROM chat.conversations WHERE id = $1 AND owner = $2"),
+        conn.prepare_cached(concat!(
+            "SELECT ",
+            columns!(),
+            " FROM chat.messages WHERE conversation_id = $1 ORDER BY seq"
+        )),
+    )?;
+    if conn
+        .query_opt(&owned, &[id.as_uuid(), &owner.as_str()])
+        .await?
+        .is_none()
+    {
+        return Ok(None);
+    }
+    conn.query(&all, &[id.as_uuid()]).await.map(Some)
+}
+
+/// Checkout does not test connections, so a read that finds its connection dead (it died while
+/// the instance was frozen) closes it and runs once more on a fresh one: reads are safe to
+/// repeat. Returns `true`, "retried", for the caller's loop.
+fn retry_stale(conn: Object, e: &tokio_postgres::Error) -> bool {
+    tracing::warn!(error = %e, "stale database connection; retrying once");
+    discard(conn);
+    true
 }
 
 /// Where a page of conversations ends: opaque to clients (`<micros>_<uuid>`).

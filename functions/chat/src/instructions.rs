@@ -106,11 +106,7 @@ mod tests {
     use serde_json::json;
 
     fn tools() -> Vec<ToolDef> {
-        vec![ToolDef {
-            name: "lad_by_ref".into(),
-            description: "d".into(),
-            parameters: json!({}),
-        }]
+        vec![ToolDef::new("lad_by_ref", "d", &json!({}))]
     }
 
     fn now() -> DateTime<Utc> {

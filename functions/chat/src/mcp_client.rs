@@ -374,11 +374,11 @@ fn build_catalog(
                 remote_name.clone()
             };
             let schema = Value::Object((*t.input_schema).clone());
-            catalog.tools.push(ToolDef {
-                name: name.clone(),
-                description: t.description.as_deref().unwrap_or_default().to_owned(),
-                parameters: schema.clone(),
-            });
+            catalog.tools.push(ToolDef::new(
+                name.clone(),
+                t.description.as_deref().unwrap_or_default(),
+                &schema,
+            ));
             catalog.routes.insert(
                 name,
                 Route {

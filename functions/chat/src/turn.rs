@@ -4,6 +4,7 @@
 //! The user's message is stored before the first LLM call and the rest in one transaction
 //! after, so a failed turn still leaves the question and the error on record.
 
+use std::borrow::Cow;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -43,7 +44,7 @@ pub async fn run(
 ) -> Result<TurnResponse, ApiError> {
     let catalog = state.mcp.catalog().await;
     let tools = offered_tools(&catalog, request.tools.as_deref())?;
-    let narrowed = request.tools.is_some().then_some(tools.as_slice());
+    let narrowed = request.tools.is_some().then_some(&*tools);
     let context_json = request.context.as_ref().map(UiContext::as_json);
     let turn = conversation::begin(
         &state.pool,
@@ -148,9 +149,12 @@ reaching an answer. The results gathered so far are in the traces; try a narrowe
 }
 
 /// The catalog's tools, or only the ones the request names (each must exist).
-fn offered_tools(catalog: &Catalog, wanted: Option<&[String]>) -> Result<Vec<ToolDef>, ApiError> {
+fn offered_tools<'a>(
+    catalog: &'a Catalog,
+    wanted: Option<&[String]>,
+) -> Result<Cow<'a, [ToolDef]>, ApiError> {
     let Some(wanted) = wanted else {
-        return Ok(catalog.tools.clone());
+        return Ok(Cow::Borrowed(&catalog.tools));
     };
     // With a server unreachable its tools are missing from the catalog; that is an outage,
     // not a bad request, so the names are let through and any call to them becomes a tool
@@ -168,12 +172,14 @@ fn offered_tools(catalog: &Catalog, wanted: Option<&[String]>) -> Result<Vec<Too
             ),
         });
     }
-    Ok(catalog
-        .tools
-        .iter()
-        .filter(|t| wanted.contains(&t.name))
-        .cloned()
-        .collect())
+    Ok(Cow::Owned(
+        catalog
+            .tools
+            .iter()
+            .filter(|t| wanted.contains(&t.name))
+            .cloned()
+            .collect(),
+    ))
 }
 
 /// Runs one call. Arguments that are not a JSON object become a tool error the model sees.
@@ -231,6 +237,9 @@ fn without_nul(s: &str) -> String {
 }
 
 fn json_without_nul(value: Value) -> Value {
+    if !has_nul(&value) {
+        return value;
+    }
     match value {
         Value::String(s) if s.contains('\0') => Value::String(without_nul(&s)),
         Value::Array(items) => Value::Array(items.into_iter().map(json_without_nul).collect()),
@@ -240,6 +249,15 @@ fn json_without_nul(value: Value) -> Value {
                 .collect(),
         ),
         other => other,
+    }
+}
+
+fn has_nul(value: &Value) -> bool {
+    match value {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(has_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+        _ => false,
     }
 }
 
@@ -258,6 +276,17 @@ fn parse_arguments(raw: &str) -> Result<Map<String, Value>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nul_characters_are_replaced_anywhere_in_a_tool_output() {
+        let clean = serde_json::json!({"rows": [{"name": "Leeds"}], "n": 1});
+        assert_eq!(json_without_nul(clean.clone()), clean);
+        let dirty = serde_json::json!({"rows": [{"na\0me": "Le\0eds"}], "n": 1});
+        assert_eq!(
+            json_without_nul(dirty),
+            serde_json::json!({"rows": [{"na\u{FFFD}me": "Le\u{FFFD}eds"}], "n": 1})
+        );
+    }
 
     #[test]
     fn arguments_must_be_a_json_object() {

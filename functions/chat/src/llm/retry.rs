@@ -33,12 +33,14 @@ pub(super) async fn post_json(
     http: &reqwest::Client,
     config: &LlmConfig,
     url: url::Url,
-    body: &Value,
+    body: Vec<u8>,
 ) -> Result<Value, LlmError> {
+    // Serialized once by the dialect; each attempt shares the same bytes.
+    let body = bytes::Bytes::from(body);
     let mut waited = Duration::ZERO;
     let mut retries = 0u32;
     loop {
-        let failure = match attempt(http, config, url.clone(), body).await {
+        let failure = match attempt(http, config, url.clone(), body.clone()).await {
             Ok(value) => return Ok(value),
             Err(failure) => failure,
         };
@@ -75,9 +77,13 @@ async fn attempt(
     http: &reqwest::Client,
     config: &LlmConfig,
     url: url::Url,
-    body: &Value,
+    body: bytes::Bytes,
 ) -> Result<Value, Failure> {
-    let mut request = http.post(url).timeout(config.timeout).json(body);
+    let mut request = http
+        .post(url)
+        .timeout(config.timeout)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body);
     if let Some(key) = &config.api_key {
         // reqwest marks the header sensitive, so it stays out of its debug output too.
         request = request.bearer_auth(key.expose_secret());
@@ -221,7 +227,6 @@ fn excerpt(text: &str, key: Option<&str>) -> String {
 mod tests {
     use parley_core::config::SecretString;
     use parley_testkit::llm::{ScriptedLlm, Step};
-    use serde_json::json;
 
     use super::*;
     use crate::llm::responses::tests::config;
@@ -243,7 +248,7 @@ mod tests {
             &reqwest::Client::new(),
             config,
             url(llm),
-            &json!({"model": "m"}),
+            br#"{"model":"m"}"#.to_vec(),
         )
         .await
     }
@@ -392,7 +397,7 @@ mod tests {
         drop(listener);
         let url =
             url::Url::parse(&format!("http://127.0.0.1:{port}/v1/responses?key=secret")).unwrap();
-        let err = post_json(&reqwest::Client::new(), &retrying(1), url, &json!({}))
+        let err = post_json(&reqwest::Client::new(), &retrying(1), url, b"{}".to_vec())
             .await
             .unwrap_err();
         assert!(

@@ -179,6 +179,91 @@ async fn concurrent_turns_on_one_conversation_run_one_after_the_other() {
 }
 
 #[tokio::test]
+async fn a_turn_that_waits_too_long_for_the_conversation_is_409_and_stores_nothing() {
+    let chat = spawn(Options {
+        steps: vec![
+            Step::Text("first".into()),
+            Step::Delay(
+                Duration::from_millis(1500),
+                Box::new(Step::Text("slow answer".into())),
+            ),
+            Step::Text("after the wait".into()),
+        ],
+        extra_env: vec![("TURN_LOCK_WAIT_MS", "200".into())],
+        ..Options::default()
+    })
+    .await;
+    let first = chat.turn("alice", json!({"message": "start"})).await;
+    let id = first["conversation_id"].clone();
+    let slow = chat.post("alice", json!({"message": "slow", "conversation_id": id}));
+    let impatient = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        chat.post(
+            "alice",
+            json!({"message": "impatient", "conversation_id": id}),
+        )
+        .await
+    };
+    let (slow, impatient) = tokio::join!(slow, impatient);
+    assert_eq!(slow.0, 200, "{}", slow.1);
+    assert_eq!(impatient.0, 409, "{}", impatient.1);
+    assert_eq!(impatient.1["error"]["code"], "conversation_busy");
+
+    // The refused question was not stored, and the conversation is free again.
+    let later = chat
+        .turn("alice", json!({"message": "later", "conversation_id": id}))
+        .await;
+    assert_eq!(later["reply"], "after the wait");
+    let contents: Vec<String> = chat
+        .messages("alice", id.as_str().unwrap())
+        .await
+        .iter()
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        contents,
+        [
+            "start",
+            "first",
+            "slow",
+            "slow answer",
+            "later",
+            "after the wait"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn turns_and_reads_survive_connections_that_died_unnoticed() {
+    let chat = spawn(Options {
+        steps: vec![Step::Text("one".into()), Step::Text("two".into())],
+        db_proxy: true,
+        ..Options::default()
+    })
+    .await;
+    let proxy = chat.db_proxy.as_ref().unwrap();
+    let first = chat.turn("alice", json!({"message": "start"})).await;
+    let id = first["conversation_id"].as_str().unwrap().to_owned();
+
+    // Each request below finds the pooled connection dead only when it sends: what an instance
+    // thawed after the database dropped its idle sessions sees. Each must still succeed, on a
+    // fresh connection.
+    let before = proxy.accepted();
+    proxy.sever();
+    let second = chat
+        .turn("alice", json!({"message": "again", "conversation_id": id}))
+        .await;
+    assert_eq!(second["reply"], "two");
+    proxy.sever();
+    assert_eq!(chat.messages("alice", &id).await.len(), 4);
+    proxy.sever();
+    let (status, list) = chat.get(Some("alice"), "/api/conversations").await;
+    assert_eq!(status, 200, "{list}");
+    assert_eq!(list["conversations"].as_array().unwrap().len(), 1, "{list}");
+    assert!(proxy.accepted() >= before + 3, "each request reconnected");
+}
+
+#[tokio::test]
 async fn conversations_are_listed_newest_first_a_page_at_a_time() {
     let chat = spawn_chat((1..=3).map(|n| Step::Text(format!("a{n}"))).collect()).await;
     for n in 1..=3 {

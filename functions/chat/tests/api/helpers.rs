@@ -9,8 +9,8 @@ use axum::middleware::Next;
 use axum::response::Response;
 use jsonwebtoken::{EncodingKey, Header, encode};
 use parley_core::config::Env;
-use parley_testkit::TestDb;
 use parley_testkit::llm::{ScriptedLlm, Step};
+use parley_testkit::{TcpProxy, TestDb};
 use serde_json::{Value, json};
 
 pub const JWT_SECRET: &str = "test-secret-0123456789abcdef0123456789abcdef";
@@ -21,6 +21,8 @@ pub struct TestChat {
     pub base: String,
     pub llm: ScriptedLlm,
     pub mcp: Option<McpHandle>,
+    /// What the chat's database connections go through, with [`Options::db_proxy`].
+    pub db_proxy: Option<TcpProxy>,
     http: reqwest::Client,
 }
 
@@ -50,6 +52,8 @@ pub struct Options {
     pub mcp_down: bool,
     /// A model that answers every request with this one tool call (name, arguments).
     pub endless: Option<(&'static str, &'static str)>,
+    /// Route the chat's database connections through a [`TcpProxy`] the test can sever.
+    pub db_proxy: bool,
 }
 
 impl Default for Options {
@@ -60,6 +64,7 @@ impl Default for Options {
             extra_env: Vec::new(),
             mcp_down: false,
             endless: None,
+            db_proxy: false,
         }
     }
 }
@@ -87,8 +92,25 @@ pub async fn spawn(options: Options) -> TestChat {
         Some(m) => m.url.clone(),
         None => format!("http://{}/mcp", closed_port().await),
     };
+    let (db_url, db_proxy) = if options.db_proxy {
+        let mut url = url::Url::parse(&db.url).expect("database URL");
+        let upstream = (
+            url.host_str().expect("database host").to_owned(),
+            url.port().unwrap_or(5432),
+        );
+        let upstream = tokio::net::lookup_host(upstream)
+            .await
+            .expect("database address")
+            .next()
+            .expect("database address");
+        let proxy = TcpProxy::start(upstream).await;
+        url.set_port(Some(proxy.addr.port())).expect("port");
+        (url.to_string(), Some(proxy))
+    } else {
+        (db.url.clone(), None)
+    };
     let mut env: Vec<(String, String)> = vec![
-        ("DATABASE_URL".into(), db.url.clone()),
+        ("DATABASE_URL".into(), db_url),
         ("JWT_SECRET".into(), JWT_SECRET.into()),
         ("MCP_URL".into(), mcp_url),
         ("MCP_AUTH_TOKEN".into(), MCP_TOKEN.into()),
@@ -112,6 +134,7 @@ pub async fn spawn(options: Options) -> TestChat {
         base,
         llm,
         mcp,
+        db_proxy,
         http: reqwest::Client::new(),
     }
 }
@@ -173,6 +196,7 @@ pub async fn spawn_chat_from(env: Env, llm: ScriptedLlm, mcp: Option<McpHandle>)
         base: serve(router).await,
         llm,
         mcp,
+        db_proxy: None,
         http: reqwest::Client::new(),
     }
 }
