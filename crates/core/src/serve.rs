@@ -9,9 +9,15 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use axum::Router;
-use axum::http::{HeaderName, Request};
+use axum::body::{Body, HttpBody};
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderName, HeaderValue, Request, StatusCode};
+use axum::middleware::Next;
+use axum::response::Response;
 use tokio::net::TcpListener;
-use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::request_id::{
+    MakeRequestId, MakeRequestUuid, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
 use tower_http::trace::TraceLayer;
 
 use crate::config::{ConfigError, Env, in_lambda};
@@ -71,14 +77,57 @@ where
     }
 }
 
-/// Wraps a router so every request runs in a span carrying its request id: the Lambda
-/// invocation id under Lambda, else `x-request-id` (kept from the caller or made up here and
-/// echoed back).
+/// Wraps a router so every request runs in a span carrying its request id, `x-request-id` is
+/// echoed on every response (the caller's, else the Lambda invocation id, else a new UUID), and
+/// an unknown path or method gets the JSON error shape instead of axum's empty body.
 pub fn traced(router: Router) -> Router {
     router
+        .layer(axum::middleware::from_fn(json_routing_errors))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         .layer(TraceLayer::new_for_http().make_span_with(request_span))
-        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+        .layer(SetRequestIdLayer::new(REQUEST_ID, InvocationId))
+}
+
+/// Under Lambda the invocation id, which is what CloudWatch shows beside the function's log
+/// lines; elsewhere a new UUID.
+#[derive(Clone, Copy)]
+struct InvocationId;
+
+impl MakeRequestId for InvocationId {
+    fn make_request_id<B>(&mut self, request: &Request<B>) -> Option<RequestId> {
+        use lambda_http::RequestExt;
+        request
+            .lambda_context_ref()
+            .and_then(|ctx| HeaderValue::from_str(&ctx.request_id).ok())
+            .filter(|id| !id.is_empty())
+            .map(RequestId::new)
+            .or_else(|| MakeRequestUuid.make_request_id(request))
+    }
+}
+
+/// axum answers an unknown path (404) or a method a route does not serve (405) with an empty
+/// body; clients get `{"error": {"code", "message"}}` like every other refusal.
+async fn json_routing_errors(request: Request<Body>, next: Next) -> Response {
+    let (method, path) = (request.method().clone(), request.uri().path().to_owned());
+    let response = next.run(request).await;
+    let (code, message) = match response.status() {
+        StatusCode::NOT_FOUND => ("not_found", format!("nothing is served at {path}")),
+        // axum adds the `Allow` header after this layer has run.
+        StatusCode::METHOD_NOT_ALLOWED => (
+            "method_not_allowed",
+            format!("{method} is not served at {path}; the Allow header lists what is"),
+        ),
+        _ => return response,
+    };
+    if response.body().size_hint().exact() != Some(0) {
+        return response;
+    }
+    let (mut parts, _) = response.into_parts();
+    parts
+        .headers
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    let body = serde_json::json!({"error": {"code": code, "message": message}});
+    Response::from_parts(parts, Body::from(body.to_string()))
 }
 
 fn request_span<B>(request: &Request<B>) -> tracing::Span {
@@ -151,4 +200,80 @@ async fn shutdown_signal() {
         () = terminate => {},
     }
     tracing::info!("shutting down");
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::routing::post;
+    use lambda_http::RequestExt;
+    use tower::ServiceExt;
+
+    use axum::http::header::ALLOW;
+
+    use super::*;
+
+    fn app() -> Router {
+        traced(Router::new().route("/api/chat", post(|| async { "ok" })))
+    }
+
+    async fn json(response: Response) -> serde_json::Value {
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    #[tokio::test]
+    async fn unknown_paths_and_methods_get_json_errors() {
+        let response = app()
+            .oneshot(Request::get("/nope").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+        assert_eq!(response.headers()[CONTENT_TYPE], "application/json");
+        let body = json(response).await;
+        assert_eq!(body["error"]["code"], "not_found");
+        assert_eq!(body["error"]["message"], "nothing is served at /nope");
+
+        let response = app()
+            .oneshot(Request::get("/api/chat").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(response.headers()[ALLOW], "POST");
+        let body = json(response).await;
+        assert_eq!(body["error"]["code"], "method_not_allowed");
+        assert_eq!(
+            body["error"]["message"],
+            "GET is not served at /api/chat; the Allow header lists what is"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_request_id_is_the_callers_else_the_invocation_id_else_new() {
+        let mut invocation = lambda_http::lambda_runtime::Context::default();
+        invocation.request_id = "8476a536-e9f4-11e8-9739-2dfe598c3fcd".into();
+        let under_lambda = Request::post("/api/chat")
+            .body(Body::empty())
+            .unwrap()
+            .with_lambda_context(invocation.clone());
+        let response = app().oneshot(under_lambda).await.unwrap();
+        assert_eq!(
+            response.headers()[REQUEST_ID],
+            "8476a536-e9f4-11e8-9739-2dfe598c3fcd"
+        );
+
+        let with_callers = Request::post("/api/chat")
+            .header(REQUEST_ID, "from-the-caller")
+            .body(Body::empty())
+            .unwrap()
+            .with_lambda_context(invocation);
+        let response = app().oneshot(with_callers).await.unwrap();
+        assert_eq!(response.headers()[REQUEST_ID], "from-the-caller");
+
+        let plain = Request::post("/api/chat").body(Body::empty()).unwrap();
+        let response = app().oneshot(plain).await.unwrap();
+        let made = response.headers()[REQUEST_ID].to_str().unwrap();
+        assert_eq!(made.len(), 36, "a UUID: {made}");
+    }
 }

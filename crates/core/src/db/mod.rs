@@ -17,6 +17,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
+use percent_encoding::percent_decode_str;
 use secrecy::ExposeSecret;
 use tokio::task::JoinHandle;
 
@@ -247,9 +248,14 @@ impl ConnectTarget {
         }
         let mut ssl_mode = SslMode::Disable;
         let mut root_cert = None;
+        // The query is read as libpq reads it: `&`-separated `key=value`, percent-decoded (a `+`
+        // is a plus, not a space). The TLS settings are taken out; everything else goes on to
+        // tokio-postgres exactly as written.
         let mut kept = Vec::new();
-        for (key, value) in url.query_pairs() {
-            match key.as_ref() {
+        for piece in url.query().unwrap_or_default().split('&') {
+            let (key, value) = piece.split_once('=').unwrap_or((piece, ""));
+            let value = percent_decode_str(value).decode_utf8_lossy();
+            match key {
                 "sslmode" => {
                     ssl_mode = match value.as_ref() {
                         "disable" | "allow" | "prefer" => SslMode::Disable,
@@ -260,14 +266,12 @@ impl ConnectTarget {
                     }
                 }
                 "sslrootcert" => root_cert = Some(PathBuf::from(value.as_ref())),
-                _ => kept.push((key.into_owned(), value.into_owned())),
+                "" => {}
+                _ => kept.push(piece),
             }
         }
-        if kept.is_empty() {
-            url.set_query(None);
-        } else {
-            url.query_pairs_mut().clear().extend_pairs(kept);
-        }
+        let query = kept.join("&");
+        url.set_query((!query.is_empty()).then_some(query.as_str()));
         let mut pg = tokio_postgres::Config::from_str(url.as_str())
             // The message may echo the URL, password included: keep only the kind of problem.
             .map_err(|_| DbError::Url("not a valid Postgres connection URL".into()))?;
@@ -520,6 +524,17 @@ mod tests {
         assert_eq!(t.root_cert, Some(PathBuf::from("/ca.pem")));
         assert_eq!(t.pg.get_application_name(), Some("x"));
         assert_eq!(t.pg.get_ports(), &[6432]);
+    }
+
+    #[test]
+    fn other_parameters_keep_their_spaces() {
+        let t = ConnectTarget::parse(
+            "postgres://u@h/app?sslmode=require&options=-c%20statement_timeout%3D5000&application_name=a+b&sslrootcert=/my%20certs/ca.pem",
+        )
+        .unwrap();
+        assert_eq!(t.pg.get_options(), Some("-c statement_timeout=5000"));
+        assert_eq!(t.pg.get_application_name(), Some("a+b"));
+        assert_eq!(t.root_cert, Some(PathBuf::from("/my certs/ca.pem")));
     }
 
     #[test]
