@@ -510,18 +510,7 @@ impl Client {
         if let Some(id) = conversation {
             body["conversation_id"] = Value::String(id.to_owned());
         }
-        let body = body.to_string();
-        let started = Instant::now();
-        let response = self.http.post(&self.url).body(body).send().await?;
-        let status = response.status();
-        let bytes = response.bytes().await?;
-        let elapsed = started.elapsed();
-        if !status.is_success() {
-            bail!("HTTP {status}: {}", String::from_utf8_lossy(&bytes));
-        }
-        let v: Value = serde_json::from_slice(&bytes).with_context(|| {
-            format!("response is not JSON: {}", String::from_utf8_lossy(&bytes))
-        })?;
+        let (elapsed, v) = measure::post_json(&self.http, &self.url, body.to_string()).await?;
         let traces = v["traces"].as_array().map_or(&[][..], Vec::as_slice);
         let [trace] = traces else {
             bail!("expected one tool call, got {}: {v}", traces.len());

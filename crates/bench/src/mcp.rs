@@ -604,17 +604,7 @@ impl Driver for Mcp<'_> {
             i + 1,
             self.params[i % self.params.len()]
         );
-        let started = Instant::now();
-        let response = self.http.post(&self.url).body(body).send().await?;
-        let status = response.status();
-        let bytes = response.bytes().await?;
-        let elapsed = started.elapsed();
-        if !status.is_success() {
-            bail!("HTTP {status}: {}", String::from_utf8_lossy(&bytes));
-        }
-        let v: Value = serde_json::from_slice(&bytes).with_context(|| {
-            format!("response is not JSON: {}", String::from_utf8_lossy(&bytes))
-        })?;
+        let (elapsed, v) = measure::post_json(&self.http, &self.url, body).await?;
         if let Some(error) = v.get("error") {
             bail!("JSON-RPC error: {error}");
         }

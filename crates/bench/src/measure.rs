@@ -6,8 +6,29 @@
 use std::cell::{Cell, RefCell};
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use futures_util::future::join_all;
+use serde_json::Value;
+
+/// POSTs `body` to `url`, timed from sending to the last byte of the answer, which must be a
+/// 2xx with a JSON body; anything else fails the run.
+pub async fn post_json(
+    http: &reqwest::Client,
+    url: &str,
+    body: String,
+) -> anyhow::Result<(Duration, Value)> {
+    let started = Instant::now();
+    let response = http.post(url).body(body).send().await?;
+    let status = response.status();
+    let bytes = response.bytes().await?;
+    let elapsed = started.elapsed();
+    if !status.is_success() {
+        bail!("HTTP {status}: {}", String::from_utf8_lossy(&bytes));
+    }
+    let value = serde_json::from_slice(&bytes)
+        .with_context(|| format!("response is not JSON: {}", String::from_utf8_lossy(&bytes)))?;
+    Ok((elapsed, value))
+}
 
 /// One way of making call `i` (arguments rotate by index). Returns how long the call took,
 /// timed by the driver itself so checking the answer is not counted, and the rows it returned.
