@@ -604,7 +604,7 @@ impl Driver for Mcp<'_> {
             i + 1,
             self.params[i % self.params.len()]
         );
-        let (elapsed, v) = measure::post_json(&self.http, &self.url, body).await?;
+        let (elapsed, v) = measure::post_json(self.http, &self.url, body).await?;
         if let Some(error) = v.get("error") {
             bail!("JSON-RPC error: {error}");
         }
