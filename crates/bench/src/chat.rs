@@ -570,11 +570,7 @@ impl Report<'_> {
             "\nparley-bench chat: one {TOOL} call per turn, {} feedback rows, Postgres {}",
             self.feedback, self.pg_version
         );
-        let _ = writeln!(
-            out,
-            "machine: {} CPUs ({}), {:.0} GiB; chat, mcp, Postgres, stubs and client share it",
-            m.cpus, m.cpu_model, m.memory_gib
-        );
+        let _ = writeln!(out, "{}", m.line("chat, mcp, Postgres, stubs and client"));
         let _ = writeln!(
             out,
             "Postgres durability: {} (each commit waits for a WAL flush when both are on)",
@@ -708,7 +704,7 @@ impl Report<'_> {
         let (idle, end, peak) = self.rss;
         json!({
             "command": self.command,
-            "machine": { "cpus": self.machine.cpus, "cpu_model": self.machine.cpu_model, "memory_gib": self.machine.memory_gib },
+            "machine": self.machine.to_json(),
             "postgres": self.pg_version,
             "feedback_rows": self.feedback,
             "durability": self.durability,

@@ -659,6 +659,20 @@ pub(crate) struct Machine {
     pub memory_gib: f64,
 }
 
+impl Machine {
+    /// The report's machine line; `sharing` names what runs on it besides the client.
+    pub(crate) fn line(&self, sharing: &str) -> String {
+        format!(
+            "machine: {} CPUs ({}), {:.0} GiB; {sharing} share it",
+            self.cpus, self.cpu_model, self.memory_gib
+        )
+    }
+
+    pub(crate) fn to_json(&self) -> Value {
+        json!({ "cpus": self.cpus, "cpu_model": self.cpu_model, "memory_gib": self.memory_gib })
+    }
+}
+
 pub(crate) fn machine() -> Machine {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
@@ -743,11 +757,7 @@ impl Report<'_> {
             "\nparley-bench mcp: {} feedback rows, Postgres {}",
             self.feedback, self.pg_version
         );
-        let _ = writeln!(
-            out,
-            "machine: {} CPUs ({}), {:.0} GiB; server, Postgres and client share it",
-            m.cpus, m.cpu_model, m.memory_gib
-        );
+        let _ = writeln!(out, "{}", m.line("server, Postgres and client"));
         let _ = writeln!(out, "command: {}\n", self.command);
         let _ = writeln!(
             out,
@@ -841,7 +851,7 @@ impl Report<'_> {
             .collect();
         json!({
             "command": self.command,
-            "machine": { "cpus": self.machine.cpus, "cpu_model": self.machine.cpu_model, "memory_gib": self.machine.memory_gib },
+            "machine": self.machine.to_json(),
             "postgres": self.pg_version,
             "feedback_rows": self.feedback,
             "concurrency": self.concurrency,

@@ -54,7 +54,7 @@ impl ChatBody {
     fn parse(bytes: &[u8], limits: &Limits) -> Result<TurnRequest, ApiError> {
         let body: ChatBody = parse_json(bytes)?;
         // Postgres text cannot hold NUL; refuse it here rather than fail when storing.
-        if body.message.contains('\0') || body.context.as_ref().is_some_and(has_nul) {
+        if body.message.contains('\0') || body.context.as_ref().is_some_and(conversation::has_nul) {
             return Err(invalid(
                 "invalid_characters",
                 "`message` and `context` must not contain NUL characters",
@@ -121,15 +121,6 @@ impl ChatBody {
             conversation,
             tools: body.tools,
         })
-    }
-}
-
-fn has_nul(value: &Value) -> bool {
-    match value {
-        Value::String(s) => s.contains('\0'),
-        Value::Array(items) => items.iter().any(has_nul),
-        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
-        _ => false,
     }
 }
 

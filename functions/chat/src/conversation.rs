@@ -419,6 +419,17 @@ impl Drop for Turn {
     }
 }
 
+/// Whether a JSON value holds a NUL anywhere (keys included): Postgres cannot store one in
+/// `jsonb`, so callers refuse or clean such values before they get here.
+pub(crate) fn has_nul(value: &Value) -> bool {
+    match value {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(has_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+        _ => false,
+    }
+}
+
 /// Conversations are locked by a 64-bit key derived from their id; a rare collision only makes
 /// two unrelated turns wait for each other.
 fn lock_key(id: &ConversationId) -> i64 {

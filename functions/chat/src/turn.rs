@@ -237,7 +237,7 @@ fn without_nul(s: &str) -> String {
 }
 
 fn json_without_nul(value: Value) -> Value {
-    if !has_nul(&value) {
+    if !conversation::has_nul(&value) {
         return value;
     }
     match value {
@@ -249,15 +249,6 @@ fn json_without_nul(value: Value) -> Value {
                 .collect(),
         ),
         other => other,
-    }
-}
-
-fn has_nul(value: &Value) -> bool {
-    match value {
-        Value::String(s) => s.contains('\0'),
-        Value::Array(items) => items.iter().any(has_nul),
-        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
-        _ => false,
     }
 }
 

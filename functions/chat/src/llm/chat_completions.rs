@@ -236,7 +236,7 @@ mod tests {
 
     use super::*;
     use crate::llm::Usage;
-    use crate::llm::responses::tests::{config, history, tools};
+    use crate::llm::responses::tests::{call_triples, config, history, tools};
 
     /// The request body as the server receives it.
     fn sent(config: &LlmConfig, prompt: Prompt<'_>) -> Value {
@@ -348,11 +348,7 @@ mod tests {
         }, "finish_reason": "tool_calls"}]}))
         .unwrap();
         assert_eq!(reply.text, None);
-        let calls: Vec<_> = reply
-            .calls
-            .iter()
-            .map(|c| (c.call_id.as_str(), c.name.as_str(), c.arguments.as_str()))
-            .collect();
+        let calls = call_triples(&reply);
         assert_eq!(
             calls,
             vec![("call_1", "a", "{\"x\":1}"), ("call_2", "b", "{bad")]

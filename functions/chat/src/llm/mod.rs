@@ -234,7 +234,7 @@ mod tests {
     use parley_testkit::llm::{ScriptedLlm, Step};
 
     use super::*;
-    use crate::llm::responses::tests::{config, history, tools};
+    use crate::llm::responses::tests::{call_triples, config, history, tools};
 
     #[tokio::test]
     async fn respond_speaks_each_dialect_and_reads_the_scripted_answer() {
@@ -266,11 +266,7 @@ mod tests {
             };
             let reply = client.respond(prompt).await.unwrap();
             assert_eq!(reply.text.as_deref(), Some("Checking."), "{api:?}");
-            let calls: Vec<_> = reply
-                .calls
-                .iter()
-                .map(|c| (c.call_id.as_str(), c.name.as_str(), c.arguments.as_str()))
-                .collect();
+            let calls = call_triples(&reply);
             assert_eq!(
                 calls,
                 vec![("call_1", "a", "{}"), ("call_2", "b", "{\"x\":1}")]

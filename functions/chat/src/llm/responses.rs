@@ -296,6 +296,15 @@ pub(super) mod tests {
         )]
     }
 
+    /// A reply's calls as (call id, name, arguments), for comparing.
+    pub(crate) fn call_triples(reply: &Reply) -> Vec<(&str, &str, &str)> {
+        reply
+            .calls
+            .iter()
+            .map(|c| (c.call_id.as_str(), c.name.as_str(), c.arguments.as_str()))
+            .collect()
+    }
+
     /// The request body as the server receives it.
     fn sent(config: &LlmConfig, prompt: Prompt<'_>) -> Value {
         serde_json::from_slice(&request(config, prompt)).unwrap()
@@ -400,11 +409,7 @@ pub(super) mod tests {
         }))
         .unwrap();
         assert_eq!(reply.text.as_deref(), Some("Checking."));
-        let calls: Vec<_> = reply
-            .calls
-            .iter()
-            .map(|c| (c.call_id.as_str(), c.name.as_str(), c.arguments.as_str()))
-            .collect();
+        let calls = call_triples(&reply);
         assert_eq!(
             calls,
             vec![("call_1", "a", "{\"x\":1}"), ("call_2", "b", "not json")]
