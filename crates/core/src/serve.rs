@@ -108,8 +108,11 @@ impl MakeRequestId for InvocationId {
 /// axum answers an unknown path (404) or a method a route does not serve (405) with an empty
 /// body; clients get `{"error": {"code", "message"}}` like every other refusal.
 async fn json_routing_errors(request: Request<Body>, next: Next) -> Response {
-    let (method, path) = (request.method().clone(), request.uri().path().to_owned());
+    // Reference-counted clones, not a copied path: this runs on every request, and almost all
+    // of them succeed.
+    let (method, uri) = (request.method().clone(), request.uri().clone());
     let response = next.run(request).await;
+    let path = uri.path();
     let (code, message) = match response.status() {
         StatusCode::NOT_FOUND => ("not_found", format!("nothing is served at {path}")),
         // axum adds the `Allow` header after this layer has run.
