@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034 # the variables set here are for the scripts sourcing it
 # scripts/lib.sh: what Parley's shell scripts share; sourced, never run. Sets ROOT (the
 # repository), PROG (the script's path, for messages) and TARGET (cargo's target directory), and
 # gives die, timed steps, locks, pinned virtualenvs and throwaway databases.
@@ -74,7 +74,9 @@ with_lock() {
 # hold_lock FILE WAITING_MESSAGE: takes an exclusive lock on FILE until the script exits,
 # printing WAITING_MESSAGE first if another process holds it.
 hold_lock() {
-  mkdir -p "$(dirname "$1")" && exec {LOCK_FD}>"$1" || die "cannot open $1"
+  if ! { mkdir -p "$(dirname "$1")" && exec {LOCK_FD}>"$1"; }; then
+    die "cannot open $1"
+  fi
   flock -n "$LOCK_FD" && return 0
   echo "$2" >&2
   flock "$LOCK_FD" || die "cannot lock $1"
@@ -189,7 +191,8 @@ SCRATCH_URL=""
 SCRATCH_ERROR=""
 _scratch_created=0
 scratch_db() {
-  local name=${1}_$(rand_hex 6) url out
+  local name url out
+  name=${1}_$(rand_hex 6)
   [[ -n ${DATABASE_URL:-} ]] || { SCRATCH_ERROR="set DATABASE_URL to a superuser URL of a running Postgres"; return 1; }
   _pg_tools || return
   # DATABASE_URL with its database name replaced (query parameters such as sslmode are kept).
