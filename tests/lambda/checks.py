@@ -25,8 +25,6 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -44,6 +42,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 import llm_stub  # noqa: E402 - beside this file
+from coldstart import free_port, stop  # noqa: E402 - beside this file
 
 MCP_TOKEN = "local-mcp-token"  # the token the events carry
 JWT_SECRET = "local-dev-secret-change-me-0123456789"  # the secret the events' JWTs are signed with
@@ -133,12 +132,6 @@ def read_log(path: Path, start: int = 0) -> str:
 # --- the servers -------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def get_status(url: str) -> int:
     try:
         with urllib.request.urlopen(url, timeout=30) as r:
@@ -147,17 +140,6 @@ def get_status(url: str) -> int:
         return e.code
     except OSError:
         return 0
-
-
-def stop(proc: subprocess.Popen) -> None:
-    """SIGTERM, 10 s to exit, then SIGKILL."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def start_llm_stub(work: Path) -> ThreadingHTTPServer:
