@@ -1,0 +1,523 @@
+#!/usr/bin/env python3
+"""The checks of tests/lambda/run (standard library only), run once it has installed the tools,
+built the workspace and made a database:
+
+  checks.py --db-url URL --cargo-lambda PATH --bin-dir DIR [--interop-python PATH] [--passed N]
+
+1. Starts the stub LLM (llm_stub.py), `cargo lambda watch --only-lambda-apis` on 127.0.0.1 and
+   the two functions from DIR (the workspace's debug build) as that emulator's Lambda runtime
+   clients, so the real lambda_http loop serves every request below.
+2. (a) every event in events/ through `cargo lambda invoke <function> --data-file`;
+   (b) the Function URL emulation with curl on /lambda-url/<function>/...;
+   (c) the official MCP Python SDK (tests/interop/python_client.py) through
+       /lambda-url/mcp/mcp, when --interop-python is given.
+Prints one `ok:`/`FAIL:` line per check and `lambda: N passed, N failed` (N counting --passed,
+the setup checks tests/lambda/run made); exits 1 if anything failed. KEEP_WORK=1 keeps the logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import hmac
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+from typing import Callable
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+sys.path.insert(0, str(HERE))
+import llm_stub  # noqa: E402 - beside this file
+from coldstart import free_port, stop  # noqa: E402 - beside this file
+
+MCP_TOKEN = "local-mcp-token"  # the token the events carry
+JWT_SECRET = "local-dev-secret-change-me-0123456789"  # the secret the events' JWTs are signed with
+TOOLS = ["feedback_stats", "get_feedback", "lad_by_ref", "list_lads", "search_feedback"]
+LEEDS = "E08000035"
+
+
+# --- answers and checks ------------------------------------------------------------------------
+
+
+@dataclass
+class Answer:
+    """One HTTP answer, whichever way it came (a Lambda proxy response or curl)."""
+
+    status: int
+    headers: dict[str, str]  # lower-case names
+    text: str
+
+    @property
+    def json(self):
+        return json.loads(self.text)
+
+
+Expect = Callable[[Answer], bool]
+Detail = Callable[[Answer], str]
+
+
+@dataclass
+class Checks:
+    passed: int = 0
+    failed: int = 0
+    logs: list[Path] = field(default_factory=list)  # shown (warnings, errors) when a check fails
+
+    def ok(self, what: str) -> None:
+        self.passed += 1
+        print(f"ok: {what}", flush=True)
+
+    def fail(self, what: str) -> None:
+        self.failed += 1
+        print(f"FAIL: {what}", flush=True)
+
+    def check(self, name: str, get: Callable[[], Answer], expect: Expect, detail: Detail | None = None) -> Answer | None:
+        marks = [log_size(p) for p in self.logs]
+        try:
+            answer = get()
+        except Exception as e:  # noqa: BLE001 - an answer we cannot read is a failed check
+            self.fail(f"{name}: {e}")
+            self.show_log_errors(marks)
+            return None
+        try:
+            good = bool(expect(answer))
+            why = "" if good else f"status {answer.status}: {answer.text[:400]}"
+        except Exception as e:  # noqa: BLE001 - e.g. a field missing from the body
+            good, why = False, f"({type(e).__name__}: {e}) status {answer.status}: {answer.text[:400]}"
+        if not good:
+            self.fail(f"{name}: {why}".replace("\n", " "))
+            self.show_log_errors(marks)
+            return answer
+        note = ""
+        if detail:
+            try:
+                note = f" ({detail(answer)})"
+            except Exception as e:  # noqa: BLE001
+                note = f" ({type(e).__name__}: {e})"
+        self.ok(name + note)
+        return answer
+
+    def show_log_errors(self, marks: list[int]) -> None:
+        """The functions' warnings and errors logged since the check began: why it failed."""
+        for path, mark in zip(self.logs, marks):
+            for line in read_log(path, mark).splitlines():
+                if re.search(r"WARN|ERROR|panicked", line) and "AWS_LAMBDA_MAX_CONCURRENCY" not in line:
+                    print(f"  {path.name}: {line[:300]}", flush=True)
+
+
+def log_size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
+def read_log(path: Path, start: int = 0) -> str:
+    """A log without ANSI colours, from byte offset `start`."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        return re.sub(r"\x1b\[[0-9;]*m", "", f.read().decode("utf-8", "replace"))
+
+
+# --- the servers -------------------------------------------------------------------------------
+
+
+def get_status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return 0
+
+
+def start_llm_stub(work: Path) -> ThreadingHTTPServer:
+    """llm_stub.py's server in a thread; its request lines go to WORK/llm.log."""
+    log = open(work / "llm.log", "a", encoding="utf-8")  # noqa: SIM115 - open while it serves
+
+    class Handler(llm_stub.Handler):
+        log_path = str(work / "llm.requests")
+
+        def log_message(self, fmt: str, *args: object) -> None:
+            log.write("llm-stub: " + (fmt % args) + "\n")
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def event_hosts(events: list[Path]) -> str:
+    """The events' Host headers, so the mcp function accepts them (the shared mcp events say
+    127.0.0.1; a deployment lists its API Gateway / Function URL domain), plus loopback."""
+    hosts = {"127.0.0.1", "localhost"}
+    for path in events:
+        for k, v in (json.loads(path.read_text()).get("headers") or {}).items():
+            if k.lower() == "host" and v:
+                hosts.add(v.split(":")[0])
+    return ",".join(sorted(hosts))
+
+
+def user_jwt(sub: str) -> str:
+    """A user token of our own, signed with the events' secret (HS256, an hour)."""
+
+    def b64(data: bytes) -> bytes:
+        return base64.urlsafe_b64encode(data).rstrip(b"=")
+
+    def part(obj: dict) -> bytes:
+        return b64(json.dumps(obj, separators=(",", ":")).encode())
+
+    signing = part({"alg": "HS256", "typ": "JWT"}) + b"." + part({"sub": sub, "exp": int(time.time()) + 3600})
+    return (signing + b"." + b64(hmac.new(JWT_SECRET.encode(), signing, hashlib.sha256).digest())).decode()
+
+
+# --- (a) the events, with cargo lambda invoke ----------------------------------------------------
+
+
+def invoke(cargo_lambda: str, port: int, function: str, event: Path) -> Answer:
+    r = subprocess.run(
+        [cargo_lambda, "lambda", "invoke", function, "--invoke-address", "127.0.0.1",
+         "--invoke-port", str(port), "--data-file", str(event), "--output-format", "json"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    if r.returncode != 0:
+        raise RuntimeError(f"cargo lambda invoke exited {r.returncode}: {(r.stderr or r.stdout)[:300]}")
+    proxy = json.loads(r.stdout[r.stdout.index("{"):])  # anything printed before the JSON is not the answer
+    body = proxy.get("body") or ""
+    if proxy.get("isBase64Encoded"):
+        body = base64.b64decode(body).decode("utf-8", "replace")
+    headers = {k.lower(): v for k, v in (proxy.get("headers") or {}).items()}
+    for k, v in (proxy.get("multiValueHeaders") or {}).items():
+        headers.setdefault(k.lower(), ", ".join(v))
+    return Answer(int(proxy["statusCode"]), headers, body)
+
+
+def event_order(event: Path) -> int:
+    """Chat turns first (they make the conversations the other events list), mcp last."""
+    name = event.name
+    for rank, word in ((3, "mcp"), (2, "messages"), (1, "conversations")):
+        if word in name:
+            return rank
+    return 0
+
+
+def with_conversation(event: Path, conversation: str, out: Path) -> Path:
+    """The event with the conversation id in its path replaced by `conversation`."""
+    text = event.read_text()
+    for old in set(re.findall(r"/conversations/([0-9a-f-]{36})/", text)):
+        text = text.replace(old, conversation)
+    out.write_text(text)
+    return out
+
+
+def tools_listed(a: Answer) -> bool:
+    return a.status == 200 and sorted(t["name"] for t in a.json["result"]["tools"]) == TOOLS
+
+
+def leeds_found(a: Answer) -> bool:
+    result = a.json["result"]
+    return a.status == 200 and result["isError"] is False and result["structuredContent"]["rows"][0]["code"] == LEEDS
+
+
+def turn_answered(a: Answer) -> bool:
+    b = a.json
+    return (
+        a.status == 200
+        and b["reply"].startswith("hello from the stub")
+        and len(b["conversation_id"]) == 36
+        and [t["name"] for t in b["traces"]] == ["lad_by_ref"]
+        and b["traces"][0]["output"]["rows"][0]["code"] == LEEDS
+    )
+
+
+def turn_detail(a: Answer) -> str:
+    b = a.json
+    return f"200, reply {b['reply']!r}, trace lad_by_ref -> {b['traces'][0]['output']['rows'][0]['code']}"
+
+
+def error_is(status: int, code: str) -> Expect:
+    return lambda a: a.status == status and a.json["error"]["code"] == code
+
+
+def run_events(checks: Checks, cargo_lambda: str, port: int, work: Path, events: list[Path]) -> None:
+    turn_conversation = ""  # the first chat turn's: the list and messages events read it back
+    for event in sorted(events, key=lambda e: (event_order(e), e.name)):
+        base, shown = event.stem, f"events/{event.name}"
+
+        def call(function: str, path: Path = event) -> Callable[[], Answer]:
+            return lambda: invoke(cargo_lambda, port, function, path)
+
+        if "mcp" in base and ("tools-list" in base or "tools_list" in base):
+            checks.check(f"invoke mcp {shown}", call("mcp"), tools_listed,
+                         lambda a: f"{a.status}, {len(a.json['result']['tools'])} tools")
+        elif "mcp" in base and ("tools-call" in base or "tools_call" in base):
+            checks.check(f"invoke mcp {shown}", call("mcp"), leeds_found, lambda a: (
+                f"{a.status}, {a.json['result']['structuredContent']['rows'][0]['code']} "
+                f"{a.json['result']['structuredContent']['rows'][0]['name']}"))
+        elif "messages" in base:
+            # As shipped, the event names a conversation this fresh database does not have: 404.
+            checks.check(f"invoke chat {shown}", call("chat"),
+                         lambda a: error_is(404, "conversation_not_found")(a)
+                         or a.status == 200 and isinstance(a.json["messages"], list),
+                         lambda a: f"{a.status} {a.json.get('error', {}).get('code', '')}")
+            if not turn_conversation:
+                checks.fail(f"invoke chat {shown} with the chat turn's conversation: no chat-turn event made one")
+                continue
+            # The same event pointed at the conversation the chat-turn event made: its history.
+            own = with_conversation(event, turn_conversation, work / f"{base}.own.json")
+            checks.check(
+                f"invoke chat {shown}", call("chat", own),
+                lambda a: a.status == 200 and a.json["conversation_id"] == turn_conversation
+                and [m["role"] for m in a.json["messages"]] == ["user", "assistant"]
+                and a.json["messages"][1]["content"].startswith("hello from the stub")
+                and a.json["messages"][1]["traces"][0]["name"] == "lad_by_ref",
+                lambda a: f"with the chat-turn event's conversation id: {a.status}, {len(a.json['messages'])} messages")
+        elif "conversations" in base:
+            checks.check(f"invoke chat {shown}", call("chat"),
+                         lambda a: a.status == 200 and isinstance(a.json["conversations"], list)
+                         and (not turn_conversation or turn_conversation in [c["id"] for c in a.json["conversations"]]),
+                         lambda a: f"{a.status}, {len(a.json['conversations'])} conversation(s), the chat-turn event's included")
+        elif "chat" in base:
+            answer = checks.check(f"invoke chat {shown}", call("chat"), turn_answered, turn_detail)
+            # The shared events are all signed for one user, so the others see this conversation.
+            if answer and answer.status == 200 and not turn_conversation:
+                turn_conversation = answer.json.get("conversation_id", "")
+        else:
+            checks.fail(f"invoke {shown}: no check for this event in tests/lambda/checks.py")
+
+
+# --- (b) the Function URL emulation, with curl -------------------------------------------------
+
+
+def curl(work: Path, *args: str) -> Answer:
+    """One curl through the watch server; the answer is also kept in WORK."""
+    n = len(list(work.glob("curl-*.h"))) + 1
+    head, body = work / f"curl-{n}.h", work / f"curl-{n}.b"
+    r = subprocess.run(["curl", "-s", "--max-time", "60", "-D", str(head), "-o", str(body),
+                        "-w", "%{http_code}", *args], capture_output=True, text=True, check=False)
+    headers = {}
+    for line in head.read_text(errors="replace").splitlines() if head.exists() else []:
+        if ":" in line and not line.startswith("HTTP/"):
+            k, v = line.split(":", 1)
+            headers[k.strip().lower()] = v.strip()
+    return Answer(int(r.stdout or 0), headers, body.read_text(errors="replace") if body.exists() else "")
+
+
+def run_function_urls(checks: Checks, base: str, work: Path) -> None:
+    mcp_url, chat_url = f"{base}/lambda-url/mcp/mcp", f"{base}/lambda-url/chat/api/chat"
+    jwt = user_jwt("lambda-run-curl")
+    user = ["-H", f"Authorization: Bearer {jwt}"]
+    token = ["-H", f"Authorization: Bearer {MCP_TOKEN}"]
+    json_post = ["-X", "POST", "-H", "Content-Type: application/json"]
+
+    def mcp(body: dict, *extra: str) -> Callable[[], Answer]:
+        return lambda: curl(work, *json_post, mcp_url, "-H", "Accept: application/json, text/event-stream",
+                            "-H", "MCP-Protocol-Version: 2025-06-18", "-d", json.dumps(body), *extra)
+
+    def get(*args: str) -> Callable[[], Answer]:
+        return lambda: curl(work, *args)
+
+    tools_list = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    leeds = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+             "params": {"name": "lad_by_ref", "arguments": {"ref": "Leeds"}}}
+    bearer_challenge = lambda a: a.headers.get("www-authenticate", "").startswith("Bearer")  # noqa: E731
+
+    checks.check("curl POST /lambda-url/mcp/mcp tools/list", mcp(tools_list, *token), tools_listed,
+                 lambda a: f"{a.status}, {len(a.json['result']['tools'])} tools")
+    checks.check("curl POST /lambda-url/mcp/mcp tools/call lad_by_ref Leeds", mcp(leeds, *token), leeds_found,
+                 lambda a: f"{a.status}, {a.json['result']['structuredContent']['rows'][0]['code']}")
+    checks.check("curl POST /lambda-url/mcp/mcp without a token -> 401", mcp(tools_list),
+                 lambda a: error_is(401, "unauthorized")(a) and bearer_challenge(a))
+    checks.check("curl POST /lambda-url/mcp/mcp with a foreign Host -> 403",
+                 mcp(tools_list, *token, "-H", "Host: evil.example"), error_is(403, "forbidden"))
+
+    turn = checks.check("curl POST /lambda-url/chat/api/chat",
+                        get(*json_post, chat_url, *user, "-d", json.dumps(
+                            {"message": "Tell me about Leeds",
+                             "context": {"district": {"code": LEEDS, "label": "Leeds"}}})),
+                        turn_answered, turn_detail)
+    try:
+        conversation = turn.json["conversation_id"] if turn else ""
+    except (ValueError, KeyError):
+        conversation = ""
+    conversation = conversation or "00000000-0000-4000-8000-000000000000"
+    checks.check("curl POST /lambda-url/chat/api/chat, same conversation",
+                 get(*json_post, chat_url, *user, "-d",
+                     json.dumps({"message": "And again?", "conversation_id": conversation})),
+                 lambda a: a.status == 200 and a.json["conversation_id"] == conversation,
+                 lambda a: f"{a.status}, reply {a.json['reply']!r}")
+    checks.check("curl GET /lambda-url/chat/api/conversations",
+                 get(f"{base}/lambda-url/chat/api/conversations?limit=5", *user),
+                 lambda a: a.status == 200 and [c["id"] for c in a.json["conversations"]] == [conversation]
+                 and a.json["conversations"][0]["message_count"] == 4,
+                 lambda a: f"{a.status}, {len(a.json['conversations'])} conversation, "
+                 f"{a.json['conversations'][0]['message_count']} messages")
+    checks.check("curl GET /lambda-url/chat/api/conversations/{id}/messages",
+                 get(f"{base}/lambda-url/chat/api/conversations/{conversation}/messages", *user),
+                 lambda a: a.status == 200
+                 and [m["role"] for m in a.json["messages"]] == ["user", "assistant", "user", "assistant"],
+                 lambda a: f"{a.status}, {len(a.json['messages'])} messages")
+    checks.check("curl GET /lambda-url/chat/api/conversations/{unknown id}/messages -> 404",
+                 get(f"{base}/lambda-url/chat/api/conversations/{uuid.uuid4()}/messages", *user),
+                 error_is(404, "conversation_not_found"))
+    checks.check("curl POST /lambda-url/chat/api/chat without a token -> 401",
+                 get(*json_post, chat_url, "-d", '{"message": "hi"}'),
+                 lambda a: error_is(401, "unauthorized")(a) and bearer_challenge(a))
+    checks.check("curl POST /lambda-url/chat/api/chat malformed JSON -> 400",
+                 get(*json_post, chat_url, *user, "-d", '{"message":'), error_is(400, "invalid_json"))
+    checks.check("curl GET /lambda-url/chat/nowhere -> 404 JSON, x-request-id set",
+                 get(f"{base}/lambda-url/chat/nowhere"),
+                 lambda a: error_is(404, "not_found")(a) and len(a.headers.get("x-request-id", "")) >= 32,
+                 lambda a: f"request id {a.headers['x-request-id']}")
+    checks.check("curl GET /lambda-url/chat/api/chat -> 405 JSON, the caller's x-request-id echoed",
+                 get(chat_url, "-H", "x-request-id: lambda-test-42"),
+                 lambda a: error_is(405, "method_not_allowed")(a) and a.headers.get("x-request-id") == "lambda-test-42")
+
+
+# --- (c) the official MCP Python SDK through the watch URL ---------------------------------------
+
+
+def run_python_sdk(checks: Checks, interop_python: str, base: str) -> None:
+    marks = [log_size(p) for p in checks.logs]
+    env = dict(os.environ, PARLEY_MCP_URL=f"{base}/lambda-url/mcp/mcp", PARLEY_MCP_TOKEN=MCP_TOKEN)
+    try:
+        r = subprocess.run([interop_python, str(ROOT / "tests/interop/python_client.py")], env=env,
+                           capture_output=True, text=True, timeout=120, check=False)
+    except subprocess.TimeoutExpired:
+        checks.fail("python-sdk: python_client.py did not finish within 120 s")
+        return
+    failed_before = checks.failed
+    for line in r.stdout.splitlines():
+        m = re.match(r"^(ok|FAIL): python-sdk (.*)", line)
+        if m:
+            what = f"python-sdk via /lambda-url/mcp/mcp: {m.group(2)}"
+            checks.ok(what) if m.group(1) == "ok" else checks.fail(what)
+    if r.returncode != 0 and checks.failed == failed_before:
+        print(r.stderr[-2000:], file=sys.stderr)
+        checks.fail(f"python-sdk: python_client.py exited {r.returncode} without reporting a failed check")
+    if checks.failed != failed_before:
+        checks.show_log_errors(marks)
+
+
+# --- the run -------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--db-url", required=True)
+    p.add_argument("--cargo-lambda", required=True)
+    p.add_argument("--bin-dir", required=True)
+    p.add_argument("--interop-python", default="")
+    p.add_argument("--passed", type=int, default=0)
+    args = p.parse_args()
+
+    checks = Checks(passed=args.passed)
+    work = Path(tempfile.mkdtemp(prefix="parley-lambda."))
+    procs: list[subprocess.Popen] = []
+    started = time.monotonic()
+    try:
+        run(args, checks, work, procs)
+    finally:
+        for proc in reversed(procs):
+            stop(proc)
+        if os.environ.get("KEEP_WORK"):
+            print(f"tests/lambda/run: logs kept in {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"tests/lambda/run: the checks took {time.monotonic() - started:.0f} s")
+    print(f"lambda: {checks.passed} passed, {checks.failed} failed")
+    return 0 if checks.failed == 0 else 1
+
+
+def run(args: argparse.Namespace, checks: Checks, work: Path, procs: list[subprocess.Popen]) -> None:
+    events = sorted((ROOT / "events").glob("*.json"))
+    if not events:
+        checks.fail("setup: no events/*.json")
+        return
+    llm = start_llm_stub(work)
+
+    # The emulator only (--only-lambda-apis): the functions below are the workspace's debug
+    # build, not a `cargo run` of another feature set. It starts from a clean environment.
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    watch_log = work / "watch.log"
+    keep = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "USER", "LANG", "TMPDIR")}
+    procs.append(subprocess.Popen(
+        [args.cargo_lambda, "lambda", "watch", "--only-lambda-apis", "--ignore-changes",
+         "--invoke-address", "127.0.0.1", "--invoke-port", str(port)],
+        env=keep, stdout=open(watch_log, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        cwd=ROOT,
+    ))
+    deadline = time.monotonic() + 60
+    while "starting Runtime server" not in read_log(watch_log):
+        if procs[-1].poll() is not None or time.monotonic() > deadline:
+            print(read_log(watch_log)[-3000:], file=sys.stderr)
+            checks.fail("setup: cargo lambda watch --only-lambda-apis did not start (log above)")
+            return
+        time.sleep(0.1)
+
+    # Both functions get the same settings, and nothing of the caller's own Parley settings.
+    # AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH: without it lambda_http serves the REST v1 event
+    # (stage `prod`) as /prod/mcp, which no route matches (404); template.yaml sets it too.
+    settings = dict(
+        keep,
+        DATABASE_URL=args.db_url,
+        MCP_AUTH_TOKEN=MCP_TOKEN,
+        MCP_ALLOWED_HOSTS=event_hosts(events),
+        AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH="1",
+        JWT_SECRET=JWT_SECRET,
+        MCP_URL=f"{base}/lambda-url/mcp/mcp",
+        LLM_BASE_URL=f"http://127.0.0.1:{llm.server_address[1]}/v1",
+        LLM_API_KEY="stub-key",
+        LLM_MAX_RETRIES="0",
+        DB_POOL_MAX_SIZE="2",
+        RUST_LOG="info",
+    )
+    first_answers = []
+    for function in ("mcp", "chat"):
+        log = work / f"{function}.log"
+        checks.logs.append(log)
+        t0 = time.monotonic()
+        procs.append(subprocess.Popen(
+            [str(Path(args.bin_dir) / function)],
+            env=dict(settings, AWS_LAMBDA_RUNTIME_API=f"http://127.0.0.1:{port}/.rt/{function}",
+                     AWS_LAMBDA_FUNCTION_NAME=function, AWS_LAMBDA_FUNCTION_VERSION="1",
+                     AWS_LAMBDA_FUNCTION_MEMORY_SIZE="1024"),
+            stdout=open(log, "wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        ))
+        # The emulator holds the request until the function has initialised and polled for it.
+        status = get_status(f"{base}/lambda-url/{function}/health")
+        if status != 200:
+            print(read_log(log)[-3000:], file=sys.stderr)
+            checks.fail(f"setup: GET {base}/lambda-url/{function}/health answered {status}, not 200 (log above)")
+            return
+        first_answers.append(f"{function} {(time.monotonic() - t0) * 1000:.0f} ms")
+    checks.ok(f"setup: cargo lambda watch on {base} serves both functions "
+              f"(GET /lambda-url/{{mcp,chat}}/health 200; Init + first answer: {', '.join(first_answers)})")
+
+    run_events(checks, args.cargo_lambda, port, work, events)
+    run_function_urls(checks, base, work)
+    if args.interop_python:
+        run_python_sdk(checks, args.interop_python, base)
+    else:
+        checks.fail("python-sdk: could not install the MCP Python SDK (tests/interop/requirements.txt)")
+
+    panics = [line for path in checks.logs for line in read_log(path).splitlines() if "panicked" in line]
+    if panics:
+        checks.fail(f"no function panicked: {panics[0][:300]}")
+    else:
+        checks.ok("no function panicked (both functions' logs)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
