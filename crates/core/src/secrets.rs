@@ -256,7 +256,7 @@ async fn fetch_one(
 fn describe_sdk_error<E, R>(e: &SdkError<E, R>) -> String
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
-    R: fmt::Debug,
+    R: fmt::Debug + 'static,
 {
     if let SdkError::ServiceError(service) = e {
         let err = service.err();
@@ -266,18 +266,7 @@ where
             _ => {}
         }
     }
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        // Wrappers often repeat their cause's text; keep each piece once.
-        if !text.ends_with(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
+    crate::error::chain(e)
 }
 
 /// The Secrets Manager client: the default AWS configuration (credential chain, region,

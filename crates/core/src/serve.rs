@@ -10,7 +10,6 @@ use std::process::ExitCode;
 
 use axum::Router;
 use axum::body::{Body, HttpBody};
-use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderName, HeaderValue, Request, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
@@ -125,12 +124,8 @@ async fn json_routing_errors(request: Request<Body>, next: Next) -> Response {
     if response.body().size_hint().exact() != Some(0) {
         return response;
     }
-    let (mut parts, _) = response.into_parts();
-    parts
-        .headers
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    let body = serde_json::json!({"error": {"code": code, "message": message}});
-    Response::from_parts(parts, Body::from(body.to_string()))
+    let (parts, _) = response.into_parts();
+    crate::http::with_error_body(parts, code, &message)
 }
 
 fn request_span<B>(request: &Request<B>) -> tracing::Span {
@@ -211,7 +206,7 @@ mod tests {
     use lambda_http::RequestExt;
     use tower::ServiceExt;
 
-    use axum::http::header::ALLOW;
+    use axum::http::header::{ALLOW, CONTENT_TYPE};
 
     use super::*;
 

@@ -73,22 +73,13 @@ pub async fn require_bearer(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(bearer)
+        .and_then(parley_core::http::bearer_token)
         .ok_or(HttpError::MissingToken)?;
     if !auth.accepts(presented).await {
         tracing::warn!("request refused: invalid bearer token");
         return Err(HttpError::InvalidToken);
     }
     Ok(next.run(request).await)
-}
-
-/// The token of an `Authorization` value; the scheme is case-insensitive (RFC 7235).
-fn bearer(value: &str) -> Option<&str> {
-    let (scheme, token) = value.trim().split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| token.trim())
-        .filter(|t| !t.is_empty())
 }
 
 fn token_matches(expected: &str, presented: &str) -> bool {
@@ -98,14 +89,6 @@ fn token_matches(expected: &str, presented: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_scheme_is_case_insensitive() {
-        assert_eq!(bearer("Bearer abc"), Some("abc"));
-        assert_eq!(bearer("bearer  abc "), Some("abc"));
-        assert_eq!(bearer("Basic abc"), None);
-        assert_eq!(bearer("Bearer "), None);
-    }
 
     #[test]
     fn only_the_exact_token_matches() {

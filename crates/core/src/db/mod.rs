@@ -122,7 +122,7 @@ pub enum DbError {
     #[error("database unavailable: {0}")]
     Unavailable(String),
     /// The server ran the statement and refused it (syntax, constraint, permission, timeout...).
-    #[error(transparent)]
+    #[error("{}", pg_message(.0))]
     Query(tokio_postgres::Error),
     #[error("invalid database URL: {0}")]
     Url(String),
@@ -133,15 +133,7 @@ pub enum DbError {
 impl From<tokio_postgres::Error> for DbError {
     fn from(e: tokio_postgres::Error) -> Self {
         if is_connection_error(&e) {
-            // The useful part ("Connection refused") sits in the sources, not the Display.
-            let mut text = e.to_string();
-            let mut source = std::error::Error::source(&e);
-            while let Some(cause) = source {
-                text.push_str(": ");
-                text.push_str(&cause.to_string());
-                source = cause.source();
-            }
-            DbError::Unavailable(text)
+            DbError::Unavailable(pg_message(&e))
         } else {
             DbError::Query(e)
         }
@@ -155,16 +147,33 @@ impl From<PoolError> for DbError {
     fn from(e: PoolError) -> Self {
         match e {
             PoolError::Backend(e) if e.code().is_some() => DbError::Unavailable(format!(
-                "the server refused the connection (SQLSTATE {})",
-                e.code().map_or("?", |c| c.code())
+                "the server refused the connection: {}",
+                pg_message(&e)
             )),
-            PoolError::Backend(e) => match DbError::from(e) {
-                DbError::Query(e) => DbError::Unavailable(e.to_string()),
-                other => other,
-            },
-            other => DbError::Unavailable(other.to_string()),
+            PoolError::Backend(e) => DbError::Unavailable(pg_message(&e)),
+            other => DbError::Unavailable(crate::error::chain(&other)),
         }
     }
+}
+
+/// What Postgres said, for logs and terminals: `message (SQLSTATE code); detail: ...; hint:
+/// ...` for a server's error (tokio-postgres' own `Display` is just "db error"), else the error
+/// and its causes ("error connecting to server: Connection refused"). The server's messages
+/// name objects and values of the statement, never the connection's password.
+pub fn pg_message(e: &tokio_postgres::Error) -> String {
+    let Some(db) = e.as_db_error() else {
+        return crate::error::chain(e);
+    };
+    let mut text = format!("{} (SQLSTATE {})", db.message(), db.code().code());
+    if let Some(detail) = db.detail() {
+        text.push_str("; detail: ");
+        text.push_str(detail);
+    }
+    if let Some(hint) = db.hint() {
+        text.push_str("; hint: ");
+        text.push_str(hint);
+    }
+    text
 }
 
 impl DbError {
@@ -493,7 +502,7 @@ fn prepare(
 
 async fn watch<F: std::future::Future<Output = Result<(), tokio_postgres::Error>>>(connection: F) {
     if let Err(e) = connection.await {
-        tracing::warn!(error = %e, "database connection closed");
+        tracing::warn!(error = %pg_message(&e), "database connection closed");
     }
 }
 

@@ -272,7 +272,7 @@ impl Authenticator {
             return Ok(UserId::local());
         }
         let token = authorization
-            .and_then(bearer_token)
+            .and_then(parley_core::http::bearer_token)
             .ok_or(AuthError::Missing)?;
         if token.len() > MAX_TOKEN_BYTES {
             return Err(invalid(format!(
@@ -322,15 +322,6 @@ impl Authenticator {
 #[derive(Deserialize)]
 struct Claims {
     sub: Option<String>,
-}
-
-/// The token of an `Authorization` value; the scheme is case-insensitive (RFC 7235).
-fn bearer_token(value: &str) -> Option<&str> {
-    let (scheme, token) = value.trim().split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| token.trim())
-        .filter(|t| !t.is_empty())
 }
 
 /// Names the failed check; the library's own messages are not passed on because some of them

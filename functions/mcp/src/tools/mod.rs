@@ -101,12 +101,9 @@ impl Catalog {
                     tracing::warn!(error = %e, "database connection lost while checking tools");
                     return Ok(false);
                 }
-                let message = e
-                    .as_db_error()
-                    .map_or_else(|| e.to_string(), |db| db.message().to_owned());
                 return Err(CatalogError::Schema {
                     tool: tool.name.clone(),
-                    message,
+                    message: parley_core::db::pg_message(&e),
                 });
             }
         }
