@@ -1,8 +1,8 @@
 //! The Postgres pool (tokio-postgres + deadpool-postgres) and how its failures are classified.
 //!
 //! A Lambda instance serves one request at a time, so pools stay small. Connections can die
-//! while an instance is frozen; callers get [`DbError::Unavailable`] for those and may retry once
-//! on a fresh connection (see [`is_connection_error`]). When the credentials come from Secrets
+//! while an instance is frozen; callers get [`DbError::Unavailable`] for those, and
+//! [`retry_once_if_stale!`] runs work that is safe to repeat once more on a fresh connection. When the credentials come from Secrets
 //! Manager, a password the server refuses is re-fetched once and the connection retried
 //! ([`CredentialRefresh`]), so a rotated secret does not wait for the next cold start.
 
@@ -16,14 +16,97 @@ use std::str::FromStr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
+use deadpool_postgres::{Manager, ManagerConfig, PoolError, RecyclingMethod, Runtime};
 use percent_encoding::percent_decode_str;
 use secrecy::ExposeSecret;
 use tokio::task::JoinHandle;
 
 use crate::config::{ConfigError, Env, SecretString};
 
-pub use deadpool_postgres::{Object as PooledClient, Pool as PgPool};
+pub use deadpool_postgres::{Object, Pool};
+
+/// Runs work on a connection from a pool and, when that connection turns out to have been dead
+/// already (it died while the Lambda instance was frozen, or Postgres restarted: checkout does
+/// not test connections, a round trip per request), discards it and runs the work once more on
+/// a fresh one. A macro rather than a function taking a closure: a closure over the checked-out
+/// connection that returns a future borrowing it cannot be written so that the caller's future
+/// stays `Send` (axum handlers must be), and this expands to the loop one would write by hand.
+///
+/// ```ignore
+/// let rows = retry_once_if_stale!(pool, |conn| read_page(&conn, &params).await)?;
+/// let rows = retry_once_if_stale!(pool, |conn| run(&conn).await, retry_if = !tool.writes)?;
+/// ```
+///
+/// The contract, for converting a hand-written loop:
+/// - `pool` is a `deadpool_postgres::Pool` or a reference to one.
+/// - `conn` is bound to a fresh `deadpool_postgres::Object` for each attempt; the attempt
+///   expression borrows it (`&conn`), never moves it, and usually ends in `.await`.
+/// - The attempt evaluates to `Result<T, E>` where `E: From<PoolError> + Stale + Display`:
+///   [`DbError`] is both (`.map_err(DbError::from)` on a `tokio_postgres::Error`), and a
+///   caller's own error type can implement [`Stale`] to say which of its failures mean
+///   "the connection was dead and nothing ran" (e.g. only failures before `BEGIN` was
+///   answered, for a pipelined write).
+/// - The whole expression is that `Result<T, E>`: the attempt's outcome, or `Err(E::from(..))`
+///   when no connection could be checked out.
+/// - A stale failure discards its connection (it never goes back to the pool), whether or not
+///   it is retried. Other failures return the connection to the pool as usual.
+/// - At most one retry, only after a stale failure, and only when `retry_if` (default `true`,
+///   evaluated once before the first attempt) holds: pass `retry_if = false` for work that may
+///   have changed data before the link broke (a write whose `COMMIT` went out cannot tell "done"
+///   from "not done"). The retry logs one warning naming the error.
+#[macro_export]
+macro_rules! retry_once_if_stale {
+    ($pool:expr, |$conn:ident| $attempt:expr $(,)?) => {
+        $crate::retry_once_if_stale!($pool, |$conn| $attempt, retry_if = true)
+    };
+    ($pool:expr, |$conn:ident| $attempt:expr, retry_if = $retry_if:expr $(,)?) => {{
+        let pool: &$crate::db::Pool = &$pool;
+        let mut may_retry: bool = $retry_if;
+        loop {
+            let $conn = match pool.get().await {
+                ::core::result::Result::Ok(conn) => conn,
+                ::core::result::Result::Err(e) => {
+                    break ::core::result::Result::Err(::core::convert::From::from(e));
+                }
+            };
+            match $attempt {
+                ::core::result::Result::Err(e) if $crate::db::Stale::is_stale(&e) => {
+                    $crate::db::discard($conn);
+                    if !::core::mem::replace(&mut may_retry, false) {
+                        break ::core::result::Result::Err(e);
+                    }
+                    $crate::db::log_stale_retry(&e);
+                }
+                outcome => break outcome,
+            }
+        }
+    }};
+}
+
+pub use crate::retry_once_if_stale;
+
+/// An error that can tell "the connection was already dead, nothing ran" from any other failure;
+/// what [`retry_once_if_stale!`] retries on.
+pub trait Stale {
+    fn is_stale(&self) -> bool;
+}
+
+impl Stale for DbError {
+    /// [`DbError::Unavailable`] from a statement means its connection (or the server) was gone.
+    fn is_stale(&self) -> bool {
+        matches!(self, DbError::Unavailable(_))
+    }
+}
+
+/// Closes a pooled connection instead of returning it to the pool.
+pub fn discard(conn: Object) {
+    drop(Object::take(conn));
+}
+
+#[doc(hidden)]
+pub fn log_stale_retry(error: &dyn fmt::Display) {
+    tracing::warn!(error = %error, "stale database connection; retrying once");
+}
 
 /// Where a newer `DATABASE_URL` comes from when the server refuses the current password
 /// (SQLSTATE 28P01 or 28000): in production, the secrets loaded at start-up
