@@ -15,17 +15,23 @@ pub mod llm;
 pub mod mcp_client;
 pub mod turn;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::FromRef;
 use deadpool_postgres::Pool;
-use parley_core::secrets::Secrets;
+use parley_core::config::{ConfigError, Env};
+use parley_core::secrets::{Secrets, SecretsError};
+use parley_core::serve::{Listener, ServeError, StartupFailure};
 
 use crate::auth::Authenticator;
 use crate::config::{ChatConfig, Limits};
 use crate::llm::Llm;
 use crate::mcp_client::McpClients;
+
+/// Where the function listens outside Lambda when `LISTEN_ADDR` is not set.
+pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:3000";
 
 /// Everything a request needs, built once per instance and shared by every invocation.
 #[derive(Clone)]
@@ -46,23 +52,80 @@ impl FromRef<AppState> for Arc<Authenticator> {
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
     #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Secrets(#[from] SecretsError),
+    #[error(transparent)]
     Db(#[from] parley_core::db::DbError),
     #[error("cannot build the HTTP client: {0}")]
     Http(String),
+    #[error(transparent)]
+    Serve(#[from] ServeError),
 }
 
-/// Builds the state and the router. Nothing is connected yet: the pool, the MCP connections and
-/// the JWKS are opened on first use, so a cold start does not wait for them twice.
-pub fn build(config: &ChatConfig) -> Result<Router, StartupError> {
-    build_with_secrets(config, None)
+impl StartupFailure for StartupError {
+    fn is_bad_setting(&self) -> bool {
+        use parley_core::db::DbError;
+        match self {
+            StartupError::Config(_) => true,
+            StartupError::Secrets(e) => e.is_bad_setting(),
+            StartupError::Db(e) => matches!(e, DbError::Url(_) | DbError::Tls(_)),
+            StartupError::Http(_) => false,
+            StartupError::Serve(e) => e.is_bad_setting(),
+        }
+    }
 }
 
-/// [`build`] for settings that came from Secrets Manager: a refused database password or a 401
-/// from the `parley` MCP server fetches `secrets` again (rate-limited) and retries once.
-pub fn build_with_secrets(
-    config: &ChatConfig,
-    secrets: Option<Secrets>,
-) -> Result<Router, StartupError> {
+/// The function, built and bound but not yet serving: what `main`, the tests and the bench
+/// start alike.
+pub struct Application {
+    router: Router,
+    listener: Listener,
+}
+
+impl Application {
+    /// Everything before the first request: the secrets named in `SECRET_IDS` laid over `env`,
+    /// the settings, the state and the router; then `LISTEN_ADDR` is bound (not under Lambda).
+    /// Nothing is connected yet: the pool, the MCP connections and the JWKS are opened on
+    /// first use, so a cold start does not wait for them twice. A refused database password or
+    /// a 401 from the `parley` MCP server fetches the secrets again (rate-limited).
+    pub async fn build(env: Env) -> Result<Self, StartupError> {
+        let (env, secrets) = parley_core::secrets::load(&env).await?;
+        let config = ChatConfig::from_env(&env)?;
+        let router = router(&config, secrets)?;
+        let listener = Listener::bind(&env, DEFAULT_LISTEN_ADDR).await?;
+        Ok(Self { router, listener })
+    }
+
+    /// The bound address; `None` under Lambda.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// The router, for a caller that serves it itself (e.g. behind a test's own layer).
+    pub fn into_router(self) -> Router {
+        self.router
+    }
+
+    /// Serves until the process is told to stop.
+    pub async fn run_until_stopped(self) -> Result<(), StartupError> {
+        Ok(self.listener.serve(self.router).await?)
+    }
+
+    /// Serves plain HTTP on a task of its own and returns at once, for tests. `None` under
+    /// Lambda, whose handler cannot run on a spawned task (its future is not `Send`).
+    pub fn spawn(self) -> Option<tokio::task::JoinHandle<Result<(), ServeError>>> {
+        match self.listener {
+            Listener::Http(listener) => Some(tokio::spawn(parley_core::serve::serve(
+                listener,
+                self.router,
+            ))),
+            Listener::Lambda => None,
+        }
+    }
+}
+
+fn router(config: &ChatConfig, secrets: Option<Secrets>) -> Result<Router, StartupError> {
     let http = reqwest::Client::builder()
         .connect_timeout(std::time::Duration::from_secs(5))
         .pool_idle_timeout(std::time::Duration::from_secs(90))
