@@ -437,7 +437,7 @@ fn database_url(
     ) {
         return Err(ConfigError::new(
             "DB_SSLMODE",
-            "must be disable, require, verify-ca or verify-full",
+            "must be disable, allow, prefer, require, verify-ca or verify-full",
         )
         .into());
     }

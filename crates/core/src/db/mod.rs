@@ -131,8 +131,6 @@ pub struct DbConfig {
     /// `DB_CA_FILE`: PEM bundle of CAs to trust for `verify-ca`/`verify-full`
     /// (e.g. Amazon's RDS global bundle). Overrides `sslrootcert` in the URL.
     pub ca_file: Option<PathBuf>,
-    /// How a pooled connection is checked before use; chosen by each function, not a setting.
-    pub checkout: Checkout,
     /// Asked for a new URL when the server refuses the password; `None` (the default) means the
     /// URL is fixed for the life of the process.
     pub rotation: Option<Arc<dyn CredentialRefresh>>,
@@ -147,21 +145,9 @@ impl fmt::Debug for DbConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("acquire_timeout", &self.acquire_timeout)
             .field("ca_file", &self.ca_file)
-            .field("checkout", &self.checkout)
             .field("rotation", &self.rotation.is_some())
             .finish()
     }
-}
-
-/// How much a pooled connection is checked when a request takes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Checkout {
-    /// Only "not closed": no round trip. For callers that retry once on a stale connection
-    /// themselves (the mcp function's tool calls).
-    Fast,
-    /// An empty query first, replacing a connection that died (e.g. while the Lambda instance
-    /// was frozen) before the caller sees it. One round trip per checkout.
-    Verified,
 }
 
 impl DbConfig {
@@ -186,7 +172,6 @@ impl DbConfig {
                 10..=120_000,
             )?,
             ca_file: env.optional("DB_CA_FILE")?,
-            checkout: Checkout::Fast,
             rotation: None,
         })
     }
@@ -384,10 +369,9 @@ impl ConnectTarget {
 pub fn pool(config: &DbConfig) -> Result<Pool, DbError> {
     let connector = Connector::new(config)?;
     let manager_config = ManagerConfig {
-        recycling_method: match config.checkout {
-            Checkout::Fast => RecyclingMethod::Fast,
-            Checkout::Verified => RecyclingMethod::Verified,
-        },
+        // "Not closed" only, no round trip: a connection that died idle is found by the work
+        // that uses it, and `retry_once_if_stale!` runs that work again.
+        recycling_method: RecyclingMethod::Fast,
     };
     // deadpool hands this config to `Connect::connect`, which ignores it in favour of the
     // connector's current one (that is what a refresh replaces).
