@@ -132,10 +132,8 @@ fn router(config: &ChatConfig, secrets: Option<Secrets>) -> Result<Router, Start
         .build()
         .map_err(|e| StartupError::Http(e.to_string()))?;
     let auth = Arc::new(Authenticator::new(config.auth.clone(), http.clone()));
-    let mut db = config.db.clone();
-    db.rotation = secrets.as_ref().map(Secrets::database_rotation);
     let state = AppState {
-        pool: parley_core::db::pool(&db)?,
+        pool: parley_core::db::pool_with_secrets(&config.db, secrets.as_ref())?,
         llm: Llm::new(config.llm.clone(), http.clone()),
         mcp: Arc::new(
             McpClients::new(config.mcp_servers.clone(), http, config.limits.mcp_timeout)

@@ -109,9 +109,7 @@ impl Application {
 /// returns the whole HTTP surface.
 async fn router(config: &McpConfig, secrets: Option<Secrets>) -> Result<Router, StartupError> {
     let catalog = Arc::new(Catalog::load(config.tools_file.as_deref(), config.limits)?);
-    let mut db = config.db.clone();
-    db.rotation = secrets.as_ref().map(Secrets::database_rotation);
-    let pool = parley_core::db::pool(&db)?;
+    let pool = parley_core::db::pool_with_secrets(&config.db, secrets.as_ref())?;
     if catalog.check_against(&pool).await? {
         tracing::info!(
             tools = catalog.specs().len(),

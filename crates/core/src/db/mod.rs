@@ -22,6 +22,7 @@ use secrecy::ExposeSecret;
 use tokio::task::JoinHandle;
 
 use crate::config::{ConfigError, Env, SecretString};
+use crate::secrets::{RotatingSecret, Secrets};
 
 pub use deadpool_postgres::{Object, Pool};
 
@@ -108,17 +109,9 @@ pub fn log_stale_retry(error: &dyn fmt::Display) {
     tracing::warn!(error = %error, "stale database connection; retrying once");
 }
 
-/// Where a newer `DATABASE_URL` comes from when the server refuses the current password
-/// (SQLSTATE 28P01 or 28000): in production, the secrets loaded at start-up
-/// (`parley_core::secrets::Secrets::database_rotation`).
-pub trait CredentialRefresh: Send + Sync {
-    /// The `DATABASE_URL` to use now, after asking for fresh credentials (the implementation may
-    /// skip the fetch, e.g. when it fetched moments ago); `None` when none can be had.
-    fn refresh(&self) -> Pin<Box<dyn Future<Output = Option<SecretString>> + Send + '_>>;
-}
-
-/// Settings for the pool; see the README's settings table.
-#[derive(Clone)]
+/// Settings for the pool; see the README's settings table. The URL shows in `Debug` as
+/// `SecretString`'s own redaction.
+#[derive(Debug, Clone)]
 pub struct DbConfig {
     /// `DATABASE_URL`, kept secret because it may carry a password.
     pub url: SecretString,
@@ -131,23 +124,6 @@ pub struct DbConfig {
     /// `DB_CA_FILE`: PEM bundle of CAs to trust for `verify-ca`/`verify-full`
     /// (e.g. Amazon's RDS global bundle). Overrides `sslrootcert` in the URL.
     pub ca_file: Option<PathBuf>,
-    /// Asked for a new URL when the server refuses the password; `None` (the default) means the
-    /// URL is fixed for the life of the process.
-    pub rotation: Option<Arc<dyn CredentialRefresh>>,
-}
-
-impl fmt::Debug for DbConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // By hand because of `rotation`; the URL shows as SecretString's own redaction.
-        f.debug_struct("DbConfig")
-            .field("url", &self.url)
-            .field("pool_max_size", &self.pool_max_size)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("acquire_timeout", &self.acquire_timeout)
-            .field("ca_file", &self.ca_file)
-            .field("rotation", &self.rotation.is_some())
-            .finish()
-    }
 }
 
 impl DbConfig {
@@ -172,7 +148,6 @@ impl DbConfig {
                 10..=120_000,
             )?,
             ca_file: env.optional("DB_CA_FILE")?,
-            rotation: None,
         })
     }
 
@@ -364,10 +339,17 @@ impl ConnectTarget {
     }
 }
 
-/// Builds the pool. Connections are opened lazily, so this succeeds while Postgres is down and
-/// the service recovers by itself once it is back.
+/// Builds the pool with a fixed URL. Connections are opened lazily, so this succeeds while
+/// Postgres is down and the service recovers by itself once it is back.
 pub fn pool(config: &DbConfig) -> Result<Pool, DbError> {
-    let connector = Connector::new(config)?;
+    pool_with_secrets(config, None)
+}
+
+/// [`pool`] for settings that came from Secrets Manager: when the server refuses the password
+/// (SQLSTATE 28P01 or 28000), `DATABASE_URL` is read again from `secrets` (fetched again,
+/// rate-limited) and the connection retried once, so a rotated password needs no cold start.
+pub fn pool_with_secrets(config: &DbConfig, secrets: Option<&Secrets>) -> Result<Pool, DbError> {
+    let connector = Connector::new(config, secrets.cloned())?;
     let manager_config = ManagerConfig {
         // "Not closed" only, no round trip: a connection that died idle is found by the work
         // that uses it, and `retry_once_if_stale!` runs that work again.
@@ -390,68 +372,89 @@ pub fn pool(config: &DbConfig) -> Result<Pool, DbError> {
 /// One dedicated connection outside any pool, with the same TLS and rotation rules: for admin
 /// work such as migrations, which hold a session-level advisory lock.
 pub async fn connect(config: &DbConfig) -> Result<tokio_postgres::Client, DbError> {
-    let (client, _task) = Connector::new(config)?.connect().await?;
+    let (client, _task) = Connector::new(config, None)?.connect().await?;
     Ok(client)
 }
 
-/// Opens connections with the current credentials, and on an authentication failure asks the
-/// [`CredentialRefresh`] for a new URL and tries once more.
+/// Opens connections with the current credentials, and on an authentication failure renews
+/// the URL ([`RotatingSecret::renew`]) and tries once more.
 struct Connector {
-    current: RwLock<Arc<Target>>,
+    url: RotatingSecret,
+    /// The URL of generation `prepared.generation`, parsed and made ready to connect with.
+    prepared: RwLock<Arc<Target>>,
     connect_timeout: Duration,
     ca_file: Option<PathBuf>,
-    rotation: Option<Arc<dyn CredentialRefresh>>,
 }
 
-/// One URL made ready to connect with. `generation` tells whether a refresh replaced it between
-/// a failed attempt and now (then the attempt is worth repeating).
+/// One URL made ready to connect with, and the generation of the URL it was made from.
 struct Target {
-    url: SecretString,
     pg: tokio_postgres::Config,
     tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
     generation: u64,
 }
 
 impl Connector {
-    fn new(config: &DbConfig) -> Result<Self, DbError> {
+    fn new(config: &DbConfig, secrets: Option<Secrets>) -> Result<Self, DbError> {
         let first = prepare(
-            config.url.clone(),
+            &config.url,
             config.connect_timeout,
             config.ca_file.as_deref(),
             0,
         )?;
         Ok(Self {
-            current: RwLock::new(Arc::new(first)),
+            url: RotatingSecret::new("DATABASE_URL", Some(config.url.clone()), secrets),
+            prepared: RwLock::new(Arc::new(first)),
             connect_timeout: config.connect_timeout,
             ca_file: config.ca_file.clone(),
-            rotation: config.rotation.clone(),
         })
     }
 
+    /// The target for the URL's current generation, prepared on first use. A rotated URL that
+    /// cannot be used (the error names the kind of problem, never the URL) keeps the last one.
     fn current(&self) -> Arc<Target> {
         // A poisoned lock only means a panic elsewhere while swapping an Arc: the value is whole.
-        self.current
+        let prepared = self
+            .prepared
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .clone();
+        let (generation, url) = self.url.peek();
+        let Some(url) = url.filter(|_| generation != prepared.generation) else {
+            return prepared;
+        };
+        match prepare(
+            &url,
+            self.connect_timeout,
+            self.ca_file.as_deref(),
+            generation,
+        ) {
+            Ok(next) => {
+                let next = Arc::new(next);
+                let mut slot = self.prepared.write().unwrap_or_else(|p| p.into_inner());
+                if slot.generation < generation {
+                    *slot = next.clone();
+                }
+                next
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the refreshed DATABASE_URL is unusable");
+                prepared
+            }
+        }
     }
 
     async fn connect(
         &self,
     ) -> Result<(tokio_postgres::Client, JoinHandle<()>), tokio_postgres::Error> {
         let used = self.current();
-        let first = used.connect().await;
-        let Some(rotation) = &self.rotation else {
-            return first;
-        };
-        match first {
+        match used.connect().await {
             Err(e) if is_auth_failure(&e) => {
                 tracing::warn!(
                     sqlstate = e.code().map_or("?", |c| c.code()),
                     "the database refused the credentials; fetching them again"
                 );
-                if let Some(url) = rotation.refresh().await {
-                    self.adopt(url, &used);
+                if !self.url.renew(used.generation).await {
+                    return Err(e);
                 }
                 let now = self.current();
                 if now.generation == used.generation {
@@ -464,36 +467,6 @@ impl Connector {
                 second
             }
             other => other,
-        }
-    }
-
-    /// Switches from `used` to `url`, unless another caller already replaced `used` or `url`
-    /// is the same (then retrying would fail the same way).
-    fn adopt(&self, url: SecretString, used: &Target) {
-        let current = self.current();
-        if current.generation != used.generation {
-            return;
-        }
-        if current.url.expose_secret() == url.expose_secret() {
-            tracing::warn!("the refreshed secret holds the same database credentials");
-            return;
-        }
-        let next = prepare(
-            url,
-            self.connect_timeout,
-            self.ca_file.as_deref(),
-            current.generation + 1,
-        );
-        match next {
-            Ok(next) => {
-                let mut slot = self.current.write().unwrap_or_else(|p| p.into_inner());
-                // Another caller may have adopted the same refresh meanwhile; keep the newest.
-                if slot.generation == current.generation {
-                    *slot = Arc::new(next);
-                }
-            }
-            // The error names the kind of problem, never the URL.
-            Err(e) => tracing::warn!(error = %e, "the refreshed DATABASE_URL is unusable"),
         }
     }
 }
@@ -539,7 +512,7 @@ impl deadpool_postgres::Connect for PoolConnect {
 
 /// A URL parsed and made ready to connect: timeouts, keepalives, application name and TLS.
 fn prepare(
-    url: SecretString,
+    url: &SecretString,
     connect_timeout: Duration,
     ca_file: Option<&std::path::Path>,
     generation: u64,
@@ -560,7 +533,6 @@ fn prepare(
         }
     };
     Ok(Target {
-        url,
         pg,
         tls,
         generation,

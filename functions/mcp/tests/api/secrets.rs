@@ -153,3 +153,54 @@ async fn a_bearer_token_rotated_mid_run_is_accepted_and_the_old_one_refused() {
     assert_eq!(status, 401, "{body}");
     assert_eq!(body["error"]["code"], "unauthorized", "{body}");
 }
+
+#[tokio::test]
+async fn a_rotated_out_token_is_refused_within_the_secrets_ttl_without_any_other_trigger() {
+    let db = TestDb::with_demo_data(FEEDBACK_ROWS).await;
+    let url = reqwest::Url::parse(&db.readonly_url).expect("readonly URL");
+    let moto = Moto::start();
+    let db_secret = moto
+        .create_secret(
+            "parley/mcp/db",
+            &rds_secret(
+                url.host_str().expect("host"),
+                url.port().unwrap_or(5432),
+                url.username(),
+                url.password().unwrap_or("unused"),
+                &db.name,
+            ),
+        )
+        .await;
+    let app_secret = moto
+        .create_secret("parley/app", &json!({"MCP_AUTH_TOKEN": OLD_TOKEN}))
+        .await;
+    let mut env = secrets_env(&moto, &[&db_secret, &app_secret]);
+    env.push(("SECRETS_TTL_MS".into(), "1000".into()));
+    let app = spawn_with_secrets(db, env, Some(OLD_TOKEN.to_owned()))
+        .await
+        .expect("the function starts from its secrets");
+    let (status, body) = lad(&app, OLD_TOKEN).await;
+    assert_bristol(status, &body);
+
+    moto.put_secret(&app_secret, &json!({"MCP_AUTH_TOKEN": NEW_TOKEN}))
+        .await;
+
+    // Only the old token is presented: nothing but the TTL can make the function look again.
+    // Polled, with a bound well past the 1 s TTL.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (status, body) = lad(&app, OLD_TOKEN).await;
+        if status == 401 {
+            assert_eq!(body["error"]["code"], "unauthorized", "{body}");
+            break;
+        }
+        assert_bristol(status, &body);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the rotated-out token was still accepted 20 s after its rotation"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let (status, body) = lad(&app, NEW_TOKEN).await;
+    assert_bristol(status, &body);
+}
