@@ -47,6 +47,10 @@ fn a_failure_at_run_time_exits_1_and_is_printed_once() {
         "printed once: {stderr}"
     );
     assert!(
+        !stderr.contains('\u{1b}'),
+        "no colour codes off a terminal: {stderr:?}"
+    );
+    assert!(
         stderr.ends_with(&format!(
             "mcp: cannot listen on {addr}: Address already in use (os error 98)\n"
         )),
