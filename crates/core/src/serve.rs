@@ -64,6 +64,35 @@ impl StartupFailure for crate::secrets::SecretsError {
     }
 }
 
+/// Why a function did not start, or stopped: the failures every function shares, and `E`, the
+/// function's own (its tools file, its HTTP client...).
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError<E: StartupFailure + std::error::Error + 'static> {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Secrets(#[from] crate::secrets::SecretsError),
+    #[error(transparent)]
+    Db(#[from] crate::db::DbError),
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+    #[error(transparent)]
+    Function(E),
+}
+
+impl<E: StartupFailure + std::error::Error + 'static> StartupFailure for StartupError<E> {
+    fn is_bad_setting(&self) -> bool {
+        use crate::db::DbError;
+        match self {
+            StartupError::Config(_) => true,
+            StartupError::Secrets(e) => e.is_bad_setting(),
+            StartupError::Db(e) => matches!(e, DbError::Url(_) | DbError::Tls(_)),
+            StartupError::Serve(e) => e.is_bad_setting(),
+            StartupError::Function(e) => e.is_bad_setting(),
+        }
+    }
+}
+
 /// The exit code of a process that stopped because a setting is wrong (as clap uses 2 for bad
 /// arguments); any other failure exits with 1.
 pub const EXIT_BAD_SETTING: u8 = 2;
@@ -81,6 +110,44 @@ pub fn exit<E: StartupFailure>(name: &str, outcome: Result<(), E>) -> ExitCode {
             } else {
                 ExitCode::FAILURE
             }
+        }
+    }
+}
+
+/// A function built and bound but not yet serving: what each function's `Application::build`
+/// returns to `main`, the tests and the bench alike.
+#[derive(Debug)]
+pub struct Bound {
+    router: Router,
+    listener: Listener,
+}
+
+impl Bound {
+    pub fn new(router: Router, listener: Listener) -> Self {
+        Self { router, listener }
+    }
+
+    /// The bound address; `None` under Lambda.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// The router, for a caller that serves it itself (e.g. behind a test's own layer).
+    pub fn into_router(self) -> Router {
+        self.router
+    }
+
+    /// Serves until the process is told to stop.
+    pub async fn run_until_stopped(self) -> Result<(), ServeError> {
+        self.listener.serve(self.router).await
+    }
+
+    /// Serves plain HTTP on a task of its own and returns at once, for tests. `None` under
+    /// Lambda, whose handler cannot run on a spawned task (its future is not `Send`).
+    pub fn spawn(self) -> Option<tokio::task::JoinHandle<Result<(), ServeError>>> {
+        match self.listener {
+            Listener::Http(listener) => Some(tokio::spawn(serve(listener, self.router))),
+            Listener::Lambda => None,
         }
     }
 }

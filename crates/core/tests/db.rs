@@ -9,18 +9,8 @@ use parley_testkit::{TcpProxy, TestDb};
 
 /// A pool of one connection to `db`, through a proxy the test can sever.
 async fn pool_through_proxy(db: &TestDb) -> (db::Pool, TcpProxy) {
-    let mut url = url::Url::parse(&db.url).expect("database URL");
-    let upstream = tokio::net::lookup_host((
-        url.host_str().expect("host").to_owned(),
-        url.port().unwrap_or(5432),
-    ))
-    .await
-    .expect("database address")
-    .next()
-    .expect("an address");
-    let proxy = TcpProxy::start(upstream).await;
-    url.set_port(Some(proxy.addr.port())).expect("port");
-    let mut config = DbConfig::from_url(url.as_str()).expect("config");
+    let (proxy, url) = TcpProxy::in_front_of(&db.url).await;
+    let mut config = DbConfig::from_url(&url).expect("config");
     config.pool_max_size = 1;
     (db::pool(&config).expect("pool"), proxy)
 }

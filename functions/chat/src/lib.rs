@@ -15,15 +15,14 @@ pub mod llm;
 pub mod mcp_client;
 pub mod turn;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::FromRef;
 use deadpool_postgres::Pool;
-use parley_core::config::{ConfigError, Env};
-use parley_core::secrets::{Secrets, SecretsError};
-use parley_core::serve::{Listener, ServeError, StartupFailure};
+use parley_core::config::Env;
+use parley_core::secrets::Secrets;
+use parley_core::serve::{Bound, Listener, StartupFailure};
 
 use crate::auth::Authenticator;
 use crate::config::{ChatConfig, Limits};
@@ -49,39 +48,21 @@ impl FromRef<AppState> for Arc<Authenticator> {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum StartupError {
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    #[error(transparent)]
-    Secrets(#[from] SecretsError),
-    #[error(transparent)]
-    Db(#[from] parley_core::db::DbError),
-    #[error("cannot build the HTTP client: {0}")]
-    Http(String),
-    #[error(transparent)]
-    Serve(#[from] ServeError),
-}
+/// Why the function did not start; its own part is the HTTP client.
+pub type StartupError = parley_core::serve::StartupError<HttpClientError>;
 
-impl StartupFailure for StartupError {
+#[derive(Debug, thiserror::Error)]
+#[error("cannot build the HTTP client: {0}")]
+pub struct HttpClientError(String);
+
+impl StartupFailure for HttpClientError {
     fn is_bad_setting(&self) -> bool {
-        use parley_core::db::DbError;
-        match self {
-            StartupError::Config(_) => true,
-            StartupError::Secrets(e) => e.is_bad_setting(),
-            StartupError::Db(e) => matches!(e, DbError::Url(_) | DbError::Tls(_)),
-            StartupError::Http(_) => false,
-            StartupError::Serve(e) => e.is_bad_setting(),
-        }
+        false
     }
 }
 
-/// The function, built and bound but not yet serving: what `main`, the tests and the bench
-/// start alike.
-pub struct Application {
-    router: Router,
-    listener: Listener,
-}
+/// The function's start-up, as `main`, the tests and the bench run it.
+pub struct Application;
 
 impl Application {
     /// Everything before the first request: the secrets named in `SECRET_IDS` laid over `env`,
@@ -89,39 +70,12 @@ impl Application {
     /// Nothing is connected yet: the pool, the MCP connections and the JWKS are opened on
     /// first use, so a cold start does not wait for them twice. A refused database password or
     /// a 401 from the `parley` MCP server fetches the secrets again (rate-limited).
-    pub async fn build(env: Env) -> Result<Self, StartupError> {
+    pub async fn build(env: Env) -> Result<Bound, StartupError> {
         let (env, secrets) = parley_core::secrets::load(&env).await?;
         let config = ChatConfig::from_env(&env)?;
         let router = router(&config, secrets)?;
         let listener = Listener::bind(&env, DEFAULT_LISTEN_ADDR).await?;
-        Ok(Self { router, listener })
-    }
-
-    /// The bound address; `None` under Lambda.
-    pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.listener.local_addr()
-    }
-
-    /// The router, for a caller that serves it itself (e.g. behind a test's own layer).
-    pub fn into_router(self) -> Router {
-        self.router
-    }
-
-    /// Serves until the process is told to stop.
-    pub async fn run_until_stopped(self) -> Result<(), StartupError> {
-        Ok(self.listener.serve(self.router).await?)
-    }
-
-    /// Serves plain HTTP on a task of its own and returns at once, for tests. `None` under
-    /// Lambda, whose handler cannot run on a spawned task (its future is not `Send`).
-    pub fn spawn(self) -> Option<tokio::task::JoinHandle<Result<(), ServeError>>> {
-        match self.listener {
-            Listener::Http(listener) => Some(tokio::spawn(parley_core::serve::serve(
-                listener,
-                self.router,
-            ))),
-            Listener::Lambda => None,
-        }
+        Ok(Bound::new(router, listener))
     }
 }
 
@@ -130,7 +84,7 @@ fn router(config: &ChatConfig, secrets: Option<Secrets>) -> Result<Router, Start
         .connect_timeout(std::time::Duration::from_secs(5))
         .pool_idle_timeout(std::time::Duration::from_secs(90))
         .build()
-        .map_err(|e| StartupError::Http(e.to_string()))?;
+        .map_err(|e| StartupError::Function(HttpClientError(e.to_string())))?;
     let auth = Arc::new(Authenticator::new(config.auth.clone(), http.clone()));
     let state = AppState {
         pool: parley_core::db::pool_with_secrets(&config.db, secrets.as_ref())?,

@@ -14,6 +14,10 @@ async fn main() -> std::process::ExitCode {
     if let Err(e) = parley_core::telemetry::init(&env) {
         return parley_core::serve::exit("chat", Err(e));
     }
-    let outcome = async { Application::build(env).await?.run_until_stopped().await }.await;
+    let outcome = async {
+        Application::build(env).await?.run_until_stopped().await?;
+        Ok::<(), parley_chat::StartupError>(())
+    }
+    .await;
     parley_core::serve::exit("chat", outcome)
 }

@@ -11,6 +11,10 @@ async fn main() -> std::process::ExitCode {
     if let Err(e) = parley_core::telemetry::init(&env) {
         return parley_core::serve::exit("mcp", Err(e));
     }
-    let outcome = async { Application::build(env).await?.run_until_stopped().await }.await;
+    let outcome = async {
+        Application::build(env).await?.run_until_stopped().await?;
+        Ok::<(), parley_mcp::StartupError>(())
+    }
+    .await;
     parley_core::serve::exit("mcp", outcome)
 }

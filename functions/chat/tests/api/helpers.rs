@@ -93,19 +93,8 @@ pub async fn spawn(options: Options) -> TestChat {
         None => format!("http://{}/mcp", closed_port().await),
     };
     let (db_url, db_proxy) = if options.db_proxy {
-        let mut url = url::Url::parse(&db.url).expect("database URL");
-        let upstream = (
-            url.host_str().expect("database host").to_owned(),
-            url.port().unwrap_or(5432),
-        );
-        let upstream = tokio::net::lookup_host(upstream)
-            .await
-            .expect("database address")
-            .next()
-            .expect("database address");
-        let proxy = TcpProxy::start(upstream).await;
-        url.set_port(Some(proxy.addr.port())).expect("port");
-        (url.to_string(), Some(proxy))
+        let (proxy, url) = TcpProxy::in_front_of(&db.url).await;
+        (url, Some(proxy))
     } else {
         (db.url.clone(), None)
     };

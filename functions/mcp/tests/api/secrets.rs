@@ -112,8 +112,10 @@ async fn a_database_password_rotated_mid_run_is_fetched_again_and_calls_keep_wor
     assert_eq!(health.status(), 200);
 }
 
-#[tokio::test]
-async fn a_bearer_token_rotated_mid_run_is_accepted_and_the_old_one_refused() {
+/// The function over the shared test server, its database credentials from an RDS secret and
+/// `MCP_AUTH_TOKEN` = [`OLD_TOKEN`] from an application secret (whose id is returned), with
+/// `extra` settings in its environment.
+async fn spawn_with_token_secret(extra: &[(&str, &str)]) -> (TestApp, Moto, String) {
     let db = TestDb::with_demo_data(FEEDBACK_ROWS).await;
     // The shared server trusts loopback, so the read-only role's URL is all the secret needs.
     let url = reqwest::Url::parse(&db.readonly_url).expect("readonly URL");
@@ -134,11 +136,22 @@ async fn a_bearer_token_rotated_mid_run_is_accepted_and_the_old_one_refused() {
         .create_secret("parley/app", &json!({"MCP_AUTH_TOKEN": OLD_TOKEN}))
         .await;
     let mut env = secrets_env(&moto, &[&db_secret, &app_secret]);
-    // The secret wins over the environment: this token is never accepted.
-    env.push(("MCP_AUTH_TOKEN".into(), "token-from-the-environment".into()));
+    env.extend(
+        extra
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
     let app = spawn_with_secrets(db, env, Some(OLD_TOKEN.to_owned()))
         .await
         .expect("the function starts from its secrets");
+    (app, moto, app_secret)
+}
+
+#[tokio::test]
+async fn a_bearer_token_rotated_mid_run_is_accepted_and_the_old_one_refused() {
+    // The secret wins over the environment: this token is never accepted.
+    let (app, moto, app_secret) =
+        spawn_with_token_secret(&[("MCP_AUTH_TOKEN", "token-from-the-environment")]).await;
     let (status, body) = lad(&app, OLD_TOKEN).await;
     assert_bristol(status, &body);
     let (status, _) = lad(&app, "token-from-the-environment").await;
@@ -156,29 +169,7 @@ async fn a_bearer_token_rotated_mid_run_is_accepted_and_the_old_one_refused() {
 
 #[tokio::test]
 async fn a_rotated_out_token_is_refused_within_the_secrets_ttl_without_any_other_trigger() {
-    let db = TestDb::with_demo_data(FEEDBACK_ROWS).await;
-    let url = reqwest::Url::parse(&db.readonly_url).expect("readonly URL");
-    let moto = Moto::start();
-    let db_secret = moto
-        .create_secret(
-            "parley/mcp/db",
-            &rds_secret(
-                url.host_str().expect("host"),
-                url.port().unwrap_or(5432),
-                url.username(),
-                url.password().unwrap_or("unused"),
-                &db.name,
-            ),
-        )
-        .await;
-    let app_secret = moto
-        .create_secret("parley/app", &json!({"MCP_AUTH_TOKEN": OLD_TOKEN}))
-        .await;
-    let mut env = secrets_env(&moto, &[&db_secret, &app_secret]);
-    env.push(("SECRETS_TTL_MS".into(), "1000".into()));
-    let app = spawn_with_secrets(db, env, Some(OLD_TOKEN.to_owned()))
-        .await
-        .expect("the function starts from its secrets");
+    let (app, moto, app_secret) = spawn_with_token_secret(&[("SECRETS_TTL_MS", "1000")]).await;
     let (status, body) = lad(&app, OLD_TOKEN).await;
     assert_bristol(status, &body);
 
