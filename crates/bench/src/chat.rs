@@ -738,7 +738,6 @@ impl ChatSql {
     async fn new(url: &str, history_limit: usize) -> anyhow::Result<Self> {
         let mut config = parley_core::db::DbConfig::from_url(url)?;
         config.pool_max_size = 1;
-        config.checkout = parley_chat::config::DB_CHECKOUT;
         let trace = json!({
             "call_id": "call_1", "step": 1, "name": TOOL, "args": {"ref": "E06000023"},
             "output": {"rows": [{"code": "E06000023", "name": "Bristol, City of",

@@ -1,5 +1,6 @@
-//! Opens the admin connection from `DATABASE_URL`. Kept to one small function so the plain
-//! connection can be swapped for `parley_core::db`'s TLS-aware one without touching commands.
+//! The admin connection from `DATABASE_URL`: one dedicated session through `parley_core::db`,
+//! with the functions' TLS rules. Usage mistakes (unset, malformed) are told from a database
+//! that refuses or cannot be reached, for the exit code.
 
 use parley_core::config::Env;
 use parley_core::db::DbConfig;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::SinkExt;
+use parley_core::db::pg_message;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tokio_postgres::{Client, Transaction};
@@ -109,17 +110,6 @@ pub enum DemoError {
 
 fn pg(step: &'static str) -> impl FnOnce(tokio_postgres::Error) -> DemoError {
     move |source| DemoError::Postgres { step, source }
-}
-
-/// tokio-postgres' Display for server errors is just "db error"; the useful part is inside.
-fn pg_message(err: &tokio_postgres::Error) -> String {
-    match err.as_db_error() {
-        Some(db) => match db.detail() {
-            Some(detail) => format!("{} ({detail})", db.message()),
-            None => db.message().to_owned(),
-        },
-        None => err.to_string(),
-    }
 }
 
 /// A lower-tier local authority district and the upper-tier authority it belongs to.

@@ -84,6 +84,12 @@ impl Env {
         self.get(var).is_some()
     }
 
+    /// Whether the variable exists at all, even blank: for the few settings where "set to
+    /// nothing" is a mistake worth naming rather than the same as unset.
+    pub fn is_present(&self, var: &str) -> bool {
+        self.vars.contains_key(var)
+    }
+
     pub fn required<T: FromStr>(&self, var: &str) -> Result<T, ConfigError>
     where
         T::Err: fmt::Display,

@@ -5,6 +5,8 @@
 
 pub mod config;
 pub mod db;
+pub mod error;
+pub mod http;
 pub mod migrate;
 pub mod secrets;
 pub mod serve;

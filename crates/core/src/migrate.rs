@@ -6,6 +6,8 @@ use include_dir::{Dir, include_dir};
 use sha2::{Digest, Sha256};
 use tokio_postgres::Client;
 
+use crate::db::pg_message;
+
 static MIGRATIONS: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/../../migrations");
 
 /// Advisory locks are per database, so one fixed key serialises runners of the same database
@@ -43,30 +45,6 @@ pub enum MigrateError {
         #[source]
         source: tokio_postgres::Error,
     },
-}
-
-/// tokio-postgres' Display for server errors is just "db error"; the useful part is inside.
-fn pg_message(err: &tokio_postgres::Error) -> String {
-    match err.as_db_error() {
-        Some(db) => {
-            let mut msg = format!(
-                "{}: {} (SQLSTATE {})",
-                db.severity(),
-                db.message(),
-                db.code().code()
-            );
-            if let Some(detail) = db.detail() {
-                msg.push_str("; detail: ");
-                msg.push_str(detail);
-            }
-            if let Some(hint) = db.hint() {
-                msg.push_str("; hint: ");
-                msg.push_str(hint);
-            }
-            msg
-        }
-        None => err.to_string(),
-    }
 }
 
 /// One embedded migration file.

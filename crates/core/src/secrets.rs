@@ -1,6 +1,8 @@
 //! Settings from AWS Secrets Manager: the secrets named in `SECRET_IDS` are fetched once per
 //! instance before the first request and laid over the environment; [`Secrets`] fetches them
-//! again, rate-limited, when a credential is refused, so a rotation needs no cold start.
+//! again, rate-limited, when a credential is refused, so a rotation needs no cold start, and
+//! once they are older than `SECRETS_TTL_MS`, so a rotated-out credential stops being accepted
+//! within that time. [`RotatingSecret`] is one such setting as its users see it.
 //!
 //! Two shapes of secret are understood. An RDS database secret (`username`, `password`, `host`,
 //! `port`, `dbname`, `engine`) becomes `DATABASE_URL`; any other key that looks like a setting
@@ -17,15 +19,19 @@ use std::time::{Duration, Instant};
 use aws_config::BehaviorVersion;
 use aws_sdk_secretsmanager::error::{ProvideErrorMetadata, SdkError};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use secrecy::ExposeSecret;
 use serde_json::Value;
 
 use crate::config::{ConfigError, Env, SecretString};
-use crate::db::CredentialRefresh;
 
 /// The setting that lists the secrets: ids or ARNs, comma-separated, later ones winning.
 pub const SECRET_IDS: &str = "SECRET_IDS";
 const MIN_REFRESH: &str = "SECRETS_MIN_REFRESH_MS";
 const DEFAULT_MIN_REFRESH: Duration = Duration::from_secs(30);
+const TTL: &str = "SECRETS_TTL_MS";
+/// As AWS's secrets caching clients do, values are trusted for a while, then fetched again;
+/// shorter than their default hour because it bounds how long a rotated-out token still works.
+const DEFAULT_TTL: Duration = Duration::from_secs(300);
 
 /// The keys of an RDS database secret; see the module docs.
 const RDS_KEYS: [&str; 6] = ["username", "password", "host", "port", "dbname", "engine"];
@@ -67,11 +73,12 @@ pub async fn load(env: &Env) -> Result<(Env, Option<Secrets>), SecretsError> {
         return Ok((env.clone(), None));
     }
     let min_refresh = env.millis(MIN_REFRESH, DEFAULT_MIN_REFRESH, 0..=86_400_000)?;
+    let ttl = env.millis(TTL, DEFAULT_TTL, 1_000..=86_400_000)?;
     let source = AwsSource {
         client: client(env).await,
         ids,
     };
-    let secrets = Secrets::start(env.clone(), Box::new(source), min_refresh).await?;
+    let secrets = Secrets::start(env.clone(), Box::new(source), min_refresh, ttl).await?;
     let merged = (*secrets.env()).clone();
     Ok((merged, Some(secrets)))
 }
@@ -87,7 +94,9 @@ struct Inner {
     base: Env,
     source: Box<dyn Source>,
     min_refresh: Duration,
-    current: RwLock<Arc<Env>>,
+    ttl: Duration,
+    /// The merged environment and when it was fetched.
+    current: RwLock<(Arc<Env>, Instant)>,
     /// When the last fetch ended (successful or not). Held across a fetch, so concurrent
     /// callers wait for it and share its result instead of fetching again.
     last_fetch: tokio::sync::Mutex<Instant>,
@@ -107,6 +116,7 @@ impl Secrets {
         base: Env,
         source: Box<dyn Source>,
         min_refresh: Duration,
+        ttl: Duration,
     ) -> Result<Self, SecretsError> {
         let fetched = source.fetch().await?;
         let merged = merge(&base, &fetched)?;
@@ -120,7 +130,8 @@ impl Secrets {
                 base,
                 source,
                 min_refresh,
-                current: RwLock::new(Arc::new(merged)),
+                ttl,
+                current: RwLock::new((Arc::new(merged), Instant::now())),
                 last_fetch: tokio::sync::Mutex::new(Instant::now()),
             }),
         })
@@ -133,7 +144,30 @@ impl Secrets {
             .current
             .read()
             .unwrap_or_else(|p| p.into_inner())
+            .0
             .clone()
+    }
+
+    /// [`Secrets::env`], fetched again first when older than `SECRETS_TTL_MS`. A failed fetch
+    /// is logged and the last values kept (and, per `SECRETS_MIN_REFRESH_MS`, not retried at
+    /// once), so an outage of Secrets Manager does not become an outage of the function.
+    pub async fn fresh_env(&self) -> Arc<Env> {
+        let (env, fetched) = self
+            .inner
+            .current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if fetched.elapsed() < self.inner.ttl {
+            return env;
+        }
+        match self.refresh().await {
+            Ok(env) => env,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot fetch the secrets again; keeping the last values");
+                self.env()
+            }
+        }
     }
 
     /// Fetches the secrets again, unless a fetch ended after this call began (its result is
@@ -159,31 +193,103 @@ impl Secrets {
             .inner
             .current
             .write()
-            .unwrap_or_else(|p| p.into_inner()) = merged.clone();
+            .unwrap_or_else(|p| p.into_inner()) = (merged.clone(), Instant::now());
         tracing::info!("secrets fetched again from Secrets Manager");
         Ok(merged)
     }
+}
 
-    /// The database pool's way to a new `DATABASE_URL` when Postgres refuses the password;
-    /// for `DbConfig::rotation`.
-    pub fn database_rotation(&self) -> Arc<dyn CredentialRefresh> {
-        Arc::new(DatabaseRotation(self.clone()))
+/// One setting that Secrets Manager may rotate (`MCP_AUTH_TOKEN`, `DATABASE_URL`), as its
+/// users see it: the value now, with a generation that tells whether it changed since a caller
+/// read it, so after a refusal only a caller whose value is out of date tries again.
+/// Without [`Secrets`] (settings from the environment only) the value is fixed.
+pub struct RotatingSecret {
+    setting: &'static str,
+    secrets: Option<Secrets>,
+    current: RwLock<(u64, Option<SecretString>)>,
+}
+
+impl fmt::Debug for RotatingSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RotatingSecret")
+            .field("setting", &self.setting)
+            .field("generation", &self.peek().0)
+            .finish_non_exhaustive()
     }
 }
 
-struct DatabaseRotation(Secrets);
+impl RotatingSecret {
+    /// `value` is the setting as read at start-up (from `secrets`' environment when there are
+    /// secrets).
+    pub fn new(
+        setting: &'static str,
+        value: Option<SecretString>,
+        secrets: Option<Secrets>,
+    ) -> Self {
+        Self {
+            setting,
+            secrets,
+            current: RwLock::new((0, value)),
+        }
+    }
 
-impl CredentialRefresh for DatabaseRotation {
-    fn refresh(&self) -> Pin<Box<dyn Future<Output = Option<SecretString>> + Send + '_>> {
-        Box::pin(async move {
-            match self.0.refresh().await {
-                Ok(env) => env.secret("DATABASE_URL"),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot fetch the database secret again");
-                    None
-                }
+    /// The value and its generation as last adopted, without any fetch.
+    pub fn peek(&self) -> (u64, Option<SecretString>) {
+        // A poisoned lock only means a panic elsewhere while swapping the value: it is whole.
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The value now: when the secrets are older than `SECRETS_TTL_MS` they are fetched again
+    /// first, so a rotated-out value stops being used within that time even if nothing is
+    /// refused.
+    pub async fn current(&self) -> (u64, Option<SecretString>) {
+        if let Some(secrets) = &self.secrets {
+            let env = secrets.fresh_env().await;
+            self.adopt(&env);
+        }
+        self.peek()
+    }
+
+    /// After the value of generation `used` was refused: whether a different value is current
+    /// now, fetching the secrets again (rate-limited, shared with concurrent callers) if need be.
+    pub async fn renew(&self, used: u64) -> bool {
+        if self.peek().0 != used {
+            return true; // another caller renewed it meanwhile
+        }
+        let Some(secrets) = &self.secrets else {
+            return false;
+        };
+        match secrets.refresh().await {
+            Ok(env) => self.adopt(&env),
+            Err(e) => {
+                tracing::warn!(setting = self.setting, error = %e, "cannot fetch the secrets again")
             }
-        })
+        }
+        self.peek().0 != used
+    }
+
+    /// Takes the setting's value from `env` when it differs from the current one. A setting
+    /// that disappeared keeps the last value: dropping a token must not open an endpoint.
+    fn adopt(&self, env: &Env) {
+        let Some(fresh) = env.secret(self.setting) else {
+            tracing::warn!(
+                setting = self.setting,
+                "the refreshed secrets no longer hold this setting; keeping its last value"
+            );
+            return;
+        };
+        let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
+        let same = current
+            .1
+            .as_ref()
+            .is_some_and(|v| v.expose_secret() == fresh.expose_secret());
+        if !same {
+            *current = (current.0 + 1, Some(fresh));
+            tracing::info!(setting = self.setting, "using the rotated value");
+        }
     }
 }
 
@@ -256,7 +362,7 @@ async fn fetch_one(
 fn describe_sdk_error<E, R>(e: &SdkError<E, R>) -> String
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
-    R: fmt::Debug,
+    R: fmt::Debug + 'static,
 {
     if let SdkError::ServiceError(service) = e {
         let err = service.err();
@@ -266,18 +372,7 @@ where
             _ => {}
         }
     }
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        // Wrappers often repeat their cause's text; keep each piece once.
-        if !text.ends_with(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
+    crate::error::chain(e)
 }
 
 /// The Secrets Manager client: the default AWS configuration (credential chain, region,
@@ -324,7 +419,6 @@ fn settings_of(
     id: &str,
     text: &SecretString,
 ) -> Result<BTreeMap<String, String>, SecretsError> {
-    use secrecy::ExposeSecret;
     // Only the position is kept from a parse error: serde's messages may quote the text.
     let json: Value = serde_json::from_str(text.expose_secret()).map_err(|e| {
         SecretsError::invalid(
@@ -351,7 +445,7 @@ fn settings_of(
             }
             continue;
         }
-        if key == SECRET_IDS || key == MIN_REFRESH {
+        if [SECRET_IDS, MIN_REFRESH, TTL].contains(&key.as_str()) {
             return Err(SecretsError::invalid(
                 id,
                 format!("`{key}` cannot come from a secret"),
@@ -448,7 +542,7 @@ fn database_url(
     ) {
         return Err(ConfigError::new(
             "DB_SSLMODE",
-            "must be disable, require, verify-ca or verify-full",
+            "must be disable, allow, prefer, require, verify-ca or verify-full",
         )
         .into());
     }
@@ -469,7 +563,6 @@ fn database_url(
 
 /// The names of the settings the secrets supply, for the start-up log line.
 fn supplied_names(fetched: &Fetched) -> Vec<String> {
-    use secrecy::ExposeSecret;
     let mut names: Vec<String> = fetched
         .iter()
         .filter_map(|(_, text)| serde_json::from_str::<Value>(text.expose_secret()).ok())
@@ -643,7 +736,7 @@ mod tests {
             fetches: fetches.clone(),
             gate: gate.clone(),
         };
-        let secrets = Secrets::start(Env::default(), Box::new(source), min_refresh)
+        let secrets = Secrets::start(Env::default(), Box::new(source), min_refresh, DEFAULT_TTL)
             .await
             .unwrap();
         Harness {

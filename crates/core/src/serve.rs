@@ -4,13 +4,11 @@
 //! Both paths run the same `Router`, so tests of the plain server test what Lambda runs.
 
 use std::fmt::Display;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use axum::Router;
 use axum::body::{Body, HttpBody};
-use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderName, HeaderValue, Request, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
@@ -21,7 +19,6 @@ use tower_http::request_id::{
 use tower_http::trace::TraceLayer;
 
 use crate::config::{ConfigError, Env, in_lambda};
-use crate::secrets::Secrets;
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -40,39 +37,169 @@ pub enum ServeError {
     Lambda(String),
 }
 
-/// A function's whole `main`: logging from the process environment, then the secrets in
-/// `SECRET_IDS` laid over it, then `build` with that environment (and the handle that fetches
-/// the secrets again), then serving until told to stop. `name` prefixes the one line printed
-/// when start-up fails; the exit code is 2 for a bad logging setting, 1 for anything else.
-pub async fn main<F, Fut, E>(name: &str, default_addr: &str, build: F) -> ExitCode
-where
-    F: FnOnce(Env, Option<Secrets>) -> Fut,
-    Fut: Future<Output = Result<Router, E>>,
-    E: Display,
-{
-    let env = Env::from_process();
-    if let Err(e) = crate::telemetry::init(&env) {
-        eprintln!("{name}: {e}");
-        return ExitCode::from(2);
+/// What a function's `main` needs to know about a start-up failure besides its text.
+pub trait StartupFailure: Display {
+    /// A setting (or a file or secret one names) is wrong: fixed by changing the
+    /// configuration, not by trying again.
+    fn is_bad_setting(&self) -> bool;
+}
+
+impl StartupFailure for ConfigError {
+    fn is_bad_setting(&self) -> bool {
+        true
     }
-    let result = async {
-        let (env, secrets) = crate::secrets::load(&env)
-            .await
-            .map_err(|e| e.to_string())?;
-        let router = build(env.clone(), secrets)
-            .await
-            .map_err(|e| e.to_string())?;
-        run(router, &env, default_addr)
-            .await
-            .map_err(|e| e.to_string())
+}
+
+impl StartupFailure for ServeError {
+    fn is_bad_setting(&self) -> bool {
+        matches!(self, ServeError::Config(_))
     }
-    .await;
-    match result {
+}
+
+impl StartupFailure for crate::secrets::SecretsError {
+    /// A secret that cannot be fetched may be fetched next time; one whose content is wrong
+    /// will not be.
+    fn is_bad_setting(&self) -> bool {
+        !matches!(self, crate::secrets::SecretsError::Fetch { .. })
+    }
+}
+
+/// Why a function did not start, or stopped: the failures every function shares, and `E`, the
+/// function's own (its tools file, its HTTP client...).
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError<E: StartupFailure + std::error::Error + 'static> {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Secrets(#[from] crate::secrets::SecretsError),
+    #[error(transparent)]
+    Db(#[from] crate::db::DbError),
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+    #[error(transparent)]
+    Function(E),
+}
+
+impl<E: StartupFailure + std::error::Error + 'static> StartupFailure for StartupError<E> {
+    fn is_bad_setting(&self) -> bool {
+        use crate::db::DbError;
+        match self {
+            StartupError::Config(_) => true,
+            StartupError::Secrets(e) => e.is_bad_setting(),
+            StartupError::Db(e) => matches!(e, DbError::Url(_) | DbError::Tls(_)),
+            StartupError::Serve(e) => e.is_bad_setting(),
+            StartupError::Function(e) => e.is_bad_setting(),
+        }
+    }
+}
+
+/// The exit code of a process that stopped because a setting is wrong (as clap uses 2 for bad
+/// arguments); any other failure exits with 1.
+pub const EXIT_BAD_SETTING: u8 = 2;
+
+/// A function's exit: success, or the failure printed once on stderr as `<name>: <error>` and
+/// exit code [`EXIT_BAD_SETTING`] for a bad setting, 1 for anything else. Printed rather than
+/// logged, so the line shows whatever `RUST_LOG` says.
+pub fn exit<E: StartupFailure>(name: &str, outcome: Result<(), E>) -> ExitCode {
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e}");
             eprintln!("{name}: {e}");
-            ExitCode::FAILURE
+            if e.is_bad_setting() {
+                ExitCode::from(EXIT_BAD_SETTING)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}
+
+/// A function built and bound but not yet serving: what each function's `Application::build`
+/// returns to `main`, the tests and the bench alike.
+#[derive(Debug)]
+pub struct Bound {
+    router: Router,
+    listener: Listener,
+}
+
+impl Bound {
+    pub fn new(router: Router, listener: Listener) -> Self {
+        Self { router, listener }
+    }
+
+    /// The bound address; `None` under Lambda.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// The router, for a caller that serves it itself (e.g. behind a test's own layer).
+    pub fn into_router(self) -> Router {
+        self.router
+    }
+
+    /// Serves until the process is told to stop.
+    pub async fn run_until_stopped(self) -> Result<(), ServeError> {
+        self.listener.serve(self.router).await
+    }
+
+    /// Serves plain HTTP on a task of its own and returns at once, for tests. `None` under
+    /// Lambda, whose handler cannot run on a spawned task (its future is not `Send`).
+    pub fn spawn(self) -> Option<tokio::task::JoinHandle<Result<(), ServeError>>> {
+        match self.listener {
+            Listener::Http(listener) => Some(tokio::spawn(serve(listener, self.router))),
+            Listener::Lambda => None,
+        }
+    }
+}
+
+/// Where a function serves: the Lambda runtime (`AWS_LAMBDA_RUNTIME_API` set), or plain HTTP
+/// on a listener bound before serving, so a port of 0 is known to tests before the first request.
+#[derive(Debug)]
+pub enum Listener {
+    Lambda,
+    Http(TcpListener),
+}
+
+impl Listener {
+    /// Binds `LISTEN_ADDR` (default `default_addr`: `127.0.0.1:3001` for mcp, `127.0.0.1:3000`
+    /// for chat) unless this process runs under Lambda.
+    pub async fn bind(env: &Env, default_addr: &str) -> Result<Self, ServeError> {
+        if in_lambda(env) {
+            return Ok(Listener::Lambda);
+        }
+        let default: SocketAddr = default_addr
+            .parse()
+            .map_err(|_| ConfigError::new("LISTEN_ADDR", "built-in default is not an address"))?;
+        let addr: SocketAddr = env.or("LISTEN_ADDR", default)?;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServeError::Bind { addr, source })?;
+        Ok(Listener::Http(listener))
+    }
+
+    /// The bound address; `None` under Lambda.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        match self {
+            Listener::Lambda => None,
+            Listener::Http(listener) => listener.local_addr().ok(),
+        }
+    }
+
+    /// Serves `router` until the process is told to stop.
+    pub async fn serve(self, router: Router) -> Result<(), ServeError> {
+        match self {
+            Listener::Lambda => {
+                tracing::info!("serving as an AWS Lambda function");
+                lambda_http::run(router)
+                    .await
+                    .map_err(|e| ServeError::Lambda(e.to_string()))
+            }
+            Listener::Http(listener) => {
+                if let Ok(addr) = listener.local_addr() {
+                    tracing::info!(%addr, "serving plain HTTP");
+                }
+                serve(listener, router).await
+            }
         }
     }
 }
@@ -125,12 +252,8 @@ async fn json_routing_errors(request: Request<Body>, next: Next) -> Response {
     if response.body().size_hint().exact() != Some(0) {
         return response;
     }
-    let (mut parts, _) = response.into_parts();
-    parts
-        .headers
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    let body = serde_json::json!({"error": {"code": code, "message": message}});
-    Response::from_parts(parts, Body::from(body.to_string()))
+    let (parts, _) = response.into_parts();
+    crate::http::with_error_body(parts, code, &message)
 }
 
 fn request_span<B>(request: &Request<B>) -> tracing::Span {
@@ -150,28 +273,6 @@ fn request_span<B>(request: &Request<B>) -> tracing::Span {
         path = %request.uri().path(),
         request_id = %request_id,
     )
-}
-
-/// Runs `router` until the process is told to stop. `default_addr` is the function's own
-/// plain-HTTP default (`127.0.0.1:3001` for mcp, `127.0.0.1:3000` for chat).
-pub async fn run(router: Router, env: &Env, default_addr: &str) -> Result<(), ServeError> {
-    if in_lambda(env) {
-        tracing::info!("serving as an AWS Lambda function");
-        return lambda_http::run(router)
-            .await
-            .map_err(|e| ServeError::Lambda(e.to_string()));
-    }
-    let addr: SocketAddr = env.or(
-        "LISTEN_ADDR",
-        default_addr
-            .parse()
-            .map_err(|_| ConfigError::new("LISTEN_ADDR", "built-in default is not an address"))?,
-    )?;
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| ServeError::Bind { addr, source })?;
-    tracing::info!(%addr, "serving plain HTTP");
-    serve(listener, router).await
 }
 
 /// Plain HTTP on an already bound listener (tests bind `127.0.0.1:0` and read the port first).
@@ -211,7 +312,7 @@ mod tests {
     use lambda_http::RequestExt;
     use tower::ServiceExt;
 
-    use axum::http::header::ALLOW;
+    use axum::http::header::{ALLOW, CONTENT_TYPE};
 
     use super::*;
 

@@ -2,6 +2,10 @@
 //! `LOG_FORMAT=json`, readable text locally. The filter comes from `RUST_LOG` (default `info`).
 //!
 //! Nothing here logs values of settings: secrets reach logs only if someone logs them on purpose.
+//! The MCP library (rmcp) logs whole tool arguments and results at debug level, so its own
+//! logs stay at info unless `RUST_LOG` names it; colour codes only go to a terminal.
+
+use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
@@ -32,13 +36,9 @@ impl LogFormat {
 /// Installs the global subscriber. Call once, first thing in `main`.
 pub fn init(env: &Env) -> Result<(), ConfigError> {
     let format = LogFormat::from_env(env)?;
-    let filter = match env.get("RUST_LOG") {
-        Some(directives) => EnvFilter::try_new(directives)
-            .map_err(|e| ConfigError::new("RUST_LOG", e.to_string()))?,
-        None => EnvFilter::new("info"),
-    };
     let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+        .with_env_filter(filter(env)?)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let result = match format {
         // Lambda stamps each line itself; CloudWatch wants one JSON object per line.
@@ -56,9 +56,80 @@ pub fn init(env: &Env) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// `RUST_LOG` (default `info`), with `rmcp=info` added when its default level is debug or
+/// trace and it does not name rmcp itself: rmcp's debug lines carry whole tool arguments and
+/// results, which may be personal data.
+fn filter(env: &Env) -> Result<EnvFilter, ConfigError> {
+    let directives = env.get("RUST_LOG").unwrap_or("info");
+    let mut filter =
+        EnvFilter::try_new(directives).map_err(|e| ConfigError::new("RUST_LOG", e.to_string()))?;
+    let default_level = directives
+        .split(',')
+        .map(str::trim)
+        .rfind(|d| !d.contains(['=', '[', ':']) && !d.is_empty())
+        .map(str::to_ascii_lowercase);
+    let verbose = matches!(
+        default_level.as_deref(),
+        Some("debug" | "trace" | "4" | "5")
+    );
+    if verbose && !directives.contains("rmcp") {
+        filter = filter.add_directive(
+            "rmcp=info"
+                .parse()
+                .map_err(|_| ConfigError::new("RUST_LOG", "cannot add rmcp=info"))?,
+        );
+    }
+    Ok(filter)
+}
+
 #[cfg(test)]
 mod tests {
+    use std::sync::{Arc, Mutex};
+
     use super::*;
+
+    /// What a subscriber built with `filter(RUST_LOG=directives)` writes for one debug line
+    /// from rmcp and one from Parley.
+    fn logged(directives: &str) -> String {
+        let out = Arc::new(Mutex::new(Vec::<u8>::new()));
+        let sink = out.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(filter(&Env::from_pairs([("RUST_LOG", directives)])).unwrap())
+            .with_ansi(false)
+            .with_writer(move || Sink(sink.clone()))
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::debug!(target: "rmcp::service", "tool arguments: secret-ish");
+            tracing::debug!(target: "parley_mcp::server", "parley detail");
+        });
+        let bytes = out.lock().unwrap().clone();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn at_debug_level_rmcp_logs_no_tool_arguments_unless_named() {
+        let debug = logged("debug");
+        assert!(debug.contains("parley detail"), "{debug}");
+        assert!(!debug.contains("tool arguments"), "{debug}");
+
+        let named = logged("debug,rmcp=debug");
+        assert!(named.contains("tool arguments"), "{named}");
+
+        let quiet = logged("warn");
+        assert!(quiet.is_empty(), "{quiet}");
+    }
 
     #[test]
     fn lambda_defaults_to_json_and_local_to_text() {

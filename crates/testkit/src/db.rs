@@ -6,7 +6,7 @@ use tokio_postgres::{Client, NoTls};
 use url::Url;
 use uuid::Uuid;
 
-use crate::pg_message;
+use parley_core::db::pg_message;
 
 /// The LOGIN role `readonly_url` connects as. Roles are cluster-wide, so all test databases
 /// share it; it is a member of `parley_readonly` (created by migration 0002) and nothing else.

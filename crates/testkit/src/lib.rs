@@ -14,18 +14,3 @@ pub use cluster::TestCluster;
 pub use db::{READONLY_USER, TestDb, connect};
 pub use moto::{MOTO_REGION, Moto};
 pub use proxy::TcpProxy;
-
-/// tokio-postgres' Display for server errors is just "db error"; the useful part is inside.
-pub(crate) fn pg_message(err: &tokio_postgres::Error) -> String {
-    match err.as_db_error() {
-        Some(db) => {
-            let mut msg = format!("{} (SQLSTATE {})", db.message(), db.code().code());
-            if let Some(detail) = db.detail() {
-                msg.push_str("; detail: ");
-                msg.push_str(detail);
-            }
-            msg
-        }
-        None => err.to_string(),
-    }
-}

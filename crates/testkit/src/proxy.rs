@@ -39,6 +39,23 @@ impl TcpProxy {
         }
     }
 
+    /// A proxy to the host and port of the Postgres URL `url`, and `url` pointed through it.
+    pub async fn in_front_of(url: &str) -> (TcpProxy, String) {
+        let mut url = url::Url::parse(url).expect("a database URL");
+        let upstream = (
+            url.host_str().expect("a database host").to_owned(),
+            url.port().unwrap_or(5432),
+        );
+        let upstream = tokio::net::lookup_host(upstream)
+            .await
+            .expect("the database address")
+            .next()
+            .expect("a database address");
+        let proxy = TcpProxy::start(upstream).await;
+        url.set_port(Some(proxy.addr.port())).expect("a port");
+        (proxy, url.to_string())
+    }
+
     /// Connections accepted so far.
     pub fn accepted(&self) -> usize {
         self.accepted.load(Ordering::SeqCst)

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use parley_core::config::{ConfigError, Env, SecretString};
-use parley_core::db::{Checkout, DbConfig};
+use parley_core::db::DbConfig;
 use serde::Deserialize;
 
 use crate::auth::AuthConfig;
@@ -67,16 +67,10 @@ struct RawServer {
     token: Option<String>,
 }
 
-/// No round trip at checkout: `conversation` retries once itself when a connection that died
-/// while the instance was frozen fails before anything ran.
-pub const DB_CHECKOUT: Checkout = Checkout::Fast;
-
 impl ChatConfig {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
-        let mut db = DbConfig::from_env(env)?;
-        db.checkout = DB_CHECKOUT;
         Ok(Self {
-            db,
+            db: DbConfig::from_env(env)?,
             llm: LlmConfig::from_env(env)?,
             auth: AuthConfig::from_env(env)?,
             mcp_servers: mcp_servers(env)?,

@@ -3,10 +3,8 @@
 
 use std::time::Duration;
 
-use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 
 use crate::auth::AuthError;
 use crate::llm::LlmError;
@@ -141,11 +139,7 @@ impl IntoResponse for ApiError {
         } else {
             tracing::info!(error = %self, "request refused");
         }
-        let mut response = (
-            status,
-            Json(json!({"error": {"code": code, "message": message}})),
-        )
-            .into_response();
+        let mut response = parley_core::http::error_response(status, code, &message);
         if status == StatusCode::UNAUTHORIZED {
             response
                 .headers_mut()

@@ -20,12 +20,17 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::FromRef;
 use deadpool_postgres::Pool;
+use parley_core::config::Env;
 use parley_core::secrets::Secrets;
+use parley_core::serve::{Bound, Listener, StartupFailure};
 
 use crate::auth::Authenticator;
 use crate::config::{ChatConfig, Limits};
 use crate::llm::Llm;
 use crate::mcp_client::McpClients;
+
+/// Where the function listens outside Lambda when `LISTEN_ADDR` is not set.
+pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:3000";
 
 /// Everything a request needs, built once per instance and shared by every invocation.
 #[derive(Clone)]
@@ -43,36 +48,46 @@ impl FromRef<AppState> for Arc<Authenticator> {
     }
 }
 
+/// Why the function did not start; its own part is the HTTP client.
+pub type StartupError = parley_core::serve::StartupError<HttpClientError>;
+
 #[derive(Debug, thiserror::Error)]
-pub enum StartupError {
-    #[error(transparent)]
-    Db(#[from] parley_core::db::DbError),
-    #[error("cannot build the HTTP client: {0}")]
-    Http(String),
+#[error("cannot build the HTTP client: {0}")]
+pub struct HttpClientError(String);
+
+impl StartupFailure for HttpClientError {
+    fn is_bad_setting(&self) -> bool {
+        false
+    }
 }
 
-/// Builds the state and the router. Nothing is connected yet: the pool, the MCP connections and
-/// the JWKS are opened on first use, so a cold start does not wait for them twice.
-pub fn build(config: &ChatConfig) -> Result<Router, StartupError> {
-    build_with_secrets(config, None)
+/// The function's start-up, as `main`, the tests and the bench run it.
+pub struct Application;
+
+impl Application {
+    /// Everything before the first request: the secrets named in `SECRET_IDS` laid over `env`,
+    /// the settings, the state and the router; then `LISTEN_ADDR` is bound (not under Lambda).
+    /// Nothing is connected yet: the pool, the MCP connections and the JWKS are opened on
+    /// first use, so a cold start does not wait for them twice. A refused database password or
+    /// a 401 from the `parley` MCP server fetches the secrets again (rate-limited).
+    pub async fn build(env: Env) -> Result<Bound, StartupError> {
+        let (env, secrets) = parley_core::secrets::load(&env).await?;
+        let config = ChatConfig::from_env(&env)?;
+        let router = router(&config, secrets)?;
+        let listener = Listener::bind(&env, DEFAULT_LISTEN_ADDR).await?;
+        Ok(Bound::new(router, listener))
+    }
 }
 
-/// [`build`] for settings that came from Secrets Manager: a refused database password or a 401
-/// from the `parley` MCP server fetches `secrets` again (rate-limited) and retries once.
-pub fn build_with_secrets(
-    config: &ChatConfig,
-    secrets: Option<Secrets>,
-) -> Result<Router, StartupError> {
+fn router(config: &ChatConfig, secrets: Option<Secrets>) -> Result<Router, StartupError> {
     let http = reqwest::Client::builder()
         .connect_timeout(std::time::Duration::from_secs(5))
         .pool_idle_timeout(std::time::Duration::from_secs(90))
         .build()
-        .map_err(|e| StartupError::Http(e.to_string()))?;
+        .map_err(|e| StartupError::Function(HttpClientError(e.to_string())))?;
     let auth = Arc::new(Authenticator::new(config.auth.clone(), http.clone()));
-    let mut db = config.db.clone();
-    db.rotation = secrets.as_ref().map(Secrets::database_rotation);
     let state = AppState {
-        pool: parley_core::db::pool(&db)?,
+        pool: parley_core::db::pool_with_secrets(&config.db, secrets.as_ref())?,
         llm: Llm::new(config.llm.clone(), http.clone()),
         mcp: Arc::new(
             McpClients::new(config.mcp_servers.clone(), http, config.limits.mcp_timeout)

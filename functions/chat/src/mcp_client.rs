@@ -8,11 +8,11 @@
 //! reconnects with it and retries once, so a rotated token needs no cold start.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use parley_core::config::{ExposeSecret, SecretString};
-use parley_core::secrets::Secrets;
+use parley_core::config::ExposeSecret;
+use parley_core::secrets::{RotatingSecret, Secrets};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock,
     Implementation, ProtocolVersion,
@@ -36,15 +36,13 @@ pub struct McpClients {
     http: reqwest::Client,
     timeout: Duration,
     catalog: Mutex<Option<Arc<Catalog>>>,
-    /// Where a rotated token comes from; `None` when the settings came from the environment.
-    secrets: Option<Secrets>,
 }
 
 struct Server {
     config: McpServer,
-    /// The token in use and how many times it was replaced: a request refused with 401 retries
-    /// only if the token changed since its connection was made.
-    token: RwLock<(u64, Option<SecretString>)>,
+    /// The token in use and its generation: a request refused with 401 retries only if the
+    /// token changed since its connection was made.
+    token: RotatingSecret,
     client: Mutex<Option<Connected>>,
 }
 
@@ -111,7 +109,11 @@ impl McpClients {
             servers: servers
                 .into_iter()
                 .map(|config| Server {
-                    token: RwLock::new((0, config.token.clone())),
+                    token: RotatingSecret::new(
+                        config.token_setting.unwrap_or("MCP_SERVERS"),
+                        config.token.clone(),
+                        None,
+                    ),
                     config,
                     client: Mutex::new(None),
                 })
@@ -119,13 +121,18 @@ impl McpClients {
             http,
             timeout,
             catalog: Mutex::new(None),
-            secrets: None,
         }
     }
 
     /// Takes rotated tokens from `secrets` when a server refuses the current one.
+    /// Only servers whose token comes from a setting (`MCP_URL`'s) can have one.
     pub fn with_secrets(mut self, secrets: Option<Secrets>) -> Self {
-        self.secrets = secrets;
+        for server in &mut self.servers {
+            if let Some(setting) = server.config.token_setting {
+                server.token =
+                    RotatingSecret::new(setting, server.config.token.clone(), secrets.clone());
+            }
+        }
         self
     }
 
@@ -269,11 +276,7 @@ impl McpClients {
         if let Some(connected) = slot.as_ref().filter(|c| !c.client.is_transport_closed()) {
             return Ok(connected.clone());
         }
-        let (token_generation, token) = server
-            .token
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let (token_generation, token) = server.token.peek();
         let failure = |message: String, unauthorized: bool| ConnectFailure {
             message,
             unauthorized,
@@ -308,36 +311,10 @@ impl McpClients {
     }
 
     /// After a 401 on a connection made with token `used`: whether a newer token is there to
-    /// retry with, fetching the secrets again (rate-limited, shared) if need be. Only servers
-    /// whose token comes from a setting (`MCP_URL`'s) can have one.
+    /// retry with, fetching the secrets again (rate-limited, shared) if need be.
     async fn renew_token(&self, server: &Server, used: u64) -> bool {
-        let (Some(secrets), Some(setting)) = (&self.secrets, server.config.token_setting) else {
-            return false;
-        };
         tracing::info!(server = %server.config.name, "MCP server refused the token; fetching it again");
-        let fresh = match secrets.refresh().await {
-            Ok(env) => env.secret(setting),
-            Err(e) => {
-                tracing::warn!(server = %server.config.name, error = %e, "cannot fetch the secrets again");
-                None
-            }
-        };
-        let mut token = server.token.write().unwrap_or_else(|p| p.into_inner());
-        if token.0 != used {
-            return true; // another call renewed it meanwhile
-        }
-        let Some(fresh) = fresh else {
-            return false;
-        };
-        let same = token
-            .1
-            .as_ref()
-            .is_some_and(|t| t.expose_secret() == fresh.expose_secret());
-        if same {
-            return false;
-        }
-        *token = (used + 1, Some(fresh));
-        true
+        server.token.renew(used).await
     }
 
     async fn forget(&self, server: &Server, dead: &Arc<Client>) {

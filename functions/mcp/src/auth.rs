@@ -1,16 +1,17 @@
 //! Bearer-token auth in front of `/mcp`. The token is compared in constant time so its bytes
 //! cannot be learned by timing; without `MCP_AUTH_TOKEN` auth is off (local development only).
-//! When the token comes from Secrets Manager, a mismatch fetches it again (rate-limited), so a
-//! rotated token is accepted without a cold start and the old one is refused from then on.
+//! When the token comes from Secrets Manager it is a [`RotatingSecret`]: a mismatch fetches it
+//! again (rate-limited), so a rotated token is accepted without a cold start, and it is fetched
+//! again once older than `SECRETS_TTL_MS`, so a rotated-out token is refused within that time.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::Response;
 use parley_core::config::{ExposeSecret, SecretString};
-use parley_core::secrets::Secrets;
+use parley_core::secrets::{RotatingSecret, Secrets};
 use subtle::ConstantTimeEq;
 
 use crate::error::HttpError;
@@ -18,48 +19,25 @@ use crate::error::HttpError;
 /// The setting (and secret key) holding the token.
 const TOKEN_SETTING: &str = "MCP_AUTH_TOKEN";
 
-/// The token requests must present, and where a rotated one comes from.
+/// The token requests must present.
 pub struct BearerAuth {
-    token: RwLock<SecretString>,
-    secrets: Option<Secrets>,
+    token: RotatingSecret,
 }
 
 impl BearerAuth {
     pub fn new(token: SecretString, secrets: Option<Secrets>) -> Self {
         Self {
-            token: RwLock::new(token),
-            secrets,
+            token: RotatingSecret::new(TOKEN_SETTING, Some(token), secrets),
         }
-    }
-
-    fn current(&self) -> SecretString {
-        // A poisoned lock only means a panic elsewhere while swapping the value: it is whole.
-        self.token.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Whether `presented` is the token, fetching the secrets again once on a mismatch.
     pub async fn accepts(&self, presented: &str) -> bool {
-        if token_matches(self.current().expose_secret(), presented) {
+        let (generation, token) = self.token.current().await;
+        if token_matches(token.as_ref(), presented) {
             return true;
         }
-        let Some(secrets) = &self.secrets else {
-            return false;
-        };
-        match secrets.refresh().await {
-            Ok(env) => match env.secret(TOKEN_SETTING) {
-                Some(token) => {
-                    *self.token.write().unwrap_or_else(|p| p.into_inner()) = token;
-                }
-                // Dropping the setting must not open the endpoint: keep the last token.
-                None => tracing::warn!(
-                    "the refreshed settings hold no MCP_AUTH_TOKEN; keeping the current one"
-                ),
-            },
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot fetch the secrets to check a bearer token")
-            }
-        }
-        token_matches(self.current().expose_secret(), presented)
+        self.token.renew(generation).await && token_matches(self.token.peek().1.as_ref(), presented)
     }
 }
 
@@ -73,7 +51,7 @@ pub async fn require_bearer(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(bearer)
+        .and_then(parley_core::http::bearer_token)
         .ok_or(HttpError::MissingToken)?;
     if !auth.accepts(presented).await {
         tracing::warn!("request refused: invalid bearer token");
@@ -82,17 +60,13 @@ pub async fn require_bearer(
     Ok(next.run(request).await)
 }
 
-/// The token of an `Authorization` value; the scheme is case-insensitive (RFC 7235).
-fn bearer(value: &str) -> Option<&str> {
-    let (scheme, token) = value.trim().split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| token.trim())
-        .filter(|t| !t.is_empty())
-}
-
-fn token_matches(expected: &str, presented: &str) -> bool {
-    expected.as_bytes().ct_eq(presented.as_bytes()).into()
+fn token_matches(expected: Option<&SecretString>, presented: &str) -> bool {
+    expected.is_some_and(|t| {
+        t.expose_secret()
+            .as_bytes()
+            .ct_eq(presented.as_bytes())
+            .into()
+    })
 }
 
 #[cfg(test)]
@@ -100,17 +74,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_scheme_is_case_insensitive() {
-        assert_eq!(bearer("Bearer abc"), Some("abc"));
-        assert_eq!(bearer("bearer  abc "), Some("abc"));
-        assert_eq!(bearer("Basic abc"), None);
-        assert_eq!(bearer("Bearer "), None);
-    }
-
-    #[test]
     fn only_the_exact_token_matches() {
-        assert!(token_matches("s3cret-token", "s3cret-token"));
-        assert!(!token_matches("s3cret-token", "s3cret-toke"));
-        assert!(!token_matches("s3cret-token", "S3cret-token"));
+        let token = SecretString::from("s3cret-token");
+        assert!(token_matches(Some(&token), "s3cret-token"));
+        assert!(!token_matches(Some(&token), "s3cret-toke"));
+        assert!(!token_matches(Some(&token), "S3cret-token"));
+        assert!(!token_matches(None, ""));
     }
 }

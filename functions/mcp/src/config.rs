@@ -36,6 +36,15 @@ impl McpConfig {
         let defaults = Limits::default();
         let hosts = env.list("MCP_ALLOWED_HOSTS");
         let allowed_hosts = match hosts.as_slice() {
+            // Set but blank is most likely a template parameter that came out empty: starting
+            // with the loopback default would refuse every request through a gateway.
+            [] if env.is_present("MCP_ALLOWED_HOSTS") => {
+                return Err(ConfigError::new(
+                    "MCP_ALLOWED_HOSTS",
+                    "is set but names no host; list the Host header values to accept, \
+                     `*` to turn the check off, or leave it unset for loopback only",
+                ));
+            }
             [] => Some(DEFAULT_ALLOWED_HOSTS.map(str::to_owned).to_vec()),
             [star] if star == "*" => None,
             list if list.iter().any(|h| h == "*") => {
@@ -105,6 +114,14 @@ mod tests {
         assert!(c.allowed_hosts.is_none());
         let e = McpConfig::from_env(&env(&[("MCP_ALLOWED_HOSTS", "*,a.example")])).unwrap_err();
         assert_eq!(e.var, "MCP_ALLOWED_HOSTS");
+    }
+
+    #[test]
+    fn a_blank_host_list_stops_start_up_naming_the_variable() {
+        for blank in ["", " ", ","] {
+            let e = McpConfig::from_env(&env(&[("MCP_ALLOWED_HOSTS", blank)])).unwrap_err();
+            assert_eq!(e.var, "MCP_ALLOWED_HOSTS", "{blank:?}");
+        }
     }
 
     #[test]

@@ -1,13 +1,10 @@
 //! The one place the MCP function's own HTTP failures become responses: a status and a JSON
 //! body `{"error":{"code","message"}}`. JSON-RPC errors inside MCP are rmcp's to shape.
 
-use axum::Json;
-use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
@@ -38,11 +35,7 @@ impl IntoResponse for HttpError {
                 "the database cannot be reached; retry shortly",
             ),
         };
-        let mut response = (
-            status,
-            Json(json!({"error": {"code": code, "message": message}})),
-        )
-            .into_response();
+        let mut response = parley_core::http::error_response(status, code, message);
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
@@ -99,13 +92,7 @@ pub async fn json_transport_errors(request: Request, next: Next) -> Response {
     } else {
         text
     };
-    let body = json!({"error": {"code": code, "message": message}}).to_string();
-    let mut response = Response::from_parts(parts, Body::from(body));
+    let mut response = parley_core::http::with_error_body(parts, code, &message);
     *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response.headers_mut().remove(header::CONTENT_LENGTH);
     response
 }

@@ -16,37 +16,57 @@ use axum::Router;
 use axum::extract::State;
 use axum::routing::get;
 use deadpool_postgres::Pool;
+use parley_core::config::Env;
 use parley_core::secrets::Secrets;
+use parley_core::serve::{Bound, Listener, StartupFailure};
 use serde_json::json;
 
 use crate::config::McpConfig;
 use crate::error::HttpError;
 use crate::tools::{Catalog, CatalogError};
 
-#[derive(Debug, thiserror::Error)]
-pub enum StartupError {
-    #[error(transparent)]
-    Catalog(#[from] CatalogError),
-    #[error(transparent)]
-    Db(#[from] parley_core::db::DbError),
+/// Where the function listens outside Lambda when `LISTEN_ADDR` is not set.
+pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:3001";
+
+/// Why the function did not start; its own part is the tools file.
+pub type StartupError = parley_core::serve::StartupError<CatalogError>;
+
+impl StartupFailure for CatalogError {
+    /// The tools file, or how it fits the schema, is configuration.
+    fn is_bad_setting(&self) -> bool {
+        true
+    }
 }
 
-/// Loads the tools, builds the pool and checks every tool statement against the database.
-pub async fn build(config: &McpConfig) -> Result<Router, StartupError> {
-    build_with_secrets(config, None).await
+/// The function's start-up, as `main`, the tests and the bench run it.
+pub struct Application;
+
+impl Application {
+    /// Everything before the first request: the secrets named in `SECRET_IDS` laid over `env`,
+    /// the settings, the tools file, the pool, every tool statement checked against the
+    /// database, the router; then `LISTEN_ADDR` is bound (not under Lambda). A refused database
+    /// password or a bearer token that does not match fetches the secrets again (rate-limited).
+    pub async fn build(env: Env) -> Result<Bound, StartupError> {
+        let (env, secrets) = parley_core::secrets::load(&env).await?;
+        let config = McpConfig::from_env(&env)?;
+        let router = router(&config, secrets).await?;
+        let listener = Listener::bind(&env, DEFAULT_LISTEN_ADDR).await?;
+        Ok(Bound::new(router, listener))
+    }
 }
 
-/// [`build`] for settings that came from Secrets Manager: a refused database password or a
-/// bearer token that does not match fetches `secrets` again (rate-limited) before giving up.
-pub async fn build_with_secrets(
-    config: &McpConfig,
-    secrets: Option<Secrets>,
-) -> Result<Router, StartupError> {
-    let catalog = Arc::new(Catalog::load(config.tools_file.as_deref(), config.limits)?);
-    let mut db = config.db.clone();
-    db.rotation = secrets.as_ref().map(Secrets::database_rotation);
-    let pool = parley_core::db::pool(&db)?;
-    if catalog.check_against(&pool).await? {
+/// Loads the tools, builds the pool, checks every tool statement against the database and
+/// returns the whole HTTP surface.
+async fn router(config: &McpConfig, secrets: Option<Secrets>) -> Result<Router, StartupError> {
+    let catalog = Catalog::load(config.tools_file.as_deref(), config.limits)
+        .map_err(StartupError::Function)?;
+    let catalog = Arc::new(catalog);
+    let pool = parley_core::db::pool_with_secrets(&config.db, secrets.as_ref())?;
+    if catalog
+        .check_against(&pool)
+        .await
+        .map_err(StartupError::Function)?
+    {
         tracing::info!(
             tools = catalog.specs().len(),
             "tool statements checked against the database"
@@ -60,15 +80,11 @@ pub async fn build_with_secrets(
     if config.allowed_hosts.is_none() {
         tracing::warn!("MCP_ALLOWED_HOSTS=*: the Host check is off; rely on the gateway in front");
     }
-    Ok(router_with_secrets(config, catalog, pool, secrets))
+    Ok(routes(config, catalog, pool, secrets))
 }
 
 /// The whole HTTP surface: `POST /mcp` and `GET /health`.
-pub fn router(config: &McpConfig, catalog: Arc<Catalog>, pool: Pool) -> Router {
-    router_with_secrets(config, catalog, pool, None)
-}
-
-fn router_with_secrets(
+fn routes(
     config: &McpConfig,
     catalog: Arc<Catalog>,
     pool: Pool,

@@ -6,12 +6,22 @@ use crate::demo::{self, DemoOptions};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// How many feedback rows to generate.
-    #[arg(long, default_value_t = DemoOptions::default().feedback)]
+    /// How many feedback rows to generate (at least 1).
+    #[arg(long, default_value_t = DemoOptions::default().feedback, value_parser = feedback_rows)]
     pub feedback: u64,
     /// Seed for the generator; the same seed and size always give the same rows.
     #[arg(long, default_value_t = DemoOptions::default().seed)]
     pub seed: u64,
+}
+
+/// Refuses 0: loading replaces the feedback table, so `--feedback 0` would empty it without a
+/// word, which is never what "load demo data" means.
+fn feedback_rows(raw: &str) -> Result<u64, String> {
+    match raw.parse::<u64>() {
+        Ok(0) => Err("must be at least 1 (0 would empty the feedback table)".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 pub async fn run(args: Args) -> Result<(), CmdError> {

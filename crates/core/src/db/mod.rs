@@ -1,8 +1,8 @@
 //! The Postgres pool (tokio-postgres + deadpool-postgres) and how its failures are classified.
 //!
 //! A Lambda instance serves one request at a time, so pools stay small. Connections can die
-//! while an instance is frozen; callers get [`DbError::Unavailable`] for those and may retry once
-//! on a fresh connection (see [`is_connection_error`]). When the credentials come from Secrets
+//! while an instance is frozen; callers get [`DbError::Unavailable`] for those, and
+//! [`retry_once_if_stale!`] runs work that is safe to repeat once more on a fresh connection. When the credentials come from Secrets
 //! Manager, a password the server refuses is re-fetched once and the connection retried
 //! ([`CredentialRefresh`]), so a rotated secret does not wait for the next cold start.
 
@@ -16,26 +16,102 @@ use std::str::FromStr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
+use deadpool_postgres::{Manager, ManagerConfig, PoolError, RecyclingMethod, Runtime};
 use percent_encoding::percent_decode_str;
 use secrecy::ExposeSecret;
 use tokio::task::JoinHandle;
 
 use crate::config::{ConfigError, Env, SecretString};
+use crate::secrets::{RotatingSecret, Secrets};
 
-pub use deadpool_postgres::{Object as PooledClient, Pool as PgPool};
+pub use deadpool_postgres::{Object, Pool};
 
-/// Where a newer `DATABASE_URL` comes from when the server refuses the current password
-/// (SQLSTATE 28P01 or 28000): in production, the secrets loaded at start-up
-/// (`parley_core::secrets::Secrets::database_rotation`).
-pub trait CredentialRefresh: Send + Sync {
-    /// The `DATABASE_URL` to use now, after asking for fresh credentials (the implementation may
-    /// skip the fetch, e.g. when it fetched moments ago); `None` when none can be had.
-    fn refresh(&self) -> Pin<Box<dyn Future<Output = Option<SecretString>> + Send + '_>>;
+/// Runs work on a connection from a pool and, when that connection turns out to have been dead
+/// already (it died while the Lambda instance was frozen, or Postgres restarted: checkout does
+/// not test connections, a round trip per request), discards it and runs the work once more on
+/// a fresh one. A macro rather than a function taking a closure: a closure over the checked-out
+/// connection that returns a future borrowing it cannot be written so that the caller's future
+/// stays `Send` (axum handlers must be), and this expands to the loop one would write by hand.
+///
+/// ```ignore
+/// let rows = retry_once_if_stale!(pool, |conn| read_page(&conn, &params).await)?;
+/// let rows = retry_once_if_stale!(pool, |conn| run(&conn).await, retry_if = !tool.writes)?;
+/// ```
+///
+/// The contract, for converting a hand-written loop:
+/// - `pool` is a `deadpool_postgres::Pool` or a reference to one.
+/// - `conn` is bound to a fresh `deadpool_postgres::Object` for each attempt; the attempt
+///   expression borrows it (`&conn`), never moves it, and usually ends in `.await`.
+/// - The attempt evaluates to `Result<T, E>` where `E: From<PoolError> + Stale + Display`:
+///   [`DbError`] is both (`.map_err(DbError::from)` on a `tokio_postgres::Error`), and a
+///   caller's own error type can implement [`Stale`] to say which of its failures mean
+///   "the connection was dead and nothing ran" (e.g. only failures before `BEGIN` was
+///   answered, for a pipelined write).
+/// - The whole expression is that `Result<T, E>`: the attempt's outcome, or `Err(E::from(..))`
+///   when no connection could be checked out.
+/// - A stale failure discards its connection (it never goes back to the pool), whether or not
+///   it is retried. Other failures return the connection to the pool as usual.
+/// - At most one retry, only after a stale failure, and only when `retry_if` (default `true`,
+///   evaluated once before the first attempt) holds: pass `retry_if = false` for work that may
+///   have changed data before the link broke (a write whose `COMMIT` went out cannot tell "done"
+///   from "not done"). The retry logs one warning naming the error.
+#[macro_export]
+macro_rules! retry_once_if_stale {
+    ($pool:expr, |$conn:ident| $attempt:expr $(,)?) => {
+        $crate::retry_once_if_stale!($pool, |$conn| $attempt, retry_if = true)
+    };
+    ($pool:expr, |$conn:ident| $attempt:expr, retry_if = $retry_if:expr $(,)?) => {{
+        let pool: &$crate::db::Pool = &$pool;
+        let mut may_retry: bool = $retry_if;
+        loop {
+            let $conn = match pool.get().await {
+                ::core::result::Result::Ok(conn) => conn,
+                ::core::result::Result::Err(e) => {
+                    break ::core::result::Result::Err(::core::convert::From::from(e));
+                }
+            };
+            match $attempt {
+                ::core::result::Result::Err(e) if $crate::db::Stale::is_stale(&e) => {
+                    $crate::db::discard($conn);
+                    if !::core::mem::replace(&mut may_retry, false) {
+                        break ::core::result::Result::Err(e);
+                    }
+                    $crate::db::log_stale_retry(&e);
+                }
+                outcome => break outcome,
+            }
+        }
+    }};
 }
 
-/// Settings for the pool; see the README's settings table.
-#[derive(Clone)]
+pub use crate::retry_once_if_stale;
+
+/// An error that can tell "the connection was already dead, nothing ran" from any other failure;
+/// what [`retry_once_if_stale!`] retries on.
+pub trait Stale {
+    fn is_stale(&self) -> bool;
+}
+
+impl Stale for DbError {
+    /// [`DbError::Unavailable`] from a statement means its connection (or the server) was gone.
+    fn is_stale(&self) -> bool {
+        matches!(self, DbError::Unavailable(_))
+    }
+}
+
+/// Closes a pooled connection instead of returning it to the pool.
+pub fn discard(conn: Object) {
+    drop(Object::take(conn));
+}
+
+#[doc(hidden)]
+pub fn log_stale_retry(error: &dyn fmt::Display) {
+    tracing::warn!(error = %error, "stale database connection; retrying once");
+}
+
+/// Settings for the pool; see the README's settings table. The URL shows in `Debug` as
+/// `SecretString`'s own redaction.
+#[derive(Debug, Clone)]
 pub struct DbConfig {
     /// `DATABASE_URL`, kept secret because it may carry a password.
     pub url: SecretString,
@@ -48,37 +124,6 @@ pub struct DbConfig {
     /// `DB_CA_FILE`: PEM bundle of CAs to trust for `verify-ca`/`verify-full`
     /// (e.g. Amazon's RDS global bundle). Overrides `sslrootcert` in the URL.
     pub ca_file: Option<PathBuf>,
-    /// How a pooled connection is checked before use; chosen by each function, not a setting.
-    pub checkout: Checkout,
-    /// Asked for a new URL when the server refuses the password; `None` (the default) means the
-    /// URL is fixed for the life of the process.
-    pub rotation: Option<Arc<dyn CredentialRefresh>>,
-}
-
-impl fmt::Debug for DbConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // By hand because of `rotation`; the URL shows as SecretString's own redaction.
-        f.debug_struct("DbConfig")
-            .field("url", &self.url)
-            .field("pool_max_size", &self.pool_max_size)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("acquire_timeout", &self.acquire_timeout)
-            .field("ca_file", &self.ca_file)
-            .field("checkout", &self.checkout)
-            .field("rotation", &self.rotation.is_some())
-            .finish()
-    }
-}
-
-/// How much a pooled connection is checked when a request takes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Checkout {
-    /// Only "not closed": no round trip. For callers that retry once on a stale connection
-    /// themselves (the mcp function's tool calls).
-    Fast,
-    /// An empty query first, replacing a connection that died (e.g. while the Lambda instance
-    /// was frozen) before the caller sees it. One round trip per checkout.
-    Verified,
 }
 
 impl DbConfig {
@@ -103,8 +148,6 @@ impl DbConfig {
                 10..=120_000,
             )?,
             ca_file: env.optional("DB_CA_FILE")?,
-            checkout: Checkout::Fast,
-            rotation: None,
         })
     }
 
@@ -122,7 +165,7 @@ pub enum DbError {
     #[error("database unavailable: {0}")]
     Unavailable(String),
     /// The server ran the statement and refused it (syntax, constraint, permission, timeout...).
-    #[error(transparent)]
+    #[error("{}", pg_message(.0))]
     Query(tokio_postgres::Error),
     #[error("invalid database URL: {0}")]
     Url(String),
@@ -133,15 +176,7 @@ pub enum DbError {
 impl From<tokio_postgres::Error> for DbError {
     fn from(e: tokio_postgres::Error) -> Self {
         if is_connection_error(&e) {
-            // The useful part ("Connection refused") sits in the sources, not the Display.
-            let mut text = e.to_string();
-            let mut source = std::error::Error::source(&e);
-            while let Some(cause) = source {
-                text.push_str(": ");
-                text.push_str(&cause.to_string());
-                source = cause.source();
-            }
-            DbError::Unavailable(text)
+            DbError::Unavailable(pg_message(&e))
         } else {
             DbError::Query(e)
         }
@@ -155,16 +190,33 @@ impl From<PoolError> for DbError {
     fn from(e: PoolError) -> Self {
         match e {
             PoolError::Backend(e) if e.code().is_some() => DbError::Unavailable(format!(
-                "the server refused the connection (SQLSTATE {})",
-                e.code().map_or("?", |c| c.code())
+                "the server refused the connection: {}",
+                pg_message(&e)
             )),
-            PoolError::Backend(e) => match DbError::from(e) {
-                DbError::Query(e) => DbError::Unavailable(e.to_string()),
-                other => other,
-            },
-            other => DbError::Unavailable(other.to_string()),
+            PoolError::Backend(e) => DbError::Unavailable(pg_message(&e)),
+            other => DbError::Unavailable(crate::error::chain(&other)),
         }
     }
+}
+
+/// What Postgres said, for logs and terminals: `message (SQLSTATE code); detail: ...; hint:
+/// ...` for a server's error (tokio-postgres' own `Display` is just "db error"), else the error
+/// and its causes ("error connecting to server: Connection refused"). The server's messages
+/// name objects and values of the statement, never the connection's password.
+pub fn pg_message(e: &tokio_postgres::Error) -> String {
+    let Some(db) = e.as_db_error() else {
+        return crate::error::chain(e);
+    };
+    let mut text = format!("{} (SQLSTATE {})", db.message(), db.code().code());
+    if let Some(detail) = db.detail() {
+        text.push_str("; detail: ");
+        text.push_str(detail);
+    }
+    if let Some(hint) = db.hint() {
+        text.push_str("; hint: ");
+        text.push_str(hint);
+    }
+    text
 }
 
 impl DbError {
@@ -287,15 +339,21 @@ impl ConnectTarget {
     }
 }
 
-/// Builds the pool. Connections are opened lazily, so this succeeds while Postgres is down and
-/// the service recovers by itself once it is back.
+/// Builds the pool with a fixed URL. Connections are opened lazily, so this succeeds while
+/// Postgres is down and the service recovers by itself once it is back.
 pub fn pool(config: &DbConfig) -> Result<Pool, DbError> {
-    let connector = Connector::new(config)?;
+    pool_with_secrets(config, None)
+}
+
+/// [`pool`] for settings that came from Secrets Manager: when the server refuses the password
+/// (SQLSTATE 28P01 or 28000), `DATABASE_URL` is read again from `secrets` (fetched again,
+/// rate-limited) and the connection retried once, so a rotated password needs no cold start.
+pub fn pool_with_secrets(config: &DbConfig, secrets: Option<&Secrets>) -> Result<Pool, DbError> {
+    let connector = Connector::new(config, secrets.cloned())?;
     let manager_config = ManagerConfig {
-        recycling_method: match config.checkout {
-            Checkout::Fast => RecyclingMethod::Fast,
-            Checkout::Verified => RecyclingMethod::Verified,
-        },
+        // "Not closed" only, no round trip: a connection that died idle is found by the work
+        // that uses it, and `retry_once_if_stale!` runs that work again.
+        recycling_method: RecyclingMethod::Fast,
     };
     // deadpool hands this config to `Connect::connect`, which ignores it in favour of the
     // connector's current one (that is what a refresh replaces).
@@ -314,68 +372,89 @@ pub fn pool(config: &DbConfig) -> Result<Pool, DbError> {
 /// One dedicated connection outside any pool, with the same TLS and rotation rules: for admin
 /// work such as migrations, which hold a session-level advisory lock.
 pub async fn connect(config: &DbConfig) -> Result<tokio_postgres::Client, DbError> {
-    let (client, _task) = Connector::new(config)?.connect().await?;
+    let (client, _task) = Connector::new(config, None)?.connect().await?;
     Ok(client)
 }
 
-/// Opens connections with the current credentials, and on an authentication failure asks the
-/// [`CredentialRefresh`] for a new URL and tries once more.
+/// Opens connections with the current credentials, and on an authentication failure renews
+/// the URL ([`RotatingSecret::renew`]) and tries once more.
 struct Connector {
-    current: RwLock<Arc<Target>>,
+    url: RotatingSecret,
+    /// The URL of generation `prepared.generation`, parsed and made ready to connect with.
+    prepared: RwLock<Arc<Target>>,
     connect_timeout: Duration,
     ca_file: Option<PathBuf>,
-    rotation: Option<Arc<dyn CredentialRefresh>>,
 }
 
-/// One URL made ready to connect with. `generation` tells whether a refresh replaced it between
-/// a failed attempt and now (then the attempt is worth repeating).
+/// One URL made ready to connect with, and the generation of the URL it was made from.
 struct Target {
-    url: SecretString,
     pg: tokio_postgres::Config,
     tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
     generation: u64,
 }
 
 impl Connector {
-    fn new(config: &DbConfig) -> Result<Self, DbError> {
+    fn new(config: &DbConfig, secrets: Option<Secrets>) -> Result<Self, DbError> {
         let first = prepare(
-            config.url.clone(),
+            &config.url,
             config.connect_timeout,
             config.ca_file.as_deref(),
             0,
         )?;
         Ok(Self {
-            current: RwLock::new(Arc::new(first)),
+            url: RotatingSecret::new("DATABASE_URL", Some(config.url.clone()), secrets),
+            prepared: RwLock::new(Arc::new(first)),
             connect_timeout: config.connect_timeout,
             ca_file: config.ca_file.clone(),
-            rotation: config.rotation.clone(),
         })
     }
 
+    /// The target for the URL's current generation, prepared on first use. A rotated URL that
+    /// cannot be used (the error names the kind of problem, never the URL) keeps the last one.
     fn current(&self) -> Arc<Target> {
         // A poisoned lock only means a panic elsewhere while swapping an Arc: the value is whole.
-        self.current
+        let prepared = self
+            .prepared
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .clone();
+        let (generation, url) = self.url.peek();
+        let Some(url) = url.filter(|_| generation != prepared.generation) else {
+            return prepared;
+        };
+        match prepare(
+            &url,
+            self.connect_timeout,
+            self.ca_file.as_deref(),
+            generation,
+        ) {
+            Ok(next) => {
+                let next = Arc::new(next);
+                let mut slot = self.prepared.write().unwrap_or_else(|p| p.into_inner());
+                if slot.generation < generation {
+                    *slot = next.clone();
+                }
+                next
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the refreshed DATABASE_URL is unusable");
+                prepared
+            }
+        }
     }
 
     async fn connect(
         &self,
     ) -> Result<(tokio_postgres::Client, JoinHandle<()>), tokio_postgres::Error> {
         let used = self.current();
-        let first = used.connect().await;
-        let Some(rotation) = &self.rotation else {
-            return first;
-        };
-        match first {
+        match used.connect().await {
             Err(e) if is_auth_failure(&e) => {
                 tracing::warn!(
                     sqlstate = e.code().map_or("?", |c| c.code()),
                     "the database refused the credentials; fetching them again"
                 );
-                if let Some(url) = rotation.refresh().await {
-                    self.adopt(url, &used);
+                if !self.url.renew(used.generation).await {
+                    return Err(e);
                 }
                 let now = self.current();
                 if now.generation == used.generation {
@@ -388,36 +467,6 @@ impl Connector {
                 second
             }
             other => other,
-        }
-    }
-
-    /// Switches from `used` to `url`, unless another caller already replaced `used` or `url`
-    /// is the same (then retrying would fail the same way).
-    fn adopt(&self, url: SecretString, used: &Target) {
-        let current = self.current();
-        if current.generation != used.generation {
-            return;
-        }
-        if current.url.expose_secret() == url.expose_secret() {
-            tracing::warn!("the refreshed secret holds the same database credentials");
-            return;
-        }
-        let next = prepare(
-            url,
-            self.connect_timeout,
-            self.ca_file.as_deref(),
-            current.generation + 1,
-        );
-        match next {
-            Ok(next) => {
-                let mut slot = self.current.write().unwrap_or_else(|p| p.into_inner());
-                // Another caller may have adopted the same refresh meanwhile; keep the newest.
-                if slot.generation == current.generation {
-                    *slot = Arc::new(next);
-                }
-            }
-            // The error names the kind of problem, never the URL.
-            Err(e) => tracing::warn!(error = %e, "the refreshed DATABASE_URL is unusable"),
         }
     }
 }
@@ -463,7 +512,7 @@ impl deadpool_postgres::Connect for PoolConnect {
 
 /// A URL parsed and made ready to connect: timeouts, keepalives, application name and TLS.
 fn prepare(
-    url: SecretString,
+    url: &SecretString,
     connect_timeout: Duration,
     ca_file: Option<&std::path::Path>,
     generation: u64,
@@ -484,7 +533,6 @@ fn prepare(
         }
     };
     Ok(Target {
-        url,
         pg,
         tls,
         generation,
@@ -493,7 +541,7 @@ fn prepare(
 
 async fn watch<F: std::future::Future<Output = Result<(), tokio_postgres::Error>>>(connection: F) {
     if let Err(e) = connection.await {
-        tracing::warn!(error = %e, "database connection closed");
+        tracing::warn!(error = %pg_message(&e), "database connection closed");
     }
 }
 

@@ -272,7 +272,7 @@ impl Authenticator {
             return Ok(UserId::local());
         }
         let token = authorization
-            .and_then(bearer_token)
+            .and_then(parley_core::http::bearer_token)
             .ok_or(AuthError::Missing)?;
         if token.len() > MAX_TOKEN_BYTES {
             return Err(invalid(format!(
@@ -283,6 +283,13 @@ impl Authenticator {
         let header = jsonwebtoken::decode_header(token).map_err(|_| {
             invalid("the token header is malformed or names an unsupported algorithm")
         })?;
+        // RFC 7515 §4.1.11: a recipient that does not understand every extension listed in
+        // `crit` must reject the token. This service understands none.
+        if header.crit.is_some() {
+            return Err(invalid(
+                "the token lists critical header extensions (crit) this service does not support",
+            ));
+        }
         // The key comes from the algorithm's own source, so an RS256 public key can never be
         // used as an HS256 secret (algorithm confusion).
         let key = match (header.alg, &self.hmac, &self.jwks) {
@@ -322,15 +329,6 @@ impl Authenticator {
 #[derive(Deserialize)]
 struct Claims {
     sub: Option<String>,
-}
-
-/// The token of an `Authorization` value; the scheme is case-insensitive (RFC 7235).
-fn bearer_token(value: &str) -> Option<&str> {
-    let (scheme, token) = value.trim().split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| token.trim())
-        .filter(|t| !t.is_empty())
 }
 
 /// Names the failed check; the library's own messages are not passed on because some of them
@@ -441,6 +439,23 @@ mod tests {
         let token = hs256(&claims("u"), SECRET);
         let user = auth.authenticate(Some(&format!("bearer  {token} "))).await;
         assert_eq!(user.unwrap().as_str(), "u");
+    }
+
+    #[tokio::test]
+    async fn a_token_with_critical_extensions_is_refused() {
+        let auth = authenticator(&[]);
+        let mut header = Header::new(Algorithm::HS256);
+        header.crit = Some(vec!["http://example.com/must-understand".into()]);
+        let token = encode(
+            &header,
+            &claims("user-42"),
+            &EncodingKey::from_secret(SECRET.as_bytes()),
+        )
+        .unwrap();
+        assert_invalid(
+            check(&auth, &token).await,
+            "critical header extensions (crit)",
+        );
     }
 
     #[tokio::test]

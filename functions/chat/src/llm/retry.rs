@@ -126,28 +126,13 @@ fn transport(e: reqwest::Error) -> Failure {
         LlmError::Timeout
     } else {
         // The URL stays out: a base URL may carry credentials in its query or user info.
-        LlmError::Transport(describe(&e.without_url()))
+        LlmError::Transport(parley_core::error::chain(&e.without_url()))
     };
     Failure {
         error,
         retryable,
         retry_after: None,
     }
-}
-
-/// reqwest's own message is just "error sending request"; the cause is down the source chain.
-fn describe(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let message = cause.to_string();
-        if !text.contains(&message) {
-            text.push_str(": ");
-            text.push_str(&message);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// Full jitter: a uniformly random wait up to a ceiling that doubles with each retry, so many

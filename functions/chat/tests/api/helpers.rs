@@ -93,19 +93,8 @@ pub async fn spawn(options: Options) -> TestChat {
         None => format!("http://{}/mcp", closed_port().await),
     };
     let (db_url, db_proxy) = if options.db_proxy {
-        let mut url = url::Url::parse(&db.url).expect("database URL");
-        let upstream = (
-            url.host_str().expect("database host").to_owned(),
-            url.port().unwrap_or(5432),
-        );
-        let upstream = tokio::net::lookup_host(upstream)
-            .await
-            .expect("database address")
-            .next()
-            .expect("database address");
-        let proxy = TcpProxy::start(upstream).await;
-        url.set_port(Some(proxy.addr.port())).expect("port");
-        (url.to_string(), Some(proxy))
+        let (proxy, url) = TcpProxy::in_front_of(&db.url).await;
+        (url, Some(proxy))
     } else {
         (db.url.clone(), None)
     };
@@ -126,10 +115,7 @@ pub async fn spawn(options: Options) -> TestChat {
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v)),
     );
-    let config =
-        parley_chat::config::ChatConfig::from_env(&Env::from_pairs(env)).expect("chat config");
-    let router = parley_chat::build(&config).expect("chat builds");
-    let base = serve(router).await;
+    let base = start_chat(Env::from_pairs(env)).await;
     TestChat {
         base,
         llm,
@@ -150,15 +136,12 @@ async fn spawn_mcp(db: &TestDb) -> McpHandle {
 /// The mcp function started as its `main` does: `env` (exactly these settings) goes through
 /// `parley_core::secrets::load` first, so `SECRET_IDS` in it is honoured.
 pub async fn spawn_mcp_from(env: Env) -> McpHandle {
-    let (env, secrets) = parley_core::secrets::load(&env)
-        .await
-        .expect("mcp secrets load");
-    let config = parley_mcp::config::McpConfig::from_env(&env).expect("mcp config");
     let requests = Arc::new(AtomicUsize::new(0));
     let counter = requests.clone();
-    let router = parley_mcp::build_with_secrets(&config, secrets)
+    let router = parley_mcp::Application::build(env.overlay([("LISTEN_ADDR", "127.0.0.1:0")]))
         .await
         .expect("mcp builds")
+        .into_router()
         .layer(axum::middleware::from_fn(
             move |req: Request, next: Next| {
                 let counter = counter.clone();
@@ -187,13 +170,8 @@ pub async fn spawn_mcp_from(env: Env) -> McpHandle {
 
 /// The chat function started as its `main` does (secrets first), over `llm` and `mcp`.
 pub async fn spawn_chat_from(env: Env, llm: ScriptedLlm, mcp: Option<McpHandle>) -> TestChat {
-    let (env, secrets) = parley_core::secrets::load(&env)
-        .await
-        .expect("chat secrets load");
-    let config = parley_chat::config::ChatConfig::from_env(&env).expect("chat config");
-    let router = parley_chat::build_with_secrets(&config, secrets).expect("chat builds");
     TestChat {
-        base: serve(router).await,
+        base: start_chat(env).await,
         llm,
         mcp,
         db_proxy: None,
@@ -201,14 +179,13 @@ pub async fn spawn_chat_from(env: Env, llm: ScriptedLlm, mcp: Option<McpHandle>)
     }
 }
 
-async fn serve(router: axum::Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+/// [`parley_chat::Application::build`] as `main` runs it, on a free loopback port; the base URL.
+async fn start_chat(env: Env) -> String {
+    let app = parley_chat::Application::build(env.overlay([("LISTEN_ADDR", "127.0.0.1:0")]))
         .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, router).await;
-    });
+        .expect("chat builds");
+    let addr = app.local_addr().expect("bound outside Lambda");
+    app.spawn().expect("serving plain HTTP");
     format!("http://{addr}")
 }
 

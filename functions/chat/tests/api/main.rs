@@ -5,5 +5,6 @@ mod conversations;
 mod helpers;
 mod identity;
 mod secrets;
+mod startup;
 mod turns;
 mod validation;

@@ -88,7 +88,7 @@ impl Catalog {
         let client = match pool.get().await {
             Ok(c) => c,
             Err(e) => {
-                tracing::warn!(error = %e, "database unreachable at start-up; tool statements not checked yet");
+                tracing::warn!(error = %parley_core::db::DbError::from(e), "database unreachable at start-up; tool statements not checked yet");
                 return Ok(false);
             }
         };
@@ -98,15 +98,12 @@ impl Catalog {
                 .await
             {
                 if parley_core::db::is_connection_error(&e) {
-                    tracing::warn!(error = %e, "database connection lost while checking tools");
+                    tracing::warn!(error = %parley_core::db::pg_message(&e), "database connection lost while checking tools");
                     return Ok(false);
                 }
-                let message = e
-                    .as_db_error()
-                    .map_or_else(|| e.to_string(), |db| db.message().to_owned());
                 return Err(CatalogError::Schema {
                     tool: tool.name.clone(),
-                    message,
+                    message: parley_core::db::pg_message(&e),
                 });
             }
         }

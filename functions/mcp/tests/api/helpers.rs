@@ -2,7 +2,7 @@
 //! [`TestApp`] with one method per way a client talks to it.
 
 use parley_core::config::Env;
-use parley_mcp::config::McpConfig;
+use parley_mcp::Application;
 use parley_testkit::TestDb;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue};
 use rmcp::ServiceExt;
@@ -78,11 +78,7 @@ pub async fn spawn_on(db: TestDb, options: Options) -> Result<TestApp, String> {
         env.push(("TOOLS_FILE".into(), file.path().display().to_string()));
     }
     env.extend(options.extra_env);
-    let config = McpConfig::from_env(&Env::from_pairs(env)).map_err(|e| e.to_string())?;
-    let router = parley_mcp::build(&config)
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(serve(router, db, options.token).await)
+    start(env, db, options.token).await
 }
 
 /// Starts the function as its `main` does when `SECRET_IDS` is set: `env` (exactly these
@@ -93,32 +89,30 @@ pub async fn spawn_with_secrets(
     env: Vec<(String, String)>,
     token: Option<String>,
 ) -> Result<TestApp, String> {
-    let (env, secrets) = parley_core::secrets::load(&Env::from_pairs(env))
-        .await
-        .map_err(|e| e.to_string())?;
-    let config = McpConfig::from_env(&env).map_err(|e| e.to_string())?;
-    let router = parley_mcp::build_with_secrets(&config, secrets)
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(serve(router, db, token).await)
+    start(env, db, token).await
 }
 
-async fn serve(router: axum::Router, db: TestDb, token: Option<String>) -> TestApp {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+/// [`Application::build`] as `main` runs it, on a free loopback port; `Err` is the start-up
+/// failure as `main` would print it.
+async fn start(
+    mut env: Vec<(String, String)>,
+    db: TestDb,
+    token: Option<String>,
+) -> Result<TestApp, String> {
+    env.push(("LISTEN_ADDR".into(), "127.0.0.1:0".into()));
+    let app = Application::build(Env::from_pairs(env))
         .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("local addr");
-    tokio::spawn(async move {
-        axum::serve(listener, router).await.expect("serve");
-    });
+        .map_err(|e| e.to_string())?;
+    let addr = app.local_addr().expect("bound outside Lambda");
+    app.spawn().expect("serving plain HTTP");
     let base = format!("http://{addr}");
-    TestApp {
+    Ok(TestApp {
         mcp_url: format!("{base}/mcp"),
         base,
         token,
         db,
         http: reqwest::Client::new(),
-    }
+    })
 }
 
 impl TestApp {

@@ -6,4 +6,5 @@ mod helpers;
 mod protocol;
 mod resilience;
 mod secrets;
+mod startup;
 mod tools;

@@ -112,8 +112,10 @@ async fn a_database_password_rotated_mid_run_is_fetched_again_and_calls_keep_wor
     assert_eq!(health.status(), 200);
 }
 
-#[tokio::test]
-async fn a_bearer_token_rotated_mid_run_is_accepted_and_the_old_one_refused() {
+/// The function over the shared test server, its database credentials from an RDS secret and
+/// `MCP_AUTH_TOKEN` = [`OLD_TOKEN`] from an application secret (whose id is returned), with
+/// `extra` settings in its environment.
+async fn spawn_with_token_secret(extra: &[(&str, &str)]) -> (TestApp, Moto, String) {
     let db = TestDb::with_demo_data(FEEDBACK_ROWS).await;
     // The shared server trusts loopback, so the read-only role's URL is all the secret needs.
     let url = reqwest::Url::parse(&db.readonly_url).expect("readonly URL");
@@ -134,11 +136,22 @@ async fn a_bearer_token_rotated_mid_run_is_accepted_and_the_old_one_refused() {
         .create_secret("parley/app", &json!({"MCP_AUTH_TOKEN": OLD_TOKEN}))
         .await;
     let mut env = secrets_env(&moto, &[&db_secret, &app_secret]);
-    // The secret wins over the environment: this token is never accepted.
-    env.push(("MCP_AUTH_TOKEN".into(), "token-from-the-environment".into()));
+    env.extend(
+        extra
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
     let app = spawn_with_secrets(db, env, Some(OLD_TOKEN.to_owned()))
         .await
         .expect("the function starts from its secrets");
+    (app, moto, app_secret)
+}
+
+#[tokio::test]
+async fn a_bearer_token_rotated_mid_run_is_accepted_and_the_old_one_refused() {
+    // The secret wins over the environment: this token is never accepted.
+    let (app, moto, app_secret) =
+        spawn_with_token_secret(&[("MCP_AUTH_TOKEN", "token-from-the-environment")]).await;
     let (status, body) = lad(&app, OLD_TOKEN).await;
     assert_bristol(status, &body);
     let (status, _) = lad(&app, "token-from-the-environment").await;
@@ -152,4 +165,33 @@ async fn a_bearer_token_rotated_mid_run_is_accepted_and_the_old_one_refused() {
     let (status, body) = lad(&app, OLD_TOKEN).await;
     assert_eq!(status, 401, "{body}");
     assert_eq!(body["error"]["code"], "unauthorized", "{body}");
+}
+
+#[tokio::test]
+async fn a_rotated_out_token_is_refused_within_the_secrets_ttl_without_any_other_trigger() {
+    let (app, moto, app_secret) = spawn_with_token_secret(&[("SECRETS_TTL_MS", "1000")]).await;
+    let (status, body) = lad(&app, OLD_TOKEN).await;
+    assert_bristol(status, &body);
+
+    moto.put_secret(&app_secret, &json!({"MCP_AUTH_TOKEN": NEW_TOKEN}))
+        .await;
+
+    // Only the old token is presented: nothing but the TTL can make the function look again.
+    // Polled, with a bound well past the 1 s TTL.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (status, body) = lad(&app, OLD_TOKEN).await;
+        if status == 401 {
+            assert_eq!(body["error"]["code"], "unauthorized", "{body}");
+            break;
+        }
+        assert_bristol(status, &body);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the rotated-out token was still accepted 20 s after its rotation"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let (status, body) = lad(&app, NEW_TOKEN).await;
+    assert_bristol(status, &body);
 }
