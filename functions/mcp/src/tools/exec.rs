@@ -109,6 +109,10 @@ pub async fn run(pool: &Pool, tool: &ToolSpec, args: &[SqlValue]) -> Result<Tool
     ))
 }
 
+/// What a tool's statement can change on its session and take past COMMIT. `DISCARD ALL` would
+/// also drop the prepared statements that keep the plan cache, so it is not used.
+const RESET_SESSION: &str = "RESET ALL; SELECT pg_advisory_unlock_all()";
+
 async fn query(
     client: &Object,
     tool: &ToolSpec,
@@ -141,16 +145,21 @@ async fn query(
             ""
         }
     );
-    // Pipelined: all three go out before the first answer comes back. If the query fails the
-    // transaction is aborted and COMMIT only rolls it back.
-    let (begun, rows, committed) = tokio::join!(
+    // Pipelined: all four go out before the first answer comes back. If the query fails the
+    // transaction is aborted and COMMIT only rolls it back. The last message undoes what a
+    // declared statement can leave on the session (`set_config(.., false)`, a session advisory
+    // lock) before the connection goes back to the pool; it is a message of its own so it runs
+    // even when COMMIT fails.
+    let (begun, rows, committed, reset) = tokio::join!(
         client.batch_execute(&begin),
         client.query(&statement, &params),
         client.batch_execute("COMMIT"),
+        client.batch_execute(RESET_SESSION),
     );
     begun?;
     let rows = rows?;
     committed?;
+    reset?;
     Ok(rows)
 }
 
