@@ -6,6 +6,7 @@
 pub mod config;
 pub mod db;
 pub mod migrate;
+pub mod plain_http;
 pub mod secrets;
 pub mod serve;
 pub mod telemetry;

@@ -20,7 +20,7 @@ use tower_http::request_id::{
 };
 use tower_http::trace::TraceLayer;
 
-use crate::config::{ConfigError, Env, in_lambda};
+use crate::config::{ConfigError, Env, HttpLimits, in_lambda};
 use crate::secrets::Secrets;
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -170,15 +170,23 @@ pub async fn run(router: Router, env: &Env, default_addr: &str) -> Result<(), Se
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| ServeError::Bind { addr, source })?;
+    let limits = HttpLimits::from_env(env)?;
     tracing::info!(%addr, "serving plain HTTP");
-    serve(listener, router).await
+    serve_with(listener, router, limits).await
 }
 
 /// Plain HTTP on an already bound listener (tests bind `127.0.0.1:0` and read the port first).
 pub async fn serve(listener: TcpListener, router: Router) -> Result<(), ServeError> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    serve_with(listener, router, HttpLimits::default()).await
+}
+
+/// [`serve`] with the given connection limits.
+pub async fn serve_with(
+    listener: TcpListener,
+    router: Router,
+    limits: HttpLimits,
+) -> Result<(), ServeError> {
+    crate::plain_http::serve(listener, router, limits, shutdown_signal()).await?;
     Ok(())
 }
 

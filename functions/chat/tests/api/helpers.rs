@@ -176,7 +176,7 @@ pub async fn spawn_mcp_from(env: Env) -> McpHandle {
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let server = tokio::spawn(async move {
-        let _ = axum::serve(listener, router).await;
+        let _ = serve_on(listener, router).await;
     });
     McpHandle {
         url: format!("http://{addr}/mcp"),
@@ -206,10 +206,19 @@ async fn serve(router: axum::Router) -> String {
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, router).await;
-    });
+    tokio::spawn(serve_on(listener, router));
     format!("http://{addr}")
+}
+
+/// The serving layer `main` uses, with its connection limits.
+async fn serve_on(listener: tokio::net::TcpListener, router: axum::Router) -> std::io::Result<()> {
+    parley_core::plain_http::serve(
+        listener,
+        router,
+        parley_core::config::HttpLimits::default(),
+        std::future::pending(),
+    )
+    .await
 }
 
 /// A loopback address nothing listens on.

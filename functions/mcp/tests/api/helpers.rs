@@ -108,9 +108,13 @@ async fn serve(router: axum::Router, db: TestDb, token: Option<String>) -> TestA
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("local addr");
-    tokio::spawn(async move {
-        axum::serve(listener, router).await.expect("serve");
-    });
+    // The serving layer `main` uses, with its connection limits.
+    tokio::spawn(parley_core::plain_http::serve(
+        listener,
+        router,
+        parley_core::config::HttpLimits::default(),
+        std::future::pending(),
+    ));
     let base = format!("http://{addr}");
     TestApp {
         mcp_url: format!("{base}/mcp"),
