@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::helpers::{client_call, spawn_app};
+use crate::helpers::{Options, client_call, spawn, spawn_app};
 
 #[tokio::test]
 async fn tools_list_publishes_every_shipped_tool_with_schema_and_read_only_hint() {
@@ -379,4 +379,31 @@ async fn a_real_mcp_client_gets_structured_content_and_the_same_json_as_text() {
         .text
         .clone();
     assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), structured);
+}
+
+/// Rows far larger than the byte cap: the result stops at the cap.
+const LARGE_ROWS: &str = r#"
+[[tool]]
+name = "large"
+description = "Large rows."
+max_rows = 1000
+max_bytes = 100000
+sql = "SELECT g AS n, repeat('x', 30000) AS filler FROM generate_series(1, 1000) g"
+"#;
+
+#[tokio::test]
+async fn rows_past_the_byte_cap_are_cut_with_the_reason() {
+    let app = spawn(Options {
+        tools_toml: Some(LARGE_ROWS.into()),
+        ..Options::default()
+    })
+    .await;
+    let result = app.call("large", json!({})).await;
+    let text = result["content"][0]["text"].as_str().expect("text");
+    assert!(text.len() <= 100_000, "{} bytes", text.len());
+    let out = &result["structuredContent"];
+    assert_eq!(out["truncated"], true);
+    assert_eq!(out["truncated_reason"], "max_bytes");
+    assert_eq!(out["row_count"], 3);
+    assert_eq!(out["rows"][2]["n"], 3);
 }
