@@ -381,6 +381,21 @@ async fn a_real_mcp_client_gets_structured_content_and_the_same_json_as_text() {
     assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), structured);
 }
 
+#[tokio::test]
+async fn percent_and_underscore_are_text_to_find_not_wildcards() {
+    let app = spawn_app().await;
+    for text in ["%", "_", "%%%"] {
+        let out = app.rows("list_lads", json!({"name_contains": text})).await;
+        assert_eq!(out["row_count"], 0, "{text}: {out}");
+        let out = app.rows("lad_by_ref", json!({"ref": text})).await;
+        assert_eq!(out["row_count"], 0, "{text}: {out}");
+    }
+    let out = app
+        .rows("list_lads", json!({"name_contains": "upon"}))
+        .await;
+    assert!(out["row_count"].as_u64() > Some(0), "{out}");
+}
+
 /// Rows far larger than the byte cap: the result stops at the cap.
 const LARGE_ROWS: &str = r#"
 [[tool]]
