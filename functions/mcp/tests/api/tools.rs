@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::helpers::{Options, client_call, spawn, spawn_app};
+use crate::helpers::{Options, client_call, env, spawn, spawn_app};
 
 #[tokio::test]
 async fn tools_list_publishes_every_shipped_tool_with_schema_and_read_only_hint() {
@@ -379,6 +379,58 @@ async fn a_real_mcp_client_gets_structured_content_and_the_same_json_as_text() {
         .text
         .clone();
     assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), structured);
+}
+
+/// The shipped tools plus one that shows how the session's prepared statements were planned.
+fn with_plans_tool() -> String {
+    format!(
+        "{}\n{}",
+        parley_mcp::tools::spec::DEFAULT_TOOLS,
+        r#"
+[[tool]]
+name = "plans"
+description = "How this session's prepared statements were planned."
+sql = """
+SELECT statement LIKE '%f.id = $1%' AS get_feedback,
+       statement LIKE '%websearch_to_tsquery%' AS search_feedback,
+       generic_plans, custom_plans
+FROM pg_prepared_statements
+WHERE (statement LIKE '%f.id = $1%' OR statement LIKE '%websearch_to_tsquery%')
+  AND statement NOT LIKE '%pg_prepared_statements%'
+"""
+"#
+    )
+}
+
+#[tokio::test]
+async fn a_lookup_keeps_the_plan_cache_and_a_search_with_optional_filters_is_planned_per_call() {
+    let app = spawn(Options {
+        tools_toml: Some(with_plans_tool()),
+        extra_env: env(&[("DB_POOL_MAX_SIZE", "1")]),
+        ..Options::default()
+    })
+    .await;
+    for id in 1..=8 {
+        app.rows("get_feedback", json!({"id": id})).await;
+        app.rows("search_feedback", json!({"query": "pothole"}))
+            .await;
+    }
+    let plans = app.rows("plans", json!({})).await;
+    let row = |tool: &str| {
+        plans["rows"]
+            .as_array()
+            .and_then(|rows| rows.iter().find(|r| r[tool] == true))
+            .cloned()
+            .unwrap_or_else(|| panic!("no prepared statement for {tool}: {plans}"))
+    };
+    let lookup = row("get_feedback");
+    assert!(
+        lookup["generic_plans"].as_i64() > Some(0),
+        "get_feedback runs Postgres' cached generic plan: {lookup}"
+    );
+    let search = row("search_feedback");
+    assert_eq!(search["generic_plans"], 0, "{search}");
+    assert_eq!(search["custom_plans"], 8, "{search}");
 }
 
 #[tokio::test]
