@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use parley_core::config::HttpLimits;
 use parley_core::plain_http;
-use parley_testkit::raw_http::RawConnection;
+use parley_testkit::raw_http::{RawConnection, post_oversize};
 use tokio::net::TcpListener;
 
 fn app() -> Router {
@@ -81,15 +81,10 @@ async fn a_body_that_stops_arriving_is_cut_off() {
 #[tokio::test]
 async fn an_answer_before_the_body_was_read_says_connection_close() {
     let base = start(HttpLimits::default()).await;
-    let mut conn = RawConnection::open(&base).await;
-    let mut request =
-        b"POST /refuse HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2000000\r\n\r\n".to_vec();
-    request.extend(std::iter::repeat_n(b'x', 64 * 1024));
-    conn.send(&request).await.unwrap();
-    let head = conn.read_head().await.expect("an answer");
-    assert_eq!(head.status, 413);
-    assert_eq!(head.header("connection"), Some("close"));
-    assert!(conn.closed_by_server().await);
+    let answer = post_oversize(&base, "/refuse", &[]).await;
+    assert_eq!(answer.head.status, 413);
+    assert_eq!(answer.head.header("connection"), Some("close"));
+    assert!(answer.closed);
 }
 
 #[tokio::test]

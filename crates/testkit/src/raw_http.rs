@@ -35,6 +35,34 @@ impl Head {
     }
 }
 
+/// What a server said to a request whose body it did not wait for.
+pub struct EarlyAnswer {
+    pub head: Head,
+    pub body: Vec<u8>,
+    /// Whether the server then closed the connection.
+    pub closed: bool,
+}
+
+/// POSTs to `path` on `base` with `headers`, declaring a 2 MB body but sending only 128 KiB
+/// of it (past every body limit the functions have by default, and within what loopback
+/// buffers hold), as a client streaming a large upload would.
+pub async fn post_oversize(base: &str, path: &str, headers: &[(&str, &str)]) -> EarlyAnswer {
+    let host = base.trim_start_matches("http://").trim_end_matches('/');
+    let mut request = format!("POST {path} HTTP/1.1\r\nHost: {host}\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("Content-Length: 2000000\r\n\r\n");
+    let mut request = request.into_bytes();
+    request.extend(std::iter::repeat_n(b' ', 128 * 1024));
+    let mut conn = RawConnection::open(base).await;
+    conn.send(&request).await.expect("send");
+    let head = conn.read_head().await.expect("an answer");
+    let body = conn.read_body(&head).await;
+    let closed = conn.closed_by_server().await;
+    EarlyAnswer { head, body, closed }
+}
+
 impl RawConnection {
     /// Connects to `base` (`http://host:port`).
     pub async fn open(base: &str) -> Self {

@@ -18,17 +18,11 @@ pub fn rewrite(sql: &str) -> Placeholders {
     let mut i = 0;
     let mut copied_to = 0;
     while i < bytes.len() {
+        if let Some(next) = skip_literal(sql, i) {
+            i = next;
+            continue;
+        }
         match bytes[i] {
-            b'\'' | b'"' => i = skip_quoted(bytes, i),
-            b'-' if bytes.get(i + 1) == Some(&b'-') => {
-                i = sql[i..].find('\n').map_or(bytes.len(), |n| i + n + 1);
-            }
-            b'/' if bytes.get(i + 1) == Some(&b'*') => {
-                i = sql[i + 2..]
-                    .find("*/")
-                    .map_or(bytes.len(), |n| i + 2 + n + 2);
-            }
-            b'$' => i = skip_dollar_quoted(sql, i),
             b':' if bytes.get(i + 1) == Some(&b':') => i += 2,
             b':' if bytes
                 .get(i + 1)
@@ -70,17 +64,11 @@ pub fn changes_rows_without_returning(sql: &str) -> Option<&'static str> {
     let (mut i, mut depth) = (0, 0usize);
     let mut verb: Option<&'static str> = None;
     while i < bytes.len() {
+        if let Some(next) = skip_literal(sql, i) {
+            i = next;
+            continue;
+        }
         match bytes[i] {
-            b'\'' | b'"' => i = skip_quoted(bytes, i),
-            b'-' if bytes.get(i + 1) == Some(&b'-') => {
-                i = sql[i..].find('\n').map_or(bytes.len(), |n| i + n + 1);
-            }
-            b'/' if bytes.get(i + 1) == Some(&b'*') => {
-                i = sql[i + 2..]
-                    .find("*/")
-                    .map_or(bytes.len(), |n| i + 2 + n + 2);
-            }
-            b'$' => i = skip_dollar_quoted(sql, i),
             b'(' => (depth, i) = (depth + 1, i + 1),
             b')' => (depth, i) = (depth.saturating_sub(1), i + 1),
             b if b.is_ascii_alphabetic() || b == b'_' => {
@@ -102,6 +90,26 @@ pub fn changes_rows_without_returning(sql: &str) -> Option<&'static str> {
         }
     }
     verb.filter(|v| !matches!(*v, "SELECT" | "VALUES" | "TABLE"))
+}
+
+/// Where the text starting at `i` stops being a string literal, quoted identifier, comment or
+/// dollar-quoted body; `None` when plain SQL starts at `i`.
+fn skip_literal(sql: &str, i: usize) -> Option<usize> {
+    let bytes = sql.as_bytes();
+    match bytes[i] {
+        b'\'' | b'"' => Some(skip_quoted(bytes, i)),
+        b'-' if bytes.get(i + 1) == Some(&b'-') => {
+            Some(sql[i..].find('\n').map_or(bytes.len(), |n| i + n + 1))
+        }
+        b'/' if bytes.get(i + 1) == Some(&b'*') => Some(
+            sql[i + 2..]
+                .find("*/")
+                .map_or(bytes.len(), |n| i + 2 + n + 2),
+        ),
+        // A `$1`-style placeholder is stepped over by one byte, like plain SQL.
+        b'$' => Some(skip_dollar_quoted(sql, i)),
+        _ => None,
+    }
 }
 
 fn skip_quoted(bytes: &[u8], start: usize) -> usize {
