@@ -43,6 +43,19 @@ pub struct EarlyAnswer {
     pub closed: bool,
 }
 
+impl EarlyAnswer {
+    /// Asserts the answer is `status` with the JSON error `code`, says `Connection: close`, and
+    /// the server then closed the connection.
+    pub fn assert_refused_and_closed(&self, status: u16, code: &str) {
+        assert_eq!(self.head.status, status);
+        assert_eq!(self.head.header("connection"), Some("close"));
+        let body: serde_json::Value =
+            serde_json::from_slice(&self.body).expect("a JSON error body");
+        assert_eq!(body["error"]["code"], code, "{body}");
+        assert!(self.closed, "the server kept the connection open");
+    }
+}
+
 /// POSTs to `path` on `base` with `headers`, declaring a 2 MB body but sending only 128 KiB
 /// of it (past every body limit the functions have by default, and within what loopback
 /// buffers hold), as a client streaming a large upload would.

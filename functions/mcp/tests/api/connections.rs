@@ -3,7 +3,6 @@
 //! connection the server is closing.
 
 use parley_testkit::raw_http::post_oversize;
-use serde_json::Value;
 
 use crate::helpers::{Options, TOKEN, env, spawn};
 
@@ -25,9 +24,5 @@ async fn an_oversize_body_is_refused_with_connection_close() {
         ],
     )
     .await;
-    assert_eq!(answer.head.status, 413);
-    assert_eq!(answer.head.header("connection"), Some("close"));
-    let body: Value = serde_json::from_slice(&answer.body).unwrap();
-    assert_eq!(body["error"]["code"], "payload_too_large");
-    assert!(answer.closed);
+    answer.assert_refused_and_closed(413, "payload_too_large");
 }
