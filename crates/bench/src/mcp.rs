@@ -1,10 +1,12 @@
 //! `parley-bench mcp`: `tools/call` over loopback HTTP against the same SQL run directly on a
 //! pooled connection (the floor), on a dedicated database loaded with demo feedback.
 //!
-//! Floors: `raw` is the bare prepared query, planned per call as the server plans it (the
-//! issue's baseline); `raw+tx` adds the server's pipelined `BEGIN READ ONLY; SET LOCAL ...` /
-//! `COMMIT`, so `mcp − raw+tx` is what HTTP, JSON-RPC, rmcp and rendering cost on their own;
-//! `raw/auto` is `raw` with Postgres' default plan caching, to show what per-call planning costs.
+//! Floors: `raw` is the bare prepared query, planned as the server plans it (per call for
+//! tools with nullable filters, else Postgres' plan cache); `raw+tx` adds the server's
+//! pipelined `BEGIN READ ONLY; SET LOCAL ...` / `COMMIT` / session reset, so `mcp − raw+tx` is
+//! what HTTP, JSON-RPC, rmcp and rendering cost on their own; `raw/auto` is `raw` with
+//! Postgres' default plan caching, to show what per-call planning costs (the same as `raw` for
+//! tools the server does not plan per call).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -128,8 +130,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let scenarios = scenarios(&bench_url, &args).await?;
     let catalog = Catalog::load(None, Limits::default()).context("loading the shipped tools")?;
 
-    // The server sets `plan_cache_mode = force_custom_plan` in each call's transaction; the
-    // floor sets it once per session, so it runs the same plans without the extra statement.
+    // The server sets `plan_cache_mode = force_custom_plan` in the transaction of a tool with
+    // nullable filters; the floor sets it once per session, so it runs the same plans without
+    // the extra statement.
     let mut custom_url = url::Url::parse(&bench_url)?;
     custom_url
         .query_pairs_mut()
@@ -179,18 +182,22 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .into_iter()
             .map(|path| match path {
                 Path::Raw | Path::RawTx | Path::RawAuto => Paths::Floor(Floor {
-                    pool: if path == Path::RawAuto { &auto_pool } else { &pool },
+                    pool: if path == Path::RawAuto || !spec.custom_plans {
+                        &auto_pool
+                    } else {
+                        &pool
+                    },
                     spec,
                     calls: &floor_calls,
-                    // Exactly what `tools::exec` sends before each call (keep in step with it).
-                    begin: (path == Path::RawTx).then(|| {
-                        format!(
-                            "BEGIN READ ONLY; SET LOCAL statement_timeout = {}; SET LOCAL plan_cache_mode = force_custom_plan",
-                            spec.timeout.as_millis()
-                        )
-                    }),
+                    // Exactly what `tools::exec` sends before each call.
+                    begin: (path == Path::RawTx).then(|| parley_mcp::tools::exec::begin_sql(spec)),
                 }),
-                Path::Mcp => Paths::Mcp(Mcp::new(&http, &server.base, scenario.tool, &scenario.calls)),
+                Path::Mcp => Paths::Mcp(Mcp::new(
+                    &http,
+                    &server.base,
+                    scenario.tool,
+                    &scenario.calls,
+                )),
             })
             .collect();
         let n = scenario.requests;
@@ -553,14 +560,16 @@ impl Driver for Floor<'_> {
         let rows = match &self.begin {
             None => client.query(&statement, &params).await?,
             Some(begin) => {
-                let (begun, rows, committed) = tokio::join!(
+                let (begun, rows, committed, reset) = tokio::join!(
                     client.batch_execute(begin),
                     client.query(&statement, &params),
                     client.batch_execute("COMMIT"),
+                    client.batch_execute(parley_mcp::tools::exec::RESET_SESSION),
                 );
                 begun?;
                 let rows = rows?;
                 committed?;
+                reset?;
                 rows
             }
         };

@@ -182,6 +182,69 @@ where
         .map_err(|e: T::Err| ConfigError::new(var, format!("cannot be parsed: {e}")))
 }
 
+/// Limits of the plain-HTTP server; under Lambda, API Gateway holds the connections instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpLimits {
+    /// `HTTP_HEADER_TIMEOUT_MS`: how long a connection may go without a complete request head,
+    /// whether it is new, sending its headers slowly, or kept alive between requests.
+    pub header_timeout: Duration,
+    /// `HTTP_BODY_TIMEOUT_MS`: how long a request's whole body may take to arrive.
+    pub body_timeout: Duration,
+    /// `HTTP_MAX_CONNECTIONS`: open connections served at once; more wait to be accepted.
+    pub max_connections: usize,
+    /// `HTTP_MAX_URI_BYTES`: longest request URI; longer ones get 414.
+    pub max_uri_bytes: usize,
+    /// `HTTP_MAX_HEADER_BYTES`: most bytes of request headers; more get 431.
+    pub max_header_bytes: usize,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        Self {
+            header_timeout: Duration::from_secs(30),
+            body_timeout: Duration::from_secs(30),
+            max_connections: 512,
+            max_uri_bytes: 8 * 1024,
+            max_header_bytes: 64 * 1024,
+        }
+    }
+}
+
+impl HttpLimits {
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let default = Self::default();
+        Ok(Self {
+            header_timeout: env.millis(
+                "HTTP_HEADER_TIMEOUT_MS",
+                default.header_timeout,
+                100..=3_600_000,
+            )?,
+            body_timeout: env.millis(
+                "HTTP_BODY_TIMEOUT_MS",
+                default.body_timeout,
+                100..=3_600_000,
+            )?,
+            max_connections: env.limit(
+                "HTTP_MAX_CONNECTIONS",
+                default.max_connections as u64,
+                1..=1_000_000,
+            )? as usize,
+            // Below hyper's own limits (64 KiB URIs, a ~400 KiB head), which answer without
+            // the JSON error shape.
+            max_uri_bytes: env.limit(
+                "HTTP_MAX_URI_BYTES",
+                default.max_uri_bytes as u64,
+                256..=60 * 1024,
+            )? as usize,
+            max_header_bytes: env.limit(
+                "HTTP_MAX_HEADER_BYTES",
+                default.max_header_bytes as u64,
+                1024..=256 * 1024,
+            )? as usize,
+        })
+    }
+}
+
 /// Whether this process runs inside AWS Lambda (the runtime API is only set there and by
 /// `cargo lambda watch`).
 pub fn in_lambda(env: &Env) -> bool {

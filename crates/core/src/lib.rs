@@ -8,6 +8,7 @@ pub mod db;
 pub mod error;
 pub mod http;
 pub mod migrate;
+pub mod plain_http;
 pub mod secrets;
 pub mod serve;
 pub mod telemetry;

@@ -18,7 +18,7 @@ use tower_http::request_id::{
 };
 use tower_http::trace::TraceLayer;
 
-use crate::config::{ConfigError, Env, in_lambda};
+use crate::config::{ConfigError, Env, HttpLimits, in_lambda};
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -146,7 +146,9 @@ impl Bound {
     /// Lambda, whose handler cannot run on a spawned task (its future is not `Send`).
     pub fn spawn(self) -> Option<tokio::task::JoinHandle<Result<(), ServeError>>> {
         match self.listener {
-            Listener::Http(listener) => Some(tokio::spawn(serve(listener, self.router))),
+            Listener::Http(listener, limits) => {
+                Some(tokio::spawn(serve_with(listener, self.router, limits)))
+            }
             Listener::Lambda => None,
         }
     }
@@ -157,7 +159,7 @@ impl Bound {
 #[derive(Debug)]
 pub enum Listener {
     Lambda,
-    Http(TcpListener),
+    Http(TcpListener, HttpLimits),
 }
 
 impl Listener {
@@ -171,17 +173,18 @@ impl Listener {
             .parse()
             .map_err(|_| ConfigError::new("LISTEN_ADDR", "built-in default is not an address"))?;
         let addr: SocketAddr = env.or("LISTEN_ADDR", default)?;
+        let limits = HttpLimits::from_env(env)?;
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| ServeError::Bind { addr, source })?;
-        Ok(Listener::Http(listener))
+        Ok(Listener::Http(listener, limits))
     }
 
     /// The bound address; `None` under Lambda.
     pub fn local_addr(&self) -> Option<SocketAddr> {
         match self {
             Listener::Lambda => None,
-            Listener::Http(listener) => listener.local_addr().ok(),
+            Listener::Http(listener, _) => listener.local_addr().ok(),
         }
     }
 
@@ -194,11 +197,11 @@ impl Listener {
                     .await
                     .map_err(|e| ServeError::Lambda(e.to_string()))
             }
-            Listener::Http(listener) => {
+            Listener::Http(listener, limits) => {
                 if let Ok(addr) = listener.local_addr() {
                     tracing::info!(%addr, "serving plain HTTP");
                 }
-                serve(listener, router).await
+                serve_with(listener, router, limits).await
             }
         }
     }
@@ -277,9 +280,16 @@ fn request_span<B>(request: &Request<B>) -> tracing::Span {
 
 /// Plain HTTP on an already bound listener (tests bind `127.0.0.1:0` and read the port first).
 pub async fn serve(listener: TcpListener, router: Router) -> Result<(), ServeError> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    serve_with(listener, router, HttpLimits::default()).await
+}
+
+/// [`serve`] with the given connection limits.
+pub async fn serve_with(
+    listener: TcpListener,
+    router: Router,
+    limits: HttpLimits,
+) -> Result<(), ServeError> {
+    crate::plain_http::serve(listener, router, limits, shutdown_signal()).await?;
     Ok(())
 }
 

@@ -9,6 +9,8 @@ mod db;
 pub mod llm;
 mod moto;
 mod proxy;
+/// Bare HTTP/1.1 connections, for what client libraries hide.
+pub mod raw_http;
 
 pub use cluster::TestCluster;
 pub use db::{READONLY_USER, TestDb, connect};

@@ -49,8 +49,10 @@ pub use deadpool_postgres::{Object, Pool};
 ///   answered, for a pipelined write).
 /// - The whole expression is that `Result<T, E>`: the attempt's outcome, or `Err(E::from(..))`
 ///   when no connection could be checked out.
-/// - A stale failure discards its connection (it never goes back to the pool), whether or not
-///   it is retried. Other failures return the connection to the pool as usual.
+/// - `conn` is a [`CheckedOut`], which derefs to the `Object`. A stale failure discards its
+///   connection (it never goes back to the pool), whether or not it is retried; so does an
+///   attempt that never finishes because its future was dropped (the client went away
+///   mid-transaction). A finished attempt, failed or not, returns the connection to the pool.
 /// - At most one retry, only after a stale failure, and only when `retry_if` (default `true`,
 ///   evaluated once before the first attempt) holds: pass `retry_if = false` for work that may
 ///   have changed data before the link broke (a write whose `COMMIT` went out cannot tell "done"
@@ -64,21 +66,25 @@ macro_rules! retry_once_if_stale {
         let pool: &$crate::db::Pool = &$pool;
         let mut may_retry: bool = $retry_if;
         loop {
-            let $conn = match pool.get().await {
-                ::core::result::Result::Ok(conn) => conn,
+            #[allow(unused_mut)]
+            let mut $conn = match pool.get().await {
+                ::core::result::Result::Ok(conn) => $crate::db::CheckedOut::new(conn),
                 ::core::result::Result::Err(e) => {
                     break ::core::result::Result::Err(::core::convert::From::from(e));
                 }
             };
             match $attempt {
                 ::core::result::Result::Err(e) if $crate::db::Stale::is_stale(&e) => {
-                    $crate::db::discard($conn);
+                    ::core::mem::drop($conn);
                     if !::core::mem::replace(&mut may_retry, false) {
                         break ::core::result::Result::Err(e);
                     }
                     $crate::db::log_stale_retry(&e);
                 }
-                outcome => break outcome,
+                outcome => {
+                    $conn.give_back();
+                    break outcome;
+                }
             }
         }
     }};
@@ -102,6 +108,43 @@ impl Stale for DbError {
 /// Closes a pooled connection instead of returning it to the pool.
 pub fn discard(conn: Object) {
     drop(Object::take(conn));
+}
+
+/// A connection [`retry_once_if_stale!`] checked out: dropped before [`CheckedOut::give_back`],
+/// it is closed, not pooled, because work abandoned half-way may have left a transaction open.
+#[derive(Debug)]
+pub struct CheckedOut(Option<Object>);
+
+impl CheckedOut {
+    pub fn new(conn: Object) -> Self {
+        Self(Some(conn))
+    }
+
+    /// Returns the connection to the pool: the work on it finished.
+    pub fn give_back(mut self) {
+        drop(self.0.take());
+    }
+}
+
+impl std::ops::Deref for CheckedOut {
+    type Target = Object;
+    fn deref(&self) -> &Object {
+        self.0.as_ref().expect("held until given back or dropped")
+    }
+}
+
+impl std::ops::DerefMut for CheckedOut {
+    fn deref_mut(&mut self) -> &mut Object {
+        self.0.as_mut().expect("held until given back or dropped")
+    }
+}
+
+impl Drop for CheckedOut {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.take() {
+            discard(conn);
+        }
+    }
 }
 
 #[doc(hidden)]

@@ -159,7 +159,7 @@ pub async fn spawn_mcp_from(env: Env) -> McpHandle {
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let server = tokio::spawn(async move {
-        let _ = axum::serve(listener, router).await;
+        let _ = serve_on(listener, router).await;
     });
     McpHandle {
         url: format!("http://{addr}/mcp"),
@@ -187,6 +187,17 @@ async fn start_chat(env: Env) -> String {
     let addr = app.local_addr().expect("bound outside Lambda");
     app.spawn().expect("serving plain HTTP");
     format!("http://{addr}")
+}
+
+/// The serving layer `main` uses, with its connection limits.
+async fn serve_on(listener: tokio::net::TcpListener, router: axum::Router) -> std::io::Result<()> {
+    parley_core::plain_http::serve(
+        listener,
+        router,
+        parley_core::config::HttpLimits::default(),
+        std::future::pending(),
+    )
+    .await
 }
 
 /// A loopback address nothing listens on.

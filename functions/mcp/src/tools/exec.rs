@@ -5,7 +5,9 @@
 //! row (`row_to_json`), so numeric, timestamp and uuid values arrive exactly as stored.
 
 use deadpool_postgres::{Object, Pool};
-use parley_core::db::{DbError, is_connection_error};
+use futures_util::TryStreamExt;
+use parley_core::db::DbError;
+use parley_core::db::retry_once_if_stale;
 use tokio_postgres::error::SqlState;
 
 use super::params::SqlValue;
@@ -71,63 +73,39 @@ pub async fn run(pool: &Pool, tool: &ToolSpec, args: &[SqlValue]) -> Result<Tool
     // A connection that died while this instance was frozen fails the first attempt; the
     // statement never ran, so one retry on a fresh connection is safe. Writing tools are not
     // retried: a broken link after COMMIT went out cannot tell "done" from "not done".
-    let mut attempt = 0;
-    let rows = loop {
-        attempt += 1;
-        let client = pool.get().await.map_err(|e| {
-            tracing::warn!(error = %e, "no database connection");
-            ExecError::Unavailable
-        })?;
-        let mut guard = Guard(Some(client));
-        let result = query(guard.client(), tool, args, fetch).await;
-        match result {
-            Ok(rows) => {
-                guard.release();
-                break rows;
-            }
-            Err(e) if is_connection_error(&e) && attempt == 1 && !tool.writes => {
-                tracing::warn!(tool = %tool.name, error = %e, "stale database connection; retrying once");
-                continue;
-            }
-            Err(e) => {
-                if e.code() == Some(&SqlState::QUERY_CANCELED) {
-                    guard.release();
-                    return Err(ExecError::Timeout(tool.timeout.as_millis()));
-                }
-                tracing::error!(tool = %tool.name, error = %e, "tool statement failed");
-                if !is_connection_error(&e) {
-                    guard.release();
-                }
-                return Err(DbError::from(e).into());
-            }
+    let outcome = retry_once_if_stale!(
+        pool,
+        |conn| query(&conn, tool, args, fetch, row_limit)
+            .await
+            .map_err(DbError::from),
+        retry_if = !tool.writes,
+    );
+    outcome.map_err(|e| {
+        if e.sqlstate() == Some(&SqlState::QUERY_CANCELED) {
+            return ExecError::Timeout(tool.timeout.as_millis());
         }
-    };
-    Ok(render(
-        rows.iter().map(|r| r.get::<_, &str>(0)),
-        row_limit,
-        tool.max_bytes,
-    ))
+        match &e {
+            DbError::Unavailable(_) => {
+                tracing::warn!(tool = %tool.name, error = %e, "no database connection")
+            }
+            _ => tracing::error!(tool = %tool.name, error = %e, "tool statement failed"),
+        }
+        ExecError::from(e)
+    })
 }
 
-async fn query(
-    client: &Object,
-    tool: &ToolSpec,
-    args: &[SqlValue],
-    fetch: i64,
-) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
-    let statement = client
-        .prepare_typed_cached(&tool.wrapped_sql, &tool.placeholder_types)
-        .await?;
-    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = tool
-        .placeholder_params
-        .iter()
-        .map(|&i| args[i].as_sql())
-        .collect();
-    params.push(&fetch);
+/// What a tool's statement can change on its session and take past COMMIT. `DISCARD ALL` would
+/// also drop the prepared statements that keep the plan cache, so it is not used.
+pub const RESET_SESSION: &str = "RESET ALL; SELECT pg_advisory_unlock_all()";
+
+/// The statements that open a call's transaction (the bench's floor sends the same).
+pub fn begin_sql(tool: &ToolSpec) -> String {
     // Tools with nullable filters are planned per call (see `ToolSpec::custom_plans`): at 1M
     // rows a generic plan made a district search 345 ms instead of 23 ms, while planning a
-    // primary-key lookup every time costs more than the lookup.
-    let begin = format!(
+    // primary-key lookup every time costs more than the lookup. The others leave the choice
+    // to Postgres, which after five calls on a connection uses the cached generic plan when it
+    // is not costlier than planning each call.
+    format!(
         "BEGIN {}; SET LOCAL statement_timeout = {}{}",
         if tool.writes {
             "READ WRITE"
@@ -140,41 +118,55 @@ async fn query(
         } else {
             ""
         }
-    );
-    // Pipelined: all three go out before the first answer comes back. If the query fails the
-    // transaction is aborted and COMMIT only rolls it back.
-    let (begun, rows, committed) = tokio::join!(
+    )
+}
+
+async fn query(
+    client: &Object,
+    tool: &ToolSpec,
+    args: &[SqlValue],
+    fetch: i64,
+    row_limit: u64,
+) -> Result<ToolOutput, tokio_postgres::Error> {
+    let statement = client
+        .prepare_typed_cached(&tool.wrapped_sql, &tool.placeholder_types)
+        .await?;
+    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = tool
+        .placeholder_params
+        .iter()
+        .map(|&i| args[i].as_sql())
+        .collect();
+    params.push(&fetch);
+    // Rows are rendered as they stream in and the rest are let go once a cap is reached, so a
+    // tool with large rows holds about `max_bytes`, not `max_rows + 1` rows.
+    let rows = async {
+        let stream = client.query_raw(&statement, params).await?;
+        let mut stream = std::pin::pin!(stream);
+        let mut out = Render::new(row_limit, tool.max_bytes);
+        while let Some(row) = stream.try_next().await? {
+            if !out.push(row.get::<_, &str>(0)) {
+                break;
+            }
+        }
+        Ok::<_, tokio_postgres::Error>(out.finish())
+    };
+    let begin = begin_sql(tool);
+    // Pipelined: all four go out before the first answer comes back. If the query fails the
+    // transaction is aborted and COMMIT only rolls it back. The last message undoes what a
+    // declared statement can leave on the session (`set_config(.., false)`, a session advisory
+    // lock) before the connection goes back to the pool; it is a message of its own so it runs
+    // even when COMMIT fails.
+    let (begun, rows, committed, reset) = tokio::join!(
         client.batch_execute(&begin),
-        client.query(&statement, &params),
+        rows,
         client.batch_execute("COMMIT"),
+        client.batch_execute(RESET_SESSION),
     );
     begun?;
-    let rows = rows?;
+    let output = rows?;
     committed?;
-    Ok(rows)
-}
-
-/// Returns the connection to the pool only when the call finished cleanly; a call abandoned
-/// half-way (client gone, error) may leave a transaction open, so that connection is dropped.
-struct Guard(Option<Object>);
-
-impl Guard {
-    fn client(&mut self) -> &Object {
-        self.0
-            .as_ref()
-            .expect("guard holds a client until released")
-    }
-    fn release(&mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Some(client) = self.0.take() {
-            drop(Object::take(client));
-        }
-    }
+    reset?;
+    Ok(output)
 }
 
 /// Builds `{"rows":[...],"row_count":n,"truncated":bool}` from rows Postgres already rendered.
@@ -183,52 +175,90 @@ pub fn render<'a>(
     row_limit: u64,
     max_bytes: u64,
 ) -> ToolOutput {
-    const ENVELOPE: usize = 256;
-    let max_bytes = usize::try_from(max_bytes).unwrap_or(usize::MAX);
-    let mut json = String::from("{\"rows\":[");
-    let mut row_count = 0usize;
-    let mut truncated = None;
+    let mut out = Render::new(row_limit, max_bytes);
     for row in rows {
-        if row_count as u64 == row_limit {
-            truncated = Some(Truncation::MaxRows);
+        if !out.push(row) {
             break;
         }
-        if json.len() + row.len() + ENVELOPE > max_bytes {
-            truncated = Some(Truncation::MaxBytes);
-            break;
-        }
-        if row_count > 0 {
-            json.push(',');
-        }
-        json.push_str(row);
-        row_count += 1;
     }
-    json.push_str("],\"row_count\":");
-    json.push_str(&row_count.to_string());
-    match truncated {
-        None => json.push_str(",\"truncated\":false}"),
-        Some(reason) => {
-            let (reason, note) = match reason {
-                Truncation::MaxRows => (
-                    "max_rows",
-                    "more rows match than were returned; narrow the filters or ask for fewer",
-                ),
-                Truncation::MaxBytes => (
-                    "max_bytes",
-                    "the result was cut to fit the size limit; narrow the filters or ask for fewer rows",
-                ),
-            };
-            json.push_str(",\"truncated\":true,\"truncated_reason\":\"");
-            json.push_str(reason);
-            json.push_str("\",\"note\":\"");
-            json.push_str(note);
-            json.push_str("\"}");
+    out.finish()
+}
+
+/// A result being built one row at a time, as rows arrive.
+struct Render {
+    json: String,
+    row_count: usize,
+    truncated: Option<Truncation>,
+    row_limit: u64,
+    max_bytes: usize,
+}
+
+impl Render {
+    /// Room kept for the closing fields and the truncation note.
+    const ENVELOPE: usize = 256;
+
+    fn new(row_limit: u64, max_bytes: u64) -> Self {
+        Self {
+            json: String::from("{\"rows\":["),
+            row_count: 0,
+            truncated: None,
+            row_limit,
+            max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
         }
     }
-    ToolOutput {
-        json,
-        row_count,
-        truncated,
+
+    /// Adds `row` if it fits; `false` once the result is full and further rows are not wanted.
+    fn push(&mut self, row: &str) -> bool {
+        if self.row_count as u64 == self.row_limit {
+            self.truncated = Some(Truncation::MaxRows);
+            return false;
+        }
+        if self.json.len() + row.len() + Self::ENVELOPE > self.max_bytes {
+            self.truncated = Some(Truncation::MaxBytes);
+            return false;
+        }
+        if self.row_count > 0 {
+            self.json.push(',');
+        }
+        self.json.push_str(row);
+        self.row_count += 1;
+        true
+    }
+
+    fn finish(self) -> ToolOutput {
+        let Self {
+            mut json,
+            row_count,
+            truncated,
+            ..
+        } = self;
+        json.push_str("],\"row_count\":");
+        json.push_str(&row_count.to_string());
+        match truncated {
+            None => json.push_str(",\"truncated\":false}"),
+            Some(reason) => {
+                let (reason, note) = match reason {
+                    Truncation::MaxRows => (
+                        "max_rows",
+                        "more rows match than were returned; narrow the filters or ask for fewer",
+                    ),
+                    Truncation::MaxBytes => (
+                        "max_bytes",
+                        "the result was cut to fit the size limit; narrow the filters or ask for fewer rows",
+                    ),
+                };
+                json.push_str(",\"truncated\":true,\"truncated_reason\":\"");
+                json.push_str(reason);
+                json.push_str("\",\"note\":\"");
+                json.push_str(note);
+                json.push_str("\"}");
+            }
+        }
+        ToolOutput {
+            json,
+            row_count,
+            truncated,
+        }
     }
 }
 

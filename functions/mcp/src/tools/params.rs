@@ -241,18 +241,21 @@ impl ParamSpec {
                 .as_bool()
                 .map(SqlValue::Bool)
                 .ok_or_else(|| invalid(format!("must be true or false, got {}", kind(value)))),
-            ParamType::Date => value
-                .as_str()
-                .and_then(|s| NaiveDate::parse_from_str(s.trim(), "%Y-%m-%d").ok())
-                .map(SqlValue::Date)
-                .ok_or_else(|| invalid("must be a date written YYYY-MM-DD".into())),
-            ParamType::Timestamp => value
-                .as_str()
-                .and_then(parse_timestamp)
-                .map(SqlValue::Timestamp)
-                .ok_or_else(|| {
+            ParamType::Date => {
+                let date = value
+                    .as_str()
+                    .and_then(|s| NaiveDate::parse_from_str(s.trim(), "%Y-%m-%d").ok())
+                    .ok_or_else(|| invalid("must be a date written YYYY-MM-DD".into()))?;
+                check_storable(date).map_err(invalid)?;
+                Ok(SqlValue::Date(date))
+            }
+            ParamType::Timestamp => {
+                let time = value.as_str().and_then(parse_timestamp).ok_or_else(|| {
                     invalid("must be an RFC 3339 timestamp such as 2026-01-31T09:00:00Z".into())
-                }),
+                })?;
+                check_storable(time.date_naive()).map_err(invalid)?;
+                Ok(SqlValue::Timestamp(time))
+            }
             ParamType::Enum { values } => {
                 let s = value
                     .as_str()
@@ -360,6 +363,17 @@ fn check_range<T: PartialOrd + std::fmt::Display + Copy>(
         return Err(format!("must be at most {max}, got {n}"));
     }
     Ok(())
+}
+
+/// Postgres stores no date before Julian day 0, 24 November 4714 BC (ISO year -4713); the
+/// latest dates chrono reads are within Postgres' range.
+fn check_storable(date: NaiveDate) -> Result<(), String> {
+    match NaiveDate::from_ymd_opt(-4713, 11, 24) {
+        Some(earliest) if date < earliest => Err(format!(
+            "must be on or after {earliest} (24 November 4714 BC), the earliest date Postgres stores"
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn parse_timestamp(s: &str) -> Option<DateTime<Utc>> {
@@ -486,6 +500,23 @@ mod tests {
         assert!(t.parse(Some(&json!("2025-02-01T10:00:00+01:00"))).is_ok());
         assert!(t.parse(Some(&json!("2025-02-01"))).is_ok());
         assert!(t.parse(Some(&json!("yesterday"))).is_err());
+    }
+
+    #[test]
+    fn dates_postgres_cannot_store_are_refused_naming_the_parameter_and_the_range() {
+        let d = param("from", ParamType::Date, false);
+        let err = d.parse(Some(&json!("-5000-01-01"))).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "parameter `from` must be on or after -4713-11-24 (24 November 4714 BC), the earliest date Postgres stores"
+        );
+        assert!(d.parse(Some(&json!("-4713-11-24"))).is_ok());
+        let t = param("since", ParamType::Timestamp, false);
+        let err = t.parse(Some(&json!("-5000-01-01"))).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("parameter `since` must be on or after")
+        );
     }
 
     #[test]

@@ -70,6 +70,8 @@ pub struct ToolSpec {
 pub enum SpecError {
     #[error("tools file is not valid TOML: {0}")]
     Toml(String),
+    #[error("tools file does not follow the tools format: {0}")]
+    Format(String),
     #[error("tool `{tool}`: {problem}")]
     Tool { tool: String, problem: String },
     #[error("tools file declares no tools")]
@@ -86,10 +88,12 @@ struct RawFile {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawTool {
-    name: String,
+    // Required, but optional here so a missing one is reported by name and tool, not as a
+    // TOML error.
+    name: Option<String>,
     title: Option<String>,
-    description: String,
-    sql: String,
+    description: Option<String>,
+    sql: Option<String>,
     max_rows: Option<u64>,
     max_bytes: Option<u64>,
     timeout_ms: Option<u64>,
@@ -118,13 +122,21 @@ struct RawParam {
 
 /// Parses a whole tools file.
 pub fn parse(text: &str, limits: Limits) -> Result<Vec<ToolSpec>, SpecError> {
-    let raw: RawFile = toml::from_str(text).map_err(|e| SpecError::Toml(e.to_string()))?;
+    // Syntax first, so "not valid TOML" is only said of text that is not.
+    text.parse::<toml::Table>()
+        .map_err(|e| SpecError::Toml(e.to_string()))?;
+    let raw: RawFile = toml::from_str(text).map_err(|e| SpecError::Format(e.to_string()))?;
     if raw.tools.is_empty() {
         return Err(SpecError::Empty);
     }
     let mut tools: Vec<ToolSpec> = Vec::with_capacity(raw.tools.len());
-    for t in raw.tools {
-        let name = t.name.clone();
+    for (i, t) in raw.tools.into_iter().enumerate() {
+        let Some(name) = t.name.clone() else {
+            return Err(SpecError::Tool {
+                tool: format!("number {}", i + 1),
+                problem: "needs a name (every [[tool]] needs name, description and sql)".into(),
+            });
+        };
         let spec = tool(t, limits).map_err(|problem| SpecError::Tool {
             tool: name.clone(),
             problem,
@@ -141,28 +153,40 @@ pub fn parse(text: &str, limits: Limits) -> Result<Vec<ToolSpec>, SpecError> {
 }
 
 fn tool(raw: RawTool, limits: Limits) -> Result<ToolSpec, String> {
+    let name = raw.name.unwrap_or_default();
     // The name must be acceptable to every LLM API a client may forward it to.
-    if raw.name.is_empty()
-        || raw.name.len() > 64
-        || !raw
-            .name
+    if name.is_empty()
+        || name.len() > 64
+        || !name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
     {
         return Err("name must be 1-64 characters of A-Z, a-z, 0-9, _ or -".into());
     }
-    if raw.description.trim().is_empty() {
+    let description = raw.description.unwrap_or_default();
+    if description.trim().is_empty() {
         return Err("needs a description: it is what tells a model when to use the tool".into());
     }
+    let Some(sql) = raw.sql else {
+        return Err("needs sql: the statement the tool runs".into());
+    };
     let params = raw
         .params
         .into_iter()
         .map(|(name, p)| param(name.clone(), p).map_err(|e| format!("parameter `{name}`: {e}")))
         .collect::<Result<Vec<_>, _>>()?;
 
-    let declared = raw.sql.trim().trim_end_matches(';').trim_end();
+    let declared = sql.trim().trim_end_matches(';').trim_end();
     if declared.is_empty() {
         return Err("sql is empty".into());
+    }
+    // The statement stands inside a WITH clause, where Postgres accepts a change of rows only
+    // with RETURNING; its own message would name that internal clause.
+    if let Some(verb) = sql::changes_rows_without_returning(declared) {
+        return Err(format!(
+            "sql changes rows ({verb}) without RETURNING; a tool returns rows, so end the \
+             statement with RETURNING and the columns to report (e.g. RETURNING id)"
+        ));
     }
     let rewritten = sql::rewrite(declared);
     let mut placeholder_params = Vec::with_capacity(rewritten.names.len());
@@ -224,9 +248,9 @@ fn tool(raw: RawTool, limits: Limits) -> Result<ToolSpec, String> {
     let custom_plans = params.iter().any(|p| !p.required && p.default.is_none());
     Ok(ToolSpec {
         custom_plans,
-        name: raw.name,
+        name,
         title: raw.title,
-        description: raw.description.trim().to_owned(),
+        description: description.trim().to_owned(),
         params,
         wrapped_sql,
         placeholder_types,
@@ -439,6 +463,67 @@ mod tests {
         let one = "[[tool]]\nname = \"t\"\ndescription = \"d\"\nsql = \"SELECT 1\"\n";
         let err = parse(&format!("{one}{one}"), Limits::default()).unwrap_err();
         assert_eq!(err.to_string(), "tool `t`: is declared twice");
+    }
+
+    #[test]
+    fn a_missing_required_field_names_the_tool_and_the_field() {
+        let err = parse_one("[[tool]]\nname = \"t\"\nsql = \"SELECT 1\"\n").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "tool `t`: needs a description: it is what tells a model when to use the tool"
+        );
+        let err = parse_one("[[tool]]\nname = \"t\"\ndescription = \"d\"\n").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "tool `t`: needs sql: the statement the tool runs"
+        );
+        let one = "[[tool]]\nname = \"a\"\ndescription = \"d\"\nsql = \"SELECT 1\"\n";
+        let err = parse(
+            &format!("{one}[[tool]]\ndescription = \"d\"\nsql = \"SELECT 1\"\n"),
+            Limits::default(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "tool `number 2`: needs a name (every [[tool]] needs name, description and sql)"
+        );
+    }
+
+    #[test]
+    fn only_text_that_is_not_toml_is_called_invalid_toml() {
+        let err = parse_one("[[tool]\nname = ").unwrap_err();
+        assert!(
+            err.to_string().starts_with("tools file is not valid TOML"),
+            "{err}"
+        );
+        let err = parse_one("[[tool]]\nname = 5\n").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("tools file does not follow the tools format"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_write_without_returning_is_refused_in_the_authors_terms() {
+        for sql in [
+            "UPDATE feedback SET status = 'closed' WHERE id = :id",
+            "WITH x AS (SELECT 1) DELETE FROM feedback WHERE id = :id",
+            "insert into feedback (title) values (:id)",
+        ] {
+            let err = parse_one(&format!(
+                "[[tool]]\nname = \"t\"\ndescription = \"d\"\nwrites = true\nsql = \"{sql}\"\n[tool.params.id]\ntype = \"integer\"\nrequired = true\n"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains("without RETURNING"), "{sql}: {err}");
+            assert!(!err.contains("tool_rows"), "{err}");
+        }
+        let ok = "UPDATE feedback SET status = 'closed' WHERE id = :id RETURNING id";
+        parse_one(&format!(
+            "[[tool]]\nname = \"t\"\ndescription = \"d\"\nwrites = true\nsql = \"{ok}\"\n[tool.params.id]\ntype = \"integer\"\nrequired = true\n"
+        ))
+        .unwrap();
     }
 
     #[test]

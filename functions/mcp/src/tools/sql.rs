@@ -18,17 +18,11 @@ pub fn rewrite(sql: &str) -> Placeholders {
     let mut i = 0;
     let mut copied_to = 0;
     while i < bytes.len() {
+        if let Some(next) = skip_literal(sql, i) {
+            i = next;
+            continue;
+        }
         match bytes[i] {
-            b'\'' | b'"' => i = skip_quoted(bytes, i),
-            b'-' if bytes.get(i + 1) == Some(&b'-') => {
-                i = sql[i..].find('\n').map_or(bytes.len(), |n| i + n + 1);
-            }
-            b'/' if bytes.get(i + 1) == Some(&b'*') => {
-                i = sql[i + 2..]
-                    .find("*/")
-                    .map_or(bytes.len(), |n| i + 2 + n + 2);
-            }
-            b'$' => i = skip_dollar_quoted(sql, i),
             b':' if bytes.get(i + 1) == Some(&b':') => i += 2,
             b':' if bytes
                 .get(i + 1)
@@ -58,6 +52,64 @@ pub fn rewrite(sql: &str) -> Placeholders {
     }
     out.push_str(&sql[copied_to..]);
     Placeholders { sql: out, names }
+}
+
+/// The verb (`INSERT`, `UPDATE`, `DELETE` or `MERGE`) of a statement that changes rows but has
+/// no `RETURNING`, looking only at its top level (not inside parentheses, literals or comments).
+pub fn changes_rows_without_returning(sql: &str) -> Option<&'static str> {
+    const VERBS: [&str; 7] = [
+        "SELECT", "VALUES", "TABLE", "INSERT", "UPDATE", "DELETE", "MERGE",
+    ];
+    let bytes = sql.as_bytes();
+    let (mut i, mut depth) = (0, 0usize);
+    let mut verb: Option<&'static str> = None;
+    while i < bytes.len() {
+        if let Some(next) = skip_literal(sql, i) {
+            i = next;
+            continue;
+        }
+        match bytes[i] {
+            b'(' => (depth, i) = (depth + 1, i + 1),
+            b')' => (depth, i) = (depth.saturating_sub(1), i + 1),
+            b if b.is_ascii_alphabetic() || b == b'_' => {
+                let end = sql[i..]
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .map_or(bytes.len(), |n| i + n);
+                let word = &sql[i..end];
+                if depth == 0 {
+                    if word.eq_ignore_ascii_case("RETURNING") {
+                        return None;
+                    }
+                    if verb.is_none() {
+                        verb = VERBS.into_iter().find(|v| word.eq_ignore_ascii_case(v));
+                    }
+                }
+                i = end;
+            }
+            _ => i += 1,
+        }
+    }
+    verb.filter(|v| !matches!(*v, "SELECT" | "VALUES" | "TABLE"))
+}
+
+/// Where the text starting at `i` stops being a string literal, quoted identifier, comment or
+/// dollar-quoted body; `None` when plain SQL starts at `i`.
+fn skip_literal(sql: &str, i: usize) -> Option<usize> {
+    let bytes = sql.as_bytes();
+    match bytes[i] {
+        b'\'' | b'"' => Some(skip_quoted(bytes, i)),
+        b'-' if bytes.get(i + 1) == Some(&b'-') => {
+            Some(sql[i..].find('\n').map_or(bytes.len(), |n| i + n + 1))
+        }
+        b'/' if bytes.get(i + 1) == Some(&b'*') => Some(
+            sql[i + 2..]
+                .find("*/")
+                .map_or(bytes.len(), |n| i + 2 + n + 2),
+        ),
+        // A `$1`-style placeholder is stepped over by one byte, like plain SQL.
+        b'$' => Some(skip_dollar_quoted(sql, i)),
+        _ => None,
+    }
 }
 
 fn skip_quoted(bytes: &[u8], start: usize) -> usize {
@@ -123,6 +175,29 @@ mod tests {
         let p = rewrite(sql);
         assert_eq!(p.names, vec!["yes"]);
         assert!(p.sql.ends_with("$t$ :no $t$, $1"));
+    }
+
+    #[test]
+    fn only_a_top_level_change_without_returning_is_reported() {
+        assert_eq!(
+            changes_rows_without_returning("UPDATE t SET a = 1"),
+            Some("UPDATE")
+        );
+        assert_eq!(
+            changes_rows_without_returning(
+                "WITH d AS (DELETE FROM t RETURNING *) INSERT INTO u SELECT * FROM d"
+            ),
+            Some("INSERT")
+        );
+        for fine in [
+            "UPDATE t SET a = 1 RETURNING a",
+            "SELECT * FROM t FOR UPDATE",
+            "WITH d AS (DELETE FROM t RETURNING id) SELECT count(*) FROM d",
+            "SELECT 'update t' -- delete\n",
+            "INSERT INTO t VALUES (1) ON CONFLICT (a) DO UPDATE SET b = 2 RETURNING a",
+        ] {
+            assert_eq!(changes_rows_without_returning(fine), None, "{fine}");
+        }
     }
 
     #[test]

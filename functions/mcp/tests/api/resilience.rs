@@ -38,6 +38,55 @@ type = "integer"
 required = true
 "#;
 
+/// Statements that change their session beyond the transaction, and one that shows the session.
+const SESSION_TOOLS: &str = r#"
+[[tool]]
+name = "leave_search_path"
+description = "Changes the session's search_path."
+sql = "SELECT set_config('search_path', 'nowhere', false) AS search_path"
+
+[[tool]]
+name = "take_lock"
+description = "Takes a session advisory lock."
+sql = "SELECT pg_try_advisory_lock(777) AS locked"
+
+[[tool]]
+name = "session"
+description = "Shows the session a call runs in."
+sql = """
+SELECT pg_backend_pid() AS pid, current_setting('search_path') AS search_path,
+  (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()) AS advisory_locks,
+  (SELECT count(*) FROM lads) AS lads
+"""
+"#;
+
+#[tokio::test]
+async fn a_tool_cannot_leave_settings_or_locks_for_the_next_caller() {
+    let app = spawn(Options {
+        tools_toml: Some(SESSION_TOOLS.into()),
+        extra_env: env(&[("DB_POOL_MAX_SIZE", "1")]),
+        ..Options::default()
+    })
+    .await;
+    let before = app.rows("session", json!({})).await["rows"][0].clone();
+    let changed = app.rows("leave_search_path", json!({})).await;
+    assert_eq!(changed["rows"][0]["search_path"], "nowhere");
+    let locked = app.rows("take_lock", json!({})).await;
+    assert_eq!(locked["rows"][0]["locked"], true);
+
+    // Pool size 1: the same connection serves the next call, and finds its session as it was.
+    let after = app.rows("session", json!({})).await["rows"][0].clone();
+    assert_eq!(
+        after["pid"], before["pid"],
+        "the pooled connection was reused"
+    );
+    assert_eq!(after["search_path"], before["search_path"]);
+    assert_eq!(after["advisory_locks"], 0);
+    assert_eq!(after["lads"], before["lads"]);
+    let free: bool = app.sql_one("SELECT pg_try_advisory_lock(777)").await.get(0);
+    assert!(free, "lock 777 was left held by the pooled connection");
+}
+
 #[tokio::test]
 async fn a_statement_over_its_timeout_is_cancelled_and_reported() {
     let app = spawn(Options {

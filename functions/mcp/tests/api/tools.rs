@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::helpers::{client_call, spawn_app};
+use crate::helpers::{Options, client_call, env, spawn, spawn_app};
 
 #[tokio::test]
 async fn tools_list_publishes_every_shipped_tool_with_schema_and_read_only_hint() {
@@ -379,4 +379,98 @@ async fn a_real_mcp_client_gets_structured_content_and_the_same_json_as_text() {
         .text
         .clone();
     assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), structured);
+}
+
+/// The shipped tools plus one that shows how the session's prepared statements were planned.
+fn with_plans_tool() -> String {
+    format!(
+        "{}\n{}",
+        parley_mcp::tools::spec::DEFAULT_TOOLS,
+        r#"
+[[tool]]
+name = "plans"
+description = "How this session's prepared statements were planned."
+sql = """
+SELECT statement LIKE '%f.id = $1%' AS get_feedback,
+       statement LIKE '%websearch_to_tsquery%' AS search_feedback,
+       generic_plans, custom_plans
+FROM pg_prepared_statements
+WHERE (statement LIKE '%f.id = $1%' OR statement LIKE '%websearch_to_tsquery%')
+  AND statement NOT LIKE '%pg_prepared_statements%'
+"""
+"#
+    )
+}
+
+#[tokio::test]
+async fn a_lookup_keeps_the_plan_cache_and_a_search_with_optional_filters_is_planned_per_call() {
+    let app = spawn(Options {
+        tools_toml: Some(with_plans_tool()),
+        extra_env: env(&[("DB_POOL_MAX_SIZE", "1")]),
+        ..Options::default()
+    })
+    .await;
+    for id in 1..=8 {
+        app.rows("get_feedback", json!({"id": id})).await;
+        app.rows("search_feedback", json!({"query": "pothole"}))
+            .await;
+    }
+    let plans = app.rows("plans", json!({})).await;
+    let row = |tool: &str| {
+        plans["rows"]
+            .as_array()
+            .and_then(|rows| rows.iter().find(|r| r[tool] == true))
+            .cloned()
+            .unwrap_or_else(|| panic!("no prepared statement for {tool}: {plans}"))
+    };
+    let lookup = row("get_feedback");
+    assert!(
+        lookup["generic_plans"].as_i64() > Some(0),
+        "get_feedback runs Postgres' cached generic plan: {lookup}"
+    );
+    let search = row("search_feedback");
+    assert_eq!(search["generic_plans"], 0, "{search}");
+    assert_eq!(search["custom_plans"], 8, "{search}");
+}
+
+#[tokio::test]
+async fn percent_and_underscore_are_text_to_find_not_wildcards() {
+    let app = spawn_app().await;
+    for text in ["%", "_", "%%%"] {
+        let out = app.rows("list_lads", json!({"name_contains": text})).await;
+        assert_eq!(out["row_count"], 0, "{text}: {out}");
+        let out = app.rows("lad_by_ref", json!({"ref": text})).await;
+        assert_eq!(out["row_count"], 0, "{text}: {out}");
+    }
+    let out = app
+        .rows("list_lads", json!({"name_contains": "upon"}))
+        .await;
+    assert!(out["row_count"].as_u64() > Some(0), "{out}");
+}
+
+/// Rows far larger than the byte cap: the result stops at the cap.
+const LARGE_ROWS: &str = r#"
+[[tool]]
+name = "large"
+description = "Large rows."
+max_rows = 1000
+max_bytes = 100000
+sql = "SELECT g AS n, repeat('x', 30000) AS filler FROM generate_series(1, 1000) g"
+"#;
+
+#[tokio::test]
+async fn rows_past_the_byte_cap_are_cut_with_the_reason() {
+    let app = spawn(Options {
+        tools_toml: Some(LARGE_ROWS.into()),
+        ..Options::default()
+    })
+    .await;
+    let result = app.call("large", json!({})).await;
+    let text = result["content"][0]["text"].as_str().expect("text");
+    assert!(text.len() <= 100_000, "{} bytes", text.len());
+    let out = &result["structuredContent"];
+    assert_eq!(out["truncated"], true);
+    assert_eq!(out["truncated_reason"], "max_bytes");
+    assert_eq!(out["row_count"], 3);
+    assert_eq!(out["rows"][2]["n"], 3);
 }
