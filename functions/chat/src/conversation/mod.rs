@@ -375,6 +375,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_exhausted_pool_is_its_own_error_and_a_503_with_retry_after() {
+        use axum::response::IntoResponse;
+
+        let e = StorageError::from(PoolError::Timeout(TimeoutType::Wait));
+        assert!(matches!(e, StorageError::PoolExhausted), "{e:?}");
+        let response = crate::error::ApiError::from(e).into_response();
+        assert_eq!(response.status(), 503);
+        assert_eq!(response.headers()["retry-after"], "1");
+        // A connect timeout is the database being unreachable, not the pool being busy.
+        let e = StorageError::from(PoolError::Timeout(TimeoutType::Create));
+        assert!(matches!(e, StorageError::Unavailable(_)), "{e:?}");
+    }
+
+    #[test]
     fn cursors_round_trip() {
         let c = PageCursor {
             updated_at: DateTime::from_timestamp_micros(1_700_000_000_123_456).unwrap(),
