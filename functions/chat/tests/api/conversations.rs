@@ -180,24 +180,17 @@ async fn concurrent_turns_on_one_conversation_run_one_after_the_other() {
 
 #[tokio::test]
 async fn a_turn_that_waits_too_long_for_the_conversation_is_409_and_stores_nothing() {
-    let chat = spawn(Options {
-        steps: vec![
-            Step::Text("first".into()),
-            Step::Delay(
-                Duration::from_millis(1500),
-                Box::new(Step::Text("slow answer".into())),
-            ),
-            Step::Text("after the wait".into()),
+    let (chat, id) = started_conversation(
+        vec![
+            Step::delayed(Duration::from_millis(1500), Step::text("slow answer")),
+            Step::text("after the wait"),
         ],
-        extra_env: vec![("TURN_LOCK_WAIT_MS", "200".into())],
-        ..Options::default()
-    })
+        vec![("TURN_LOCK_WAIT_MS", "200".into())],
+    )
     .await;
-    let first = chat.turn("alice", json!({"message": "start"})).await;
-    let id = first["conversation_id"].clone();
     let slow = chat.post("alice", json!({"message": "slow", "conversation_id": id}));
     let impatient = async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        until_the_model_got(&chat, 2).await;
         chat.post(
             "alice",
             json!({"message": "impatient", "conversation_id": id}),
@@ -214,14 +207,8 @@ async fn a_turn_that_waits_too_long_for_the_conversation_is_409_and_stores_nothi
         .turn("alice", json!({"message": "later", "conversation_id": id}))
         .await;
     assert_eq!(later["reply"], "after the wait");
-    let contents: Vec<String> = chat
-        .messages("alice", id.as_str().unwrap())
-        .await
-        .iter()
-        .map(|m| m["content"].as_str().unwrap().to_owned())
-        .collect();
     assert_eq!(
-        contents,
+        contents(&chat, &id).await,
         [
             "start",
             "first",
@@ -315,6 +302,34 @@ async fn the_stored_history_carries_each_turns_traces_and_usage() {
     assert_eq!(messages[1]["steps"], 1);
 }
 
+/// Alice's conversation after a first turn ("start" answered "first"); `steps` answer the
+/// model's next requests.
+async fn started_conversation(
+    steps: Vec<Step>,
+    extra_env: Vec<(&'static str, String)>,
+) -> (crate::helpers::TestChat, Value) {
+    let mut all = vec![Step::text("first")];
+    all.extend(steps);
+    let chat = spawn(Options {
+        steps: all,
+        extra_env,
+        ..Options::default()
+    })
+    .await;
+    let first = chat.turn("alice", json!({"message": "start"})).await;
+    let id = first["conversation_id"].clone();
+    (chat, id)
+}
+
+/// The content of each of alice's stored messages in conversation `id`, in order.
+async fn contents(chat: &crate::helpers::TestChat, id: &Value) -> Vec<String> {
+    chat.messages("alice", id.as_str().unwrap())
+        .await
+        .iter()
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 /// Waits (polling, no fixed sleep) until the scripted model has received `n` requests.
 async fn until_the_model_got(chat: &crate::helpers::TestChat, n: usize) {
     while chat.llm.requests().len() < n {
@@ -368,22 +383,18 @@ async fn concurrent_turns_outnumbering_the_pool_all_succeed_while_the_model_is_s
 /// turn's answer is refused rather than stored out of order.
 #[tokio::test]
 async fn a_turn_that_outlives_its_lease_is_taken_over_and_its_late_answer_is_not_stored() {
-    let chat = spawn(Options {
-        steps: vec![
-            Step::text("first"),
+    let (chat, id) = started_conversation(
+        vec![
             Step::delayed(Duration::from_secs(4), Step::text("too late")),
             Step::text("taken over"),
             Step::text("after"),
         ],
-        extra_env: vec![
+        vec![
             ("TURN_LEASE_MS", "1000".into()),
             ("TURN_LOCK_WAIT_MS", "10000".into()),
         ],
-        ..Options::default()
-    })
+    )
     .await;
-    let first = chat.turn("alice", json!({"message": "start"})).await;
-    let id = first["conversation_id"].clone();
     let slow = chat.post("alice", json!({"message": "slow", "conversation_id": id}));
     let next = async {
         // The slow turn holds the conversation once its model call is under way.
@@ -406,12 +417,8 @@ async fn a_turn_that_outlives_its_lease_is_taken_over_and_its_late_answer_is_not
         .map(|m| m["seq"].as_i64().unwrap())
         .collect();
     assert_eq!(seqs, [1, 2, 3, 4, 5, 6, 7]);
-    let contents: Vec<&str> = messages
-        .iter()
-        .map(|m| m["content"].as_str().unwrap())
-        .collect();
     assert_eq!(
-        contents,
+        contents(&chat, &id).await,
         [
             "start",
             "first",
