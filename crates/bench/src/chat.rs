@@ -777,6 +777,7 @@ impl ChatSql {
                 context: Some(&context),
                 history_limit: self.history_limit,
                 lock_wait: Duration::from_secs(60),
+                lease: Duration::from_secs(30),
             },
         )
         .await

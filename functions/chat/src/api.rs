@@ -16,9 +16,10 @@ use serde_json::{Value, json};
 use crate::AppState;
 use crate::auth::User;
 use crate::config::Limits;
-use crate::conversation::{self, ConversationId, PageCursor};
+use crate::conversation::{self, ConversationId, PageCursor, StorageError};
 use crate::error::ApiError;
 use crate::instructions::UiContext;
+use crate::nul;
 use crate::turn::{self, TurnRequest, TurnResponse};
 
 pub fn router(state: AppState) -> Router {
@@ -54,7 +55,7 @@ impl ChatBody {
     fn parse(bytes: &[u8], limits: &Limits) -> Result<TurnRequest, ApiError> {
         let body: ChatBody = parse_json(bytes)?;
         // Postgres text cannot hold NUL; refuse it here rather than fail when storing.
-        if body.message.contains('\0') || body.context.as_ref().is_some_and(conversation::has_nul) {
+        if body.message.contains('\0') || body.context.as_ref().is_some_and(nul::has_nul) {
             return Err(invalid(
                 "invalid_characters",
                 "`message` and `context` must not contain NUL characters",
@@ -232,15 +233,14 @@ async fn conversation_messages(
     User(user): User,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let id = ConversationId::parse(&id).ok_or(ApiError::ConversationNotFound)?;
+    let id = ConversationId::parse(&id).ok_or(StorageError::NotFound)?;
     let messages = conversation::messages(&state.pool, &user, &id).await?;
     Ok(Json(json!({"conversation_id": id, "messages": messages})))
 }
 
 /// Readiness: 200 when a database connection works, else 503.
 async fn health(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
-    let client = state.pool.get().await?;
-    client.simple_query("SELECT 1").await?;
+    conversation::ping(&state.pool).await?;
     Ok(Json(json!({"status": "ok"})))
 }
 
@@ -258,6 +258,7 @@ mod tests {
             max_body_bytes: 1024,
             max_context_bytes: 64,
             turn_lock_wait: Duration::from_secs(1),
+            turn_lease: Duration::from_secs(30),
             mcp_timeout: Duration::from_secs(1),
             page_max: 100,
         }

@@ -31,6 +31,11 @@ pub struct Limits {
     /// `TURN_LOCK_WAIT_MS`: how long a turn waits for another turn on the same conversation
     /// before answering 409 (default 60000).
     pub turn_lock_wait: Duration,
+    /// `TURN_LEASE_MS`: how long a turn's claim on its conversation lasts if the turn never
+    /// finishes (its instance froze or died); then the next turn may take the conversation
+    /// over. Longer than any turn can run (default 30000: the 25 s turn deadline plus 5 s for
+    /// the last tool call and storing the answer).
+    pub turn_lease: Duration,
     /// `MCP_TIMEOUT_MS`: one MCP request (default 30000).
     pub mcp_timeout: Duration,
     /// `CONVERSATIONS_PAGE_MAX`: most conversations per page of `GET /api/conversations`
@@ -90,6 +95,11 @@ impl ChatConfig {
                     "TURN_LOCK_WAIT_MS",
                     Duration::from_secs(60),
                     0..=900_000,
+                )?,
+                turn_lease: env.millis(
+                    "TURN_LEASE_MS",
+                    Duration::from_secs(30),
+                    1_000..=3_600_000,
                 )?,
                 mcp_timeout: env.millis(
                     "MCP_TIMEOUT_MS",

@@ -7,6 +7,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use crate::auth::AuthError;
+use crate::conversation::StorageError;
 use crate::llm::LlmError;
 
 #[derive(Debug, thiserror::Error)]
@@ -21,39 +22,13 @@ pub enum ApiError {
     TooLarge { limit: usize },
     #[error(transparent)]
     Unauthorized(#[from] AuthError),
-    #[error("conversation not found")]
-    ConversationNotFound,
-    /// Another turn on the same conversation held it for longer than the wait allowed.
-    #[error("another turn on this conversation is still running")]
-    ConversationBusy,
+    #[error(transparent)]
+    Storage(#[from] StorageError),
     #[error(transparent)]
     Llm(#[from] LlmError),
-    #[error("the database is unavailable")]
-    DatabaseUnavailable,
     /// Anything else: a bug or an unexpected failure. Logged in full, reported generically.
     #[error("internal error: {0}")]
     Internal(String),
-}
-
-impl From<parley_core::db::DbError> for ApiError {
-    fn from(e: parley_core::db::DbError) -> Self {
-        match e {
-            parley_core::db::DbError::Unavailable(_) => ApiError::DatabaseUnavailable,
-            other => ApiError::Internal(other.to_string()),
-        }
-    }
-}
-
-impl From<tokio_postgres::Error> for ApiError {
-    fn from(e: tokio_postgres::Error) -> Self {
-        parley_core::db::DbError::from(e).into()
-    }
-}
-
-impl From<deadpool_postgres::PoolError> for ApiError {
-    fn from(e: deadpool_postgres::PoolError) -> Self {
-        parley_core::db::DbError::from(e).into()
-    }
 }
 
 impl ApiError {
@@ -86,16 +61,44 @@ impl ApiError {
                 ),
                 other => (StatusCode::UNAUTHORIZED, "unauthorized", other.to_string()),
             },
-            ApiError::ConversationNotFound => (
-                StatusCode::NOT_FOUND,
-                "conversation_not_found",
-                self.to_string(),
-            ),
-            ApiError::ConversationBusy => (
-                StatusCode::CONFLICT,
-                "conversation_busy",
-                format!("{self}; retry when it has finished"),
-            ),
+            ApiError::Storage(e) => match e {
+                StorageError::NotFound => (
+                    StatusCode::NOT_FOUND,
+                    "conversation_not_found",
+                    e.to_string(),
+                ),
+                StorageError::Busy => (
+                    StatusCode::CONFLICT,
+                    "conversation_busy",
+                    format!("{e}; retry when it has finished"),
+                ),
+                StorageError::LeaseLost => (
+                    StatusCode::CONFLICT,
+                    "turn_lease_lost",
+                    "this turn ran longer than its hold on the conversation (TURN_LEASE_MS) \
+and a later turn took the conversation over; this reply was not stored, send the message again"
+                        .to_owned(),
+                ),
+                StorageError::PoolExhausted => {
+                    retry_after = Some(Duration::from_secs(1));
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "database_pool_exhausted",
+                        "every database connection of this instance is in use; retry shortly"
+                            .to_owned(),
+                    )
+                }
+                StorageError::Unavailable(_) => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "database_unavailable",
+                    "the database cannot be reached; retry shortly".to_owned(),
+                ),
+                StorageError::Failed(_) => (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "an internal error occurred".to_owned(),
+                ),
+            },
             ApiError::Llm(e) => match e {
                 LlmError::RateLimited { retry_after: after } => {
                     retry_after = *after;
@@ -116,11 +119,6 @@ impl ApiError {
                     "the language model failed to answer; retry shortly".to_owned(),
                 ),
             },
-            ApiError::DatabaseUnavailable => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "database_unavailable",
-                "the database cannot be reached; retry shortly".to_owned(),
-            ),
             ApiError::Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal",
@@ -151,5 +149,12 @@ impl IntoResponse for ApiError {
             response.headers_mut().insert(header::RETRY_AFTER, v);
         }
         response
+    }
+}
+
+/// The caller extractor's rejection (`auth` knows nothing of HTTP statuses).
+impl IntoResponse for AuthError {
+    fn into_response(self) -> Response {
+        ApiError::from(self).into_response()
     }
 }

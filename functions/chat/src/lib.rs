@@ -2,8 +2,10 @@
 //! keeps the conversation in Postgres and returns the reply with a trace of every tool call.
 //!
 //! Modules: `api` (HTTP surface, parsing at the edge), `auth` (caller identity), `turn` (the
-//! loop), `llm` (the model, two wire dialects), `mcp_client` (tools), `conversation` (memory),
-//! `instructions` (what the model is told), `config`, `error` (the one status mapping).
+//! loop), `llm` (the model, two wire dialects), `mcp_client` (tools), `conversation` (memory,
+//! with its own storage errors), `replay` (stored messages back into model input), `nul` (text
+//! Postgres cannot store), `instructions` (what the model is told), `config`, `error` (the one
+//! status mapping).
 
 pub mod api;
 pub mod auth;
@@ -13,6 +15,8 @@ pub mod error;
 pub mod instructions;
 pub mod llm;
 pub mod mcp_client;
+pub mod nul;
+pub mod replay;
 pub mod turn;
 
 use std::sync::Arc;

@@ -17,6 +17,7 @@ use crate::error::ApiError;
 use crate::instructions::{self, UiContext};
 use crate::llm::{Item, Prompt, ToolCall, ToolDef, Usage};
 use crate::mcp_client::{Catalog, ToolOutcome};
+use crate::{nul, replay};
 
 /// A checked `POST /api/chat` request.
 #[derive(Debug, Clone)]
@@ -55,12 +56,13 @@ pub async fn run(
             context: context_json.as_ref(),
             history_limit: state.limits.history,
             lock_wait: state.limits.turn_lock_wait,
+            lease: state.limits.turn_lease,
         },
     )
     .await?;
     let conversation_id = turn.conversation;
 
-    let mut items = conversation::replay(&turn.history, state.limits.replay_chars);
+    let mut items = replay::replay(&turn.history, state.limits.replay_chars);
     items.push(Item::User(request.message.clone()));
     let instructions = instructions::build(chrono::Utc::now(), request.context.as_ref(), &tools);
 
@@ -73,13 +75,14 @@ pub async fn run(
             items: &items,
             tools: &tools,
         };
-        let reply = match state.llm.respond(prompt).await {
+        let mut reply = match state.llm.respond(prompt).await {
             Ok(r) => r,
             Err(e) => break Err(e),
         };
+        nul::clean_reply(&mut reply);
         usage += reply.usage;
         if reply.calls.is_empty() {
-            break Ok(without_nul(&reply.text.unwrap_or_default()));
+            break Ok(reply.text.unwrap_or_default());
         }
         if steps == state.limits.max_steps {
             break Ok(format!(
@@ -102,7 +105,7 @@ reaching an answer. The results gathered so far are in the traces; try a narrowe
         for trace in results {
             items.push(Item::Output {
                 call_id: trace.call_id.clone(),
-                output: conversation::output_text(&trace.output),
+                output: replay::output_text(&trace.output),
             });
             traces.push(trace);
         }
@@ -222,33 +225,12 @@ async fn run_call(
     Trace {
         call_id: call.call_id.clone(),
         step,
-        name: without_nul(&call.name),
-        args: json_without_nul(args),
-        output: json_without_nul(outcome.output),
+        name: call.name.clone(),
+        // Arguments parse `\u0000` escapes into NULs; tool servers may send them too.
+        args: nul::clean_json(args),
+        output: nul::clean_json(outcome.output),
         is_error: outcome.is_error,
         duration_ms,
-    }
-}
-
-/// Postgres cannot store NUL in text or jsonb; what the model or a tool server sends is
-/// cleaned rather than allowed to make the turn unstorable.
-fn without_nul(s: &str) -> String {
-    s.replace('\0', "\u{FFFD}")
-}
-
-fn json_without_nul(value: Value) -> Value {
-    if !conversation::has_nul(&value) {
-        return value;
-    }
-    match value {
-        Value::String(s) if s.contains('\0') => Value::String(without_nul(&s)),
-        Value::Array(items) => Value::Array(items.into_iter().map(json_without_nul).collect()),
-        Value::Object(map) => Value::Object(
-            map.into_iter()
-                .map(|(k, v)| (without_nul(&k), json_without_nul(v)))
-                .collect(),
-        ),
-        other => other,
     }
 }
 
@@ -267,17 +249,6 @@ fn parse_arguments(raw: &str) -> Result<Map<String, Value>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn nul_characters_are_replaced_anywhere_in_a_tool_output() {
-        let clean = serde_json::json!({"rows": [{"name": "Leeds"}], "n": 1});
-        assert_eq!(json_without_nul(clean.clone()), clean);
-        let dirty = serde_json::json!({"rows": [{"na\0me": "Le\0eds"}], "n": 1});
-        assert_eq!(
-            json_without_nul(dirty),
-            serde_json::json!({"rows": [{"na\u{FFFD}me": "Le\u{FFFD}eds"}], "n": 1})
-        );
-    }
 
     #[test]
     fn arguments_must_be_a_json_object() {

@@ -16,7 +16,6 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use parley_core::config::{ConfigError, Env, ExposeSecret, SecretString};
 use serde::Deserialize;
 
-use crate::error::ApiError;
 use jwks::JwksCache;
 
 /// Longest `sub` accepted as a user id, in characters.
@@ -365,7 +364,7 @@ where
     Arc<Authenticator>: FromRef<S>,
     S: Send + Sync,
 {
-    type Rejection = ApiError;
+    type Rejection = AuthError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let authenticator = Arc::<Authenticator>::from_ref(state);
@@ -775,7 +774,7 @@ mod tests {
         }
     }
 
-    async fn extract(state: &AppState, authorization: Option<&[u8]>) -> Result<User, ApiError> {
+    async fn extract(state: &AppState, authorization: Option<&[u8]>) -> Result<User, AuthError> {
         let mut request = axum::http::Request::builder().uri("/conversations");
         if let Some(value) = authorization {
             request = request.header(AUTHORIZATION, value);
@@ -795,17 +794,11 @@ mod tests {
 
         for refused in [None, Some(&b"Basic x"[..]), Some(&b"Bearer \xff"[..])] {
             let err = extract(&state, refused).await.unwrap_err();
-            assert!(
-                matches!(err, ApiError::Unauthorized(AuthError::Missing)),
-                "{err:?}"
-            );
+            assert!(matches!(err, AuthError::Missing), "{err:?}");
         }
         let expired = json!({"sub": "u", "exp": get_current_timestamp() - 120});
         let header = format!("Bearer {}", hs256(&expired, SECRET));
         let err = extract(&state, Some(header.as_bytes())).await.unwrap_err();
-        assert!(
-            matches!(err, ApiError::Unauthorized(AuthError::Expired)),
-            "{err:?}"
-        );
+        assert!(matches!(err, AuthError::Expired), "{err:?}");
     }
 }

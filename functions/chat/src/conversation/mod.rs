@@ -1,0 +1,400 @@
+//! Conversation memory in Postgres (`chat.conversations`, `chat.messages`): ownership, the
+//! history window, reads, and (in [`lease`]) writing a turn so that nothing is lost or
+//! half-written. Failures are [`StorageError`]s, in storage words; `error.rs` picks statuses.
+
+use std::future::Future;
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::{Object, Pool, PoolError, TimeoutType};
+use parley_core::db::{DbError, is_connection_error};
+use serde::Serialize;
+use serde_json::Value;
+use tokio_postgres::types::{Json, ToSql};
+use uuid::Uuid;
+
+use crate::auth::UserId;
+use crate::llm::Usage;
+
+/// What [`message`] reads, in every query that returns messages.
+macro_rules! columns {
+    () => {
+        "seq, role, content, context, traces, usage, steps, error, created_at"
+    };
+}
+
+mod lease;
+
+pub use lease::{Turn, TurnRecord, TurnStart, begin};
+
+/// Why the conversation store could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// No such conversation, or it belongs to someone else: the two are indistinguishable.
+    #[error("conversation not found")]
+    NotFound,
+    /// Another turn held the conversation for longer than the caller was willing to wait.
+    #[error("another turn on this conversation is still running")]
+    Busy,
+    /// The turn outlived its lease and a later turn took the conversation over, so its reply
+    /// was not stored (see [`Turn::finish`]).
+    #[error("the turn outlived its lease on the conversation and a later turn took it over")]
+    LeaseLost,
+    /// Every pooled connection was in use for the whole acquire timeout: this instance is
+    /// overloaded, the database is not necessarily unwell.
+    #[error("no database connection was free in time (pool exhausted)")]
+    PoolExhausted,
+    /// The database could not be reached or the connection broke.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    /// The database refused a statement, or a stored row could not be read.
+    #[error("storage failed: {0}")]
+    Failed(String),
+}
+
+impl From<DbError> for StorageError {
+    fn from(e: DbError) -> Self {
+        match e {
+            DbError::Unavailable(why) => StorageError::Unavailable(why),
+            other => StorageError::Failed(other.to_string()),
+        }
+    }
+}
+
+impl From<tokio_postgres::Error> for StorageError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        DbError::from(e).into()
+    }
+}
+
+impl From<PoolError> for StorageError {
+    fn from(e: PoolError) -> Self {
+        match e {
+            PoolError::Timeout(TimeoutType::Wait) => StorageError::PoolExhausted,
+            other => DbError::from(other).into(),
+        }
+    }
+}
+
+/// How one attempt at a statement (or pipeline) failed.
+enum Attempt {
+    /// The connection was dead before the server acknowledged anything: safe to run again on a
+    /// fresh one.
+    Stale(StorageError),
+    Failed(StorageError),
+}
+
+impl Attempt {
+    fn into_error(self) -> StorageError {
+        match self {
+            Attempt::Stale(e) | Attempt::Failed(e) => e,
+        }
+    }
+}
+
+impl From<StorageError> for Attempt {
+    fn from(e: StorageError) -> Self {
+        Attempt::Failed(e)
+    }
+}
+
+/// Classifies `e` from a statement sent on `conn`: a dead connection is closed (never back to
+/// the pool) and marked stale, for the caller to decide whether repeating is safe.
+fn failed(conn: Object, e: tokio_postgres::Error) -> Attempt {
+    if is_connection_error(&e) {
+        discard(conn);
+        Attempt::Stale(e.into())
+    } else {
+        Attempt::Failed(e.into())
+    }
+}
+
+/// Closes the connection instead of returning it to the pool.
+fn discard(conn: Object) {
+    drop(Object::take(conn));
+}
+
+/// Runs `attempt` on a pooled connection, and once more on a fresh one if it found its
+/// connection dead before anything ran. Checkout does not test connections (a round trip per
+/// request); one that died while the instance was frozen shows up here instead.
+async fn retrying<T, F, Fut>(pool: &Pool, mut attempt: F) -> Result<T, StorageError>
+where
+    F: FnMut(Object) -> Fut,
+    Fut: Future<Output = Result<T, Attempt>>,
+{
+    match attempt(pool.get().await?).await {
+        Err(Attempt::Stale(e)) => {
+            tracing::warn!(error = %e, "stale database connection; retrying once");
+            attempt(pool.get().await?)
+                .await
+                .map_err(Attempt::into_error)
+        }
+        other => other.map_err(Attempt::into_error),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(transparent)]
+pub struct ConversationId(Uuid);
+
+impl ConversationId {
+    pub fn new() -> Self {
+        Self(Uuid::new_v4())
+    }
+
+    pub fn parse(raw: &str) -> Option<Self> {
+        Uuid::parse_str(raw).ok().map(Self)
+    }
+
+    pub fn as_uuid(&self) -> &Uuid {
+        &self.0
+    }
+}
+
+impl Default for ConversationId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Display for ConversationId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// One tool call of a turn, as stored, replayed and returned to the caller.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct Trace {
+    pub call_id: String,
+    /// The model→tools round (1-based) the call belonged to.
+    pub step: u32,
+    pub name: String,
+    /// The arguments as parsed JSON, or the model's raw text when it was not valid JSON.
+    pub args: Value,
+    /// What the model was given: the server's structured JSON when present, else its text.
+    pub output: Value,
+    pub is_error: bool,
+    pub duration_ms: u64,
+}
+
+/// A stored message, as `GET /api/conversations/{id}/messages` returns it.
+#[derive(Debug, Clone, Serialize)]
+pub struct StoredMessage {
+    pub seq: i32,
+    pub role: String,
+    pub content: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context: Option<Value>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub traces: Vec<Trace>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steps: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ConversationSummary {
+    pub id: ConversationId,
+    pub title: String,
+    pub message_count: i32,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// The window, oldest first, from rows read newest first: it starts with a user message, so it
+/// never opens on an assistant reply whose question was cut off. A failed turn's record is not
+/// replayed. Tool calls and their outputs live in the same row, so a window can never separate
+/// them.
+fn window_from(rows: &[tokio_postgres::Row]) -> Result<Vec<StoredMessage>, StorageError> {
+    let mut messages = rows
+        .iter()
+        .rev()
+        .map(message)
+        .collect::<Result<Vec<_>, _>>()?;
+    let first_user = messages
+        .iter()
+        .position(|m| m.role == "user")
+        .unwrap_or(messages.len());
+    messages.drain(..first_user);
+    Ok(messages)
+}
+
+fn message(row: &tokio_postgres::Row) -> Result<StoredMessage, StorageError> {
+    let traces: Json<Vec<Trace>> = row
+        .try_get("traces")
+        .map_err(|e| StorageError::Failed(format!("stored traces: {e}")))?;
+    let usage: Option<Json<Usage>> = row
+        .try_get("usage")
+        .map_err(|e| StorageError::Failed(format!("stored usage: {e}")))?;
+    Ok(StoredMessage {
+        seq: row.get("seq"),
+        role: row.get("role"),
+        content: row.get("content"),
+        context: row.get("context"),
+        traces: traces.0,
+        usage: usage.map(|u| u.0),
+        steps: row.get("steps"),
+        error: row.get("error"),
+        created_at: row.get("created_at"),
+    })
+}
+
+/// Whether the store answers: one round trip on a pooled connection, for the readiness check.
+pub async fn ping(pool: &Pool) -> Result<(), StorageError> {
+    pool.get().await?.simple_query("SELECT 1").await?;
+    Ok(())
+}
+
+/// One page of the owner's conversations, newest first, and the cursor for the next page.
+pub async fn list(
+    pool: &Pool,
+    owner: &UserId,
+    limit: u32,
+    before: Option<&PageCursor>,
+) -> Result<(Vec<ConversationSummary>, Option<PageCursor>), StorageError> {
+    let (at, id) = match before {
+        Some(c) => (Some(c.updated_at), Some(c.id)),
+        None => (None, None),
+    };
+    let page_size = i64::from(limit) + 1;
+    let params: [&(dyn ToSql + Sync); 4] = [&owner.as_str(), &at, &id, &page_size];
+    let rows = retrying(pool, |conn| read_page(conn, &params)).await?;
+    let mut items: Vec<ConversationSummary> = rows
+        .iter()
+        .map(|r| ConversationSummary {
+            id: ConversationId(r.get(0)),
+            title: r.get(1),
+            message_count: r.get(2),
+            created_at: r.get(3),
+            updated_at: r.get(4),
+        })
+        .collect();
+    let next = if items.len() > limit as usize {
+        items.truncate(limit as usize);
+        items.last().map(|c| PageCursor {
+            updated_at: c.updated_at,
+            id: *c.id.as_uuid(),
+        })
+    } else {
+        None
+    };
+    Ok((items, next))
+}
+
+async fn read_page(
+    conn: Object,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<tokio_postgres::Row>, Attempt> {
+    let read = async {
+        let page = conn
+            .prepare_cached(
+                "SELECT id, title, message_count, created_at, updated_at FROM chat.conversations
+                 WHERE owner = $1
+                   AND ($2::timestamptz IS NULL OR (updated_at, id) < ($2, $3::uuid))
+                 ORDER BY updated_at DESC, id DESC
+                 LIMIT $4",
+            )
+            .await?;
+        conn.query(&page, params).await
+    };
+    read.await.map_err(|e| failed(conn, e))
+}
+
+/// The whole history of one of the owner's conversations.
+pub async fn messages(
+    pool: &Pool,
+    owner: &UserId,
+    id: &ConversationId,
+) -> Result<Vec<StoredMessage>, StorageError> {
+    let rows = retrying(pool, |conn| read_messages(conn, owner, id)).await?;
+    let rows = rows.ok_or(StorageError::NotFound)?;
+    rows.iter().map(message).collect()
+}
+
+/// `None` unless the owner owns the conversation.
+async fn read_messages(
+    conn: Object,
+    owner: &UserId,
+    id: &ConversationId,
+) -> Result<Option<Vec<tokio_postgres::Row>>, Attempt> {
+    let read = async {
+        let (owned, all) = futures::try_join!(
+            conn.prepare_cached("SELECT 1 FROM chat.conversations WHERE id = $1 AND owner = $2"),
+            conn.prepare_cached(concat!(
+                "SELECT ",
+                columns!(),
+                " FROM chat.messages WHERE conversation_id = $1 ORDER BY seq"
+            )),
+        )?;
+        if conn
+            .query_opt(&owned, &[id.as_uuid(), &owner.as_str()])
+            .await?
+            .is_none()
+        {
+            return Ok(None);
+        }
+        conn.query(&all, &[id.as_uuid()]).await.map(Some)
+    };
+    read.await.map_err(|e| failed(conn, e))
+}
+
+/// Where a page of conversations ends: opaque to clients (`<micros>_<uuid>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageCursor {
+    updated_at: DateTime<Utc>,
+    id: Uuid,
+}
+
+impl PageCursor {
+    pub fn parse(raw: &str) -> Option<Self> {
+        let (micros, id) = raw.split_once('_')?;
+        Some(Self {
+            updated_at: DateTime::from_timestamp_micros(micros.parse().ok()?)?,
+            id: Uuid::parse_str(id).ok()?,
+        })
+    }
+}
+
+impl std::fmt::Display for PageCursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}_{}",
+            self.updated_at.timestamp_micros(),
+            self.id.simple()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exhausted_pool_is_its_own_error_and_a_503_with_retry_after() {
+        use axum::response::IntoResponse;
+
+        let e = StorageError::from(PoolError::Timeout(TimeoutType::Wait));
+        assert!(matches!(e, StorageError::PoolExhausted), "{e:?}");
+        let response = crate::error::ApiError::from(e).into_response();
+        assert_eq!(response.status(), 503);
+        assert_eq!(response.headers()["retry-after"], "1");
+        // A connect timeout is the database being unreachable, not the pool being busy.
+        let e = StorageError::from(PoolError::Timeout(TimeoutType::Create));
+        assert!(matches!(e, StorageError::Unavailable(_)), "{e:?}");
+    }
+
+    #[test]
+    fn cursors_round_trip() {
+        let c = PageCursor {
+            updated_at: DateTime::from_timestamp_micros(1_700_000_000_123_456).unwrap(),
+            id: Uuid::new_v4(),
+        };
+        assert_eq!(PageCursor::parse(&c.to_string()), Some(c));
+        assert_eq!(PageCursor::parse("garbage"), None);
+    }
+}

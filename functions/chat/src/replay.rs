@@ -1,0 +1,169 @@
+//! Stored messages turned back into model input: earlier turns' questions, tool calls, tool
+//! outputs (cut to a limit) and replies, in the order the model expects them, and the one text
+//! form a tool output is given to the model as, in this turn or a later one.
+
+use serde_json::Value;
+
+use crate::conversation::StoredMessage;
+use crate::llm::{Item, ToolCall};
+
+/// Turns stored messages into model input. Tool outputs of earlier turns are cut to
+/// `replay_chars` characters: the model has already used them, and a fresh call is cheap.
+pub fn replay(history: &[StoredMessage], replay_chars: usize) -> Vec<Item> {
+    let mut items = Vec::new();
+    for m in history {
+        if m.role == "user" {
+            items.push(Item::User(m.content.clone()));
+            continue;
+        }
+        let mut step = 0;
+        let mut outputs = Vec::new();
+        for t in &m.traces {
+            if t.step != step {
+                items.append(&mut outputs);
+                step = t.step;
+            }
+            items.push(Item::Call(ToolCall {
+                call_id: t.call_id.clone(),
+                name: t.name.clone(),
+                arguments: match &t.args {
+                    Value::String(raw) => raw.clone(),
+                    other => other.to_string(),
+                },
+            }));
+            outputs.push(Item::Output {
+                call_id: t.call_id.clone(),
+                output: truncate(&output_text(&t.output), replay_chars),
+            });
+        }
+        items.append(&mut outputs);
+        if !m.content.is_empty() {
+            items.push(Item::Assistant(m.content.clone()));
+        }
+    }
+    items
+}
+
+/// The text a tool output is given to the model as.
+pub fn output_text(output: &Value) -> String {
+    match output {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn truncate(text: &str, max_chars: usize) -> String {
+    match text.char_indices().nth(max_chars) {
+        None => text.to_owned(),
+        Some((cut, _)) => {
+            let rest = text[cut..].chars().count();
+            format!(
+                "{}… [truncated from an earlier turn: {rest} more characters; call the tool again if you need them]",
+                &text[..cut]
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conversation::Trace;
+    use chrono::Utc;
+    use serde_json::json;
+
+    fn trace(call_id: &str, step: u32, output: Value) -> Trace {
+        Trace {
+            call_id: call_id.into(),
+            step,
+            name: "lad_by_ref".into(),
+            args: json!({"ref": "Leeds"}),
+            output,
+            is_error: false,
+            duration_ms: 3,
+        }
+    }
+
+    fn msg(role: &str, content: &str, traces: Vec<Trace>) -> StoredMessage {
+        StoredMessage {
+            seq: 0,
+            role: role.into(),
+            content: content.into(),
+            context: None,
+            traces,
+            usage: None,
+            steps: None,
+            error: None,
+            created_at: Utc::now(),
+        }
+    }
+
+    #[test]
+    fn replay_keeps_each_call_before_its_output_step_by_step() {
+        let history = [
+            msg("user", "How is Leeds?", vec![]),
+            msg(
+                "assistant",
+                "Leeds is fine.",
+                vec![
+                    trace("a", 1, json!({"rows": []})),
+                    trace("b", 1, json!("x")),
+                    trace("c", 2, json!("y")),
+                ],
+            ),
+        ];
+        let items = replay(&history, 1000);
+        let kinds: Vec<String> = items
+            .iter()
+            .map(|i| match i {
+                Item::User(_) => "user".into(),
+                Item::Assistant(_) => "assistant".into(),
+                Item::Call(c) => format!("call {}", c.call_id),
+                Item::Output { call_id, .. } => format!("output {call_id}"),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "user",
+                "call a",
+                "call b",
+                "output a",
+                "output b",
+                "call c",
+                "output c",
+                "assistant"
+            ]
+        );
+    }
+
+    #[test]
+    fn earlier_tool_outputs_are_cut_to_the_replay_limit() {
+        let long = "x".repeat(500);
+        let history = [
+            msg("user", "q", vec![]),
+            msg("assistant", "a", vec![trace("a", 1, Value::String(long))]),
+        ];
+        let items = replay(&history, 100);
+        let Item::Output { output, .. } = &items[2] else {
+            panic!("{items:?}")
+        };
+        assert!(output.starts_with(&"x".repeat(100)));
+        assert!(output.contains("400 more characters"));
+    }
+
+    #[test]
+    fn invalid_json_arguments_are_replayed_verbatim() {
+        let mut t = trace("a", 1, json!("err"));
+        t.args = Value::String("{not json".into());
+        let items = replay(
+            &[msg("user", "q", vec![]), msg("assistant", "", vec![t])],
+            100,
+        );
+        let Item::Call(call) = &items[1] else {
+            panic!()
+        };
+        assert_eq!(call.arguments, "{not json");
+        assert_eq!(items.len(), 3, "an empty reply is not replayed");
+    }
+}
