@@ -3,7 +3,9 @@
 //!
 //! Connections use the one-request `server/discover` lifecycle (2026-07-28) when the server
 //! offers it and fall back to the classic `initialize` handshake. A dead connection is replaced
-//! and the call retried once; a server that is down becomes a tool error, never a failed turn.
+//! and the call retried once, but only for tools annotated read-only or idempotent: a call
+//! whose answer was lost may have run, and running a write twice is worse than not knowing.
+//! A server that is down becomes a tool error, never a failed turn.
 //! A 401 from the `parley` server fetches its token from Secrets Manager again (rate-limited),
 //! reconnects with it and retries once, so a rotated token needs no cold start.
 
@@ -76,6 +78,9 @@ struct Route {
     server: usize,
     remote_name: String,
     schema: Value,
+    /// The server says calling it twice does no more than once (`readOnlyHint` or
+    /// `idempotentHint`), so a call whose answer was lost may be sent again.
+    resendable: bool,
 }
 
 impl Catalog {
@@ -227,9 +232,17 @@ impl McpClients {
                         ));
                     }
                 }
-                Ok(Err(e)) if attempt == 1 => {
+                Ok(Err(e)) if attempt == 1 && route.resendable => {
                     tracing::info!(server = %server.config.name, error = %e, "MCP connection failed; reconnecting");
                     self.forget(server, &client).await;
+                }
+                Ok(Err(e)) if !route.resendable => {
+                    self.forget(server, &client).await;
+                    tracing::warn!(server = %server.config.name, tool = %name, error = %e, "MCP call failed; not repeated, the tool is not idempotent");
+                    return ToolOutcome::error(outcome_unknown(
+                        name,
+                        "the connection to its server failed before the answer arrived",
+                    ));
                 }
                 Ok(Err(e)) => {
                     self.forget(server, &client).await;
@@ -237,6 +250,12 @@ impl McpClients {
                     return ToolOutcome::error(format!(
                         "the tool server `{}` failed to answer; try again later",
                         server.config.name
+                    ));
+                }
+                Err(_) if !route.resendable => {
+                    return ToolOutcome::error(outcome_unknown(
+                        name,
+                        &format!("it did not answer within {} ms", self.timeout.as_millis()),
                     ));
                 }
                 Err(_) => {
@@ -374,6 +393,11 @@ fn build_catalog(
                 remote_name.clone()
             };
             let schema = Value::Object((*t.input_schema).clone());
+            // Without annotations a tool may do anything, so it is taken as not idempotent.
+            let resendable = t
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.read_only_hint == Some(true) || a.idempotent_hint == Some(true));
             catalog.tools.push(ToolDef::new(
                 name.clone(),
                 t.description.as_deref().unwrap_or_default(),
@@ -385,11 +409,21 @@ fn build_catalog(
                     server,
                     remote_name,
                     schema,
+                    resendable,
                 },
             );
         }
     }
     catalog
+}
+
+/// What the model is told when a call that must not run twice may or may not have run.
+fn outcome_unknown(name: &str, why: &str) -> String {
+    format!(
+        "the outcome of this call to `{name}` is unknown: {why}. It may or may not have taken \
+effect, and it was not repeated because `{name}` is not idempotent. Check its effect before \
+calling it again, or tell the user."
+    )
 }
 
 /// The server's structured JSON when present, else its text.

@@ -7,3 +7,4 @@ mod identity;
 mod secrets;
 mod turns;
 mod validation;
+mod writes;
