@@ -254,6 +254,8 @@ mod tests {
             history: 20,
             replay_chars: 2000,
             max_steps: 8,
+            max_calls_per_step: 16,
+            turn_deadline: Duration::from_secs(25),
             max_message_chars: 10,
             max_body_bytes: 1024,
             max_context_bytes: 64,

@@ -20,7 +20,7 @@ use crate::llm::{Item, ToolCall, Usage};
 /// What [`message`] reads, in every query that returns messages.
 macro_rules! columns {
     () => {
-        "seq, role, content, context, traces, usage, steps, error, created_at"
+        "seq, role, content, context, traces, usage, steps, error, cut_short, created_at"
     };
 }
 
@@ -85,6 +85,9 @@ pub struct StoredMessage {
     pub steps: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The turn reached `TURN_DEADLINE_MS`; the reply holds only what it had by then.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cut_short: bool,
     pub created_at: DateTime<Utc>,
 }
 
@@ -106,6 +109,8 @@ pub struct TurnRecord<'a> {
     pub steps: u32,
     /// Set when the turn failed: what went wrong, for the record.
     pub error: Option<&'a str>,
+    /// The turn reached its deadline and the reply holds what it had.
+    pub cut_short: bool,
 }
 
 /// A turn in progress: it owns a connection holding the conversation's lock. Dropping it
@@ -348,8 +353,9 @@ const INSERT_REPLY: &str = "WITH c AS (
        UPDATE chat.conversations SET message_count = message_count + 1, updated_at = now()
        WHERE id = $1
        RETURNING message_count)
-     INSERT INTO chat.messages (conversation_id, seq, role, content, traces, usage, steps, error)
-     SELECT $1, message_count, 'assistant', $2, $3, $4, $5, $6 FROM c";
+     INSERT INTO chat.messages (conversation_id, seq, role, content, traces, usage, steps, error,
+                                cut_short)
+     SELECT $1, message_count, 'assistant', $2, $3, $4, $5, $6, $7 FROM c";
 
 const UNLOCK: &str = "SELECT pg_advisory_unlock($1)";
 
@@ -386,13 +392,14 @@ impl Turn {
         };
         let (traces, usage) = (Json(record.traces), Json(record.usage));
         let steps = record.steps as i32;
-        let reply: [&(dyn ToSql + Sync); 6] = [
+        let reply: [&(dyn ToSql + Sync); 7] = [
             self.conversation.as_uuid(),
             &record.reply,
             &traces,
             &usage,
             &steps,
             &record.error,
+            &record.cut_short,
         ];
         let key: [&(dyn ToSql + Sync); 1] = [&self.lock_key];
         let (stored, unlocked) =
@@ -471,6 +478,7 @@ fn message(row: &tokio_postgres::Row) -> Result<StoredMessage, ApiError> {
         usage: usage.map(|u| u.0),
         steps: row.get("steps"),
         error: row.get("error"),
+        cut_short: row.get("cut_short"),
         created_at: row.get("created_at"),
     })
 }
@@ -707,6 +715,7 @@ mod tests {
             usage: None,
             steps: None,
             error: None,
+            cut_short: false,
             created_at: Utc::now(),
         }
     }

@@ -92,6 +92,15 @@ impl Catalog {
     pub fn is_incomplete(&self) -> bool {
         self.incomplete
     }
+
+    /// No tools, because listing them took longer than the turn may: calls become tool errors
+    /// saying a server cannot be reached.
+    pub fn unavailable() -> Self {
+        Self {
+            incomplete: true,
+            ..Self::default()
+        }
+    }
 }
 
 /// A tool call's outcome as the model and the trace see it.
@@ -176,8 +185,30 @@ impl McpClients {
         Err("the server refused the renewed token".into())
     }
 
-    /// Runs one call by the name the model used. Never fails: problems become tool errors.
+    /// Runs one call by the name the model used, giving up at `deadline` (the turn's). Never
+    /// fails: problems become tool errors.
     pub async fn call(
+        &self,
+        catalog: &Catalog,
+        name: &str,
+        arguments: Map<String, Value>,
+        deadline: tokio::time::Instant,
+    ) -> ToolOutcome {
+        let resendable = catalog.routes.get(name).is_some_and(|r| r.resendable);
+        match tokio::time::timeout_at(deadline, self.call_by_route(catalog, name, arguments)).await
+        {
+            Ok(outcome) => outcome,
+            Err(_) if resendable => {
+                ToolOutcome::error("the tool did not answer before the turn ran out of time")
+            }
+            Err(_) => ToolOutcome::error(outcome_unknown(
+                name,
+                "it did not answer before the turn ran out of time",
+            )),
+        }
+    }
+
+    async fn call_by_route(
         &self,
         catalog: &Catalog,
         name: &str,

@@ -257,7 +257,13 @@ pub(super) mod tests {
             max_retries: 0,
             retry_budget: Duration::ZERO,
             max_output_tokens: None,
+            max_response_bytes: 1024 * 1024,
         }
+    }
+
+    /// A deadline no test reaches.
+    pub(crate) fn far_deadline() -> tokio::time::Instant {
+        tokio::time::Instant::now() + Duration::from_secs(3600)
     }
 
     /// user, assistant, two parallel calls, their outputs, the final assistant text.
