@@ -13,8 +13,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use futures::stream::BoxStream;
 use parley_core::config::{ExposeSecret, SecretString};
 use parley_core::secrets::Secrets;
+use reqwest::header::{HeaderName, HeaderValue};
+use rmcp::model::ClientJsonRpcMessage;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock,
     Implementation, ProtocolVersion,
@@ -23,7 +26,10 @@ use rmcp::service::{
     ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService, ServiceError,
 };
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::streamable_http_client::{
+    SseError, StreamableHttpClient, StreamableHttpClientTransportConfig, StreamableHttpError,
+    StreamableHttpPostResponse, StreamableHttpResponseLimits,
+};
 use serde_json::{Map, Value};
 use tokio::sync::Mutex;
 
@@ -333,7 +339,8 @@ impl McpClients {
         if let Some(token) = &token {
             config = config.auth_header(token.expose_secret().to_owned());
         }
-        let transport = StreamableHttpClientTransport::with_client(self.http.clone(), config);
+        let transport =
+            StreamableHttpClientTransport::with_client(UrlFree(self.http.clone()), config);
         let info = ClientConfig::new(
             ClientCapabilities::default(),
             Implementation::new("parley-chat", env!("CARGO_PKG_VERSION")),
@@ -395,6 +402,139 @@ impl McpClients {
         if slot.as_ref().is_some_and(|c| Arc::ptr_eq(&c.client, dead)) {
             *slot = None;
         }
+    }
+}
+
+/// The HTTP client the MCP transport uses: reqwest's, with the URL taken out of its errors the
+/// way the LLM client does (`reqwest::Error::without_url`). `MCP_URL` may carry a credential in
+/// its query string, and the transport's errors reach the log, rmcp's own included.
+#[derive(Clone)]
+struct UrlFree(reqwest::Client);
+
+type HttpResult<T> = Result<T, StreamableHttpError<reqwest::Error>>;
+type SseStream = BoxStream<'static, Result<sse_stream::Sse, SseError>>;
+
+fn url_free<T>(result: HttpResult<T>) -> HttpResult<T> {
+    result.map_err(|e| match e {
+        StreamableHttpError::Client(e) => StreamableHttpError::Client(e.without_url()),
+        other => other,
+    })
+}
+
+impl StreamableHttpClient for UrlFree {
+    type Error = reqwest::Error;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> HttpResult<StreamableHttpPostResponse> {
+        url_free(
+            self.0
+                .post_message(uri, message, session_id, auth_header, custom_headers)
+                .await,
+        )
+    }
+
+    async fn post_message_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> HttpResult<StreamableHttpPostResponse> {
+        url_free(
+            self.0
+                .post_message_with_max_sse_event_size(
+                    uri,
+                    message,
+                    session_id,
+                    auth_header,
+                    custom_headers,
+                    max_sse_event_size,
+                )
+                .await,
+        )
+    }
+
+    async fn post_message_with_response_limits(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        limits: StreamableHttpResponseLimits,
+    ) -> HttpResult<StreamableHttpPostResponse> {
+        url_free(
+            self.0
+                .post_message_with_response_limits(
+                    uri,
+                    message,
+                    session_id,
+                    auth_header,
+                    custom_headers,
+                    limits,
+                )
+                .await,
+        )
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> HttpResult<()> {
+        url_free(
+            self.0
+                .delete_session(uri, session_id, auth_header, custom_headers)
+                .await,
+        )
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> HttpResult<SseStream> {
+        url_free(
+            self.0
+                .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
+                .await,
+        )
+    }
+
+    async fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> HttpResult<SseStream> {
+        url_free(
+            self.0
+                .get_stream_with_max_sse_event_size(
+                    uri,
+                    session_id,
+                    last_event_id,
+                    auth_header,
+                    custom_headers,
+                    max_sse_event_size,
+                )
+                .await,
+        )
     }
 }
 

@@ -4,6 +4,7 @@
 mod conversations;
 mod helpers;
 mod identity;
+mod logs;
 mod secrets;
 mod turns;
 mod validation;
