@@ -8,7 +8,7 @@ mod retry;
 
 use std::time::Duration;
 
-use parley_core::config::{ConfigError, Env, SecretString};
+use parley_core::config::{ConfigError, Env, ExposeSecret, SecretString};
 use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -165,6 +165,68 @@ impl std::ops::AddAssign for Usage {
     }
 }
 
+/// Token counts as either dialect names them; absent counts are zero, an absent total is the
+/// sum (some local servers report no usage at all).
+#[derive(Debug, Default, serde::Deserialize)]
+struct WireUsage {
+    #[serde(alias = "prompt_tokens")]
+    input_tokens: Option<u64>,
+    #[serde(alias = "completion_tokens")]
+    output_tokens: Option<u64>,
+    total_tokens: Option<u64>,
+}
+
+impl From<WireUsage> for Usage {
+    fn from(wire: WireUsage) -> Self {
+        let input_tokens = wire.input_tokens.unwrap_or(0);
+        let output_tokens = wire.output_tokens.unwrap_or(0);
+        Usage {
+            input_tokens,
+            output_tokens,
+            total_tokens: wire.total_tokens.unwrap_or(input_tokens + output_tokens),
+        }
+    }
+}
+
+/// A 2xx body as the dialect's wire type, straight from the bytes: JSON of another shape is a
+/// bad response naming what did not fit; text that is not JSON is quoted (with `key` blanked).
+fn decode<T: serde::de::DeserializeOwned>(body: &[u8], key: Option<&str>) -> Result<T, LlmError> {
+    serde_json::from_slice(body).map_err(|e| {
+        if e.is_data() {
+            LlmError::BadResponse(format!("the response is not in the expected shape: {e}"))
+        } else {
+            retry::not_json(body, &e, key)
+        }
+    })
+}
+
+fn non_empty(text: Option<&str>) -> Option<&str> {
+    text.filter(|t| !t.is_empty())
+}
+
+/// The arguments as the model wrote them. Some compatible servers send an object rather than
+/// JSON text, and some leave them out for a call without arguments.
+fn arguments(raw: Option<&Value>) -> String {
+    match raw {
+        Some(Value::String(text)) => text.clone(),
+        None | Some(Value::Null) => "{}".to_owned(),
+        Some(other) => other.to_string(),
+    }
+}
+
+/// Gives every call a usable id: some local servers send none, or the same one for every call
+/// of a response, and outputs are matched to calls by id. Generated ids are random so they do
+/// not repeat across the responses of a conversation either.
+fn assign_missing_ids(calls: &mut [ToolCall]) {
+    let mut seen = std::collections::HashSet::new();
+    for call in calls {
+        if call.call_id.is_empty() || !seen.insert(call.call_id.clone()) {
+            call.call_id = format!("call_{}", uuid::Uuid::new_v4().simple());
+            seen.insert(call.call_id.clone());
+        }
+    }
+}
+
 /// What the model said in one response: text, tool calls, or both.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Reply {
@@ -249,11 +311,10 @@ until it is"
             .join(path)
             .map_err(|e| LlmError::Transport(e.to_string()))?;
         let bytes = retry::post_json(&self.http, &self.config, url, body, deadline).await?;
-        let body: Value = serde_json::from_slice(&bytes)
-            .map_err(|e| retry::not_json(&bytes, &e, &self.config))?;
+        let key = self.config.api_key.as_ref().map(|k| k.expose_secret());
         match self.config.api {
-            LlmApi::Responses => responses::parse(&body),
-            LlmApi::ChatCompletions => chat_completions::parse(&body),
+            LlmApi::Responses => responses::parse(decode(&bytes, key)?),
+            LlmApi::ChatCompletions => chat_completions::parse(decode(&bytes, key)?),
         }
     }
 

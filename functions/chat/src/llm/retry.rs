@@ -172,8 +172,7 @@ async fn read_capped(
 }
 
 /// The text of a 2xx body that is not what the dialect promises, for the error.
-pub(super) fn not_json(bytes: &[u8], e: &serde_json::Error, config: &LlmConfig) -> LlmError {
-    let key = config.api_key.as_ref().map(|k| k.expose_secret());
+pub(super) fn not_json(bytes: &[u8], e: &serde_json::Error, key: Option<&str>) -> LlmError {
     LlmError::BadResponse(format!(
         "the body is not JSON ({e}): {}",
         excerpt(&String::from_utf8_lossy(bytes), key)
