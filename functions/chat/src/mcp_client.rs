@@ -407,7 +407,8 @@ impl McpClients {
 
 /// The HTTP client the MCP transport uses: reqwest's, with the URL taken out of its errors the
 /// way the LLM client does (`reqwest::Error::without_url`). `MCP_URL` may carry a credential in
-/// its query string, and the transport's errors reach the log, rmcp's own included.
+/// its query string, and the transport's errors reach the log, rmcp's own included. Only the
+/// methods the transport calls are passed through; the rest keep the trait's defaults.
 #[derive(Clone)]
 struct UrlFree(reqwest::Client);
 
@@ -435,29 +436,6 @@ impl StreamableHttpClient for UrlFree {
         url_free(
             self.0
                 .post_message(uri, message, session_id, auth_header, custom_headers)
-                .await,
-        )
-    }
-
-    async fn post_message_with_max_sse_event_size(
-        &self,
-        uri: Arc<str>,
-        message: ClientJsonRpcMessage,
-        session_id: Option<Arc<str>>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-        max_sse_event_size: usize,
-    ) -> HttpResult<StreamableHttpPostResponse> {
-        url_free(
-            self.0
-                .post_message_with_max_sse_event_size(
-                    uri,
-                    message,
-                    session_id,
-                    auth_header,
-                    custom_headers,
-                    max_sse_event_size,
-                )
                 .await,
         )
     }

@@ -3,6 +3,8 @@
 //! (`tool_calls` / `role: tool`). The rest of the chat function sees only the neutral types here.
 
 mod chat_completions;
+#[cfg(test)]
+mod fixtures;
 mod responses;
 mod retry;
 
@@ -335,7 +337,7 @@ mod tests {
     use parley_testkit::llm::{ScriptedLlm, Step};
 
     use super::*;
-    use crate::llm::responses::tests::{call_triples, config, far_deadline, history, tools};
+    use crate::llm::fixtures::{call_triples, config, far_deadline, history, tools};
 
     fn client(llm: &ScriptedLlm, api: LlmApi) -> Llm {
         Llm::new(

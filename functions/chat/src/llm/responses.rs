@@ -240,88 +240,14 @@ fn failure_reason(answer: &Answer) -> Option<String> {
     }
 }
 
-/// Shared with the other dialect's and the retry tests: one config, one history, one tool.
 #[cfg(test)]
-pub(super) mod tests {
-    use std::time::Duration;
-
+mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::llm::{LlmApi, ToolDef};
+    use crate::llm::fixtures::{call_triples, config, decode_value, history, tools};
 
-    pub(crate) fn config() -> LlmConfig {
-        LlmConfig {
-            api: LlmApi::Responses,
-            base_url: url::Url::parse("http://127.0.0.1:1/v1/").unwrap(),
-            model: "gpt-test".to_owned(),
-            api_key: None,
-            timeout: Duration::from_secs(5),
-            max_retries: 0,
-            retry_budget: Duration::ZERO,
-            max_output_tokens: None,
-            max_response_bytes: 1024 * 1024,
-        }
-    }
-
-    /// `body` as a dialect's wire type, failing as [`super::super::decode`] does.
-    pub(crate) fn decode_value<T: serde::de::DeserializeOwned>(
-        body: &Value,
-    ) -> Result<T, LlmError> {
-        super::super::decode(&serde_json::to_vec(body).unwrap(), None)
-    }
-
-    /// A deadline no test reaches.
-    pub(crate) fn far_deadline() -> tokio::time::Instant {
-        tokio::time::Instant::now() + Duration::from_secs(3600)
-    }
-
-    /// user, assistant, two parallel calls, their outputs, the final assistant text.
-    pub(crate) fn history() -> Vec<Item> {
-        vec![
-            Item::User("How many orders?".to_owned()),
-            Item::Assistant("Let me look.".to_owned()),
-            Item::Call(ToolCall {
-                call_id: "call_a".to_owned(),
-                name: "count_orders".to_owned(),
-                arguments: "{}".to_owned(),
-            }),
-            Item::Call(ToolCall {
-                call_id: "call_b".to_owned(),
-                name: "list_customers".to_owned(),
-                arguments: "{\"limit\":2}".to_owned(),
-            }),
-            Item::Output {
-                call_id: "call_a".to_owned(),
-                output: "42".to_owned(),
-            },
-            Item::Output {
-                call_id: "call_b".to_owned(),
-                output: "[\"Ada\",\"Bob\"]".to_owned(),
-            },
-            Item::Assistant("There are 42 orders.".to_owned()),
-            Item::User("Thanks".to_owned()),
-        ]
-    }
-
-    pub(crate) fn tools() -> Vec<ToolDef> {
-        vec![ToolDef::new(
-            "count_orders",
-            "Counts orders.",
-            &json!({"type": "object", "properties": {}}),
-        )]
-    }
-
-    /// A reply's calls as (call id, name, arguments), for comparing.
-    pub(crate) fn call_triples(reply: &Reply) -> Vec<(&str, &str, &str)> {
-        reply
-            .calls
-            .iter()
-            .map(|c| (c.call_id.as_str(), c.name.as_str(), c.arguments.as_str()))
-            .collect()
-    }
-
-    /// A body as the server would send it, decoded as [`Llm::respond`](super::super::Llm) does.
+    /// A body as the server would send it, decoded as `Llm::respond` does.
     fn parse_json(body: &Value) -> Result<Reply, LlmError> {
         parse(decode_value(body)?)
     }

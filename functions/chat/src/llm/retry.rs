@@ -289,7 +289,7 @@ mod tests {
     use parley_testkit::llm::{ScriptedLlm, Step};
 
     use super::*;
-    use crate::llm::responses::tests::{config, far_deadline};
+    use crate::llm::fixtures::{config, far_deadline};
 
     fn url(llm: &ScriptedLlm) -> url::Url {
         url::Url::parse(&format!("{}/responses", llm.base_url())).unwrap()
