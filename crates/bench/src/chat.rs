@@ -797,6 +797,7 @@ impl ChatSql {
             },
             steps: 1,
             error: None,
+            cut_short: false,
         })
         .await
         .map_err(|e| anyhow::anyhow!("finish: {e}"))?;

@@ -7,7 +7,7 @@
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::routing::{get, post};
 use serde::Deserialize;
@@ -168,7 +168,7 @@ fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiErro
 
 fn body_bytes(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, ApiError> {
     body.map_err(|rejection| match rejection {
-        BytesRejection::FailedToBufferBody(e) if e.to_string().contains("length limit") => {
+        BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => {
             ApiError::TooLarge { limit }
         }
         other => ApiError::BadRequest {
@@ -254,6 +254,8 @@ mod tests {
             history: 20,
             replay_chars: 2000,
             max_steps: 8,
+            max_calls_per_step: 16,
+            turn_deadline: Duration::from_secs(25),
             max_message_chars: 10,
             max_body_bytes: 1024,
             max_context_bytes: 64,

@@ -22,6 +22,12 @@ pub struct Limits {
     pub replay_chars: usize,
     /// `MAX_TOOL_CALL_STEPS`: model→tools rounds per turn (default 8).
     pub max_steps: u32,
+    /// `MAX_TOOL_CALLS_PER_STEP`: tool calls run from one model response (default 16); the
+    /// rest get a tool error asking the model to make them in its next response.
+    pub max_calls_per_step: usize,
+    /// `TURN_DEADLINE_MS`: when a turn stops and answers with what it has, marked cut short
+    /// (default 25000: the template's 28 s Lambda timeout less 3 s to store the reply).
+    pub turn_deadline: Duration,
     /// `MAX_MESSAGE_CHARS`: longest accepted user message (default 4000).
     pub max_message_chars: usize,
     /// `CHAT_MAX_BODY_BYTES`: request body limit (default 65536).
@@ -74,7 +80,7 @@ struct RawServer {
 
 impl ChatConfig {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
-        Ok(Self {
+        let config = Self {
             db: DbConfig::from_env(env)?,
             llm: LlmConfig::from_env(env)?,
             auth: AuthConfig::from_env(env)?,
@@ -84,6 +90,12 @@ impl ChatConfig {
                 replay_chars: env.limit("TOOL_OUTPUT_REPLAY_CHARS", 2000, 100..=1_000_000)?
                     as usize,
                 max_steps: env.limit("MAX_TOOL_CALL_STEPS", 8, 1..=50)? as u32,
+                max_calls_per_step: env.limit("MAX_TOOL_CALLS_PER_STEP", 16, 1..=128)? as usize,
+                turn_deadline: env.millis(
+                    "TURN_DEADLINE_MS",
+                    Duration::from_secs(25),
+                    100..=900_000,
+                )?,
                 max_message_chars: env.limit("MAX_MESSAGE_CHARS", 4000, 1..=100_000)? as usize,
                 max_body_bytes: env.limit(
                     "CHAT_MAX_BODY_BYTES",
@@ -108,7 +120,22 @@ impl ChatConfig {
                 )?,
                 page_max: env.limit("CONVERSATIONS_PAGE_MAX", 100, 1..=1000)? as u32,
             },
-        })
+        };
+        // A lease shorter than a turn may run lets a second turn take the conversation over
+        // while the first is still working: the first one's reply is then lost (409).
+        let limits = &config.limits;
+        if limits.turn_lease <= limits.turn_deadline {
+            return Err(ConfigError::new(
+                "TURN_LEASE_MS",
+                format!(
+                    "must be longer than TURN_DEADLINE_MS ({} ms), or a running turn can lose \
+                     its conversation to the next one; leave a few seconds for the last tool \
+                     call and storing the reply",
+                    limits.turn_deadline.as_millis()
+                ),
+            ));
+        }
+        Ok(config)
     }
 }
 
@@ -192,8 +219,27 @@ mod tests {
         let c = ChatConfig::from_env(&env(&[])).unwrap();
         assert_eq!(c.limits.history, 20);
         assert_eq!(c.limits.max_steps, 8);
+        assert_eq!(c.limits.max_calls_per_step, 16);
+        assert_eq!(c.limits.turn_deadline, Duration::from_secs(25));
         assert_eq!(c.mcp_servers.len(), 1);
         assert_eq!(c.mcp_servers[0].name, "parley");
+    }
+
+    #[test]
+    fn a_lease_no_longer_than_the_turn_deadline_is_refused() {
+        let e = ChatConfig::from_env(&env(&[("TURN_LEASE_MS", "25000")])).unwrap_err();
+        assert_eq!(e.var, "TURN_LEASE_MS");
+        assert!(
+            e.problem.contains("TURN_DEADLINE_MS (25000 ms)"),
+            "{}",
+            e.problem
+        );
+        let ok = ChatConfig::from_env(&env(&[
+            ("TURN_DEADLINE_MS", "5000"),
+            ("TURN_LEASE_MS", "6000"),
+        ]))
+        .unwrap();
+        assert_eq!(ok.limits.turn_lease, Duration::from_secs(6));
     }
 
     #[test]

@@ -108,9 +108,29 @@ and a later turn took the conversation over; this reply was not stored, send the
                         "the language model is rate limited; retry shortly".to_owned(),
                     )
                 }
-                LlmError::Timeout => (
+                LlmError::Timeout | LlmError::DeadlineReached => (
                     StatusCode::SERVICE_UNAVAILABLE,
                     "llm_timeout",
+                    e.to_string(),
+                ),
+                // Not transient: retrying will not help until the setting is fixed.
+                LlmError::Unauthorized { key_set: false, .. } => (
+                    StatusCode::BAD_GATEWAY,
+                    "llm_key_missing",
+                    "the language model refused the request: LLM_API_KEY is not set; \
+this needs fixing in the chat function's settings"
+                        .to_owned(),
+                ),
+                LlmError::Unauthorized { .. } => (
+                    StatusCode::BAD_GATEWAY,
+                    "llm_key_rejected",
+                    "the language model rejected LLM_API_KEY; this needs fixing in the chat \
+function's settings"
+                        .to_owned(),
+                ),
+                LlmError::TooLarge { .. } => (
+                    StatusCode::BAD_GATEWAY,
+                    "llm_response_too_large",
                     e.to_string(),
                 ),
                 _ => (

@@ -3,7 +3,9 @@
 //!
 //! Connections use the one-request `server/discover` lifecycle (2026-07-28) when the server
 //! offers it and fall back to the classic `initialize` handshake. A dead connection is replaced
-//! and the call retried once; a server that is down becomes a tool error, never a failed turn.
+//! and the call retried once, but only for tools annotated read-only or idempotent: a call
+//! whose answer was lost may have run, and running a write twice is worse than not knowing.
+//! A server that is down becomes a tool error, never a failed turn.
 //! A 401 from the `parley` server fetches its token from Secrets Manager again (rate-limited),
 //! reconnects with it and retries once, so a rotated token needs no cold start.
 
@@ -11,8 +13,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::stream::BoxStream;
 use parley_core::config::ExposeSecret;
 use parley_core::secrets::{RotatingSecret, Secrets};
+use reqwest::header::{HeaderName, HeaderValue};
+use rmcp::model::ClientJsonRpcMessage;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock,
     Implementation, ProtocolVersion,
@@ -21,7 +26,10 @@ use rmcp::service::{
     ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService, ServiceError,
 };
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::streamable_http_client::{
+    SseError, StreamableHttpClient, StreamableHttpClientTransportConfig, StreamableHttpError,
+    StreamableHttpPostResponse, StreamableHttpResponseLimits,
+};
 use serde_json::{Map, Value};
 use tokio::sync::Mutex;
 
@@ -74,6 +82,9 @@ struct Route {
     server: usize,
     remote_name: String,
     schema: Value,
+    /// The server says calling it twice does no more than once (`readOnlyHint` or
+    /// `idempotentHint`), so a call whose answer was lost may be sent again.
+    resendable: bool,
 }
 
 impl Catalog {
@@ -84,6 +95,15 @@ impl Catalog {
     /// Some server could not be listed, so some tools may be missing.
     pub fn is_incomplete(&self) -> bool {
         self.incomplete
+    }
+
+    /// No tools, because listing them took longer than the turn may: calls become tool errors
+    /// saying a server cannot be reached.
+    pub fn unavailable() -> Self {
+        Self {
+            incomplete: true,
+            ..Self::default()
+        }
     }
 }
 
@@ -178,8 +198,30 @@ impl McpClients {
         Err("the server refused the renewed token".into())
     }
 
-    /// Runs one call by the name the model used. Never fails: problems become tool errors.
+    /// Runs one call by the name the model used, giving up at `deadline` (the turn's). Never
+    /// fails: problems become tool errors.
     pub async fn call(
+        &self,
+        catalog: &Catalog,
+        name: &str,
+        arguments: Map<String, Value>,
+        deadline: tokio::time::Instant,
+    ) -> ToolOutcome {
+        let resendable = catalog.routes.get(name).is_some_and(|r| r.resendable);
+        match tokio::time::timeout_at(deadline, self.call_by_route(catalog, name, arguments)).await
+        {
+            Ok(outcome) => outcome,
+            Err(_) if resendable => {
+                ToolOutcome::error("the tool did not answer before the turn ran out of time")
+            }
+            Err(_) => ToolOutcome::error(outcome_unknown(
+                name,
+                "it did not answer before the turn ran out of time",
+            )),
+        }
+    }
+
+    async fn call_by_route(
         &self,
         catalog: &Catalog,
         name: &str,
@@ -234,9 +276,17 @@ impl McpClients {
                         ));
                     }
                 }
-                Ok(Err(e)) if attempt == 1 => {
+                Ok(Err(e)) if attempt == 1 && route.resendable => {
                     tracing::info!(server = %server.config.name, error = %e, "MCP connection failed; reconnecting");
                     self.forget(server, &client).await;
+                }
+                Ok(Err(e)) if !route.resendable => {
+                    self.forget(server, &client).await;
+                    tracing::warn!(server = %server.config.name, tool = %name, error = %e, "MCP call failed; not repeated, the tool is not idempotent");
+                    return ToolOutcome::error(outcome_unknown(
+                        name,
+                        "the connection to its server failed before the answer arrived",
+                    ));
                 }
                 Ok(Err(e)) => {
                     self.forget(server, &client).await;
@@ -244,6 +294,12 @@ impl McpClients {
                     return ToolOutcome::error(format!(
                         "the tool server `{}` failed to answer; try again later",
                         server.config.name
+                    ));
+                }
+                Err(_) if !route.resendable => {
+                    return ToolOutcome::error(outcome_unknown(
+                        name,
+                        &format!("it did not answer within {} ms", self.timeout.as_millis()),
                     ));
                 }
                 Err(_) => {
@@ -286,7 +342,8 @@ impl McpClients {
         if let Some(token) = &token {
             config = config.auth_header(token.expose_secret().to_owned());
         }
-        let transport = StreamableHttpClientTransport::with_client(self.http.clone(), config);
+        let transport =
+            StreamableHttpClientTransport::with_client(UrlFree(self.http.clone()), config);
         let info = ClientConfig::new(
             ClientCapabilities::default(),
             Implementation::new("parley-chat", env!("CARGO_PKG_VERSION")),
@@ -325,6 +382,117 @@ impl McpClients {
     }
 }
 
+/// The HTTP client the MCP transport uses: reqwest's, with the URL taken out of its errors the
+/// way the LLM client does (`reqwest::Error::without_url`). `MCP_URL` may carry a credential in
+/// its query string, and the transport's errors reach the log, rmcp's own included. Only the
+/// methods the transport calls are passed through; the rest keep the trait's defaults.
+#[derive(Clone)]
+struct UrlFree(reqwest::Client);
+
+type HttpResult<T> = Result<T, StreamableHttpError<reqwest::Error>>;
+type SseStream = BoxStream<'static, Result<sse_stream::Sse, SseError>>;
+
+fn url_free<T>(result: HttpResult<T>) -> HttpResult<T> {
+    result.map_err(|e| match e {
+        StreamableHttpError::Client(e) => StreamableHttpError::Client(e.without_url()),
+        other => other,
+    })
+}
+
+impl StreamableHttpClient for UrlFree {
+    type Error = reqwest::Error;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> HttpResult<StreamableHttpPostResponse> {
+        url_free(
+            self.0
+                .post_message(uri, message, session_id, auth_header, custom_headers)
+                .await,
+        )
+    }
+
+    async fn post_message_with_response_limits(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        limits: StreamableHttpResponseLimits,
+    ) -> HttpResult<StreamableHttpPostResponse> {
+        url_free(
+            self.0
+                .post_message_with_response_limits(
+                    uri,
+                    message,
+                    session_id,
+                    auth_header,
+                    custom_headers,
+                    limits,
+                )
+                .await,
+        )
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> HttpResult<()> {
+        url_free(
+            self.0
+                .delete_session(uri, session_id, auth_header, custom_headers)
+                .await,
+        )
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> HttpResult<SseStream> {
+        url_free(
+            self.0
+                .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
+                .await,
+        )
+    }
+
+    async fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> HttpResult<SseStream> {
+        url_free(
+            self.0
+                .get_stream_with_max_sse_event_size(
+                    uri,
+                    session_id,
+                    last_event_id,
+                    auth_header,
+                    custom_headers,
+                    max_sse_event_size,
+                )
+                .await,
+        )
+    }
+}
+
 /// Names are kept as the servers give them, except where two servers offer the same name:
 /// then each of those becomes `<server>__<tool>`.
 fn build_catalog(
@@ -351,6 +519,11 @@ fn build_catalog(
                 remote_name.clone()
             };
             let schema = Value::Object((*t.input_schema).clone());
+            // Without annotations a tool may do anything, so it is taken as not idempotent.
+            let resendable = t
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.read_only_hint == Some(true) || a.idempotent_hint == Some(true));
             catalog.tools.push(ToolDef::new(
                 name.clone(),
                 t.description.as_deref().unwrap_or_default(),
@@ -362,11 +535,21 @@ fn build_catalog(
                     server,
                     remote_name,
                     schema,
+                    resendable,
                 },
             );
         }
     }
     catalog
+}
+
+/// What the model is told when a call that must not run twice may or may not have run.
+fn outcome_unknown(name: &str, why: &str) -> String {
+    format!(
+        "the outcome of this call to `{name}` is unknown: {why}. It may or may not have taken \
+effect, and it was not repeated because `{name}` is not idempotent. Check its effect before \
+calling it again, or tell the user."
+    )
 }
 
 /// The server's structured JSON when present, else its text.

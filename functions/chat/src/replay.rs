@@ -94,6 +94,7 @@ mod tests {
             usage: None,
             steps: None,
             error: None,
+            cut_short: false,
             created_at: Utc::now(),
         }
     }

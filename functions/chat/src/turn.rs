@@ -2,10 +2,14 @@
 //! at once when it asks for several), loop up to the step limit, and record the outcome.
 //!
 //! The user's message is stored before the first LLM call and the rest in one transaction
-//! after, so a failed turn still leaves the question and the error on record.
+//! after, so a failed turn still leaves the question and the error on record. A turn that
+//! reaches `TURN_DEADLINE_MS` stops there and stores what it has, marked cut short, so the
+//! client gets an answer before the platform's own timeout ends the invocation.
 
 use std::borrow::Cow;
-use std::time::Instant;
+use std::sync::Arc;
+
+use tokio::time::Instant;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -15,7 +19,7 @@ use crate::auth::UserId;
 use crate::conversation::{self, ConversationId, Trace, TurnRecord, TurnStart};
 use crate::error::ApiError;
 use crate::instructions::{self, UiContext};
-use crate::llm::{Item, Prompt, ToolCall, ToolDef, Usage};
+use crate::llm::{Item, LlmError, Prompt, ToolCall, ToolDef, Usage};
 use crate::mcp_client::{Catalog, ToolOutcome};
 use crate::{nul, replay};
 
@@ -36,6 +40,14 @@ pub struct TurnResponse {
     pub traces: Vec<Trace>,
     pub usage: Usage,
     pub steps: u32,
+    /// The turn reached `TURN_DEADLINE_MS` and `reply` says so: it holds what there was.
+    pub cut_short: bool,
+}
+
+/// How the loop ended, short of a failure.
+struct Ending {
+    reply: String,
+    cut_short: bool,
 }
 
 pub async fn run(
@@ -43,7 +55,11 @@ pub async fn run(
     user: &UserId,
     request: TurnRequest,
 ) -> Result<TurnResponse, ApiError> {
-    let catalog = state.mcp.catalog().await;
+    let deadline = Instant::now() + state.limits.turn_deadline;
+    // Listing is an MCP request too: a server that hangs must not take the whole turn.
+    let catalog = tokio::time::timeout_at(deadline, state.mcp.catalog())
+        .await
+        .unwrap_or_else(|_| Arc::new(Catalog::unavailable()));
     let tools = offered_tools(&catalog, request.tools.as_deref())?;
     let narrowed = request.tools.is_some().then_some(&*tools);
     let context_json = request.context.as_ref().map(UiContext::as_json);
@@ -69,37 +85,51 @@ pub async fn run(
     let mut usage = Usage::default();
     let mut traces: Vec<Trace> = Vec::new();
     let mut steps = 0u32;
+    // What the model said along the way, for a reply cut short.
+    let mut said: Vec<String> = Vec::new();
     let outcome = loop {
         let prompt = Prompt {
             instructions: &instructions,
             items: &items,
             tools: &tools,
         };
-        let mut reply = match state.llm.respond(prompt).await {
+        let mut reply = match state.llm.respond(prompt, deadline).await {
             Ok(r) => r,
+            Err(LlmError::DeadlineReached) => {
+                break Ok(Ending {
+                    reply: cut_short_reply(state, &said, !traces.is_empty()),
+                    cut_short: true,
+                });
+            }
             Err(e) => break Err(e),
         };
         nul::clean_reply(&mut reply);
         usage += reply.usage;
         if reply.calls.is_empty() {
-            break Ok(reply.text.unwrap_or_default());
+            break Ok(Ending {
+                reply: reply.text.unwrap_or_default(),
+                cut_short: false,
+            });
         }
         if steps == state.limits.max_steps {
-            break Ok(format!(
-                "I stopped after {steps} rounds of tool calls, the most one turn may use, before \
-reaching an answer. The results gathered so far are in the traces; try a narrower question."
-            ));
+            break Ok(Ending {
+                reply: format!(
+                    "I stopped after {steps} rounds of tool calls, the most one turn may use, \
+before reaching an answer. The results gathered so far are in the traces; try a narrower question."
+                ),
+                cut_short: false,
+            });
         }
         steps += 1;
         if let Some(text) = reply.text.filter(|t| !t.trim().is_empty()) {
+            said.push(text.clone());
             items.push(Item::Assistant(text));
         }
-        let results = futures::future::join_all(
-            reply
-                .calls
-                .iter()
-                .map(|call| run_call(state, &catalog, narrowed, call, steps)),
-        )
+        let cap = state.limits.max_calls_per_step;
+        let results = futures::future::join_all(reply.calls.iter().enumerate().map(|(i, call)| {
+            let over_cap = i >= cap;
+            run_call(state, &catalog, narrowed, call, steps, over_cap, deadline)
+        }))
         .await;
         items.extend(reply.calls.iter().cloned().map(Item::Call));
         for trace in results {
@@ -112,13 +142,20 @@ reaching an answer. The results gathered so far are in the traces; try a narrowe
     };
 
     match outcome {
-        Ok(reply) => {
+        Ok(Ending { reply, cut_short }) => {
+            if cut_short {
+                tracing::warn!(
+                    steps,
+                    "turn reached TURN_DEADLINE_MS; answering with what it has"
+                );
+            }
             turn.finish(TurnRecord {
                 reply: &reply,
                 traces: &traces,
                 usage,
                 steps,
                 error: None,
+                cut_short,
             })
             .await?;
             Ok(TurnResponse {
@@ -127,6 +164,7 @@ reaching an answer. The results gathered so far are in the traces; try a narrowe
                 traces,
                 usage,
                 steps,
+                cut_short,
             })
         }
         Err(e) => {
@@ -141,6 +179,7 @@ reaching an answer. The results gathered so far are in the traces; try a narrowe
                     usage,
                     steps,
                     error: Some(&error),
+                    cut_short: false,
                 })
                 .await
             {
@@ -149,6 +188,25 @@ reaching an answer. The results gathered so far are in the traces; try a narrowe
             Err(e)
         }
     }
+}
+
+/// The honest reply of a turn that ran out of time: it says so, and keeps what the model had
+/// already said.
+fn cut_short_reply(state: &AppState, said: &[String], has_traces: bool) -> String {
+    let mut reply = format!(
+        "I ran out of time before I could finish: one turn may take {} s. ",
+        state.limits.turn_deadline.as_secs_f64()
+    );
+    if has_traces {
+        reply.push_str("The tool results gathered so far are in the traces. ");
+    }
+    if !said.is_empty() {
+        reply.push_str("What I had said so far: ");
+        reply.push_str(&said.join("\n\n"));
+        reply.push_str("\n\n");
+    }
+    reply.push_str("Ask again, perhaps more narrowly, to continue.");
+    reply
 }
 
 /// The catalog's tools, or only the ones the request names (each must exist).
@@ -185,16 +243,30 @@ fn offered_tools<'a>(
     ))
 }
 
-/// Runs one call. Arguments that are not a JSON object become a tool error the model sees.
+/// Runs one call. Arguments that are not a JSON object become a tool error the model sees, as
+/// does a call past `MAX_TOOL_CALLS_PER_STEP` (`over_cap`), which is not run.
 async fn run_call(
     state: &AppState,
     catalog: &Catalog,
     narrowed: Option<&[ToolDef]>,
     call: &ToolCall,
     step: u32,
+    over_cap: bool,
+    deadline: Instant,
 ) -> Trace {
     let started = Instant::now();
     let (args, outcome) = match parse_arguments(&call.arguments) {
+        Ok(map) if over_cap => (
+            Value::Object(map),
+            ToolOutcome {
+                output: Value::String(format!(
+                    "not run: one response may make at most {} tool calls; make the ones you \
+still need in your next response",
+                    state.limits.max_calls_per_step
+                )),
+                is_error: true,
+            },
+        ),
         // A request that narrowed the tools is obeyed even if the model calls another one.
         Ok(map) if narrowed.is_some_and(|offered| !offered.iter().any(|t| t.name == call.name)) => {
             (
@@ -210,7 +282,10 @@ async fn run_call(
         }
         Ok(map) => {
             let args = Value::Object(map.clone());
-            (args, state.mcp.call(catalog, &call.name, map).await)
+            (
+                args,
+                state.mcp.call(catalog, &call.name, map, deadline).await,
+            )
         }
         Err(problem) => (
             Value::String(call.arguments.clone()),

@@ -124,6 +124,15 @@ impl CheckedOut {
     pub fn give_back(mut self) {
         drop(self.0.take());
     }
+
+    /// Closes the connection now instead of returning it to the pool, for work that failed
+    /// half-way through a pipeline and cannot tell what state it left the session in. The
+    /// connection must not be used afterwards.
+    pub fn discard(&mut self) {
+        if let Some(conn) = self.0.take() {
+            discard(conn);
+        }
+    }
 }
 
 impl std::ops::Deref for CheckedOut {

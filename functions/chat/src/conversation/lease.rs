@@ -18,10 +18,9 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{Json, ToSql};
 use uuid::Uuid;
 
-use super::{
-    Attempt, ConversationId, StorageError, StoredMessage, Trace, discard, failed, retrying,
-    window_from,
-};
+use parley_core::db::{CheckedOut, retry_once_if_stale};
+
+use super::{Attempt, ConversationId, StorageError, StoredMessage, Trace, window_from};
 use crate::auth::UserId;
 use crate::llm::Usage;
 
@@ -39,6 +38,8 @@ pub struct TurnRecord<'a> {
     pub steps: u32,
     /// Set when the turn failed: what went wrong, for the record.
     pub error: Option<&'a str>,
+    /// The turn reached its deadline and the reply holds what it had.
+    pub cut_short: bool,
 }
 
 pub struct TurnStart<'a> {
@@ -98,8 +99,10 @@ pub async fn begin(pool: &Pool, start: TurnStart<'_>) -> Result<Turn, StorageErr
     let mut pause = FIRST_PAUSE;
     loop {
         let left = give_up.saturating_duration_since(Instant::now());
-        let claim = |conn| try_begin(conn, &start, conversation, is_new, lease, left);
-        if let Some(history) = retrying(pool, claim).await? {
+        let claimed = retry_once_if_stale!(pool, |conn| {
+            try_begin(&mut conn, &start, conversation, is_new, lease, left).await
+        });
+        if let Some(history) = claimed.map_err(Attempt::into_error)? {
             return Ok(Turn {
                 pool: pool.clone(),
                 lease,
@@ -120,7 +123,7 @@ pub async fn begin(pool: &Pool, start: TurnStart<'_>) -> Result<Turn, StorageErr
 /// One attempt: the history window when the claim succeeded, `None` while another turn holds
 /// the conversation.
 async fn try_begin(
-    conn: Object,
+    conn: &mut CheckedOut,
     start: &TurnStart<'_>,
     conversation: ConversationId,
     is_new: bool,
@@ -145,7 +148,7 @@ async fn try_begin(
     let (settings, claim, window, insert) = match prepared {
         Ok(statements) => statements,
         // Nothing has been sent but statement descriptions: a dead link here is stale.
-        Err(e) => return Err(failed(conn, e)),
+        Err(e) => return Err(e.into()),
     };
     let claim_params: [&(dyn ToSql + Sync); 5] = [id, &owner, &lease, &lease_secs, &title];
     let insert_params: [&(dyn ToSql + Sync); 4] = [id, &start.message, &start.context, &lease];
@@ -170,7 +173,7 @@ async fn try_begin(
     // Which results matter, in the order the server ran them: an error aborts everything after
     // it, and `COMMIT` then rolls back.
     if let Err(e) = began {
-        return Err(failed(conn, e));
+        return Err(e.into());
     }
     let outcome = (|| {
         set?;
@@ -190,7 +193,7 @@ async fn try_begin(
         Ok(None) => return Ok(None),
         Err(e) => {
             // The transaction rolled back, but the connection's state is unknown mid-pipeline.
-            discard(conn);
+            conn.discard();
             return Err(Attempt::Failed(e.into()));
         }
     };
@@ -203,7 +206,7 @@ async fn try_begin(
         return Ok(None);
     }
     if !stored {
-        discard(conn);
+        conn.discard();
         return Err(StorageError::Failed("the claimed conversation took no message".into()).into());
     }
     if took_over {
@@ -272,8 +275,8 @@ const FINISH: &str = "WITH freed AS (
        RETURNING message_count),
      stored AS (
        INSERT INTO chat.messages
-         (conversation_id, seq, role, content, traces, usage, steps, error)
-       SELECT $1, message_count, 'assistant', $2, $3, $4, $5, $6 FROM freed
+         (conversation_id, seq, role, content, traces, usage, steps, error, cut_short)
+       SELECT $1, message_count, 'assistant', $2, $3, $4, $5, $6, $8 FROM freed
        RETURNING 1)
      SELECT EXISTS (SELECT 1 FROM stored)
        OR EXISTS (SELECT 1 FROM chat.conversations
@@ -297,7 +300,7 @@ impl Turn {
         self.open = false;
         let (traces, usage) = (Json(record.traces), Json(record.usage));
         let steps = record.steps as i32;
-        let params: [&(dyn ToSql + Sync); 7] = [
+        let params: [&(dyn ToSql + Sync); 8] = [
             self.conversation.as_uuid(),
             &record.reply,
             &traces,
@@ -305,8 +308,10 @@ impl Turn {
             &steps,
             &record.error,
             &self.lease,
+            &record.cut_short,
         ];
-        let stored = retrying(&self.pool, |conn| try_finish(conn, &params)).await?;
+        let stored = retry_once_if_stale!(self.pool, |conn| try_finish(&conn, &params).await)
+            .map_err(Attempt::into_error)?;
         if stored {
             Ok(())
         } else {
@@ -315,15 +320,9 @@ impl Turn {
     }
 }
 
-async fn try_finish(conn: Object, params: &[&(dyn ToSql + Sync)]) -> Result<bool, Attempt> {
-    let write = async {
-        let finish = conn.prepare_cached(FINISH).await?;
-        conn.query_one(&finish, params).await
-    };
-    match write.await {
-        Ok(row) => Ok(row.get(0)),
-        Err(e) => Err(failed(conn, e)),
-    }
+async fn try_finish(conn: &Object, params: &[&(dyn ToSql + Sync)]) -> Result<bool, Attempt> {
+    let finish = conn.prepare_cached(FINISH).await?;
+    Ok(conn.query_one(&finish, params).await?.get(0))
 }
 
 impl Drop for Turn {

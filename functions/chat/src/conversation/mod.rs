@@ -2,11 +2,9 @@
 //! history window, reads, and (in [`lease`]) writing a turn so that nothing is lost or
 //! half-written. Failures are [`StorageError`]s, in storage words; `error.rs` picks statuses.
 
-use std::future::Future;
-
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{Object, Pool, PoolError, TimeoutType};
-use parley_core::db::{DbError, is_connection_error};
+use parley_core::db::{DbError, Stale, is_connection_error, retry_once_if_stale};
 use serde::Serialize;
 use serde_json::Value;
 use tokio_postgres::types::{Json, ToSql};
@@ -18,7 +16,7 @@ use crate::llm::Usage;
 /// What [`message`] reads, in every query that returns messages.
 macro_rules! columns {
     () => {
-        "seq, role, content, context, traces, usage, steps, error, created_at"
+        "seq, role, content, context, traces, usage, steps, error, cut_short, created_at"
     };
 }
 
@@ -97,38 +95,35 @@ impl From<StorageError> for Attempt {
     }
 }
 
-/// Classifies `e` from a statement sent on `conn`: a dead connection is closed (never back to
-/// the pool) and marked stale, for the caller to decide whether repeating is safe.
-fn failed(conn: Object, e: tokio_postgres::Error) -> Attempt {
-    if is_connection_error(&e) {
-        discard(conn);
-        Attempt::Stale(e.into())
-    } else {
+impl From<PoolError> for Attempt {
+    fn from(e: PoolError) -> Self {
         Attempt::Failed(e.into())
     }
 }
 
-/// Closes the connection instead of returning it to the pool.
-fn discard(conn: Object) {
-    drop(Object::take(conn));
+impl From<tokio_postgres::Error> for Attempt {
+    /// A dead connection is stale, for [`retry_once_if_stale!`] to close and, where repeating
+    /// is safe, retry.
+    fn from(e: tokio_postgres::Error) -> Self {
+        if is_connection_error(&e) {
+            Attempt::Stale(e.into())
+        } else {
+            Attempt::Failed(e.into())
+        }
+    }
 }
 
-/// Runs `attempt` on a pooled connection, and once more on a fresh one if it found its
-/// connection dead before anything ran. Checkout does not test connections (a round trip per
-/// request); one that died while the instance was frozen shows up here instead.
-async fn retrying<T, F, Fut>(pool: &Pool, mut attempt: F) -> Result<T, StorageError>
-where
-    F: FnMut(Object) -> Fut,
-    Fut: Future<Output = Result<T, Attempt>>,
-{
-    match attempt(pool.get().await?).await {
-        Err(Attempt::Stale(e)) => {
-            tracing::warn!(error = %e, "stale database connection; retrying once");
-            attempt(pool.get().await?)
-                .await
-                .map_err(Attempt::into_error)
+impl Stale for Attempt {
+    fn is_stale(&self) -> bool {
+        matches!(self, Attempt::Stale(_))
+    }
+}
+
+impl std::fmt::Display for Attempt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Attempt::Stale(e) | Attempt::Failed(e) => e.fmt(f),
         }
-        other => other.map_err(Attempt::into_error),
     }
 }
 
@@ -193,6 +188,9 @@ pub struct StoredMessage {
     pub steps: Option<i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The turn reached `TURN_DEADLINE_MS`; the reply holds only what it had by then.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cut_short: bool,
     pub created_at: DateTime<Utc>,
 }
 
@@ -239,6 +237,7 @@ fn message(row: &tokio_postgres::Row) -> Result<StoredMessage, StorageError> {
         usage: usage.map(|u| u.0),
         steps: row.get("steps"),
         error: row.get("error"),
+        cut_short: row.get("cut_short"),
         created_at: row.get("created_at"),
     })
 }
@@ -262,7 +261,8 @@ pub async fn list(
     };
     let page_size = i64::from(limit) + 1;
     let params: [&(dyn ToSql + Sync); 4] = [&owner.as_str(), &at, &id, &page_size];
-    let rows = retrying(pool, |conn| read_page(conn, &params)).await?;
+    let rows = retry_once_if_stale!(pool, |conn| read_page(&conn, &params).await)
+        .map_err(Attempt::into_error)?;
     let mut items: Vec<ConversationSummary> = rows
         .iter()
         .map(|r| ConversationSummary {
@@ -286,22 +286,19 @@ pub async fn list(
 }
 
 async fn read_page(
-    conn: Object,
+    conn: &Object,
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<Vec<tokio_postgres::Row>, Attempt> {
-    let read = async {
-        let page = conn
-            .prepare_cached(
-                "SELECT id, title, message_count, created_at, updated_at FROM chat.conversations
+    let page = conn
+        .prepare_cached(
+            "SELECT id, title, message_count, created_at, updated_at FROM chat.conversations
                  WHERE owner = $1
                    AND ($2::timestamptz IS NULL OR (updated_at, id) < ($2, $3::uuid))
                  ORDER BY updated_at DESC, id DESC
                  LIMIT $4",
-            )
-            .await?;
-        conn.query(&page, params).await
-    };
-    read.await.map_err(|e| failed(conn, e))
+        )
+        .await?;
+    Ok(conn.query(&page, params).await?)
 }
 
 /// The whole history of one of the owner's conversations.
@@ -310,36 +307,34 @@ pub async fn messages(
     owner: &UserId,
     id: &ConversationId,
 ) -> Result<Vec<StoredMessage>, StorageError> {
-    let rows = retrying(pool, |conn| read_messages(conn, owner, id)).await?;
+    let rows = retry_once_if_stale!(pool, |conn| read_messages(&conn, owner, id).await)
+        .map_err(Attempt::into_error)?;
     let rows = rows.ok_or(StorageError::NotFound)?;
     rows.iter().map(message).collect()
 }
 
 /// `None` unless the owner owns the conversation.
 async fn read_messages(
-    conn: Object,
+    conn: &Object,
     owner: &UserId,
     id: &ConversationId,
 ) -> Result<Option<Vec<tokio_postgres::Row>>, Attempt> {
-    let read = async {
-        let (owned, all) = futures::try_join!(
-            conn.prepare_cached("SELECT 1 FROM chat.conversations WHERE id = $1 AND owner = $2"),
-            conn.prepare_cached(concat!(
-                "SELECT ",
-                columns!(),
-                " FROM chat.messages WHERE conversation_id = $1 ORDER BY seq"
-            )),
-        )?;
-        if conn
-            .query_opt(&owned, &[id.as_uuid(), &owner.as_str()])
-            .await?
-            .is_none()
-        {
-            return Ok(None);
-        }
-        conn.query(&all, &[id.as_uuid()]).await.map(Some)
-    };
-    read.await.map_err(|e| failed(conn, e))
+    let (owned, all) = futures::try_join!(
+        conn.prepare_cached("SELECT 1 FROM chat.conversations WHERE id = $1 AND owner = $2"),
+        conn.prepare_cached(concat!(
+            "SELECT ",
+            columns!(),
+            " FROM chat.messages WHERE conversation_id = $1 ORDER BY seq"
+        )),
+    )?;
+    if conn
+        .query_opt(&owned, &[id.as_uuid(), &owner.as_str()])
+        .await?
+        .is_none()
+    {
+        return Ok(None);
+    }
+    Ok(Some(conn.query(&all, &[id.as_uuid()]).await?))
 }
 
 /// Where a page of conversations ends: opaque to clients (`<micros>_<uuid>`).

@@ -5,12 +5,14 @@
 use std::iter::Peekable;
 use std::slice::Iter;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::responses::{arguments, assign_missing_ids, usage};
-use super::{Item, LlmConfig, LlmError, Prompt, Reply, ToolCall, ToolDef};
+use super::{
+    Item, LlmConfig, LlmError, Prompt, Reply, ToolCall, ToolDef, Usage, WireUsage, arguments,
+    assign_missing_ids, non_empty,
+};
 
 /// The request body, serialized straight from borrowed parts (no intermediate JSON tree).
 pub(super) fn request(config: &LlmConfig, prompt: Prompt<'_>) -> Vec<u8> {
@@ -159,33 +161,76 @@ fn following_calls<'a>(items: &mut Peekable<Iter<'a, Item>>) -> Vec<Call<'a>> {
     calls
 }
 
-pub(super) fn parse(body: &Value) -> Result<Reply, LlmError> {
-    let choice = body
-        .get("choices")
-        .and_then(Value::as_array)
-        .and_then(|choices| choices.first())
+/// The parts of a Chat Completions body the chat reads; everything else is ignored.
+#[derive(Deserialize)]
+pub(super) struct Answer {
+    choices: Vec<Choice>,
+    usage: Option<WireUsage>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    message: Option<WireMessage>,
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct WireMessage {
+    content: Option<Content>,
+    refusal: Option<Content>,
+    tool_calls: Option<Vec<WireCall>>,
+}
+
+/// `content` is a string or null; some servers send an array of `{type: "text", text}` parts.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Content {
+    Text(String),
+    Parts(Vec<Part>),
+    /// Anything else carries no text we can show.
+    Other(serde::de::IgnoredAny),
+}
+
+#[derive(Deserialize)]
+struct Part {
+    text: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct WireCall {
+    id: Option<String>,
+    function: Option<WireFunction>,
+}
+
+#[derive(Deserialize)]
+struct WireFunction {
+    name: Option<String>,
+    arguments: Option<Value>,
+}
+
+pub(super) fn parse(answer: Answer) -> Result<Reply, LlmError> {
+    let choice = answer
+        .choices
+        .into_iter()
+        .next()
         .ok_or_else(|| LlmError::BadResponse("the response has no `choices`".to_owned()))?;
     let message = choice
-        .get("message")
-        .filter(|m| m.is_object())
+        .message
         .ok_or_else(|| LlmError::BadResponse("the first choice has no `message`".to_owned()))?;
-    let text = content(message.get("content"))
+    let text = message
+        .content
+        .and_then(Content::text)
         // A refusal is what the model said; the user should see it.
-        .or_else(|| content(message.get("refusal")));
-    let mut calls = match message.get("tool_calls") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(raw)) => raw.iter().map(call).collect::<Result<_, _>>()?,
-        Some(_) => {
-            return Err(LlmError::BadResponse(
-                "`tool_calls` is not an array".to_owned(),
-            ));
-        }
-    };
+        .or_else(|| message.refusal.and_then(Content::text));
+    let mut calls = message
+        .tool_calls
+        .unwrap_or_default()
+        .into_iter()
+        .map(call)
+        .collect::<Result<Vec<_>, _>>()?;
     if text.is_none() && calls.is_empty() {
         // Cut off before saying anything: better reported than answered with nothing.
-        if let Some(reason @ ("length" | "content_filter")) =
-            choice.get("finish_reason").and_then(Value::as_str)
-        {
+        if let Some(reason @ ("length" | "content_filter")) = choice.finish_reason.as_deref() {
             return Err(LlmError::BadResponse(format!(
                 "the response has no usable output: finish_reason {reason}"
             )));
@@ -195,38 +240,32 @@ pub(super) fn parse(body: &Value) -> Result<Reply, LlmError> {
     Ok(Reply {
         text,
         calls,
-        usage: usage(body.get("usage"), "prompt_tokens", "completion_tokens"),
+        usage: answer.usage.map(Usage::from).unwrap_or_default(),
     })
 }
 
-/// `content` is a string or null; some servers send an array of `{type: "text", text}` parts.
-fn content(raw: Option<&Value>) -> Option<String> {
-    let text = match raw? {
-        Value::String(text) => text.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|part| part.get("text").and_then(Value::as_str))
-            .collect(),
-        _ => return None,
-    };
-    (!text.is_empty()).then_some(text)
+impl Content {
+    fn text(self) -> Option<String> {
+        let text = match self {
+            Content::Text(text) => text,
+            Content::Parts(parts) => parts.into_iter().filter_map(|p| p.text).collect(),
+            Content::Other(_) => return None,
+        };
+        (!text.is_empty()).then_some(text)
+    }
 }
 
-fn call(raw: &Value) -> Result<ToolCall, LlmError> {
-    let function = raw.get("function");
+fn call(raw: WireCall) -> Result<ToolCall, LlmError> {
+    let function = raw.function;
     let name = function
-        .and_then(|f| f.get("name"))
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty())
-        .ok_or_else(|| LlmError::BadResponse("a tool call has no function name".to_owned()))?;
+        .as_ref()
+        .and_then(|f| non_empty(f.name.as_deref()))
+        .ok_or_else(|| LlmError::BadResponse("a tool call has no function name".to_owned()))?
+        .to_owned();
     Ok(ToolCall {
-        call_id: raw
-            .get("id")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned(),
-        name: name.to_owned(),
-        arguments: arguments(function.and_then(|f| f.get("arguments"))),
+        call_id: raw.id.unwrap_or_default(),
+        name,
+        arguments: arguments(function.as_ref().and_then(|f| f.arguments.as_ref())),
     })
 }
 
@@ -235,8 +274,11 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::llm::Usage;
-    use crate::llm::responses::tests::{call_triples, config, history, tools};
+    use crate::llm::fixtures::{call_triples, config, decode_value, history, tools};
+
+    fn parse_json(body: &Value) -> Result<Reply, LlmError> {
+        parse(decode_value(body)?)
+    }
 
     /// The request body as the server receives it.
     fn sent(config: &LlmConfig, prompt: Prompt<'_>) -> Value {
@@ -317,7 +359,7 @@ mod tests {
 
     #[test]
     fn a_text_answer_is_read_with_its_usage() {
-        let reply = parse(&json!({
+        let reply = parse_json(&json!({
             "id": "chatcmpl-1",
             "object": "chat.completion",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello."}, "finish_reason": "stop"}],
@@ -338,7 +380,7 @@ mod tests {
 
     #[test]
     fn parallel_tool_calls_are_all_returned_in_order() {
-        let reply = parse(&json!({"choices": [{"message": {
+        let reply = parse_json(&json!({"choices": [{"message": {
             "role": "assistant",
             "content": null,
             "tool_calls": [
@@ -358,7 +400,7 @@ mod tests {
 
     #[test]
     fn calls_without_ids_and_object_arguments_are_tolerated() {
-        let reply = parse(
+        let reply = parse_json(
             &json!({"choices": [{"message": {"content": "", "tool_calls": [
                 {"type": "function", "function": {"name": "a", "arguments": {"x": 1}}},
                 {"type": "function", "function": {"name": "b"}}
@@ -374,21 +416,23 @@ mod tests {
 
     #[test]
     fn content_parts_and_refusals_are_read_as_text() {
-        let parts = parse(&json!({"choices": [{"message": {"content": [
+        let parts = parse_json(&json!({"choices": [{"message": {"content": [
             {"type": "text", "text": "a"}, {"type": "text", "text": "b"}
         ]}}]}))
         .unwrap();
         assert_eq!(parts.text.as_deref(), Some("ab"));
         let refusal =
-            parse(&json!({"choices": [{"message": {"content": null, "refusal": "No."}}]})).unwrap();
+            parse_json(&json!({"choices": [{"message": {"content": null, "refusal": "No."}}]}))
+                .unwrap();
         assert_eq!(refusal.text.as_deref(), Some("No."));
     }
 
     #[test]
     fn an_answer_cut_off_before_any_output_is_a_bad_response() {
-        let err =
-            parse(&json!({"choices": [{"message": {"content": null}, "finish_reason": "length"}]}))
-                .unwrap_err();
+        let err = parse_json(
+            &json!({"choices": [{"message": {"content": null}, "finish_reason": "length"}]}),
+        )
+        .unwrap_err();
         assert!(matches!(&err, LlmError::BadResponse(m) if m.contains("length")));
     }
 
@@ -403,7 +447,7 @@ mod tests {
             json!({"error": {"message": "overloaded"}}),
         ] {
             assert!(
-                matches!(parse(&body), Err(LlmError::BadResponse(_))),
+                matches!(parse_json(&body), Err(LlmError::BadResponse(_))),
                 "{body}"
             );
         }

@@ -3,12 +3,14 @@
 //! (`tool_calls` / `role: tool`). The rest of the chat function sees only the neutral types here.
 
 mod chat_completions;
+#[cfg(test)]
+mod fixtures;
 mod responses;
 mod retry;
 
 use std::time::Duration;
 
-use parley_core::config::{ConfigError, Env, SecretString};
+use parley_core::config::{ConfigError, Env, ExposeSecret, SecretString};
 use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -41,6 +43,9 @@ pub struct LlmConfig {
     pub retry_budget: Duration,
     /// `LLM_MAX_OUTPUT_TOKENS`: optional cap sent with each request.
     pub max_output_tokens: Option<u32>,
+    /// `LLM_MAX_RESPONSE_BYTES`: the largest response body read (default 4 MiB); a larger one
+    /// is a failed turn, not a full instance.
+    pub max_response_bytes: usize,
 }
 
 impl LlmConfig {
@@ -85,7 +90,18 @@ impl LlmConfig {
             max_output_tokens: env
                 .optional::<u32>("LLM_MAX_OUTPUT_TOKENS")?
                 .filter(|n| *n > 0),
+            max_response_bytes: env.limit(
+                "LLM_MAX_RESPONSE_BYTES",
+                4 * 1024 * 1024,
+                1024..=256 * 1024 * 1024,
+            )? as usize,
         })
+    }
+
+    /// OpenAI's API refuses every request without a key, so leaving it unset there is a
+    /// mistake worth a line at start-up; local servers often need none.
+    fn key_missing_for_openai(&self) -> bool {
+        self.api_key.is_none() && self.base_url.host_str() == Some("api.openai.com")
     }
 }
 
@@ -151,6 +167,68 @@ impl std::ops::AddAssign for Usage {
     }
 }
 
+/// Token counts as either dialect names them; absent counts are zero, an absent total is the
+/// sum (some local servers report no usage at all).
+#[derive(Debug, Default, serde::Deserialize)]
+struct WireUsage {
+    #[serde(alias = "prompt_tokens")]
+    input_tokens: Option<u64>,
+    #[serde(alias = "completion_tokens")]
+    output_tokens: Option<u64>,
+    total_tokens: Option<u64>,
+}
+
+impl From<WireUsage> for Usage {
+    fn from(wire: WireUsage) -> Self {
+        let input_tokens = wire.input_tokens.unwrap_or(0);
+        let output_tokens = wire.output_tokens.unwrap_or(0);
+        Usage {
+            input_tokens,
+            output_tokens,
+            total_tokens: wire.total_tokens.unwrap_or(input_tokens + output_tokens),
+        }
+    }
+}
+
+/// A 2xx body as the dialect's wire type, straight from the bytes: JSON of another shape is a
+/// bad response naming what did not fit; text that is not JSON is quoted (with `key` blanked).
+fn decode<T: serde::de::DeserializeOwned>(body: &[u8], key: Option<&str>) -> Result<T, LlmError> {
+    serde_json::from_slice(body).map_err(|e| {
+        if e.is_data() {
+            LlmError::BadResponse(format!("the response is not in the expected shape: {e}"))
+        } else {
+            retry::not_json(body, &e, key)
+        }
+    })
+}
+
+fn non_empty(text: Option<&str>) -> Option<&str> {
+    text.filter(|t| !t.is_empty())
+}
+
+/// The arguments as the model wrote them. Some compatible servers send an object rather than
+/// JSON text, and some leave them out for a call without arguments.
+fn arguments(raw: Option<&Value>) -> String {
+    match raw {
+        Some(Value::String(text)) => text.clone(),
+        None | Some(Value::Null) => "{}".to_owned(),
+        Some(other) => other.to_string(),
+    }
+}
+
+/// Gives every call a usable id: some local servers send none, or the same one for every call
+/// of a response, and outputs are matched to calls by id. Generated ids are random so they do
+/// not repeat across the responses of a conversation either.
+fn assign_missing_ids(calls: &mut [ToolCall]) {
+    let mut seen = std::collections::HashSet::new();
+    for call in calls {
+        if call.call_id.is_empty() || !seen.insert(call.call_id.clone()) {
+            call.call_id = format!("call_{}", uuid::Uuid::new_v4().simple());
+            seen.insert(call.call_id.clone());
+        }
+    }
+}
+
 /// What the model said in one response: text, tool calls, or both.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Reply {
@@ -175,6 +253,20 @@ pub enum LlmError {
     /// The LLM server answered with an error status (after retries for 5xx).
     #[error("the language model returned HTTP {status}")]
     Status { status: u16, detail: String },
+    /// 401 or 403: the key is missing or refused. Not transient, so never retried.
+    #[error("the language model refused the credentials (HTTP {status})")]
+    Unauthorized {
+        status: u16,
+        /// Whether `LLM_API_KEY` (or `OPENAI_API_KEY`) was set at all.
+        key_set: bool,
+        detail: String,
+    },
+    /// A 2xx body larger than `LLM_MAX_RESPONSE_BYTES`; reading stopped there.
+    #[error("the language model's response is larger than LLM_MAX_RESPONSE_BYTES ({limit} bytes)")]
+    TooLarge { limit: usize },
+    /// The turn's deadline (`TURN_DEADLINE_MS`) came before an answer.
+    #[error("the turn's deadline was reached before the language model answered")]
+    DeadlineReached,
     /// No answer in `LLM_TIMEOUT_MS` (after retries).
     #[error("the language model did not answer in time")]
     Timeout,
@@ -195,6 +287,12 @@ pub struct Llm {
 
 impl Llm {
     pub fn new(config: LlmConfig, http: reqwest::Client) -> Self {
+        if config.key_missing_for_openai() {
+            tracing::warn!(
+                "LLM_API_KEY is not set and LLM_BASE_URL is OpenAI's: every chat turn will fail \
+until it is"
+            );
+        }
         Self { config, http }
     }
 
@@ -202,18 +300,23 @@ impl Llm {
         &self.config
     }
 
-    /// One model response, with retries for 429, 5xx and transport failures.
-    pub async fn respond(&self, prompt: Prompt<'_>) -> Result<Reply, LlmError> {
+    /// One model response, with retries for 429, 5xx and transport failures, by `deadline`.
+    pub async fn respond(
+        &self,
+        prompt: Prompt<'_>,
+        deadline: tokio::time::Instant,
+    ) -> Result<Reply, LlmError> {
         let (path, body) = self.request(prompt);
         let url = self
             .config
             .base_url
             .join(path)
             .map_err(|e| LlmError::Transport(e.to_string()))?;
-        let body = retry::post_json(&self.http, &self.config, url, body).await?;
+        let bytes = retry::post_json(&self.http, &self.config, url, body, deadline).await?;
+        let key = self.config.api_key.as_ref().map(|k| k.expose_secret());
         match self.config.api {
-            LlmApi::Responses => responses::parse(&body),
-            LlmApi::ChatCompletions => chat_completions::parse(&body),
+            LlmApi::Responses => responses::parse(decode(&bytes, key)?),
+            LlmApi::ChatCompletions => chat_completions::parse(decode(&bytes, key)?),
         }
     }
 
@@ -234,7 +337,74 @@ mod tests {
     use parley_testkit::llm::{ScriptedLlm, Step};
 
     use super::*;
-    use crate::llm::responses::tests::{call_triples, config, history, tools};
+    use crate::llm::fixtures::{call_triples, config, far_deadline, history, tools};
+
+    fn client(llm: &ScriptedLlm, api: LlmApi) -> Llm {
+        Llm::new(
+            LlmConfig {
+                api,
+                base_url: url::Url::parse(&format!("{}/", llm.base_url())).unwrap(),
+                max_retries: 3,
+                retry_budget: std::time::Duration::from_secs(10),
+                ..config()
+            },
+            reqwest::Client::new(),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_2xx_body_that_is_not_json_is_a_bad_response_and_not_retried() {
+        let llm = ScriptedLlm::start(vec![Step::Status {
+            status: 200,
+            retry_after: None,
+            body: "<html>gateway</html>".to_owned(),
+        }])
+        .await;
+        let items = history();
+        let prompt = Prompt {
+            instructions: "",
+            items: &items,
+            tools: &[],
+        };
+        let err = client(&llm, LlmApi::Responses)
+            .respond(prompt, far_deadline())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, LlmError::BadResponse(m) if m.contains("gateway")),
+            "{err:?}"
+        );
+        assert_eq!(llm.requests().len(), 1);
+    }
+
+    #[test]
+    fn a_missing_key_is_flagged_only_for_openai() {
+        let openai = LlmConfig {
+            base_url: url::Url::parse("https://api.openai.com/v1/").unwrap(),
+            ..config()
+        };
+        assert!(openai.key_missing_for_openai());
+        let with_key = LlmConfig {
+            api_key: Some(SecretString::from("sk-x".to_owned())),
+            ..openai.clone()
+        };
+        assert!(!with_key.key_missing_for_openai());
+        assert!(
+            !config().key_missing_for_openai(),
+            "a local server needs no key"
+        );
+    }
+
+    #[test]
+    fn the_response_cap_is_a_setting_with_a_default() {
+        let env = |pairs: &[(&str, &str)]| Env::from_pairs(pairs.iter().copied());
+        assert_eq!(
+            LlmConfig::from_env(&env(&[])).unwrap().max_response_bytes,
+            4 * 1024 * 1024
+        );
+        let e = LlmConfig::from_env(&env(&[("LLM_MAX_RESPONSE_BYTES", "10")])).unwrap_err();
+        assert_eq!(e.var, "LLM_MAX_RESPONSE_BYTES");
+    }
 
     #[tokio::test]
     async fn respond_speaks_each_dialect_and_reads_the_scripted_answer() {
@@ -264,7 +434,7 @@ mod tests {
                 items: &items,
                 tools: &tools,
             };
-            let reply = client.respond(prompt).await.unwrap();
+            let reply = client.respond(prompt, far_deadline()).await.unwrap();
             assert_eq!(reply.text.as_deref(), Some("Checking."), "{api:?}");
             let calls = call_triples(&reply);
             assert_eq!(

@@ -1,12 +1,15 @@
 //! The Responses API dialect: builds the `POST {base}/responses` body from a [`Prompt`] (items
 //! as `input`, `store: false` so the server keeps nothing) and reads the `output` items of the
-//! answer back into a [`Reply`].
+//! answer, typed by their `type` (unknown ones ignored), back into a [`Reply`].
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
 
-use super::{Item, LlmConfig, LlmError, Prompt, Reply, ToolCall, ToolDef, Usage};
+use super::{
+    Item, LlmConfig, LlmError, Prompt, Reply, ToolCall, ToolDef, Usage, WireUsage, arguments,
+    assign_missing_ids, non_empty,
+};
 
 /// The request body, serialized straight from borrowed parts (no intermediate JSON tree).
 pub(super) fn request(config: &LlmConfig, prompt: Prompt<'_>) -> Vec<u8> {
@@ -103,10 +106,63 @@ impl<'a> From<&'a ToolDef> for Tool<'a> {
     }
 }
 
-pub(super) fn parse(body: &Value) -> Result<Reply, LlmError> {
-    let Some(output) = body.get("output").and_then(Value::as_array) else {
+/// The parts of a Responses API body the chat reads; everything else is ignored.
+#[derive(Deserialize)]
+pub(super) struct Answer {
+    output: Option<Vec<OutputItem>>,
+    status: Option<String>,
+    error: Option<Failure>,
+    incomplete_details: Option<Incomplete>,
+    usage: Option<WireUsage>,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum OutputItem {
+    Message {
+        #[serde(default)]
+        content: Vec<ContentPart>,
+    },
+    FunctionCall {
+        /// The id outputs must quote; `id` is the item's own, used by servers that send only it.
+        call_id: Option<String>,
+        id: Option<String>,
+        name: Option<String>,
+        arguments: Option<Value>,
+    },
+    /// `reasoning`, built-in tool calls and whatever comes next carry nothing for us.
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ContentPart {
+    OutputText {
+        text: String,
+    },
+    /// A refusal is what the model said; the user should see it.
+    Refusal {
+        refusal: String,
+    },
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+struct Failure {
+    message: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Incomplete {
+    reason: Option<String>,
+}
+
+pub(super) fn parse(answer: Answer) -> Result<Reply, LlmError> {
+    let Some(output) = &answer.output else {
         // A failed response may come back as a 2xx without output; its error says why.
-        return Err(LlmError::BadResponse(match failure_reason(body) {
+        return Err(LlmError::BadResponse(match failure_reason(&answer) {
             Some(reason) => format!("the response has no output: {reason}"),
             None => "the response has no `output` array".to_owned(),
         }));
@@ -114,32 +170,45 @@ pub(super) fn parse(body: &Value) -> Result<Reply, LlmError> {
     let mut messages: Vec<String> = Vec::new();
     let mut calls = Vec::new();
     for item in output {
-        match item.get("type").and_then(Value::as_str) {
-            Some("message") => {
-                let parts = item.get("content").and_then(Value::as_array);
-                let text: String = parts
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|part| match part.get("type").and_then(Value::as_str) {
-                        Some("output_text") => part.get("text").and_then(Value::as_str),
-                        // A refusal is what the model said; the user should see it.
-                        Some("refusal") => part.get("refusal").and_then(Value::as_str),
-                        _ => None,
+        match item {
+            OutputItem::Message { content } => {
+                let text: String = content
+                    .iter()
+                    .filter_map(|part| match part {
+                        ContentPart::OutputText { text } => Some(text.as_str()),
+                        ContentPart::Refusal { refusal } => Some(refusal.as_str()),
+                        ContentPart::Other => None,
                     })
                     .collect();
                 if !text.is_empty() {
                     messages.push(text);
                 }
             }
-            Some("function_call") => calls.push(call(item)?),
-            // `reasoning`, built-in tool calls and whatever comes next carry nothing for us.
-            _ => {}
+            OutputItem::FunctionCall {
+                call_id,
+                id,
+                name,
+                arguments: args,
+            } => {
+                let name = non_empty(name.as_deref()).ok_or_else(|| {
+                    LlmError::BadResponse("a function_call has no name".to_owned())
+                })?;
+                calls.push(ToolCall {
+                    call_id: non_empty(call_id.as_deref())
+                        .or_else(|| non_empty(id.as_deref()))
+                        .unwrap_or_default()
+                        .to_owned(),
+                    name: name.to_owned(),
+                    arguments: arguments(args.as_ref()),
+                });
+            }
+            OutputItem::Other => {}
         }
     }
     let text = (!messages.is_empty()).then(|| messages.join("\n\n"));
     if text.is_none()
         && calls.is_empty()
-        && let Some(reason) = failure_reason(body)
+        && let Some(reason) = failure_reason(&answer)
     {
         return Err(LlmError::BadResponse(format!(
             "the response has no usable output: {reason}"
@@ -149,38 +218,18 @@ pub(super) fn parse(body: &Value) -> Result<Reply, LlmError> {
     Ok(Reply {
         text,
         calls,
-        usage: usage(body.get("usage"), "input_tokens", "output_tokens"),
-    })
-}
-
-fn call(item: &Value) -> Result<ToolCall, LlmError> {
-    let name = item
-        .get("name")
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty())
-        .ok_or_else(|| LlmError::BadResponse("a function_call has no name".to_owned()))?;
-    Ok(ToolCall {
-        // `id` is the item's own id; `call_id` is the one outputs must quote. Fall back to `id`
-        // for servers that only send that one.
-        call_id: text_field(item, "call_id")
-            .or_else(|| text_field(item, "id"))
-            .unwrap_or_default(),
-        name: name.to_owned(),
-        arguments: arguments(item.get("arguments")),
+        usage: answer.usage.map(Usage::from).unwrap_or_default(),
     })
 }
 
 /// Why a response that is `failed` or `incomplete` stopped, if it is one of those.
-fn failure_reason(body: &Value) -> Option<String> {
-    let status = body.get("status").and_then(Value::as_str);
-    let error = body
-        .get("error")
-        .and_then(|e| e.get("message"))
-        .and_then(Value::as_str);
-    let incomplete = body
-        .get("incomplete_details")
-        .and_then(|d| d.get("reason"))
-        .and_then(Value::as_str);
+fn failure_reason(answer: &Answer) -> Option<String> {
+    let status = answer.status.as_deref();
+    let error = answer.error.as_ref().and_then(|e| e.message.as_deref());
+    let incomplete = answer
+        .incomplete_details
+        .as_ref()
+        .and_then(|d| d.reason.as_deref());
     match (status, error, incomplete) {
         (_, Some(message), _) => Some(format!("{} ({message})", status.unwrap_or("failed"))),
         (Some("incomplete"), None, Some(reason)) => Some(format!("incomplete ({reason})")),
@@ -191,118 +240,16 @@ fn failure_reason(body: &Value) -> Option<String> {
     }
 }
 
-fn text_field(value: &Value, key: &str) -> Option<String> {
-    value
-        .get(key)
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-}
-
-/// The arguments as the model wrote them. Some compatible servers send an object rather than
-/// JSON text, and some leave them out for a call without arguments.
-pub(super) fn arguments(raw: Option<&Value>) -> String {
-    match raw {
-        Some(Value::String(text)) => text.clone(),
-        None | Some(Value::Null) => "{}".to_owned(),
-        Some(other) => other.to_string(),
-    }
-}
-
-/// Token counts under the dialect's field names; absent counts are zero, an absent total is
-/// the sum (some local servers report no usage at all).
-pub(super) fn usage(usage: Option<&Value>, input_key: &str, output_key: &str) -> Usage {
-    let empty = Map::new();
-    let usage = usage.and_then(Value::as_object).unwrap_or(&empty);
-    let count = |key: &str| usage.get(key).and_then(Value::as_u64);
-    let input_tokens = count(input_key).unwrap_or(0);
-    let output_tokens = count(output_key).unwrap_or(0);
-    Usage {
-        input_tokens,
-        output_tokens,
-        total_tokens: count("total_tokens").unwrap_or(input_tokens + output_tokens),
-    }
-}
-
-/// Gives every call a usable id: some local servers send none, or the same one for every call
-/// of a response, and outputs are matched to calls by id. Generated ids are random so they do
-/// not repeat across the responses of a conversation either.
-pub(super) fn assign_missing_ids(calls: &mut [ToolCall]) {
-    let mut seen = std::collections::HashSet::new();
-    for call in calls {
-        if call.call_id.is_empty() || !seen.insert(call.call_id.clone()) {
-            call.call_id = format!("call_{}", uuid::Uuid::new_v4().simple());
-            seen.insert(call.call_id.clone());
-        }
-    }
-}
-
-/// Shared with the other dialect's and the retry tests: one config, one history, one tool.
 #[cfg(test)]
-pub(super) mod tests {
-    use std::time::Duration;
-
+mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::llm::{LlmApi, ToolDef};
+    use crate::llm::fixtures::{call_triples, config, decode_value, history, tools};
 
-    pub(crate) fn config() -> LlmConfig {
-        LlmConfig {
-            api: LlmApi::Responses,
-            base_url: url::Url::parse("http://127.0.0.1:1/v1/").unwrap(),
-            model: "gpt-test".to_owned(),
-            api_key: None,
-            timeout: Duration::from_secs(5),
-            max_retries: 0,
-            retry_budget: Duration::ZERO,
-            max_output_tokens: None,
-        }
-    }
-
-    /// user, assistant, two parallel calls, their outputs, the final assistant text.
-    pub(crate) fn history() -> Vec<Item> {
-        vec![
-            Item::User("How many orders?".to_owned()),
-            Item::Assistant("Let me look.".to_owned()),
-            Item::Call(ToolCall {
-                call_id: "call_a".to_owned(),
-                name: "count_orders".to_owned(),
-                arguments: "{}".to_owned(),
-            }),
-            Item::Call(ToolCall {
-                call_id: "call_b".to_owned(),
-                name: "list_customers".to_owned(),
-                arguments: "{\"limit\":2}".to_owned(),
-            }),
-            Item::Output {
-                call_id: "call_a".to_owned(),
-                output: "42".to_owned(),
-            },
-            Item::Output {
-                call_id: "call_b".to_owned(),
-                output: "[\"Ada\",\"Bob\"]".to_owned(),
-            },
-            Item::Assistant("There are 42 orders.".to_owned()),
-            Item::User("Thanks".to_owned()),
-        ]
-    }
-
-    pub(crate) fn tools() -> Vec<ToolDef> {
-        vec![ToolDef::new(
-            "count_orders",
-            "Counts orders.",
-            &json!({"type": "object", "properties": {}}),
-        )]
-    }
-
-    /// A reply's calls as (call id, name, arguments), for comparing.
-    pub(crate) fn call_triples(reply: &Reply) -> Vec<(&str, &str, &str)> {
-        reply
-            .calls
-            .iter()
-            .map(|c| (c.call_id.as_str(), c.name.as_str(), c.arguments.as_str()))
-            .collect()
+    /// A body as the server would send it, decoded as `Llm::respond` does.
+    fn parse_json(body: &Value) -> Result<Reply, LlmError> {
+        parse(decode_value(body)?)
     }
 
     /// The request body as the server receives it.
@@ -366,7 +313,7 @@ pub(super) mod tests {
 
     #[test]
     fn a_text_answer_joins_its_text_parts_and_skips_reasoning() {
-        let reply = parse(&json!({
+        let reply = parse_json(&json!({
             "status": "completed",
             "output": [
                 {"type": "reasoning", "id": "rs_1", "summary": []},
@@ -392,7 +339,7 @@ pub(super) mod tests {
 
     #[test]
     fn a_refusal_is_read_as_text() {
-        let reply = parse(&json!({"output": [{"type": "message", "role": "assistant",
+        let reply = parse_json(&json!({"output": [{"type": "message", "role": "assistant",
             "content": [{"type": "refusal", "refusal": "I can't help with that."}]}]}))
         .unwrap();
         assert_eq!(reply.text.as_deref(), Some("I can't help with that."));
@@ -400,7 +347,7 @@ pub(super) mod tests {
 
     #[test]
     fn parallel_calls_are_all_returned_in_order_with_the_text() {
-        let reply = parse(&json!({
+        let reply = parse_json(&json!({
             "output": [
                 {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Checking."}]},
                 {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "a", "arguments": "{\"x\":1}"},
@@ -418,7 +365,7 @@ pub(super) mod tests {
 
     #[test]
     fn calls_without_ids_or_with_repeated_ids_get_fresh_ones() {
-        let reply = parse(&json!({"output": [
+        let reply = parse_json(&json!({"output": [
             {"type": "function_call", "name": "a", "arguments": "{}"},
             {"type": "function_call", "call_id": "same", "name": "b", "arguments": "{}"},
             {"type": "function_call", "call_id": "same", "name": "c"}
@@ -433,17 +380,17 @@ pub(super) mod tests {
 
     #[test]
     fn missing_usage_is_zero_and_a_missing_total_is_the_sum() {
-        let none = parse(&json!({"output": []})).unwrap();
+        let none = parse_json(&json!({"output": []})).unwrap();
         assert_eq!(none.usage, Usage::default());
         let partial =
-            parse(&json!({"output": [], "usage": {"input_tokens": 7, "output_tokens": 2}}))
+            parse_json(&json!({"output": [], "usage": {"input_tokens": 7, "output_tokens": 2}}))
                 .unwrap();
         assert_eq!(partial.usage.total_tokens, 9);
     }
 
     #[test]
     fn an_incomplete_response_without_output_is_a_bad_response_naming_the_reason() {
-        let err = parse(&json!({
+        let err = parse_json(&json!({
             "status": "incomplete",
             "incomplete_details": {"reason": "max_output_tokens"},
             "output": [{"type": "reasoning", "summary": []}]
@@ -457,7 +404,7 @@ pub(super) mod tests {
 
     #[test]
     fn a_failed_response_is_a_bad_response_with_its_error_message() {
-        let err = parse(&json!({
+        let err = parse_json(&json!({
             "status": "failed",
             "error": {"code": "server_error", "message": "The model crashed."},
             "output": []
@@ -468,7 +415,7 @@ pub(super) mod tests {
 
     #[test]
     fn an_incomplete_response_with_text_is_still_used() {
-        let reply = parse(&json!({
+        let reply = parse_json(&json!({
             "status": "incomplete",
             "incomplete_details": {"reason": "max_output_tokens"},
             "output": [{"type": "message", "content": [{"type": "output_text", "text": "Partial"}]}]
@@ -487,7 +434,7 @@ pub(super) mod tests {
             json!({"output": [{"type": "function_call", "call_id": "c", "arguments": "{}"}]}),
         ] {
             assert!(
-                matches!(parse(&body), Err(LlmError::BadResponse(_))),
+                matches!(parse_json(&body), Err(LlmError::BadResponse(_))),
                 "{body}"
             );
         }

@@ -1,12 +1,15 @@
 //! One JSON POST to the LLM server with retries: 429, 500/502/503/504, timeouts and transport
 //! failures are retried with capped exponential backoff and full jitter (or the server's
-//! `Retry-After`), within `LLM_MAX_RETRIES` and the `LLM_RETRY_BUDGET_MS` of waiting.
+//! `Retry-After`), within `LLM_MAX_RETRIES` and the `LLM_RETRY_BUDGET_MS` of waiting, and never
+//! past the turn's deadline. Bodies are read in chunks up to `LLM_MAX_RESPONSE_BYTES`, so a
+//! runaway server cannot take the instance's memory.
 
 use std::time::Duration;
 
 use parley_core::config::ExposeSecret;
 use reqwest::header::HeaderMap;
 use serde_json::Value;
+use tokio::time::Instant;
 
 use super::{LlmConfig, LlmError};
 
@@ -21,6 +24,10 @@ const MAX_BACKOFF: Duration = Duration::from_secs(8);
 /// How much of an error body goes into `LlmError::Status::detail` and the log.
 const DETAIL_CHARS: usize = 200;
 
+/// How much of an error status's body is read: its message is near the start, and only
+/// [`DETAIL_CHARS`] of it are kept.
+const ERROR_BODY_BYTES: usize = 64 * 1024;
+
 /// A failed attempt: the error to report if it is the last one, and whether another may help.
 struct Failure {
     error: LlmError,
@@ -29,21 +36,33 @@ struct Failure {
     retry_after: Option<Duration>,
 }
 
+/// The body of a 2xx answer to one POST, within `deadline`: each attempt's timeout is cut to
+/// the time left, and no retry starts past it.
 pub(super) async fn post_json(
     http: &reqwest::Client,
     config: &LlmConfig,
     url: url::Url,
     body: Vec<u8>,
-) -> Result<Value, LlmError> {
+    deadline: Instant,
+) -> Result<bytes::Bytes, LlmError> {
     // Serialized once by the dialect; each attempt shares the same bytes.
     let body = bytes::Bytes::from(body);
     let mut waited = Duration::ZERO;
     let mut retries = 0u32;
     loop {
-        let failure = match attempt(http, config, url.clone(), body.clone()).await {
-            Ok(value) => return Ok(value),
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(LlmError::DeadlineReached);
+        }
+        let timeout = config.timeout.min(left);
+        let failure = match attempt(http, config, url.clone(), body.clone(), timeout).await {
+            Ok(bytes) => return Ok(bytes),
             Err(failure) => failure,
         };
+        if matches!(failure.error, LlmError::Timeout) && timeout < config.timeout {
+            // What ran out was the turn's time, not `LLM_TIMEOUT_MS`.
+            return Err(LlmError::DeadlineReached);
+        }
         let wait = failure.retry_after.unwrap_or_else(|| backoff(retries));
         let remaining = config.retry_budget.saturating_sub(waited);
         // A spent budget means no more retries, even ones that would not wait at all: a budget
@@ -51,7 +70,8 @@ pub(super) async fn post_json(
         let give_up = !failure.retryable
             || retries >= config.max_retries
             || remaining.is_zero()
-            || wait > remaining;
+            || wait > remaining
+            || Instant::now() + wait >= deadline;
         let detail = match &failure.error {
             LlmError::Status { detail, .. } => detail.as_str(),
             _ => "",
@@ -78,45 +98,85 @@ async fn attempt(
     config: &LlmConfig,
     url: url::Url,
     body: bytes::Bytes,
-) -> Result<Value, Failure> {
+    timeout: Duration,
+) -> Result<bytes::Bytes, Failure> {
     let mut request = http
         .post(url)
-        .timeout(config.timeout)
+        .timeout(timeout)
         .header(reqwest::header::CONTENT_TYPE, "application/json")
         .body(body);
     if let Some(key) = &config.api_key {
         // reqwest marks the header sensitive, so it stays out of its debug output too.
         request = request.bearer_auth(key.expose_secret());
     }
-    let response = request.send().await.map_err(transport)?;
+    let mut response = request.send().await.map_err(transport)?;
     let status = response.status();
     let retry_after = retry_after(response.headers());
-    let bytes = response.bytes().await.map_err(transport)?;
     let key = config.api_key.as_ref().map(|k| k.expose_secret());
     if status.is_success() {
-        return serde_json::from_slice(&bytes).map_err(|e| Failure {
-            error: LlmError::BadResponse(format!(
-                "the body is not JSON ({e}): {}",
-                excerpt(&String::from_utf8_lossy(&bytes), key)
-            )),
-            retryable: false,
-            retry_after: None,
-        });
+        let limit = config.max_response_bytes;
+        return match read_capped(&mut response, limit).await.map_err(transport)? {
+            Some(bytes) => Ok(bytes),
+            None => Err(Failure {
+                error: LlmError::TooLarge { limit },
+                retryable: false,
+                retry_after: None,
+            }),
+        };
     }
+    // Only the start of an error body is read: the message is there.
+    let bytes = read_capped(&mut response, ERROR_BODY_BYTES)
+        .await
+        .map_err(transport)?
+        .unwrap_or_default();
     let code = status.as_u16();
-    let error = if code == 429 {
-        LlmError::RateLimited { retry_after }
-    } else {
-        LlmError::Status {
+    let error = match code {
+        429 => LlmError::RateLimited { retry_after },
+        401 | 403 => LlmError::Unauthorized {
+            status: code,
+            key_set: config.api_key.is_some(),
+            detail: detail(&bytes, key),
+        },
+        _ => LlmError::Status {
             status: code,
             detail: detail(&bytes, key),
-        }
+        },
     };
     Err(Failure {
         error,
         retryable: matches!(code, 429 | 500 | 502 | 503 | 504),
         retry_after,
     })
+}
+
+/// The body, read chunk by chunk, or `None` as soon as it is known to exceed `limit` bytes: a
+/// larger one is never held in memory.
+async fn read_capped(
+    response: &mut reqwest::Response,
+    limit: usize,
+) -> Result<Option<bytes::Bytes>, reqwest::Error> {
+    if response
+        .content_length()
+        .is_some_and(|length| length > limit as u64)
+    {
+        return Ok(None);
+    }
+    let mut body = bytes::BytesMut::new();
+    while let Some(chunk) = response.chunk().await? {
+        if body.len() + chunk.len() > limit {
+            return Ok(None);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Some(body.freeze()))
+}
+
+/// The text of a 2xx body that is not what the dialect promises, for the error.
+pub(super) fn not_json(bytes: &[u8], e: &serde_json::Error, key: Option<&str>) -> LlmError {
+    LlmError::BadResponse(format!(
+        "the body is not JSON ({e}): {}",
+        excerpt(&String::from_utf8_lossy(bytes), key)
+    ))
 }
 
 fn transport(e: reqwest::Error) -> Failure {
@@ -214,7 +274,7 @@ mod tests {
     use parley_testkit::llm::{ScriptedLlm, Step};
 
     use super::*;
-    use crate::llm::responses::tests::config;
+    use crate::llm::fixtures::{config, far_deadline};
 
     fn url(llm: &ScriptedLlm) -> url::Url {
         url::Url::parse(&format!("{}/responses", llm.base_url())).unwrap()
@@ -229,13 +289,23 @@ mod tests {
     }
 
     async fn post(llm: &ScriptedLlm, config: &LlmConfig) -> Result<Value, LlmError> {
-        post_json(
+        post_by(llm, config, far_deadline()).await
+    }
+
+    async fn post_by(
+        llm: &ScriptedLlm,
+        config: &LlmConfig,
+        deadline: Instant,
+    ) -> Result<Value, LlmError> {
+        let bytes = post_json(
             &reqwest::Client::new(),
             config,
             url(llm),
             br#"{"model":"m"}"#.to_vec(),
+            deadline,
         )
-        .await
+        .await?;
+        Ok(serde_json::from_slice(&bytes).unwrap_or(Value::Null))
     }
 
     #[tokio::test]
@@ -338,8 +408,9 @@ mod tests {
             llm.authorizations(),
             vec![Some("Bearer sk-test-123".to_owned()); 2]
         );
-        let LlmError::Status {
+        let LlmError::Unauthorized {
             status: 401,
+            key_set: true,
             detail,
         } = &err
         else {
@@ -353,26 +424,57 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_403_without_a_key_is_unauthorized_and_not_retried() {
+        let llm = ScriptedLlm::start(vec![Step::error(403, "no key"), Step::text("no")]).await;
+        let err = post(&llm, &retrying(3)).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LlmError::Unauthorized {
+                    status: 403,
+                    key_set: false,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(llm.requests().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_cap_is_refused_without_a_retry() {
+        let llm = ScriptedLlm::start(vec![Step::text("x".repeat(5000)), Step::text("small")]).await;
+        let config = LlmConfig {
+            max_response_bytes: 4096,
+            ..retrying(3)
+        };
+        let err = post(&llm, &config).await.unwrap_err();
+        assert!(matches!(err, LlmError::TooLarge { limit: 4096 }), "{err:?}");
+        assert_eq!(llm.requests().len(), 1);
+        // A body under the cap is read whole.
+        let body = post(&llm, &config).await.unwrap();
+        assert_eq!(body["output"][0]["content"][0]["text"], "small");
+    }
+
+    #[tokio::test]
+    async fn a_hanging_server_is_given_up_at_the_deadline_without_a_retry() {
+        let hang = || Step::delayed(Duration::from_secs(60), Step::text("late"));
+        let llm = ScriptedLlm::start(vec![hang(), hang()]).await;
+        let deadline = Instant::now() + Duration::from_millis(200);
+        let err = post_by(&llm, &retrying(3), deadline).await.unwrap_err();
+        assert!(matches!(err, LlmError::DeadlineReached), "{err:?}");
+        assert_eq!(llm.requests().len(), 1);
+        // Past the deadline nothing is sent at all.
+        let err = post_by(&llm, &retrying(3), deadline).await.unwrap_err();
+        assert!(matches!(err, LlmError::DeadlineReached), "{err:?}");
+        assert_eq!(llm.requests().len(), 1);
+    }
+
+    #[tokio::test]
     async fn no_authorization_header_is_sent_without_a_key() {
         let llm = ScriptedLlm::start(vec![Step::text("ok")]).await;
         post(&llm, &config()).await.unwrap();
         assert_eq!(llm.authorizations(), vec![None]);
-    }
-
-    #[tokio::test]
-    async fn a_2xx_body_that_is_not_json_is_a_bad_response() {
-        let llm = ScriptedLlm::start(vec![Step::Status {
-            status: 200,
-            retry_after: None,
-            body: "<html>gateway</html>".to_owned(),
-        }])
-        .await;
-        let err = post(&llm, &retrying(3)).await.unwrap_err();
-        assert!(
-            matches!(&err, LlmError::BadResponse(m) if m.contains("gateway")),
-            "{err:?}"
-        );
-        assert_eq!(llm.requests().len(), 1);
     }
 
     #[tokio::test]
@@ -382,9 +484,15 @@ mod tests {
         drop(listener);
         let url =
             url::Url::parse(&format!("http://127.0.0.1:{port}/v1/responses?key=secret")).unwrap();
-        let err = post_json(&reqwest::Client::new(), &retrying(1), url, b"{}".to_vec())
-            .await
-            .unwrap_err();
+        let err = post_json(
+            &reqwest::Client::new(),
+            &retrying(1),
+            url,
+            b"{}".to_vec(),
+            far_deadline(),
+        )
+        .await
+        .unwrap_err();
         assert!(
             matches!(&err, LlmError::Transport(m) if !m.contains("secret") && m.contains("connect")),
             "{err:?}"

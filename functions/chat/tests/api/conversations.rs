@@ -378,47 +378,72 @@ async fn concurrent_turns_outnumbering_the_pool_all_succeed_while_the_model_is_s
     }
 }
 
-/// A turn whose instance froze (here: whose model took longer than the lease) must not block
-/// its conversation for ever: once the lease expires a later turn takes over, and the late
-/// turn's answer is refused rather than stored out of order.
+/// A turn whose instance froze must not block its conversation for ever: once the lease
+/// expires a later turn takes over, and the frozen turn's late answer is refused rather than
+/// stored out of order. Start-up refuses a lease no longer than the turn deadline, so a running
+/// turn cannot outlive it over HTTP; the freeze is played here on the storage API itself, as a
+/// frozen instance would leave it: a turn begun and not finished.
 #[tokio::test]
 async fn a_turn_that_outlives_its_lease_is_taken_over_and_its_late_answer_is_not_stored() {
-    let (chat, id) = started_conversation(
-        vec![
-            Step::delayed(Duration::from_secs(4), Step::text("too late")),
-            Step::text("taken over"),
-            Step::text("after"),
-        ],
-        vec![
-            ("TURN_LEASE_MS", "1000".into()),
-            ("TURN_LOCK_WAIT_MS", "10000".into()),
-        ],
-    )
-    .await;
-    let slow = chat.post("alice", json!({"message": "slow", "conversation_id": id}));
-    let next = async {
-        // The slow turn holds the conversation once its model call is under way.
-        until_the_model_got(&chat, 2).await;
-        chat.post("alice", json!({"message": "next", "conversation_id": id}))
-            .await
-    };
-    let (slow, next) = tokio::join!(slow, next);
-    assert_eq!(next.0, 200, "{}", next.1);
-    assert_eq!(next.1["reply"], "taken over");
-    assert_eq!(slow.0, 409, "{}", slow.1);
-    assert_eq!(slow.1["error"]["code"], "turn_lease_lost");
+    use parley_chat::auth::UserId;
+    use parley_chat::conversation::{self, StorageError, TurnRecord, TurnStart};
+    use parley_chat::llm::Usage;
 
-    // The conversation is free again, and its sequence has no gap and no late answer.
-    chat.turn("alice", json!({"message": "later", "conversation_id": id}))
-        .await;
-    let messages = chat.messages("alice", id.as_str().unwrap()).await;
-    let seqs: Vec<i64> = messages
-        .iter()
-        .map(|m| m["seq"].as_i64().unwrap())
-        .collect();
+    let db = parley_testkit::TestDb::migrated().await;
+    let pool = parley_core::db::pool(&parley_core::db::DbConfig::from_url(&db.url).unwrap())
+        .expect("a pool");
+    let alice = UserId::new("alice").unwrap();
+    let start = |conversation, message| TurnStart {
+        owner: &alice,
+        conversation,
+        message,
+        context: None,
+        history_limit: 20,
+        lock_wait: Duration::from_secs(10),
+        lease: Duration::from_millis(500),
+    };
+    let answer = |reply| TurnRecord {
+        reply,
+        traces: &[],
+        usage: Usage::default(),
+        steps: 0,
+        error: None,
+        cut_short: false,
+    };
+    let first = conversation::begin(&pool, start(None, "start"))
+        .await
+        .unwrap();
+    let id = first.conversation;
+    first.finish(answer("first")).await.unwrap();
+
+    let frozen = conversation::begin(&pool, start(Some(id), "slow"))
+        .await
+        .unwrap();
+    // While the lease runs, the next turn waits; once it has expired, it takes over.
+    let started = std::time::Instant::now();
+    let next = conversation::begin(&pool, start(Some(id), "next"))
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "took over a live lease"
+    );
+    next.finish(answer("taken over")).await.unwrap();
+
+    // The frozen turn thaws: its answer is refused and nothing of it is stored.
+    let late = frozen.finish(answer("too late")).await;
+    assert!(matches!(late, Err(StorageError::LeaseLost)), "{late:?}");
+
+    let after = conversation::begin(&pool, start(Some(id), "later"))
+        .await
+        .unwrap();
+    after.finish(answer("after")).await.unwrap();
+    let messages = conversation::messages(&pool, &alice, &id).await.unwrap();
+    let seqs: Vec<i64> = messages.iter().map(|m| i64::from(m.seq)).collect();
     assert_eq!(seqs, [1, 2, 3, 4, 5, 6, 7]);
+    let contents: Vec<&str> = messages.iter().map(|m| m.content.as_str()).collect();
     assert_eq!(
-        contents(&chat, &id).await,
+        contents,
         [
             "start",
             "first",

@@ -415,3 +415,155 @@ async fn chat_completions_dialect_runs_the_same_loop() {
     assert_eq!(messages.iter().filter(|m| m["role"] == "tool").count(), 2);
     assert_eq!(body["usage"]["total_tokens"], 240);
 }
+
+#[tokio::test]
+async fn a_model_that_hangs_is_cut_short_at_the_deadline_and_the_partial_reply_is_stored() {
+    let chat = spawn(Options {
+        steps: vec![
+            Step::TextAndCalls(
+                "Let me look Leeds up.".into(),
+                vec![call("lad_by_ref", r#"{"ref":"Leeds"}"#)],
+            ),
+            Step::delayed(
+                std::time::Duration::from_secs(120),
+                Step::Text("too late".into()),
+            ),
+        ],
+        // Without the deadline the hang would end as LLM_TIMEOUT_MS's 503.
+        extra_env: vec![
+            ("TURN_DEADLINE_MS", "4000".into()),
+            ("LLM_TIMEOUT_MS", "10000".into()),
+            ("LLM_MAX_RETRIES", "0".into()),
+        ],
+        ..Options::default()
+    })
+    .await;
+    let body = chat
+        .turn("alice", json!({"message": "Tell me about Leeds"}))
+        .await;
+    assert_eq!(body["cut_short"], true, "{body}");
+    let reply = body["reply"].as_str().unwrap();
+    assert!(reply.contains("ran out of time"), "{reply}");
+    assert!(reply.contains("Let me look Leeds up."), "{reply}");
+    assert_eq!(body["traces"][0]["output"]["rows"][0]["code"], "E08000035");
+
+    let id = body["conversation_id"].as_str().unwrap();
+    let messages = chat.messages("alice", id).await;
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert_eq!(messages[0]["content"], "Tell me about Leeds");
+    assert_eq!(messages[1]["content"], reply);
+    assert_eq!(messages[1]["cut_short"], true);
+    assert_eq!(messages[1]["traces"][0]["name"], "lad_by_ref");
+    assert!(messages[1].get("error").is_none(), "{messages:?}");
+}
+
+#[tokio::test]
+async fn a_complete_turn_is_not_marked_cut_short() {
+    let chat = spawn_chat(vec![Step::Text("Hello.".into())]).await;
+    let body = chat.turn("alice", json!({"message": "hi"})).await;
+    assert_eq!(body["cut_short"], false);
+    let messages = chat
+        .messages("alice", body["conversation_id"].as_str().unwrap())
+        .await;
+    assert!(messages[1].get("cut_short").is_none(), "{messages:?}");
+}
+
+#[tokio::test]
+async fn a_model_response_over_the_byte_cap_is_a_502_naming_the_cause() {
+    let chat = spawn(Options {
+        steps: vec![Step::Text("x".repeat(8 * 1024))],
+        extra_env: vec![("LLM_MAX_RESPONSE_BYTES", "4096".into())],
+        ..Options::default()
+    })
+    .await;
+    let (status, body) = chat.post("alice", json!({"message": "hi"})).await;
+    assert_eq!(status, 502, "{}", body["error"]);
+    assert_eq!(body["error"]["code"], "llm_response_too_large");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("LLM_MAX_RESPONSE_BYTES"),
+        "{body}"
+    );
+    assert_eq!(chat.llm.requests().len(), 1, "not retried");
+}
+
+#[tokio::test]
+async fn a_rejected_key_is_not_retried_and_the_error_names_llm_api_key() {
+    let chat = spawn(Options {
+        steps: vec![
+            Step::error(401, "Incorrect API key provided: sk-test-not-a-real-key."),
+            Step::Text("unreachable".into()),
+        ],
+        extra_env: vec![("LLM_MAX_RETRIES", "3".into())],
+        ..Options::default()
+    })
+    .await;
+    let (status, body) = chat.post("alice", json!({"message": "hi"})).await;
+    assert_eq!(status, 502, "{body}");
+    assert_eq!(body["error"]["code"], "llm_key_rejected");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("LLM_API_KEY") && !message.contains("retry"),
+        "{message}"
+    );
+    assert_eq!(chat.llm.requests().len(), 1, "a 401 is not retried");
+}
+
+#[tokio::test]
+async fn without_a_key_a_401_says_llm_api_key_is_not_set() {
+    let chat = spawn(Options {
+        steps: vec![Step::error(401, "You didn't provide an API key.")],
+        extra_env: vec![("LLM_API_KEY", String::new())],
+        ..Options::default()
+    })
+    .await;
+    let (status, body) = chat.post("alice", json!({"message": "hi"})).await;
+    assert_eq!(status, 502, "{body}");
+    assert_eq!(body["error"]["code"], "llm_key_missing");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("LLM_API_KEY is not set"),
+        "{body}"
+    );
+    assert_eq!(chat.llm.authorizations(), vec![None]);
+}
+
+#[tokio::test]
+async fn calls_past_the_per_step_cap_are_not_run_and_the_model_is_told() {
+    let chat = spawn(Options {
+        steps: vec![
+            Step::Calls(vec![
+                call("lad_by_ref", r#"{"ref":"Leeds"}"#),
+                call("lad_by_ref", r#"{"ref":"Bristol"}"#),
+                call("lad_by_ref", r#"{"ref":"York"}"#),
+            ]),
+            Step::Text("Two of three.".into()),
+        ],
+        extra_env: vec![("MAX_TOOL_CALLS_PER_STEP", "2".into())],
+        ..Options::default()
+    })
+    .await;
+    let body = chat.turn("alice", json!({"message": "Three places"})).await;
+    let traces = body["traces"].as_array().unwrap();
+    assert_eq!(traces.len(), 3, "every call has an output");
+    assert_eq!(traces[0]["is_error"], false);
+    assert_eq!(traces[1]["is_error"], false);
+    assert_eq!(traces[2]["is_error"], true);
+    let output = traces[2]["output"].as_str().unwrap();
+    assert!(
+        output.contains("not run") && output.contains("at most 2"),
+        "{output}"
+    );
+    let sent = input_of(&chat.llm.requests()[1]);
+    let outputs: Vec<&str> = sent
+        .iter()
+        .filter(|i| i["type"] == "function_call_output")
+        .map(|i| i["output"].as_str().unwrap())
+        .collect();
+    assert_eq!(outputs.len(), 3);
+    assert!(outputs[2].contains("not run"), "{outputs:?}");
+}

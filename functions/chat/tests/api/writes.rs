@@ -1,0 +1,166 @@
+//! Tools that write: a call whose answer is lost after the server committed is never sent
+//! again (it would write twice); the model is told the outcome is unknown instead.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parley_core::config::Env;
+use parley_testkit::TestDb;
+use parley_testkit::llm::{ScriptedLlm, Step};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::helpers::{JWT_SECRET, MCP_TOKEN, spawn_chat_from, spawn_mcp_from};
+
+const ADD_NOTE: &str = r#"
+[[tool]]
+name = "add_note"
+description = "Records one feedback item."
+writes = true
+sql = """
+INSERT INTO feedback (lad_code, category, rating, sentiment, title, body, status, created_at)
+VALUES ('E08000035', 'roads', 3, 'neutral', :title, 'from the chat', 'open', now())
+RETURNING id
+"""
+[tool.params.title]
+type = "string"
+required = true
+"#;
+
+/// A loopback proxy to the mcp function that loses the answer to the first `tools/call`: it
+/// waits until the server has answered (so the write is committed), then closes both sides
+/// without passing the answer on. Everything else goes through untouched.
+struct LosingProxy {
+    addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl LosingProxy {
+    async fn start(upstream: SocketAddr) -> LosingProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let addr = listener.local_addr().expect("proxy addr");
+        let lost = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                tokio::spawn(forward(client, upstream, lost.clone()));
+            }
+        });
+        LosingProxy { addr, task }
+    }
+}
+
+impl Drop for LosingProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+async fn forward(mut client: TcpStream, upstream: SocketAddr, lost: Arc<AtomicBool>) {
+    let Ok(mut server) = TcpStream::connect(upstream).await else {
+        return;
+    };
+    let (mut up, mut down) = ([0u8; 16 * 1024], [0u8; 16 * 1024]);
+    let mut losing = false;
+    let mut held = Vec::new();
+    loop {
+        tokio::select! {
+            read = client.read(&mut up) => match read {
+                Ok(n) if n > 0 => {
+                    if !lost.load(Ordering::SeqCst) && contains(&up[..n], b"tools/call") {
+                        losing = true;
+                    }
+                    if server.write_all(&up[..n]).await.is_err() {
+                        return;
+                    }
+                }
+                _ => return,
+            },
+            read = server.read(&mut down) => match read {
+                Ok(n) if n > 0 => {
+                    if losing {
+                        held.extend_from_slice(&down[..n]);
+                        if contains(&held, b"\"result\"") && !lost.swap(true, Ordering::SeqCst) {
+                            // The server has committed and answered; the answer goes nowhere.
+                            return;
+                        }
+                        continue;
+                    }
+                    if client.write_all(&down[..n]).await.is_err() {
+                        return;
+                    }
+                }
+                _ => return,
+            },
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_write_whose_answer_is_lost_is_not_sent_again_and_the_model_is_told() {
+    let db = TestDb::with_demo_data(100).await;
+    let tools_file =
+        std::env::temp_dir().join(format!("parley-writes-{}.toml", uuid::Uuid::new_v4()));
+    std::fs::write(&tools_file, ADD_NOTE).expect("write tools file");
+    // The owner's URL: the read-only role may not write, and this tool must.
+    let mcp = spawn_mcp_from(Env::from_pairs([
+        ("DATABASE_URL", db.url.as_str()),
+        ("MCP_AUTH_TOKEN", MCP_TOKEN),
+        ("TOOLS_FILE", &tools_file.display().to_string()),
+    ]))
+    .await;
+    let upstream: SocketAddr = url::Url::parse(&mcp.url)
+        .expect("mcp url")
+        .socket_addrs(|| None)
+        .expect("mcp address")[0];
+    let proxy = LosingProxy::start(upstream).await;
+    let llm = ScriptedLlm::start(vec![
+        Step::call("add_note", r#"{"title":"Pothole on Briggate"}"#),
+        Step::text("I could not confirm it was recorded."),
+    ])
+    .await;
+    let env = Env::from_pairs([
+        ("DATABASE_URL", db.url.clone()),
+        ("JWT_SECRET", JWT_SECRET.to_owned()),
+        ("MCP_URL", format!("http://{}/mcp", proxy.addr)),
+        ("MCP_AUTH_TOKEN", MCP_TOKEN.to_owned()),
+        ("LLM_BASE_URL", llm.base_url()),
+        ("LLM_API_KEY", "sk-test-not-a-real-key".to_owned()),
+        ("MCP_TIMEOUT_MS", "5000".to_owned()),
+    ]);
+    let chat = spawn_chat_from(env, llm, Some(mcp)).await;
+
+    let body = chat
+        .turn(
+            "alice",
+            json!({"message": "Report the pothole on Briggate"}),
+        )
+        .await;
+    let _ = std::fs::remove_file(&tools_file);
+
+    let rows: i64 = db
+        .client()
+        .await
+        .query_one(
+            "SELECT count(*) FROM feedback WHERE title = 'Pothole on Briggate'",
+            &[],
+        )
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(rows, 1, "the write ran once and was not repeated");
+    let trace = &body["traces"][0];
+    assert_eq!(trace["is_error"], true, "{body}");
+    let output = trace["output"].as_str().expect("a text output");
+    assert!(
+        output.contains("unknown") && output.contains("not repeated"),
+        "{output}"
+    );
+    let sent = chat.llm.requests()[1].to_string();
+    assert!(sent.contains("not repeated"), "the model was told: {sent}");
+}
