@@ -2,6 +2,7 @@
 //! Postgres (see `parley-testkit`). One binary, so the crate links once.
 
 mod auth;
+mod direct;
 mod helpers;
 mod protocol;
 mod resilience;
