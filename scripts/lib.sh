@@ -82,6 +82,17 @@ hold_lock() {
   flock "$LOCK_FD" || die "cannot lock $1"
 }
 
+# --- Debian packages -----------------------------------------------------------------------------
+
+# apt_install COMMAND PACKAGE: installs PACKAGE (Debian) unless COMMAND is already on PATH. Needs
+# root; otherwise says what to install and fails.
+apt_install() {
+  command -v "$1" >/dev/null && return 0
+  [[ $(id -u) == 0 ]] || die "$1 is missing: install it (apt-get install $2)"
+  echo "$PROG: installing $2 (apt-get)" >&2
+  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
+}
+
 # --- virtualenvs ---------------------------------------------------------------------------------
 
 # venv_install NAME PROBE... -- PIP_ARGS...: makes .parley/venv-NAME (gitignored) hold PIP_ARGS

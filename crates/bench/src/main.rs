@@ -5,6 +5,7 @@
 mod chat;
 mod mcp;
 mod measure;
+mod peers;
 mod server;
 mod stubs;
 

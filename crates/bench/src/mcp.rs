@@ -7,6 +7,7 @@
 //! what HTTP, JSON-RPC, rmcp and rendering cost on their own; `raw/auto` is `raw` with
 //! Postgres' default plan caching, to show what per-call planning costs (the same as `raw` for
 //! tools the server does not plan per call).
+//! Last, the three-way comparison in [`crate::peers`] (Parley vs the Python SDK vs pgbench).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -22,6 +23,7 @@ use tokio_postgres::NoTls;
 use tokio_postgres::types::ToSql;
 
 use crate::measure::{self, Driver, Stats};
+use crate::peers;
 use crate::server::Server;
 
 /// The protocol revision an ordinary current client announces.
@@ -71,9 +73,28 @@ pub struct Args {
     /// The MCP server binary [default: `mcp` beside this executable, i.e. target/release/mcp].
     #[arg(long)]
     mcp_bin: Option<PathBuf>,
-    /// Only these scenarios (comma-separated): lad_by_ref, search_feedback, get_feedback, ping.
+    /// Only these scenarios (comma-separated): lad_by_ref, search_feedback, get_feedback, ping,
+    /// peers (the three-way comparison with the Python SDK and pgbench).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Seconds each contender of the three-way comparison is measured (after 2 s of warm-up).
+    #[arg(long, default_value_t = 10)]
+    peer_seconds: u64,
+    /// wrk threads in the three-way comparison (also pgbench's -j, at most --concurrency).
+    #[arg(long, default_value_t = 2)]
+    peer_threads: usize,
+    /// wrk connections in the three-way comparison.
+    #[arg(long, default_value_t = 8)]
+    peer_connections: usize,
+    /// The wrk binary.
+    #[arg(long, default_value = "wrk")]
+    wrk: PathBuf,
+    /// The pgbench binary [default: $PARLEY_PG_BIN/pgbench if set, else pgbench].
+    #[arg(long)]
+    pgbench: Option<PathBuf>,
+    /// The Python with the MCP SDK and psycopg (crates/bench/peer/requirements.txt).
+    #[arg(long, default_value = ".parley/venv-bench/bin/python")]
+    peer_python: PathBuf,
     /// RUST_LOG for the server (info adds a line per call, which costs time).
     #[arg(long, default_value = "warn")]
     server_log: String,
@@ -235,6 +256,44 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if args.only.is_empty() || args.only.iter().any(|o| o == "ping") {
         results.push(measure_ping(&http, &server.base, &args, concurrency).await?);
     }
+    let wants = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
+    let peers = if wants("peers") {
+        let spec = catalog
+            .get("lad_by_ref")
+            .context("the shipped tools have no lad_by_ref")?;
+        let lad_ref: String = connect(&bench_url)
+            .await?
+            .query_one("SELECT code FROM lads ORDER BY md5(code) LIMIT 1", &[])
+            .await
+            .context("picking a district for the three-way comparison")?
+            .get(0);
+        let setup = peers::Setup {
+            spec,
+            lad_ref,
+            bench_url: &bench_url,
+            parley_base: &server.base,
+            parley_token: &token,
+            pool: concurrency,
+            threads: args.peer_threads.max(1),
+            connections: args.peer_connections.max(1),
+            seconds: args.peer_seconds.max(1),
+            wrk: args.wrk.clone(),
+            pgbench: args.pgbench.clone().unwrap_or_else(|| {
+                std::env::var_os("PARLEY_PG_BIN").map_or_else(
+                    || "pgbench".into(),
+                    |bin| PathBuf::from(bin).join("pgbench"),
+                )
+            }),
+            python: args.peer_python.clone(),
+        };
+        let outcomes = peers::run(&setup).await?;
+        Some((
+            peers::report(&setup, &outcomes),
+            peers::to_json(&setup, &outcomes),
+        ))
+    } else {
+        None
+    };
     let (end_rss, peak_rss) = server.memory()?;
     drop(server);
 
@@ -253,8 +312,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         memory,
     };
     print!("{}", report.text());
+    let mut json = report.json();
+    if let Some((text, peers_json)) = peers {
+        print!("{text}");
+        json["three_way"] = peers_json;
+    }
     if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&report.json())?;
+        let text = serde_json::to_string_pretty(&json)?;
         std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
@@ -478,7 +542,7 @@ async fn scenarios(bench_url: &str, args: &Args) -> anyhow::Result<Vec<Scenario>
         },
     ];
     for name in &args.only {
-        if name != "ping" && !all.iter().any(|s| s.tool == name) {
+        if name != "ping" && name != "peers" && !all.iter().any(|s| s.tool == name) {
             bail!("unknown scenario {name:?} in --only");
         }
     }

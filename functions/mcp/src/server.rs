@@ -1,13 +1,19 @@
 //! The MCP server: rmcp's `ServerHandler` over the tool catalog, served statelessly over
 //! Streamable HTTP (no sessions, JSON responses, POST only) so any Lambda instance can answer
-//! any request.
+//! any request. `tools/call` and `tools/list` usually skip rmcp's per-request service through
+//! the direct path in [`fast`]; everything else goes through rmcp's `StreamableHttpService`.
+
+mod fast;
+
+pub use fast::McpService;
 
 use std::sync::Arc;
 
 use deadpool_postgres::Pool;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    CallToolRequestMethod, CallToolRequestParams, CallToolResponse, CallToolResult, ConstString,
+    CustomRequest, CustomResult, Implementation, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -51,9 +57,7 @@ impl ServerHandler for ParleyMcp {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(
-            self.catalog.listed().to_vec(),
-        ))
+        Ok(self.list())
     }
 
     async fn call_tool(
@@ -61,6 +65,38 @@ impl ServerHandler for ParleyMcp {
         request: CallToolRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        self.call(request).await.map(Into::into)
+    }
+
+    /// rmcp parses a `tools/call` whose params are missing or lack `name` as a request for an
+    /// unknown method; for the client it is a known method called with bad params (-32602).
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        if request.method == CallToolRequestMethod::VALUE {
+            return Err(ErrorData::invalid_params(
+                "tools/call needs `params` with the tool's `name` (and its `arguments`)",
+                None,
+            ));
+        }
+        Err(ErrorData::new(
+            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+            request.method,
+            None,
+        ))
+    }
+}
+
+impl ParleyMcp {
+    /// `tools/list`: every declared tool, in one page.
+    fn list(&self) -> ListToolsResult {
+        ListToolsResult::with_all_items(self.catalog.listed().to_vec())
+    }
+
+    /// `tools/call`, for rmcp's handler and the direct path alike.
+    async fn call(&self, request: CallToolRequestParams) -> Result<CallToolResult, ErrorData> {
         // An unknown tool is a protocol error (the spec's -32602); everything after this point
         // is a tool result the model can read and act on.
         let Some(tool) = self.catalog.get(&request.name) else {
@@ -92,12 +128,23 @@ impl ServerHandler for ParleyMcp {
                 tracing::info!(tool = %tool.name, error = %e.log_kind(), "tool call refused or failed")
             }
         }
-        Ok(tools::to_call_result(outcome).into())
+        Ok(tools::to_call_result(outcome))
     }
 }
 
-/// The tower service mounted at `/mcp`.
-pub fn service(
+/// `Content-Type` names JSON, parameters aside (rmcp's own test; `application/jsonx` is not).
+pub(crate) fn is_json_media_type(value: &str) -> bool {
+    let essence = value.split_once(';').map_or(value, |(essence, _)| essence);
+    essence.trim().eq_ignore_ascii_case("application/json")
+}
+
+/// The tower service mounted at `/mcp`: the direct path in front of rmcp's transport.
+pub fn service(config: &McpConfig, handler: ParleyMcp) -> McpService {
+    McpService::new(config, handler.clone(), transport(config, handler))
+}
+
+/// rmcp's Streamable HTTP transport, stateless with JSON responses.
+fn transport(
     config: &McpConfig,
     handler: ParleyMcp,
 ) -> StreamableHttpService<ParleyMcp, NeverSessionManager> {

@@ -3,6 +3,7 @@
 
 mod auth;
 mod connections;
+mod direct;
 mod helpers;
 mod protocol;
 mod resilience;

@@ -252,3 +252,65 @@ async fn health_reports_the_database() {
     assert_eq!(response.status(), 200);
     assert_eq!(response.json::<Value>().await.unwrap()["status"], "ok");
 }
+
+#[tokio::test]
+async fn a_content_type_that_is_not_json_gets_415_naming_the_expected_type() {
+    let app = spawn_app().await;
+    for content_type in ["application/jsonx", "text/plain", "application/json-seq"] {
+        let response = reqwest::Client::new()
+            .post(&app.mcp_url)
+            .header("authorization", format!("Bearer {TOKEN}"))
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", content_type)
+            .body(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 415, "{content_type}");
+        let body: Value = response.json().await.expect("a JSON error body");
+        assert_eq!(body["error"]["code"], "unsupported_media_type", "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("application/json"),
+            "{body}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn tools_call_without_a_tool_name_is_invalid_params_not_an_unknown_method() {
+    let app = spawn_app().await;
+    let auth = format!("Bearer {TOKEN}");
+    for request in [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call"}),
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {}}),
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"arguments": {}}}),
+    ] {
+        let response = app
+            .post_mcp(
+                request.to_string(),
+                &[
+                    ("accept", "application/json, text/event-stream"),
+                    ("authorization", &auth),
+                ],
+            )
+            .await;
+        assert_eq!(response.status(), 200);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["code"], -32602, "{request} -> {body}");
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains("name"),
+            "{body}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_unknown_method_is_still_method_not_found() {
+    let app = spawn_app().await;
+    let (status, body) = app.rpc("tools/frobnicate", json!({})).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["error"]["code"], -32601, "{body}");
+}
