@@ -464,7 +464,7 @@ pub fn report(setup: &Setup<'_>, outcomes: &[Outcome]) -> String {
             );
         }
     }
-    if let Some(load) = std::fs::read_to_string("/proc/loadavg").ok() {
+    if let Ok(load) = std::fs::read_to_string("/proc/loadavg") {
         let _ = writeln!(
             out,
             "load average at the end (1/5/15 min): {}",

@@ -82,7 +82,14 @@ async fn tool_requests_still_get_every_transport_check() {
     let app = spawn_app().await;
     let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                       "params": {"name": "get_feedback", "arguments": {"id": 1}}});
-    let cases: [(&[(&str, &str)], &str, u16, &str); 5] = [
+    // (extra headers, Accept, status, error code)
+    type Case = (
+        &'static [(&'static str, &'static str)],
+        &'static str,
+        u16,
+        &'static str,
+    );
+    let cases: [Case; 5] = [
         (&[("host", "attacker.example")], DIRECT, 403, "forbidden"),
         (&[], "application/json", 406, "not_acceptable"),
         (&[], "text/event-stream", 406, "not_acceptable"),
