@@ -366,7 +366,12 @@ impl ConnectTarget {
                         "require" => SslMode::Require,
                         "verify-ca" => SslMode::VerifyCa,
                         "verify-full" => SslMode::VerifyFull,
-                        other => return Err(DbError::Url(format!("unknown sslmode {other:?}"))),
+                        other => {
+                            return Err(DbError::Url(format!(
+                                "unknown sslmode {other:?}; use one of disable, allow, prefer, \
+                                 require, verify-ca, verify-full"
+                            )));
+                        }
                     }
                 }
                 "sslrootcert" => root_cert = Some(PathBuf::from(value.as_ref())),
@@ -647,6 +652,7 @@ mod tests {
     fn unknown_sslmode_is_refused() {
         let e = ConnectTarget::parse("postgres://u@h/app?sslmode=maybe").unwrap_err();
         assert!(e.to_string().contains("unknown sslmode"));
+        assert!(e.to_string().contains("allow, prefer, require, verify-ca, verify-full"));
     }
 
     #[test]
