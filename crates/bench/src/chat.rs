@@ -6,7 +6,7 @@
 //! then a text reply) and → counting proxy → mcp (release process) → Postgres. The stubs time
 //! their own work; a turn's **own time** is its client-side total minus the LLM's and the tool's
 //! time (the proxy's, which includes the mcp function's). What is left is the chat function:
-//! HTTP and JWT, its Postgres work (conversation, lock, history, storing the turn), building the
+//! HTTP and JWT, its Postgres work (conversation, lease, history, storing the turn), building the
 //! prompts and reading the answers, the MCP client, and the loopback hops to the LLM and the
 //! proxy (tens of µs each; counted against the chat, not subtracted).
 

@@ -1,7 +1,10 @@
-//! Typed settings read once at start-up from environment variables.
+//! Typed settings, read at start-up from environment variables (with the settings from Secrets
+//! Manager laid over them, see [`crate::secrets`]).
 //!
-//! Each binary builds its own `Config` with an [`Env`]; a missing or malformed value becomes a
-//! [`ConfigError`] naming the variable, so start-up stops with one clear line.
+//! Each binary builds its own `Config` with an [`Env`] once; a missing or malformed value becomes
+//! a [`ConfigError`] naming the variable, so start-up stops with one clear line. The few values
+//! that may change while an instance runs are not held here but as
+//! [`crate::secrets::RotatingSecret`]s.
 
 use std::collections::HashMap;
 use std::fmt;

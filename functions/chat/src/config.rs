@@ -1,4 +1,6 @@
-//! The chat function's settings, read once at start-up (see the README's settings table).
+//! The chat function's settings, read once at start-up (see `docs/settings.md`); of these only
+//! `DATABASE_URL` and `MCP_AUTH_TOKEN` may be read again later, when the database or the mcp
+//! function refuses them (`parley_core::secrets::RotatingSecret`).
 //!
 //! Holding a [`ChatConfig`] proves every value was present and well-formed; the LLM and auth
 //! settings live beside the code that uses them (`llm::LlmConfig`, `auth::AuthConfig`).

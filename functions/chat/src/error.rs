@@ -1,5 +1,8 @@
-//! The one place the chat function picks HTTP statuses: every failure is an [`ApiError`], sent
-//! as `{"error":{"code","message"}}`. 5xx bodies stay generic; the cause goes to the log.
+//! The one place the chat function's own code picks HTTP statuses: every failure of a handler
+//! or extractor is an [`ApiError`], sent as `{"error":{"code","message"}}`. 5xx bodies stay
+//! generic; the cause goes to the log. (Before routing, `parley_core::plain_http` refuses an
+//! oversized URI or head and a repeated `Host`; `parley_core::serve` gives axum's 404 and 405
+//! the same body.)
 
 use std::time::Duration;
 

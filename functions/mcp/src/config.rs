@@ -1,4 +1,6 @@
-//! The MCP function's settings, read once at start-up (see the README's settings table).
+//! The MCP function's settings, read once at start-up (see `docs/settings.md`); of these only
+//! `DATABASE_URL` and `MCP_AUTH_TOKEN` may be read again later, as
+//! `parley_core::secrets::RotatingSecret`s (see `auth` for the token's `SECRETS_TTL_MS`).
 //!
 //! Holding a [`McpConfig`] proves every value was present and well-formed.
 

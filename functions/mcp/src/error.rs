@@ -1,5 +1,8 @@
 //! The one place the MCP function's own HTTP failures become responses: a status and a JSON
-//! body `{"error":{"code","message"}}`. JSON-RPC errors inside MCP are rmcp's to shape.
+//! body `{"error":{"code","message"}}`. JSON-RPC errors inside MCP are rmcp's to shape, and so
+//! are the statuses of its transport's refusals: [`json_transport_errors`] only gives them this
+//! body (and makes an unparsable JSON body 400 instead of 415). The direct path
+//! (`server/fast.rs`) answers as rmcp's transport would, its two 500s included.
 
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};

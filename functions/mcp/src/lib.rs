@@ -1,8 +1,9 @@
-//! Parley's MCP function: read-only Postgres tools, declared in a TOML file, served over
-//! stateless Streamable HTTP at `/mcp` behind bearer auth.
+//! Parley's MCP function: Postgres tools (read-only unless declared `writes = true`), declared
+//! in a TOML file, served over stateless Streamable HTTP at `/mcp` behind bearer auth.
 //!
 //! Modules: `config` (settings), `tools` (declarations → running queries), `server` (rmcp
-//! handler and transport), `auth` (bearer check), `error` (HTTP error responses).
+//! handler, the direct path for `tools/call` and `tools/list`, and rmcp's transport), `auth`
+//! (bearer check), `error` (HTTP error responses).
 
 pub mod auth;
 pub mod config;

@@ -2,9 +2,10 @@
 //!
 //! A Lambda instance serves one request at a time, so pools stay small. Connections can die
 //! while an instance is frozen; callers get [`DbError::Unavailable`] for those, and
-//! [`retry_once_if_stale!`] runs work that is safe to repeat once more on a fresh connection. When the credentials come from Secrets
-//! Manager, a password the server refuses is re-fetched once and the connection retried
-//! ([`CredentialRefresh`]), so a rotated secret does not wait for the next cold start.
+//! [`retry_once_if_stale!`] runs work that is safe to repeat once more on a fresh connection.
+//! When the credentials come from Secrets Manager, the pool's connector holds `DATABASE_URL` as
+//! a [`RotatingSecret`]: a password the server refuses renews it (fetched again, rate-limited)
+//! and the connection is retried once, so a rotated secret does not wait for the next cold start.
 
 mod tls;
 

@@ -1,6 +1,7 @@
 //! One turn's writes: [`begin`] claims the conversation with an expiring lease on its row and
 //! stores the question, [`Turn::finish`] stores the answer and frees the conversation. Each holds
-//! a pooled connection for one pipelined round trip; none is held while the model thinks.
+//! a pooled connection for one pipelined round trip per attempt (plus one to prepare its
+//! statements on a connection that has not yet); none is held while the model thinks.
 //!
 //! Why a lease and not a lock: a session advisory lock pins a connection for the whole turn
 //! (the pool runs dry at a few concurrent turns, and RDS Proxy cannot multiplex such a session),
