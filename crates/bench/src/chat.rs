@@ -19,9 +19,9 @@ use jsonwebtoken::{EncodingKey, Header, encode};
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 
-use crate::mcp::{self as shared, ms};
-use crate::measure::{self, Driver, micros, percentile};
+use crate::measure::{self, Driver, micros, ms, percentile};
 use crate::server::Server;
+use crate::setup;
 use crate::stubs::{Stubs, TOOL, Window};
 
 /// Districts the turns rotate over.
@@ -169,7 +169,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     )?;
     let concurrency = args.concurrency.max(1);
     let (bench_url, pg_version) =
-        shared::prepare_database(&admin_url, &args.database, args.feedback).await?;
+        setup::prepare_database(&admin_url, &args.database, args.feedback).await?;
     let (districts, durability) = districts(&bench_url).await?;
 
     let beside = |name: &str| -> anyhow::Result<PathBuf> {
@@ -179,7 +179,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     let mcp_bin = args.mcp_bin.clone().map_or_else(|| beside("mcp"), Ok)?;
     let chat_bin = args.chat_bin.clone().map_or_else(|| beside("chat"), Ok)?;
-    let mcp_token = format!("bench-{:x}-{}", std::process::id(), shared::now_nanos());
+    let mcp_token = format!("bench-{:x}-{}", std::process::id(), setup::now_nanos());
     let mcp = Server::start(
         &mcp_bin,
         &[
@@ -202,7 +202,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .query_pairs_mut()
             .append_pair("options", &format!("-csynchronous_commit={mode}"));
     }
-    let jwt_secret = format!("bench-jwt-{:x}-{}", std::process::id(), shared::now_nanos());
+    let jwt_secret = format!("bench-jwt-{:x}-{}", std::process::id(), setup::now_nanos());
     let chat = Server::start(
         &chat_bin,
         &[
@@ -390,7 +390,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     let report = Report {
         command: &command,
-        machine: shared::machine(),
+        machine: setup::machine(),
         pg_version: &pg_version,
         feedback: args.feedback,
         rows: &rows,
@@ -431,7 +431,7 @@ fn checked(w: Window) -> anyhow::Result<Window> {
 /// Real districts (asked by code and by name alternately) and the server's `fsync` and
 /// `synchronous_commit`.
 async fn districts(bench_url: &str) -> anyhow::Result<(Vec<(String, String)>, Vec<String>)> {
-    let client = shared::connect(bench_url).await?;
+    let client = setup::connect(bench_url).await?;
     let rows = client
         .query(
             "SELECT code, name FROM lads ORDER BY md5(code) LIMIT $1",
@@ -543,7 +543,7 @@ impl Driver for Fresh<'_> {
 
 struct Report<'a> {
     command: &'a str,
-    machine: shared::Machine,
+    machine: setup::Machine,
     pg_version: &'a str,
     feedback: u64,
     rows: &'a [Row],

@@ -7,6 +7,7 @@ mod mcp;
 mod measure;
 mod peers;
 mod server;
+mod setup;
 mod stubs;
 
 use clap::{Parser, Subcommand};

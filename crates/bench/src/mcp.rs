@@ -19,12 +19,12 @@ use parley_mcp::tools::params::SqlValue;
 use parley_mcp::tools::{Catalog, Limits, ToolSpec};
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde_json::{Map, Value, json};
-use tokio_postgres::NoTls;
 use tokio_postgres::types::ToSql;
 
-use crate::measure::{self, Driver, Stats};
+use crate::measure::{self, Driver, Stats, ms};
 use crate::peers;
 use crate::server::Server;
+use crate::setup::{Machine, connect, machine, now_nanos, prepare_database};
 
 /// The protocol revision an ordinary current client announces.
 const PROTOCOL_VERSION: &str = "2025-06-18";
@@ -388,91 +388,11 @@ impl Driver for Ping<'_> {
     }
 }
 
-/// Creates (if needed), migrates and loads the bench database; returns its URL and the
-/// server's version.
-pub(crate) async fn prepare_database(
-    admin_url: &str,
-    name: &str,
-    feedback: u64,
-) -> anyhow::Result<(String, String)> {
-    // The name is spliced into CREATE DATABASE, so only plain identifiers are accepted.
-    if name.is_empty()
-        || !name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-    {
-        bail!("--database must be lowercase letters, digits and _");
-    }
-    let mut url = url::Url::parse(admin_url).context("DATABASE_URL must be a postgres:// URL")?;
-    let admin = connect(admin_url)
-        .await
-        .context("connecting to DATABASE_URL")?;
-    let exists: bool = admin
-        .query_one(
-            "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)",
-            &[&name],
-        )
-        .await?
-        .get(0);
-    if !exists {
-        eprintln!("creating database {name}");
-        admin
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .await
-            .with_context(|| {
-                format!("creating database {name} (DATABASE_URL must be a superuser)")
-            })?;
-    }
-    drop(admin);
-    url.set_path(&format!("/{name}"));
-    let bench_url = url.to_string();
-
-    let mut client = connect(&bench_url)
-        .await
-        .with_context(|| format!("connecting to {name}"))?;
-    let applied = parley_core::migrate::run(&mut client)
-        .await
-        .context("migrating")?;
-    if !applied.is_empty() {
-        eprintln!("applied migrations: {}", applied.join(", "));
-    }
-    eprintln!("loading {feedback} feedback rows (skipped when already loaded)...");
-    let options = parley_cli::demo::DemoOptions {
-        feedback,
-        ..Default::default()
-    };
-    let summary = parley_cli::demo::load(&mut client, &options)
-        .await
-        .context("loading demo data")?;
-    eprintln!(
-        "feedback: {} rows ({} in {:.1} s)",
-        summary.feedback,
-        if summary.reloaded {
-            "loaded"
-        } else {
-            "already there, checked"
-        },
-        summary.elapsed.as_secs_f64()
-    );
-    let version: String = client.query_one("SHOW server_version", &[]).await?.get(0);
-    Ok((bench_url, version))
-}
-
 /// A pool built like the server's (`parley_core::db::pool`), `size` connections.
 fn floor_pool(url: &str, size: usize) -> anyhow::Result<Pool> {
     let mut config = parley_core::db::DbConfig::from_url(url)?;
     config.pool_max_size = size;
     Ok(parley_core::db::pool(&config)?)
-}
-
-pub(crate) async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
-    let (client, connection) = tokio_postgres::connect(url, NoTls).await?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            eprintln!("error: lost a database connection: {e}");
-        }
-    });
-    Ok(client)
 }
 
 /// The calls each scenario rotates over: real districts (by code and by name) for the lookup,
@@ -714,54 +634,6 @@ fn http_client(token: &str, concurrency: usize) -> anyhow::Result<reqwest::Clien
         .tcp_nodelay(true)
         .pool_max_idle_per_host(concurrency)
         .build()?)
-}
-
-pub(crate) fn now_nanos() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos())
-}
-
-pub(crate) fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-pub(crate) struct Machine {
-    pub cpus: usize,
-    pub cpu_model: String,
-    pub memory_gib: f64,
-}
-
-impl Machine {
-    /// The report's machine line; `sharing` names what runs on it besides the client.
-    pub(crate) fn line(&self, sharing: &str) -> String {
-        format!(
-            "machine: {} CPUs ({}), {:.0} GiB; {sharing} share it",
-            self.cpus, self.cpu_model, self.memory_gib
-        )
-    }
-
-    pub(crate) fn to_json(&self) -> Value {
-        json!({ "cpus": self.cpus, "cpu_model": self.cpu_model, "memory_gib": self.memory_gib })
-    }
-}
-
-pub(crate) fn machine() -> Machine {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let field = |text: &str, name: &str| {
-        text.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_once(':'))
-            .map(|(_, v)| v.trim().to_owned())
-    };
-    Machine {
-        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        cpu_model: field(&cpuinfo, "model name").unwrap_or_else(|| "unknown CPU".into()),
-        memory_gib: field(&meminfo, "MemTotal")
-            .and_then(|v| v.trim_end_matches("kB").trim().parse::<f64>().ok())
-            .map_or(0.0, |kib| kib / 1024.0 / 1024.0),
-    }
 }
 
 struct Memory {

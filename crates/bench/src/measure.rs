@@ -194,6 +194,11 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
+/// A duration in milliseconds, for the reports.
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -404,7 +404,7 @@ fn tempdir() -> anyhow::Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!(
         "parley-bench-peers-{}-{}",
         std::process::id(),
-        crate::mcp::now_nanos()
+        crate::setup::now_nanos()
     ));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir)
@@ -436,8 +436,8 @@ pub fn report(setup: &Setup<'_>, outcomes: &[Outcome]) -> String {
             "{:<12} {:>10.0} {:>9.3} {:>9.3} {:>10}",
             o.name,
             o.rps,
-            crate::mcp::ms(o.p50),
-            crate::mcp::ms(o.p99),
+            crate::measure::ms(o.p50),
+            crate::measure::ms(o.p99),
             o.requests
         );
     }
@@ -449,7 +449,7 @@ pub fn report(setup: &Setup<'_>, outcomes: &[Outcome]) -> String {
             "parley mcp: {share:.0}% of the pgbench floor (target >= 60%: {}), p99 {:.3} ms \
              (target <= 5 ms on a quiet host: {})",
             if share >= 60.0 { "met" } else { "not met" },
-            crate::mcp::ms(parley.p99),
+            crate::measure::ms(parley.p99),
             if parley.p99 <= Duration::from_millis(5) {
                 "met"
             } else {

@@ -653,7 +653,10 @@ mod tests {
     fn unknown_sslmode_is_refused() {
         let e = ConnectTarget::parse("postgres://u@h/app?sslmode=maybe").unwrap_err();
         assert!(e.to_string().contains("unknown sslmode"));
-        assert!(e.to_string().contains("allow, prefer, require, verify-ca, verify-full"));
+        assert!(
+            e.to_string()
+                .contains("allow, prefer, require, verify-ca, verify-full")
+        );
     }
 
     #[test]
