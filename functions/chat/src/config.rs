@@ -153,9 +153,20 @@ fn mcp_servers(env: &Env) -> Result<Vec<McpServer>, ConfigError> {
     }
     if let Some(raw) = env.get("MCP_SERVERS") {
         let extra: Vec<RawServer> = serde_json::from_str(raw).map_err(|e| {
+            // Only where and what kind: serde's own text can quote a value, and a value here
+            // may be a token.
+            let what = match e.classify() {
+                serde_json::error::Category::Data => "a missing, unknown or mistyped field",
+                _ => "invalid JSON",
+            };
             ConfigError::new(
                 "MCP_SERVERS",
-                format!("must be a JSON list of {{\"name\", \"url\", \"token\"}}: {e}"),
+                format!(
+                    "must be a JSON list of {{\"name\", \"url\", \"token\"}}: {what} at \
+                     line {} column {}",
+                    e.line(),
+                    e.column()
+                ),
             )
         })?;
         for s in extra {
@@ -242,6 +253,18 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(ok.limits.turn_lease, Duration::from_secs(6));
+    }
+
+    #[test]
+    fn a_malformed_server_list_is_refused_without_quoting_its_values() {
+        let e = ChatConfig::from_env(&env(&[(
+            "MCP_SERVERS",
+            r#""sk-live-123""#,
+        )]))
+        .unwrap_err();
+        assert_eq!(e.var, "MCP_SERVERS");
+        assert!(e.problem.contains("mistyped field at line 1"), "{}", e.problem);
+        assert!(!e.problem.contains("sk-live"), "{}", e.problem);
     }
 
     #[test]

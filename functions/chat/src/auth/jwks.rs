@@ -211,13 +211,13 @@ impl JwksCache {
             .timeout(self.timeout)
             .send()
             .await
-            .map_err(|e| with_causes(&e))?;
+            .map_err(|e| parley_core::error::chain(&e))?;
         let status = response.status();
         if !status.is_success() {
             return Err(format!("the JWKS endpoint {} answered {status}", self.url));
         }
         let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| with_causes(&e))? {
+        while let Some(chunk) = response.chunk().await.map_err(|e| parley_core::error::chain(&e))? {
             if body.len() + chunk.len() > MAX_JWKS_BYTES {
                 return Err(format!("the JWKS is larger than {MAX_JWKS_BYTES} bytes"));
             }
@@ -276,19 +276,6 @@ fn usable_key(jwk: &Jwk) -> Option<CachedKey> {
         alg,
         key: Arc::new(key),
     })
-}
-
-/// reqwest's own message ("error sending request") hides the useful part (refused, timed out,
-/// DNS) in its sources.
-fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut message = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
 }
 
 #[cfg(test)]
