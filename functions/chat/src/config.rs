@@ -257,13 +257,13 @@ mod tests {
 
     #[test]
     fn a_malformed_server_list_is_refused_without_quoting_its_values() {
-        let e = ChatConfig::from_env(&env(&[(
-            "MCP_SERVERS",
-            r#""sk-live-123""#,
-        )]))
-        .unwrap_err();
+        let e = ChatConfig::from_env(&env(&[("MCP_SERVERS", r#""sk-live-123""#)])).unwrap_err();
         assert_eq!(e.var, "MCP_SERVERS");
-        assert!(e.problem.contains("mistyped field at line 1"), "{}", e.problem);
+        assert!(
+            e.problem.contains("mistyped field at line 1"),
+            "{}",
+            e.problem
+        );
         assert!(!e.problem.contains("sk-live"), "{}", e.problem);
     }
 

@@ -71,7 +71,11 @@ pub async fn run(
             message: &request.message,
             context: context_json.as_ref(),
             history_limit: state.limits.history,
-            lock_wait: state.limits.turn_lock_wait,
+            // Waiting past the deadline would only end in the gateway's timeout.
+            lock_wait: state
+                .limits
+                .turn_lock_wait
+                .min(deadline.saturating_duration_since(Instant::now())),
             lease: state.limits.turn_lease,
         },
     )

@@ -162,7 +162,7 @@ pub fn log_stale_retry(error: &dyn fmt::Display) {
     tracing::warn!(error = %error, "stale database connection; retrying once");
 }
 
-/// Settings for the pool; see the README's settings table. The URL shows in `Debug` as
+/// Settings for the pool; see docs/settings.md. The URL shows in `Debug` as
 /// `SecretString`'s own redaction.
 #[derive(Debug, Clone)]
 pub struct DbConfig {

@@ -217,7 +217,11 @@ impl JwksCache {
             return Err(format!("the JWKS endpoint {} answered {status}", self.url));
         }
         let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| parley_core::error::chain(&e))? {
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| parley_core::error::chain(&e))?
+        {
             if body.len() + chunk.len() > MAX_JWKS_BYTES {
                 return Err(format!("the JWKS is larger than {MAX_JWKS_BYTES} bytes"));
             }

@@ -79,7 +79,8 @@ impl std::fmt::Debug for Turn {
 /// Opens a turn: checks ownership (or creates the conversation), waits for any other turn on
 /// it, loads the history window, and stores the user's message before any LLM call.
 ///
-/// Each attempt is one pipelined round trip and one transaction: `BEGIN`, settings, the claim
+/// Each attempt is one pipelined round trip (one more on a connection that has not prepared
+/// the statements yet) and one transaction: `BEGIN`, settings, the claim
 /// (taken only if the caller owns the conversation and no unexpired lease holds it), the window,
 /// the insert, `COMMIT`. Window and insert are conditional on the claim inside the SQL, so a
 /// refused claim stores nothing; the turn then waits a little, on no connection, and tries
@@ -289,7 +290,8 @@ const RELEASE: &str = "UPDATE chat.conversations SET turn_lease_until = NULL
 
 impl Turn {
     /// Stores the assistant's side of the turn (reply, traces, usage, or the error) and frees
-    /// the conversation in one statement: one round trip, one commit. That commit waits for its
+    /// the conversation in one statement: one round trip (one more to prepare it on a new
+    /// connection), one commit. That commit waits for its
     /// WAL flush (as the server is configured), which also makes [`begin`]'s durable.
     ///
     /// A turn whose lease expired and was taken over by a later turn stores nothing and gets

@@ -456,6 +456,56 @@ async fn a_turn_that_outlives_its_lease_is_taken_over_and_its_late_answer_is_not
     );
 }
 
+/// A turn waits for a conversation another turn holds no longer than its own deadline: with
+/// the default TURN_LOCK_WAIT_MS (60 s) it used to outwait TURN_DEADLINE_MS and the Lambda's
+/// timeout, and the client got the gateway's error instead of 409.
+#[tokio::test]
+async fn a_turn_waits_for_a_busy_conversation_no_longer_than_its_deadline() {
+    use parley_chat::auth::UserId;
+    use parley_chat::conversation::{self, ConversationId, TurnStart};
+
+    let (chat, id) = started_conversation(
+        vec![Step::text("never sent")],
+        vec![
+            ("TURN_DEADLINE_MS", "1000".into()),
+            ("TURN_LEASE_MS", "60000".into()),
+        ],
+    )
+    .await;
+    // Another instance's turn holds the conversation (begun, not finished).
+    let url = chat.db_url.clone().expect("the chat's database");
+    let pool =
+        parley_core::db::pool(&parley_core::db::DbConfig::from_url(&url).unwrap()).expect("a pool");
+    let alice = UserId::new("alice").unwrap();
+    let held = conversation::begin(
+        &pool,
+        TurnStart {
+            owner: &alice,
+            conversation: ConversationId::parse(id.as_str().unwrap()),
+            message: "elsewhere",
+            context: None,
+            history_limit: 0,
+            lock_wait: Duration::from_secs(1),
+            lease: Duration::from_secs(60),
+        },
+    )
+    .await
+    .unwrap();
+
+    let answer = tokio::time::timeout(
+        Duration::from_secs(20),
+        chat.post("alice", json!({"message": "next", "conversation_id": id})),
+    )
+    .await
+    .expect("an answer within the turn deadline, not after TURN_LOCK_WAIT_MS");
+    assert_eq!(answer.0, 409, "{}", answer.1);
+    assert_eq!(answer.1["error"]["code"], "conversation_busy");
+    // Nothing of the refused turn was stored, and the model was never asked.
+    assert_eq!(contents(&chat, &id).await, ["start", "first", "elsewhere"]);
+    assert_eq!(chat.llm.requests().len(), 1);
+    drop(held);
+}
+
 /// Defect #5: a NUL in a model's call id made the turn unstorable (500, and the question kept
 /// with no record). Every string the model sends is now cleaned before anything uses it.
 #[tokio::test]

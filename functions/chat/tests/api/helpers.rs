@@ -23,6 +23,8 @@ pub struct TestChat {
     pub mcp: Option<McpHandle>,
     /// What the chat's database connections go through, with [`Options::db_proxy`].
     pub db_proxy: Option<TcpProxy>,
+    /// The chat's database, for a test that plays another instance on it.
+    pub db_url: Option<String>,
     http: reqwest::Client,
 }
 
@@ -121,6 +123,7 @@ pub async fn spawn(options: Options) -> TestChat {
         llm,
         mcp,
         db_proxy,
+        db_url: Some(db.url.clone()),
         http: reqwest::Client::new(),
     }
 }
@@ -175,6 +178,7 @@ pub async fn spawn_chat_from(env: Env, llm: ScriptedLlm, mcp: Option<McpHandle>)
         llm,
         mcp,
         db_proxy: None,
+        db_url: None,
         http: reqwest::Client::new(),
     }
 }
