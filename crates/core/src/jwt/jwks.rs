@@ -11,7 +11,7 @@ use jsonwebtoken::{Algorithm, DecodingKey};
 use serde::Deserialize;
 use tokio::sync::{Mutex, RwLock};
 
-use super::{AuthError, invalid};
+use super::{TokenError, invalid};
 
 /// Real key sets are a few KiB; a bigger answer is refused rather than buffered.
 const MAX_JWKS_BYTES: usize = 512 * 1024;
@@ -80,7 +80,7 @@ impl State {
         &self,
         alg: Algorithm,
         kid: Option<&str>,
-    ) -> Result<Option<Arc<DecodingKey>>, AuthError> {
+    ) -> Result<Option<Arc<DecodingKey>>, TokenError> {
         let mut candidates = self.keys.iter().filter(|k| k.alg == alg);
         let found = match kid {
             Some(kid) => candidates.find(|k| k.kid.as_deref() == Some(kid)),
@@ -122,7 +122,7 @@ impl JwksCache {
         &self,
         alg: Algorithm,
         kid: Option<&str>,
-    ) -> Result<Arc<DecodingKey>, AuthError> {
+    ) -> Result<Arc<DecodingKey>, TokenError> {
         let asked_at = Instant::now();
         let _fetching = {
             let state = self.state.read().await;
@@ -180,7 +180,7 @@ impl JwksCache {
         let state = self.state.read().await;
         match (state.find(alg, kid)?, &state.last_error) {
             (Some(key), _) => Ok(key),
-            (None, Some(e)) => Err(AuthError::KeysUnavailable(e.clone())),
+            (None, Some(e)) => Err(TokenError::KeysUnavailable(e.clone())),
             (None, None) => Err(invalid(format!(
                 "no {alg:?} key in the key set matches the token's kid"
             ))),
@@ -211,7 +211,7 @@ impl JwksCache {
             .timeout(self.timeout)
             .send()
             .await
-            .map_err(|e| parley_core::error::chain(&e))?;
+            .map_err(|e| crate::error::chain(&e))?;
         let status = response.status();
         if !status.is_success() {
             return Err(format!("the JWKS endpoint {} answered {status}", self.url));
@@ -220,7 +220,7 @@ impl JwksCache {
         while let Some(chunk) = response
             .chunk()
             .await
-            .map_err(|e| parley_core::error::chain(&e))?
+            .map_err(|e| crate::error::chain(&e))?
         {
             if body.len() + chunk.len() > MAX_JWKS_BYTES {
                 return Err(format!("the JWKS is larger than {MAX_JWKS_BYTES} bytes"));
@@ -293,15 +293,11 @@ mod tests {
     use jsonwebtoken::{EncodingKey, Header, encode, get_current_timestamp};
     use serde_json::{Value, json};
 
-    use crate::auth::{AuthConfig, AuthMode, Authenticator, UserId};
+    use parley_testkit::keys::{EC_OTHER_PEM, EC_PEM, JWKS, RSA_OTHER_PEM, RSA_PEM};
+
+    use crate::jwt::{JwtConfig, Verifier};
 
     use super::*;
-
-    const JWKS: &str = include_str!("../../tests/fixtures/jwks.json");
-    const RSA_PEM: &[u8] = include_bytes!("../../tests/fixtures/rsa.pem");
-    const RSA_OTHER_PEM: &[u8] = include_bytes!("../../tests/fixtures/rsa-other.pem");
-    const EC_PEM: &[u8] = include_bytes!("../../tests/fixtures/ec-p256.pem");
-    const EC_OTHER_PEM: &[u8] = include_bytes!("../../tests/fixtures/ec-p256-other.pem");
 
     /// A JWKS endpoint on loopback that counts its requests and can be told to fail.
     struct IdP {
@@ -352,9 +348,8 @@ mod tests {
         }
     }
 
-    fn config(url: url::Url) -> AuthConfig {
-        AuthConfig {
-            mode: AuthMode::Jwt,
+    fn config(url: url::Url) -> JwtConfig {
+        JwtConfig {
             secret: None,
             jwks_url: Some(url),
             issuer: None,
@@ -366,8 +361,8 @@ mod tests {
         }
     }
 
-    fn authenticator(config: AuthConfig) -> Authenticator {
-        Authenticator::new(config, reqwest::Client::new())
+    fn authenticator(config: JwtConfig) -> Verifier {
+        Verifier::new(config, reqwest::Client::new())
     }
 
     fn sign(alg: Algorithm, pem: &[u8], kid: Option<&str>, sub: &str) -> String {
@@ -382,8 +377,9 @@ mod tests {
         encode(&header, &claims, &key).unwrap()
     }
 
-    async fn check(auth: &Authenticator, token: &str) -> Result<UserId, AuthError> {
-        auth.authenticate(Some(&format!("Bearer {token}"))).await
+    /// The subject of a token that verifies.
+    async fn check(auth: &Verifier, token: &str) -> Result<String, TokenError> {
+        auth.verify(token).await.map(|verified| verified.subject)
     }
 
     fn only_key(kid: &str) -> String {
@@ -401,8 +397,8 @@ mod tests {
         let auth = authenticator(config(idp.url.clone()));
         let rs = sign(Algorithm::RS256, RSA_PEM, Some("test-rsa"), "rsa-user");
         let es = sign(Algorithm::ES256, EC_PEM, Some("test-ec"), "ec-user");
-        assert_eq!(check(&auth, &rs).await.unwrap().as_str(), "rsa-user");
-        assert_eq!(check(&auth, &es).await.unwrap().as_str(), "ec-user");
+        assert_eq!(check(&auth, &rs).await.unwrap(), "rsa-user");
+        assert_eq!(check(&auth, &es).await.unwrap(), "ec-user");
     }
 
     #[tokio::test]
@@ -414,7 +410,7 @@ mod tests {
         for forged in [forged_rs, forged_es] {
             let result = check(&auth, &forged).await;
             assert!(
-                matches!(&result, Err(AuthError::Invalid(why)) if why.contains("signature")),
+                matches!(&result, Err(TokenError::Invalid(why)) if why.contains("signature")),
                 "{result:?}"
             );
         }
@@ -427,7 +423,7 @@ mod tests {
         // An ES256 token naming the RSA key's kid finds no ES256 key with that kid.
         let confused = sign(Algorithm::ES256, EC_PEM, Some("test-rsa"), "u");
         let result = check(&auth, &confused).await;
-        assert!(matches!(result, Err(AuthError::Invalid(_))), "{result:?}");
+        assert!(matches!(result, Err(TokenError::Invalid(_))), "{result:?}");
     }
 
     #[tokio::test]
@@ -456,8 +452,8 @@ mod tests {
                 tokio::spawn(async move { check(&auth, &rs).await })
             })
             .collect();
-        for task in futures::future::join_all(tasks).await {
-            task.unwrap().unwrap();
+        for task in tasks {
+            task.await.unwrap().unwrap();
         }
         assert_eq!(idp.hits(), 1);
     }
@@ -477,7 +473,7 @@ mod tests {
         for kid in ["forged-1", "forged-2", "forged-3", "forged-1"] {
             let result = check(&auth, &sign(Algorithm::RS256, RSA_PEM, Some(kid), "u")).await;
             assert!(
-                matches!(&result, Err(AuthError::Invalid(why)) if why.contains("kid")),
+                matches!(&result, Err(TokenError::Invalid(why)) if why.contains("kid")),
                 "{result:?}"
             );
             assert_eq!(
@@ -513,7 +509,7 @@ mod tests {
         *idp.body.lock().unwrap() = rotated.to_string();
         let new_kid = sign(Algorithm::RS256, RSA_PEM, Some("test-rsa-2"), "u");
         let forged_kid = sign(Algorithm::RS256, RSA_PEM, Some("forged"), "u");
-        assert_eq!(check(&auth, &new_kid).await.unwrap().as_str(), "u");
+        assert_eq!(check(&auth, &new_kid).await.unwrap(), "u");
         assert_eq!(idp.hits(), 2, "one refetch for the unknown kid");
 
         for _ in 0..5 {
@@ -539,13 +535,13 @@ mod tests {
         let token = sign(Algorithm::RS256, RSA_PEM, Some("test-rsa"), "u");
         let result = check(&auth, &token).await;
         assert!(
-            matches!(result, Err(AuthError::KeysUnavailable(_))),
+            matches!(result, Err(TokenError::KeysUnavailable(_))),
             "{result:?}"
         );
         // Retried no sooner than the min refresh, and still reported as unavailable.
         let result = check(&auth, &token).await;
         assert!(
-            matches!(result, Err(AuthError::KeysUnavailable(_))),
+            matches!(result, Err(TokenError::KeysUnavailable(_))),
             "{result:?}"
         );
     }
@@ -562,7 +558,7 @@ mod tests {
             let token = sign(Algorithm::RS256, RSA_PEM, Some("test-rsa"), "u");
             let result = check(&auth, &token).await;
             assert!(
-                matches!(result, Err(AuthError::KeysUnavailable(_))),
+                matches!(result, Err(TokenError::KeysUnavailable(_))),
                 "{body}: {result:?}"
             );
         }
@@ -571,7 +567,7 @@ mod tests {
         let auth = authenticator(config(idp.url.clone()));
         let token = sign(Algorithm::RS256, RSA_PEM, Some("test-rsa"), "u");
         match check(&auth, &token).await {
-            Err(AuthError::KeysUnavailable(why)) => assert!(why.contains("500"), "{why}"),
+            Err(TokenError::KeysUnavailable(why)) => assert!(why.contains("500"), "{why}"),
             other => panic!("{other:?}"),
         }
     }
@@ -592,7 +588,7 @@ mod tests {
 
         idp.failing.store(true, Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(150)).await;
-        assert_eq!(check(&auth, &token).await.unwrap().as_str(), "u");
+        assert_eq!(check(&auth, &token).await.unwrap(), "u");
         assert_eq!(idp.hits(), 3, "the failed refresh was attempted");
     }
 
@@ -601,7 +597,7 @@ mod tests {
         let idp = IdP::start(JWKS).await;
         let auth = authenticator(config(idp.url.clone()));
         let rs = sign(Algorithm::RS256, RSA_PEM, None, "u");
-        assert_eq!(check(&auth, &rs).await.unwrap().as_str(), "u");
+        assert_eq!(check(&auth, &rs).await.unwrap(), "u");
 
         // Two RSA keys: which one is meant is ambiguous.
         let mut two: Value = serde_json::from_str(JWKS).unwrap();
@@ -612,7 +608,7 @@ mod tests {
         let auth = authenticator(config(idp.url.clone()));
         let result = check(&auth, &rs).await;
         assert!(
-            matches!(&result, Err(AuthError::Invalid(why)) if why.contains("no kid")),
+            matches!(&result, Err(TokenError::Invalid(why)) if why.contains("no kid")),
             "{result:?}"
         );
     }
@@ -635,7 +631,7 @@ mod tests {
         .unwrap();
         let result = check(&auth, &token).await;
         assert!(
-            matches!(&result, Err(AuthError::Invalid(why)) if why.contains("HS256 is not accepted")),
+            matches!(&result, Err(TokenError::Invalid(why)) if why.contains("HS256 is not accepted")),
             "{result:?}"
         );
         assert_eq!(idp.hits(), 0);
@@ -655,10 +651,10 @@ mod tests {
             &EncodingKey::from_secret(secret.as_bytes()),
         )
         .unwrap();
-        assert_eq!(check(&auth, &hs).await.unwrap().as_str(), "hs-user");
+        assert_eq!(check(&auth, &hs).await.unwrap(), "hs-user");
         assert_eq!(idp.hits(), 0, "HS256 needs no keys from the IdP");
         let es = sign(Algorithm::ES256, EC_PEM, Some("test-ec"), "ec-user");
-        assert_eq!(check(&auth, &es).await.unwrap().as_str(), "ec-user");
+        assert_eq!(check(&auth, &es).await.unwrap(), "ec-user");
     }
 
     #[test]
