@@ -10,5 +10,9 @@ pub const RSA_OTHER_PEM: &[u8] = include_bytes!("../fixtures/rsa-other.pem");
 pub const EC_PEM: &[u8] = include_bytes!("../fixtures/ec-p256.pem");
 /// A P-256 key that is not in [`JWKS`], for forged signatures.
 pub const EC_OTHER_PEM: &[u8] = include_bytes!("../fixtures/ec-p256-other.pem");
-/// The public halves of [`RSA_PEM`] and [`EC_PEM`] as a JSON Web Key Set.
+/// Ed25519 private key (PKCS#8); in [`JWKS`] as kid `test-ed` (EdDSA).
+pub const ED25519_PEM: &[u8] = include_bytes!("../fixtures/ed25519.pem");
+/// An Ed25519 key that is not in [`JWKS`], for forged signatures.
+pub const ED25519_OTHER_PEM: &[u8] = include_bytes!("../fixtures/ed25519-other.pem");
+/// The public halves of [`RSA_PEM`], [`EC_PEM`] and [`ED25519_PEM`] as a JSON Web Key Set.
 pub const JWKS: &str = include_str!("../fixtures/jwks.json");

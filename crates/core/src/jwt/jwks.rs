@@ -1,4 +1,4 @@
-//! The RS256/ES256 verification keys of `JWT_JWKS_URL`, fetched on first use and cached for the
+//! The RS256, ES256 and EdDSA (Ed25519) verification keys of `JWT_JWKS_URL`, fetched on first use and cached for the
 //! life of the instance: refreshed after `JWKS_CACHE_TTL_MS`, refetched early for an unknown
 //! `kid`, but never more than once per `JWKS_MIN_REFRESH_MS`.
 
@@ -15,6 +15,11 @@ use super::{TokenError, invalid};
 
 /// Real key sets are a few KiB; a bigger answer is refused rather than buffered.
 const MAX_JWKS_BYTES: usize = 512 * 1024;
+
+/// An Ed25519 public key is 32 bytes: 43 characters of unpadded base64url (RFC 8037 §2).
+/// jsonwebtoken takes any length here and fails only at verification, so a wrong length is
+/// skipped with the set's other unusable keys.
+const ED25519_X_CHARS: usize = 43;
 
 pub(super) struct JwksCache {
     url: url::Url,
@@ -117,7 +122,7 @@ impl JwksCache {
         }
     }
 
-    /// The key that verifies a token with this `alg` (RS256 or ES256) and `kid`.
+    /// The key that verifies a token with this `alg` (RS256, ES256 or EdDSA) and `kid`.
     pub(super) async fn key_for(
         &self,
         alg: Algorithm,
@@ -231,8 +236,9 @@ impl JwksCache {
     }
 }
 
-/// The RS256 and ES256 signing keys of a JWKS document. Keys of other kinds, curves or uses
-/// are skipped, so one exotic key cannot take the whole set down.
+/// The RS256, ES256 and EdDSA signing keys of a JWKS document. Keys of other kinds, curves
+/// (P-384, Ed448, X25519, ...) or uses are skipped, so one exotic key cannot take the whole set
+/// down.
 fn parse_key_set(body: &[u8]) -> Result<Vec<CachedKey>, String> {
     #[derive(Deserialize)]
     struct KeySet {
@@ -247,7 +253,7 @@ fn parse_key_set(body: &[u8]) -> Result<Vec<CachedKey>, String> {
         .filter_map(|jwk| usable_key(&jwk))
         .collect();
     if keys.is_empty() {
-        return Err("the JWKS holds no RS256 or ES256 signing key".to_owned());
+        return Err("the JWKS holds no RS256, ES256 or EdDSA signing key".to_owned());
     }
     Ok(keys)
 }
@@ -264,6 +270,13 @@ fn usable_key(jwk: &Jwk) -> Option<CachedKey> {
     let alg = match &jwk.algorithm {
         AlgorithmParameters::RSA(_) => Algorithm::RS256,
         AlgorithmParameters::EllipticCurve(p) if p.curve == EllipticCurve::P256 => Algorithm::ES256,
+        // RFC 8037: `kty: OKP` with `crv: Ed25519`. Other OKP curves either fail to parse as a
+        // `Jwk` (Ed448, X25519) or name a curve that is not an Edwards one (P-256).
+        AlgorithmParameters::OctetKeyPair(p)
+            if p.curve == EllipticCurve::Ed25519 && p.x.len() == ED25519_X_CHARS =>
+        {
+            Algorithm::EdDSA
+        }
         _ => return None,
     };
     // A key pinned to another algorithm (say PS256) must not verify this one.
@@ -293,7 +306,11 @@ mod tests {
     use jsonwebtoken::{EncodingKey, Header, encode, get_current_timestamp};
     use serde_json::{Value, json};
 
-    use parley_testkit::keys::{EC_OTHER_PEM, EC_PEM, JWKS, RSA_OTHER_PEM, RSA_PEM};
+    use base64::Engine;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use parley_testkit::keys::{
+        EC_OTHER_PEM, EC_PEM, ED25519_OTHER_PEM, ED25519_PEM, JWKS, RSA_OTHER_PEM, RSA_PEM,
+    };
 
     use crate::jwt::{JwtConfig, Verifier};
 
@@ -368,6 +385,7 @@ mod tests {
     fn sign(alg: Algorithm, pem: &[u8], kid: Option<&str>, sub: &str) -> String {
         let key = match alg {
             Algorithm::ES256 => EncodingKey::from_ec_pem(pem),
+            Algorithm::EdDSA => EncodingKey::from_ed_pem(pem),
             _ => EncodingKey::from_rsa_pem(pem),
         }
         .unwrap();
@@ -658,17 +676,26 @@ mod tests {
     }
 
     #[test]
-    fn only_rs256_and_es256_signing_keys_are_kept() {
+    fn only_rs256_es256_and_ed25519_signing_keys_are_kept() {
         let mut set: Value = serde_json::from_str(JWKS).unwrap();
         let rsa = set["keys"][0].clone();
         let ec = set["keys"][1].clone();
+        let ed = set["keys"][2].clone();
+        let x = ed["x"].clone();
         let mut extra = vec![
             json!({"kty": "oct", "kid": "hmac", "k": "c2VjcmV0"}),
             json!({"kty": "EC", "kid": "p384", "crv": "P-384", "x": "AA", "y": "AA"}),
-            json!({"kty": "OKP", "kid": "ed", "crv": "Ed25519", "x": "AA"}),
+            json!({"kty": "OKP", "kid": "short-ed", "crv": "Ed25519", "x": "AA"}),
+            json!({"kty": "OKP", "kid": "ed448", "crv": "Ed448", "x": x}),
+            json!({"kty": "OKP", "kid": "x25519", "crv": "X25519", "x": x}),
+            json!({"kty": "OKP", "kid": "okp-p256", "crv": "P-256", "x": x}),
             json!({"kty": "weird"}),
             json!("not an object"),
         ];
+        let mut pinned_elsewhere = ed.clone();
+        pinned_elsewhere["alg"] = json!("ES256");
+        pinned_elsewhere["kid"] = json!("ed-as-es256");
+        extra.push(pinned_elsewhere);
         let mut encryption = rsa.clone();
         encryption["use"] = json!("enc");
         encryption["kid"] = json!("enc");
@@ -690,8 +717,113 @@ mod tests {
             vec![
                 (Some("test-rsa"), Algorithm::RS256),
                 (Some("test-ec"), Algorithm::ES256),
+                (Some("test-ed"), Algorithm::EdDSA),
                 (Some("bare-ec"), Algorithm::ES256),
             ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_valid_eddsa_token_passes_with_or_without_kid() {
+        let idp = IdP::start(JWKS).await;
+        let auth = authenticator(config(idp.url.clone()));
+        let ed = sign(Algorithm::EdDSA, ED25519_PEM, Some("test-ed"), "ed-user");
+        assert_eq!(check(&auth, &ed).await.unwrap(), "ed-user");
+        let bare = sign(Algorithm::EdDSA, ED25519_PEM, None, "ed-user");
+        assert_eq!(check(&auth, &bare).await.unwrap(), "ed-user");
+    }
+
+    #[tokio::test]
+    async fn an_eddsa_token_signed_by_another_key_or_tampered_with_fails() {
+        let idp = IdP::start(JWKS).await;
+        let auth = authenticator(config(idp.url.clone()));
+        let forged = sign(Algorithm::EdDSA, ED25519_OTHER_PEM, Some("test-ed"), "u");
+
+        let genuine = sign(Algorithm::EdDSA, ED25519_PEM, Some("test-ed"), "alice");
+        let other = sign(Algorithm::EdDSA, ED25519_PEM, Some("test-ed"), "mallory");
+        let parts: Vec<&str> = genuine.split('.').collect();
+        let other_payload = other.split('.').nth(1).unwrap();
+        let spliced = format!("{}.{}.{}", parts[0], other_payload, parts[2]);
+
+        for token in [forged, spliced] {
+            let result = check(&auth, &token).await;
+            assert!(
+                matches!(&result, Err(TokenError::Invalid(why)) if why.contains("signature")),
+                "{result:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn an_eddsa_token_naming_another_key_type_does_not_verify() {
+        let idp = IdP::start(JWKS).await;
+        let auth = authenticator(config(idp.url.clone()));
+        for kid in ["test-rsa", "test-ec"] {
+            let confused = sign(Algorithm::EdDSA, ED25519_PEM, Some(kid), "u");
+            let result = check(&auth, &confused).await;
+            assert!(
+                matches!(&result, Err(TokenError::Invalid(why)) if why.contains("EdDSA key")),
+                "{kid}: {result:?}"
+            );
+        }
+    }
+
+    /// HS256 keyed with the Ed25519 public key, as published (`x`) and as raw bytes.
+    fn hs256_with_the_ed25519_public_key() -> Vec<String> {
+        let set: Value = serde_json::from_str(JWKS).unwrap();
+        let x = set["keys"][2]["x"].as_str().unwrap();
+        let raw = URL_SAFE_NO_PAD.decode(x).unwrap();
+        assert_eq!(raw.len(), 32);
+        let claims = json!({"sub": "u", "exp": get_current_timestamp() + 600});
+        let mut header = Header::new(Algorithm::HS256);
+        header.kid = Some("test-ed".to_owned());
+        [x.as_bytes(), raw.as_slice()]
+            .into_iter()
+            .map(|key| encode(&header, &claims, &EncodingKey::from_secret(key)).unwrap())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn hs256_signed_with_the_ed25519_public_key_is_refused() {
+        let idp = IdP::start(JWKS).await;
+        let auth = authenticator(config(idp.url.clone()));
+        for token in hs256_with_the_ed25519_public_key() {
+            let result = check(&auth, &token).await;
+            assert!(
+                matches!(&result, Err(TokenError::Invalid(why)) if why.contains("HS256 is not accepted")),
+                "{result:?}"
+            );
+        }
+
+        // With a shared secret as well, HS256 is verified with that secret only.
+        let mut cfg = config(idp.url.clone());
+        cfg.secret = Some(
+            "a-test-secret-that-is-at-least-32-bytes-long"
+                .to_owned()
+                .into(),
+        );
+        let auth = authenticator(cfg);
+        for token in hs256_with_the_ed25519_public_key() {
+            let result = check(&auth, &token).await;
+            assert!(
+                matches!(&result, Err(TokenError::Invalid(why)) if why.contains("signature")),
+                "{result:?}"
+            );
+        }
+        assert_eq!(idp.hits(), 0, "HS256 never looks at the key set");
+    }
+
+    #[tokio::test]
+    async fn a_set_of_only_ed25519_keys_serves_eddsa_and_refuses_the_others() {
+        let idp = IdP::start(&only_key("test-ed")).await;
+        let auth = authenticator(config(idp.url.clone()));
+        let ed = sign(Algorithm::EdDSA, ED25519_PEM, Some("test-ed"), "ed-user");
+        assert_eq!(check(&auth, &ed).await.unwrap(), "ed-user");
+        let rs = sign(Algorithm::RS256, RSA_PEM, Some("test-rsa"), "u");
+        let result = check(&auth, &rs).await;
+        assert!(
+            matches!(&result, Err(TokenError::Invalid(why)) if why.contains("no RS256 key")),
+            "{result:?}"
         );
     }
 }

@@ -1,5 +1,5 @@
-//! Verifies bearer JWTs for every function: HS256 with a shared secret, RS256 and ES256 with
-//! keys from a JWKS URL; checks `exp`, `nbf` (with clock skew), `iss`, `aud` and `crit`, and
+//! Verifies bearer JWTs for every function: HS256 with a shared secret, RS256, ES256 and EdDSA
+//! (Ed25519) with keys from a JWKS URL; checks `exp`, `nbf` (with clock skew), `iss`, `aud` and `crit`, and
 //! hands back the verified claims. It knows tokens, not HTTP: each function maps [`TokenError`]
 //! to its own responses and decides what a subject means to it.
 
@@ -32,8 +32,8 @@ pub struct JwtConfig {
     /// `JWT_SECRET`: shared secret that verifies HS256 tokens. A warning is logged at start if it
     /// is shorter than 32 bytes.
     pub secret: Option<SecretString>,
-    /// `JWT_JWKS_URL`: http(s) URL of a JSON Web Key Set whose keys verify RS256 and ES256 tokens
-    /// (selected by the token's `kid`).
+    /// `JWT_JWKS_URL`: http(s) URL of a JSON Web Key Set whose keys verify RS256, ES256 and
+    /// EdDSA (Ed25519) tokens (selected by the token's `kid`).
     pub jwks_url: Option<url::Url>,
     /// `JWT_ISSUER`: when set, the token's `iss` must be present and equal to it.
     pub issuer: Option<String>,
@@ -208,7 +208,7 @@ impl Verifier {
         // used as an HS256 secret (algorithm confusion).
         let key = match (header.alg, &self.hmac, &self.jwks) {
             (Algorithm::HS256, Some(secret), _) => Arc::clone(secret),
-            (Algorithm::RS256 | Algorithm::ES256, _, Some(jwks)) => {
+            (Algorithm::RS256 | Algorithm::ES256 | Algorithm::EdDSA, _, Some(jwks)) => {
                 jwks.key_for(header.alg, header.kid.as_deref()).await?
             }
             (alg, _, _) => {
@@ -230,9 +230,9 @@ impl Verifier {
 
     fn accepted_algorithms(&self) -> &'static str {
         match (self.hmac.is_some(), self.jwks.is_some()) {
-            (true, true) => "HS256, RS256, ES256",
+            (true, true) => "HS256, RS256, ES256, EdDSA",
             (true, false) => "HS256",
-            (false, true) => "RS256, ES256",
+            (false, true) => "RS256, ES256, EdDSA",
             (false, false) => "none",
         }
     }
@@ -262,10 +262,68 @@ fn rejection(e: jsonwebtoken::errors::Error) -> TokenError {
             return invalid(format!("the {claim} claim is malformed"));
         }
         ErrorKind::InvalidAlgorithm => "the algorithm does not match the key",
-        ErrorKind::InvalidRsaKey(_) | ErrorKind::InvalidEcdsaKey | ErrorKind::InvalidKeyFormat => {
-            "the key for this token cannot verify it"
-        }
+        ErrorKind::InvalidRsaKey(_)
+        | ErrorKind::InvalidEcdsaKey
+        | ErrorKind::InvalidEddsaKey
+        | ErrorKind::InvalidKeyFormat => "the key for this token cannot verify it",
         _ => "the token is malformed",
     };
     invalid(why)
+}
+
+#[cfg(test)]
+mod tests {
+    use jsonwebtoken::{EncodingKey, Header, encode, get_current_timestamp};
+    use serde_json::json;
+
+    use super::*;
+
+    const SECRET: &str = "a-test-secret-that-is-at-least-32-bytes-long";
+
+    fn config(pairs: &[(&str, &str)]) -> JwtConfig {
+        JwtConfig::from_env(&Env::from_pairs(pairs.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn the_config_reads_without_keys_and_says_so() {
+        assert!(!config(&[]).has_keys());
+        assert!(config(&[("JWT_SECRET", SECRET)]).has_keys());
+        assert!(config(&[("JWT_JWKS_URL", "https://idp.example/jwks")]).has_keys());
+    }
+
+    #[tokio::test]
+    async fn verified_claims_carry_the_subject_and_every_claim() {
+        let verifier = Verifier::new(config(&[("JWT_SECRET", SECRET)]), reqwest::Client::new());
+        let claims = json!({
+            "sub": "user-1",
+            "exp": get_current_timestamp() + 600,
+            "email": "a@example.com",
+            "org_id": 7,
+        });
+        let token = encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &EncodingKey::from_secret(SECRET.as_bytes()),
+        )
+        .unwrap();
+        let verified = verifier.verify(&token).await.unwrap();
+        assert_eq!(verified.subject, "user-1");
+        assert_eq!(Value::Object(verified.claims), claims);
+    }
+
+    #[tokio::test]
+    async fn eddsa_is_refused_without_a_key_set() {
+        let verifier = Verifier::new(config(&[("JWT_SECRET", SECRET)]), reqwest::Client::new());
+        let token = encode(
+            &Header::new(Algorithm::EdDSA),
+            &json!({"sub": "u", "exp": get_current_timestamp() + 600}),
+            &EncodingKey::from_ed_pem(parley_testkit::keys::ED25519_PEM).unwrap(),
+        )
+        .unwrap();
+        let refused = verifier.verify(&token).await.unwrap_err();
+        assert_eq!(
+            refused,
+            invalid("algorithm EdDSA is not accepted (accepted: HS256)")
+        );
+    }
 }

@@ -1,6 +1,6 @@
 //! Who is calling: every request carries `Authorization: Bearer <JWT>`, verified by
-//! `parley_core::jwt` (HS256 with a shared secret, RS256/ES256 with keys from a JWKS URL); the
-//! caller is the token's `sub`. `CHAT_AUTH=none` replaces all of this with one fixed local user,
+//! `parley_core::jwt` (HS256 with a shared secret, RS256/ES256/EdDSA with keys from a JWKS URL);
+//! the caller is the token's `sub`. `CHAT_AUTH=none` replaces all of this with one fixed local user,
 //! for local development only.
 
 use std::fmt;
