@@ -1,33 +1,19 @@
-//! Who is calling: every request carries `Authorization: Bearer <JWT>`, verified with an HS256
-//! shared secret or with RS256/ES256 keys from a JWKS URL; the caller is the token's `sub`.
-//! `CHAT_AUTH=none` replaces all of this with one fixed local user, for local development only.
-
-mod jwks;
+//! Who is calling: every request carries `Authorization: Bearer <JWT>`, verified by
+//! `parley_core::jwt` (HS256 with a shared secret, RS256/ES256/EdDSA with keys from a JWKS URL);
+//! the caller is the token's `sub`. `CHAT_AUTH=none` replaces all of this with one fixed local user,
+//! for local development only.
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::{FromRef, FromRequestParts};
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
-use jsonwebtoken::errors::ErrorKind;
-use jsonwebtoken::{Algorithm, DecodingKey, Validation};
-use parley_core::config::{ConfigError, Env, ExposeSecret, SecretString};
-use serde::Deserialize;
-
-use jwks::JwksCache;
+use parley_core::config::{ConfigError, Env};
+use parley_core::jwt::{JwtConfig, TokenError, Verifier};
 
 /// Longest `sub` accepted as a user id, in characters.
 pub const MAX_USER_ID_CHARS: usize = 255;
-
-/// Tokens longer than this are refused before any parsing: real JWTs are a few KiB at most,
-/// and this bounds the work an anonymous caller can cause.
-const MAX_TOKEN_BYTES: usize = 16 * 1024;
-
-/// HS256 secrets shorter than this (the hash's output size) can be brute-forced offline from
-/// one captured token (RFC 7518 §3.2 asks for at least 256 bits).
-const MIN_SECRET_BYTES: usize = 32;
 
 /// How callers are identified (`CHAT_AUTH`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,29 +31,9 @@ pub struct AuthConfig {
     /// authentication off for local development only (every request acts as `local-user`, and a
     /// warning is logged at start). Never the default.
     pub mode: AuthMode,
-    /// `JWT_SECRET`: shared secret that verifies HS256 tokens. A warning is logged at start if it
-    /// is shorter than 32 bytes.
-    pub secret: Option<SecretString>,
-    /// `JWT_JWKS_URL`: http(s) URL of a JSON Web Key Set whose keys verify RS256 and ES256 tokens
-    /// (selected by the token's `kid`). With `CHAT_AUTH=jwt`, at least one of `JWT_SECRET` and
-    /// `JWT_JWKS_URL` is required.
-    pub jwks_url: Option<url::Url>,
-    /// `JWT_ISSUER`: when set, the token's `iss` must be present and equal to it.
-    pub issuer: Option<String>,
-    /// `JWT_AUDIENCE`: comma-separated list; when set, the token's `aud` must be present and
-    /// contain one of them. When unset, `aud` is not checked.
-    pub audience: Vec<String>,
-    /// `JWT_LEEWAY_SECS`: clock skew allowed on `exp` and `nbf` (default 30, at most 300).
-    pub leeway_secs: u64,
-    /// `JWKS_CACHE_TTL_MS`: how long fetched keys are used before they are fetched again
-    /// (default 3600000, one hour).
-    pub jwks_cache_ttl: Duration,
-    /// `JWKS_MIN_REFRESH_MS`: at most one JWKS fetch per this interval, whatever asks for it (an
-    /// unknown `kid`, a failed fetch), so forged kids cannot hammer the identity provider
-    /// (default 60000). The first fetch is never delayed.
-    pub jwks_min_refresh: Duration,
-    /// `JWKS_TIMEOUT_MS`: one JWKS request, start to end of body (default 5000).
-    pub jwks_timeout: Duration,
+    /// How tokens are verified (`JWT_*`, `JWKS_*`). With `CHAT_AUTH=jwt`, at least one of
+    /// `JWT_SECRET` and `JWT_JWKS_URL` is required.
+    pub jwt: JwtConfig,
 }
 
 impl AuthConfig {
@@ -77,43 +43,15 @@ impl AuthConfig {
             Some("none") => AuthMode::Disabled,
             Some(_) => return Err(ConfigError::new("CHAT_AUTH", "must be jwt or none")),
         };
-        let jwks_url = env
-            .optional::<url::Url>("JWT_JWKS_URL")?
-            .map(|url| match url.scheme() {
-                "http" | "https" => Ok(url),
-                _ => Err(ConfigError::new(
-                    "JWT_JWKS_URL",
-                    "must be an http or https URL",
-                )),
-            })
-            .transpose()?;
-        let secret = env.secret("JWT_SECRET");
-        if mode == AuthMode::Jwt && secret.is_none() && jwks_url.is_none() {
+        let jwt = JwtConfig::from_env(env)?;
+        if mode == AuthMode::Jwt && !jwt.has_keys() {
             return Err(ConfigError::new(
                 "JWT_SECRET",
                 "JWT_SECRET or JWT_JWKS_URL is required to verify tokens \
                  (or CHAT_AUTH=none for local development)",
             ));
         }
-        Ok(Self {
-            mode,
-            secret,
-            jwks_url,
-            issuer: env.get("JWT_ISSUER").map(str::to_owned),
-            audience: env.list("JWT_AUDIENCE"),
-            leeway_secs: env.limit("JWT_LEEWAY_SECS", 30, 0..=300)?,
-            jwks_cache_ttl: env.millis(
-                "JWKS_CACHE_TTL_MS",
-                Duration::from_secs(3600),
-                1_000..=86_400_000,
-            )?,
-            jwks_min_refresh: env.millis(
-                "JWKS_MIN_REFRESH_MS",
-                Duration::from_secs(60),
-                1_000..=3_600_000,
-            )?,
-            jwks_timeout: env.millis("JWKS_TIMEOUT_MS", Duration::from_secs(5), 100..=60_000)?,
-        })
+        Ok(Self { mode, jwt })
     }
 }
 
@@ -179,28 +117,28 @@ pub enum AuthError {
     KeysUnavailable(String),
 }
 
-fn invalid(why: impl Into<String>) -> AuthError {
-    AuthError::Invalid(why.into())
+impl From<TokenError> for AuthError {
+    fn from(e: TokenError) -> Self {
+        match e {
+            TokenError::Expired => Self::Expired,
+            TokenError::Invalid(why) => Self::Invalid(why),
+            TokenError::KeysUnavailable(why) => Self::KeysUnavailable(why),
+        }
+    }
 }
 
-/// Turns `Authorization` headers into users. Build one per instance and share it: it holds the
-/// JWKS cache, which then serves every request of a warm instance.
+/// Turns `Authorization` headers into users. Build one per instance and share it: its
+/// [`Verifier`] holds the JWKS cache, which then serves every request of a warm instance.
 pub struct Authenticator {
-    mode: AuthMode,
-    hmac: Option<Arc<DecodingKey>>,
-    jwks: Option<JwksCache>,
-    /// Claim checks shared by every algorithm; `algorithms` is set per token.
-    validation: Validation,
+    /// `None` with `CHAT_AUTH=none`.
+    verifier: Option<Verifier>,
 }
 
 impl fmt::Debug for Authenticator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Keys stay out of the output.
         f.debug_struct("Authenticator")
-            .field("mode", &self.mode)
-            .field("hs256", &self.hmac.is_some())
-            .field("jwks", &self.jwks)
-            .finish_non_exhaustive()
+            .field("verifier", &self.verifier)
+            .finish()
     }
 }
 
@@ -208,150 +146,36 @@ impl Authenticator {
     /// Logs a warning when auth is off or the HS256 secret is short, so build it once at start,
     /// after logging is set up. `http` fetches the JWKS (no request is made here).
     pub fn new(config: AuthConfig, http: reqwest::Client) -> Self {
-        if config.mode == AuthMode::Disabled {
-            tracing::warn!(
-                user = UserId::LOCAL,
-                "CHAT_AUTH=none: authentication is OFF and every request acts as one local user; \
-                 use this for local development only"
-            );
-        } else if let Some(secret) = &config.secret
-            && secret.expose_secret().len() < MIN_SECRET_BYTES
-        {
-            tracing::warn!(
-                "JWT_SECRET is shorter than {MIN_SECRET_BYTES} bytes: HS256 tokens signed with \
-                 it can be brute-forced; use a longer random secret"
-            );
-        }
-
-        let mut validation = Validation::new(Algorithm::HS256);
-        validation.leeway = config.leeway_secs;
-        validation.validate_nbf = true;
-        let mut required = vec!["exp", "sub"];
-        if let Some(issuer) = &config.issuer {
-            validation.set_issuer(&[issuer]);
-            required.push("iss");
-        }
-        if config.audience.is_empty() {
-            // Otherwise every token that names any audience would be refused.
-            validation.validate_aud = false;
-        } else {
-            validation.set_audience(&config.audience);
-            required.push("aud");
-        }
-        validation.set_required_spec_claims(&required);
-
-        let enabled = config.mode == AuthMode::Jwt;
-        Self {
-            mode: config.mode,
-            hmac: config
-                .secret
-                .filter(|_| enabled)
-                .map(|s| Arc::new(DecodingKey::from_secret(s.expose_secret().as_bytes()))),
-            jwks: config.jwks_url.filter(|_| enabled).map(|url| {
-                JwksCache::new(
-                    url,
-                    http,
-                    config.jwks_timeout,
-                    config.jwks_cache_ttl,
-                    config.jwks_min_refresh,
-                )
-            }),
-            validation,
-        }
+        let verifier = match config.mode {
+            AuthMode::Jwt => Some(Verifier::new(config.jwt, http)),
+            AuthMode::Disabled => {
+                tracing::warn!(
+                    user = UserId::LOCAL,
+                    "CHAT_AUTH=none: authentication is OFF and every request acts as one local \
+                     user; use this for local development only"
+                );
+                None
+            }
+        };
+        Self { verifier }
     }
 
     /// True with `CHAT_AUTH=none`.
     pub fn is_disabled(&self) -> bool {
-        self.mode == AuthMode::Disabled
+        self.verifier.is_none()
     }
 
     /// The user behind an `Authorization` header value (`None` when the header is absent).
     pub async fn authenticate(&self, authorization: Option<&str>) -> Result<UserId, AuthError> {
-        if self.is_disabled() {
+        let Some(verifier) = &self.verifier else {
             return Ok(UserId::local());
-        }
+        };
         let token = authorization
             .and_then(parley_core::http::bearer_token)
             .ok_or(AuthError::Missing)?;
-        if token.len() > MAX_TOKEN_BYTES {
-            return Err(invalid(format!(
-                "the token is longer than {MAX_TOKEN_BYTES} bytes"
-            )));
-        }
-        // `alg: none` and other algorithms jsonwebtoken does not know fail right here.
-        let header = jsonwebtoken::decode_header(token).map_err(|_| {
-            invalid("the token header is malformed or names an unsupported algorithm")
-        })?;
-        // RFC 7515 §4.1.11: a recipient that does not understand every extension listed in
-        // `crit` must reject the token. This service understands none.
-        if header.crit.is_some() {
-            return Err(invalid(
-                "the token lists critical header extensions (crit) this service does not support",
-            ));
-        }
-        // The key comes from the algorithm's own source, so an RS256 public key can never be
-        // used as an HS256 secret (algorithm confusion).
-        let key = match (header.alg, &self.hmac, &self.jwks) {
-            (Algorithm::HS256, Some(secret), _) => Arc::clone(secret),
-            (Algorithm::RS256 | Algorithm::ES256, _, Some(jwks)) => {
-                jwks.key_for(header.alg, header.kid.as_deref()).await?
-            }
-            (alg, _, _) => {
-                return Err(invalid(format!(
-                    "algorithm {alg:?} is not accepted (accepted: {})",
-                    self.accepted_algorithms()
-                )));
-            }
-        };
-        let mut validation = self.validation.clone();
-        validation.algorithms = vec![header.alg];
-        let data = jsonwebtoken::decode::<Claims>(token, &key, &validation).map_err(rejection)?;
-        let sub = data
-            .claims
-            .sub
-            .ok_or_else(|| invalid("the sub claim is missing"))?;
-        UserId::new(sub).map_err(|e| invalid(format!("the sub claim {e}")))
+        let verified = verifier.verify(token).await?;
+        UserId::new(verified.subject).map_err(|e| AuthError::Invalid(format!("the sub claim {e}")))
     }
-
-    fn accepted_algorithms(&self) -> &'static str {
-        match (self.hmac.is_some(), self.jwks.is_some()) {
-            (true, true) => "HS256, RS256, ES256",
-            (true, false) => "HS256",
-            (false, true) => "RS256, ES256",
-            (false, false) => "none",
-        }
-    }
-}
-
-/// The claims read from a verified token; `exp`, `nbf`, `iss` and `aud` are checked by
-/// [`Validation`].
-#[derive(Deserialize)]
-struct Claims {
-    sub: Option<String>,
-}
-
-/// Names the failed check; the library's own messages are not passed on because some of them
-/// quote parts of the token or key.
-fn rejection(e: jsonwebtoken::errors::Error) -> AuthError {
-    let why = match e.kind() {
-        ErrorKind::ExpiredSignature => return AuthError::Expired,
-        ErrorKind::InvalidSignature => "the signature does not verify",
-        ErrorKind::ImmatureSignature => "the token is not valid yet (nbf)",
-        ErrorKind::InvalidIssuer => "the issuer (iss) is not the expected one",
-        ErrorKind::InvalidAudience => "the audience (aud) does not include this service",
-        ErrorKind::MissingRequiredClaim(claim) => {
-            return invalid(format!("the {claim} claim is missing"));
-        }
-        ErrorKind::InvalidClaimFormat(claim) => {
-            return invalid(format!("the {claim} claim is malformed"));
-        }
-        ErrorKind::InvalidAlgorithm => "the algorithm does not match the key",
-        ErrorKind::InvalidRsaKey(_) | ErrorKind::InvalidEcdsaKey | ErrorKind::InvalidKeyFormat => {
-            "the key for this token cannot verify it"
-        }
-        _ => "the token is malformed",
-    };
-    invalid(why)
 }
 
 /// The caller of a handler. A handler that takes a `User` cannot run unauthenticated: the
@@ -380,7 +204,11 @@ where
 
 #[cfg(test)]
 mod tests {
-    use jsonwebtoken::{EncodingKey, Header, encode, get_current_timestamp};
+    use std::time::Duration;
+
+    use jsonwebtoken::{Algorithm, EncodingKey, Header, encode, get_current_timestamp};
+    use parley_core::config::ExposeSecret;
+    use parley_core::jwt::MAX_TOKEN_BYTES;
     use serde_json::{Value, json};
 
     use super::*;
@@ -538,7 +366,7 @@ mod tests {
         let rs256 = encode(
             &Header::new(Algorithm::RS256),
             &claims("u"),
-            &EncodingKey::from_rsa_pem(include_bytes!("../../tests/fixtures/rsa.pem")).unwrap(),
+            &EncodingKey::from_rsa_pem(parley_testkit::keys::RSA_PEM).unwrap(),
         )
         .unwrap();
         assert_invalid(
@@ -678,14 +506,14 @@ mod tests {
     #[test]
     fn settings_have_their_documented_defaults() {
         let c = config(&[("JWT_JWKS_URL", "https://idp.example/.well-known/jwks.json")]).unwrap();
-        assert!(c.secret.is_none());
-        assert_eq!(c.jwks_url.unwrap().host_str(), Some("idp.example"));
-        assert_eq!(c.issuer, None);
-        assert!(c.audience.is_empty());
-        assert_eq!(c.leeway_secs, 30);
-        assert_eq!(c.jwks_cache_ttl, Duration::from_millis(3_600_000));
-        assert_eq!(c.jwks_min_refresh, Duration::from_millis(60_000));
-        assert_eq!(c.jwks_timeout, Duration::from_millis(5_000));
+        assert!(c.jwt.secret.is_none());
+        assert_eq!(c.jwt.jwks_url.unwrap().host_str(), Some("idp.example"));
+        assert_eq!(c.jwt.issuer, None);
+        assert!(c.jwt.audience.is_empty());
+        assert_eq!(c.jwt.leeway_secs, 30);
+        assert_eq!(c.jwt.jwks_cache_ttl, Duration::from_millis(3_600_000));
+        assert_eq!(c.jwt.jwks_min_refresh, Duration::from_millis(60_000));
+        assert_eq!(c.jwt.jwks_timeout, Duration::from_millis(5_000));
     }
 
     #[test]
@@ -702,13 +530,13 @@ mod tests {
             ("JWKS_TIMEOUT_MS", "1500"),
         ])
         .unwrap();
-        assert_eq!(c.secret.unwrap().expose_secret(), SECRET);
-        assert_eq!(c.issuer.as_deref(), Some("https://idp.example"));
-        assert_eq!(c.audience, vec!["a", "b"]);
-        assert_eq!(c.leeway_secs, 5);
-        assert_eq!(c.jwks_cache_ttl, Duration::from_secs(120));
-        assert_eq!(c.jwks_min_refresh, Duration::from_secs(2));
-        assert_eq!(c.jwks_timeout, Duration::from_millis(1500));
+        assert_eq!(c.jwt.secret.unwrap().expose_secret(), SECRET);
+        assert_eq!(c.jwt.issuer.as_deref(), Some("https://idp.example"));
+        assert_eq!(c.jwt.audience, vec!["a", "b"]);
+        assert_eq!(c.jwt.leeway_secs, 5);
+        assert_eq!(c.jwt.jwks_cache_ttl, Duration::from_secs(120));
+        assert_eq!(c.jwt.jwks_min_refresh, Duration::from_secs(2));
+        assert_eq!(c.jwt.jwks_timeout, Duration::from_millis(1500));
     }
 
     #[test]

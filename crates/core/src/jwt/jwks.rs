@@ -1,4 +1,4 @@
-//! The RS256/ES256 verification keys of `JWT_JWKS_URL`, fetched on first use and cached for the
+//! The RS256, ES256 and EdDSA (Ed25519) verification keys of `JWT_JWKS_URL`, fetched on first use and cached for the
 //! life of the instance: refreshed after `JWKS_CACHE_TTL_MS`, refetched early for an unknown
 //! `kid`, but never more than once per `JWKS_MIN_REFRESH_MS`.
 
@@ -11,10 +11,15 @@ use jsonwebtoken::{Algorithm, DecodingKey};
 use serde::Deserialize;
 use tokio::sync::{Mutex, RwLock};
 
-use super::{AuthError, invalid};
+use super::{TokenError, invalid};
 
 /// Real key sets are a few KiB; a bigger answer is refused rather than buffered.
 const MAX_JWKS_BYTES: usize = 512 * 1024;
+
+/// An Ed25519 public key is 32 bytes: 43 characters of unpadded base64url (RFC 8037 §2).
+/// jsonwebtoken takes any length here and fails only at verification, so a wrong length is
+/// skipped with the set's other unusable keys.
+const ED25519_X_CHARS: usize = 43;
 
 pub(super) struct JwksCache {
     url: url::Url,
@@ -80,7 +85,7 @@ impl State {
         &self,
         alg: Algorithm,
         kid: Option<&str>,
-    ) -> Result<Option<Arc<DecodingKey>>, AuthError> {
+    ) -> Result<Option<Arc<DecodingKey>>, TokenError> {
         let mut candidates = self.keys.iter().filter(|k| k.alg == alg);
         let found = match kid {
             Some(kid) => candidates.find(|k| k.kid.as_deref() == Some(kid)),
@@ -117,12 +122,12 @@ impl JwksCache {
         }
     }
 
-    /// The key that verifies a token with this `alg` (RS256 or ES256) and `kid`.
+    /// The key that verifies a token with this `alg` (RS256, ES256 or EdDSA) and `kid`.
     pub(super) async fn key_for(
         &self,
         alg: Algorithm,
         kid: Option<&str>,
-    ) -> Result<Arc<DecodingKey>, AuthError> {
+    ) -> Result<Arc<DecodingKey>, TokenError> {
         let asked_at = Instant::now();
         let _fetching = {
             let state = self.state.read().await;
@@ -180,7 +185,7 @@ impl JwksCache {
         let state = self.state.read().await;
         match (state.find(alg, kid)?, &state.last_error) {
             (Some(key), _) => Ok(key),
-            (None, Some(e)) => Err(AuthError::KeysUnavailable(e.clone())),
+            (None, Some(e)) => Err(TokenError::KeysUnavailable(e.clone())),
             (None, None) => Err(invalid(format!(
                 "no {alg:?} key in the key set matches the token's kid"
             ))),
@@ -211,7 +216,7 @@ impl JwksCache {
             .timeout(self.timeout)
             .send()
             .await
-            .map_err(|e| parley_core::error::chain(&e))?;
+            .map_err(|e| crate::error::chain(&e))?;
         let status = response.status();
         if !status.is_success() {
             return Err(format!("the JWKS endpoint {} answered {status}", self.url));
@@ -220,7 +225,7 @@ impl JwksCache {
         while let Some(chunk) = response
             .chunk()
             .await
-            .map_err(|e| parley_core::error::chain(&e))?
+            .map_err(|e| crate::error::chain(&e))?
         {
             if body.len() + chunk.len() > MAX_JWKS_BYTES {
                 return Err(format!("the JWKS is larger than {MAX_JWKS_BYTES} bytes"));
@@ -231,8 +236,9 @@ impl JwksCache {
     }
 }
 
-/// The RS256 and ES256 signing keys of a JWKS document. Keys of other kinds, curves or uses
-/// are skipped, so one exotic key cannot take the whole set down.
+/// The RS256, ES256 and EdDSA signing keys of a JWKS document. Keys of other kinds, curves
+/// (P-384, Ed448, X25519, ...) or uses are skipped, so one exotic key cannot take the whole set
+/// down.
 fn parse_key_set(body: &[u8]) -> Result<Vec<CachedKey>, String> {
     #[derive(Deserialize)]
     struct KeySet {
@@ -247,7 +253,7 @@ fn parse_key_set(body: &[u8]) -> Result<Vec<CachedKey>, String> {
         .filter_map(|jwk| usable_key(&jwk))
         .collect();
     if keys.is_empty() {
-        return Err("the JWKS holds no RS256 or ES256 signing key".to_owned());
+        return Err("the JWKS holds no RS256, ES256 or EdDSA signing key".to_owned());
     }
     Ok(keys)
 }
@@ -264,6 +270,13 @@ fn usable_key(jwk: &Jwk) -> Option<CachedKey> {
     let alg = match &jwk.algorithm {
         AlgorithmParameters::RSA(_) => Algorithm::RS256,
         AlgorithmParameters::EllipticCurve(p) if p.curve == EllipticCurve::P256 => Algorithm::ES256,
+        // RFC 8037: `kty: OKP` with `crv: Ed25519`. Other OKP curves either fail to parse as a
+        // `Jwk` (Ed448, X25519) or name a curve that is not an Edwards one (P-256).
+        AlgorithmParameters::OctetKeyPair(p)
+            if p.curve == EllipticCurve::Ed25519 && p.x.len() == ED25519_X_CHARS =>
+        {
+            Algorithm::EdDSA
+        }
         _ => return None,
     };
     // A key pinned to another algorithm (say PS256) must not verify this one.
@@ -293,15 +306,15 @@ mod tests {
     use jsonwebtoken::{EncodingKey, Header, encode, get_current_timestamp};
     use serde_json::{Value, json};
 
-    use crate::auth::{AuthConfig, AuthMode, Authenticator, UserId};
+    use base64::Engine;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use parley_testkit::keys::{
+        EC_OTHER_PEM, EC_PEM, ED25519_OTHER_PEM, ED25519_PEM, JWKS, RSA_OTHER_PEM, RSA_PEM,
+    };
+
+    use crate::jwt::{JwtConfig, Verifier};
 
     use super::*;
-
-    const JWKS: &str = include_str!("../../tests/fixtures/jwks.json");
-    const RSA_PEM: &[u8] = include_bytes!("../../tests/fixtures/rsa.pem");
-    const RSA_OTHER_PEM: &[u8] = include_bytes!("../../tests/fixtures/rsa-other.pem");
-    const EC_PEM: &[u8] = include_bytes!("../../tests/fixtures/ec-p256.pem");
-    const EC_OTHER_PEM: &[u8] = include_bytes!("../../tests/fixtures/ec-p256-other.pem");
 
     /// A JWKS endpoint on loopback that counts its requests and can be told to fail.
     struct IdP {
@@ -347,14 +360,20 @@ mod tests {
             }
         }
 
+        /// The IdP and a verifier of its keys with the default settings.
+        async fn start_with_verifier(jwks: &str) -> (Self, Verifier) {
+            let idp = Self::start(jwks).await;
+            let verifier = authenticator(config(idp.url.clone()));
+            (idp, verifier)
+        }
+
         fn hits(&self) -> usize {
             self.hits.load(Ordering::SeqCst)
         }
     }
 
-    fn config(url: url::Url) -> AuthConfig {
-        AuthConfig {
-            mode: AuthMode::Jwt,
+    fn config(url: url::Url) -> JwtConfig {
+        JwtConfig {
             secret: None,
             jwks_url: Some(url),
             issuer: None,
@@ -366,13 +385,14 @@ mod tests {
         }
     }
 
-    fn authenticator(config: AuthConfig) -> Authenticator {
-        Authenticator::new(config, reqwest::Client::new())
+    fn authenticator(config: JwtConfig) -> Verifier {
+        Verifier::new(config, reqwest::Client::new())
     }
 
     fn sign(alg: Algorithm, pem: &[u8], kid: Option<&str>, sub: &str) -> String {
         let key = match alg {
             Algorithm::ES256 => EncodingKey::from_ec_pem(pem),
+            Algorithm::EdDSA => EncodingKey::from_ed_pem(pem),
             _ => EncodingKey::from_rsa_pem(pem),
         }
         .unwrap();
@@ -382,8 +402,18 @@ mod tests {
         encode(&header, &claims, &key).unwrap()
     }
 
-    async fn check(auth: &Authenticator, token: &str) -> Result<UserId, AuthError> {
-        auth.authenticate(Some(&format!("Bearer {token}"))).await
+    /// The subject of a token that verifies.
+    async fn check(auth: &Verifier, token: &str) -> Result<String, TokenError> {
+        auth.verify(token).await.map(|verified| verified.subject)
+    }
+
+    fn assert_invalid(result: &Result<String, TokenError>, expected: &str) {
+        match result {
+            Err(TokenError::Invalid(why)) => {
+                assert!(why.contains(expected), "expected {expected:?} in {why:?}")
+            }
+            other => panic!("expected Invalid({expected:?}), got {other:?}"),
+        }
     }
 
     fn only_key(kid: &str) -> String {
@@ -396,44 +426,43 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn valid_rs256_and_es256_tokens_pass() {
-        let idp = IdP::start(JWKS).await;
-        let auth = authenticator(config(idp.url.clone()));
+    async fn valid_rs256_es256_and_eddsa_tokens_pass() {
+        let (_, auth) = IdP::start_with_verifier(JWKS).await;
         let rs = sign(Algorithm::RS256, RSA_PEM, Some("test-rsa"), "rsa-user");
         let es = sign(Algorithm::ES256, EC_PEM, Some("test-ec"), "ec-user");
-        assert_eq!(check(&auth, &rs).await.unwrap().as_str(), "rsa-user");
-        assert_eq!(check(&auth, &es).await.unwrap().as_str(), "ec-user");
+        assert_eq!(check(&auth, &rs).await.unwrap(), "rsa-user");
+        assert_eq!(check(&auth, &es).await.unwrap(), "ec-user");
+        let ed = sign(Algorithm::EdDSA, ED25519_PEM, Some("test-ed"), "ed-user");
+        assert_eq!(check(&auth, &ed).await.unwrap(), "ed-user");
     }
 
     #[tokio::test]
     async fn a_token_signed_by_another_key_with_the_same_kid_fails() {
-        let idp = IdP::start(JWKS).await;
-        let auth = authenticator(config(idp.url.clone()));
+        let (_, auth) = IdP::start_with_verifier(JWKS).await;
         let forged_rs = sign(Algorithm::RS256, RSA_OTHER_PEM, Some("test-rsa"), "u");
         let forged_es = sign(Algorithm::ES256, EC_OTHER_PEM, Some("test-ec"), "u");
-        for forged in [forged_rs, forged_es] {
+        let forged_ed = sign(Algorithm::EdDSA, ED25519_OTHER_PEM, Some("test-ed"), "u");
+        for forged in [forged_rs, forged_es, forged_ed] {
             let result = check(&auth, &forged).await;
-            assert!(
-                matches!(&result, Err(AuthError::Invalid(why)) if why.contains("signature")),
-                "{result:?}"
-            );
+            assert_invalid(&result, "signature");
         }
     }
 
     #[tokio::test]
     async fn a_kid_of_the_other_key_type_does_not_verify() {
-        let idp = IdP::start(JWKS).await;
-        let auth = authenticator(config(idp.url.clone()));
+        let (_, auth) = IdP::start_with_verifier(JWKS).await;
         // An ES256 token naming the RSA key's kid finds no ES256 key with that kid.
         let confused = sign(Algorithm::ES256, EC_PEM, Some("test-rsa"), "u");
-        let result = check(&auth, &confused).await;
-        assert!(matches!(result, Err(AuthError::Invalid(_))), "{result:?}");
+        assert_invalid(&check(&auth, &confused).await, "no ES256 key");
+        for kid in ["test-rsa", "test-ec"] {
+            let confused = sign(Algorithm::EdDSA, ED25519_PEM, Some(kid), "u");
+            assert_invalid(&check(&auth, &confused).await, "no EdDSA key");
+        }
     }
 
     #[tokio::test]
     async fn keys_are_fetched_once_for_many_verifications() {
-        let idp = IdP::start(JWKS).await;
-        let auth = authenticator(config(idp.url.clone()));
+        let (idp, auth) = IdP::start_with_verifier(JWKS).await;
         assert_eq!(idp.hits(), 0, "nothing is fetched before the first token");
         let rs = sign(Algorithm::RS256, RSA_PEM, Some("test-rsa"), "u");
         let es = sign(Algorithm::ES256, EC_PEM, Some("test-ec"), "u");
@@ -456,16 +485,15 @@ mod tests {
                 tokio::spawn(async move { check(&auth, &rs).await })
             })
             .collect();
-        for task in futures::future::join_all(tasks).await {
-            task.unwrap().unwrap();
+        for task in tasks {
+            task.await.unwrap().unwrap();
         }
         assert_eq!(idp.hits(), 1);
     }
 
     #[tokio::test]
     async fn an_unknown_kid_triggers_one_refetch_then_none_within_the_min_refresh() {
-        let idp = IdP::start(JWKS).await;
-        let auth = authenticator(config(idp.url.clone()));
+        let (idp, auth) = IdP::start_with_verifier(JWKS).await;
         check(
             &auth,
             &sign(Algorithm::RS256, RSA_PEM, Some("test-rsa"), "u"),
@@ -476,10 +504,7 @@ mod tests {
 
         for kid in ["forged-1", "forged-2", "forged-3", "forged-1"] {
             let result = check(&auth, &sign(Algorithm::RS256, RSA_PEM, Some(kid), "u")).await;
-            assert!(
-                matches!(&result, Err(AuthError::Invalid(why)) if why.contains("kid")),
-                "{result:?}"
-            );
+            assert_invalid(&result, "kid");
             assert_eq!(
                 idp.hits(),
                 2,
@@ -513,7 +538,7 @@ mod tests {
         *idp.body.lock().unwrap() = rotated.to_string();
         let new_kid = sign(Algorithm::RS256, RSA_PEM, Some("test-rsa-2"), "u");
         let forged_kid = sign(Algorithm::RS256, RSA_PEM, Some("forged"), "u");
-        assert_eq!(check(&auth, &new_kid).await.unwrap().as_str(), "u");
+        assert_eq!(check(&auth, &new_kid).await.unwrap(), "u");
         assert_eq!(idp.hits(), 2, "one refetch for the unknown kid");
 
         for _ in 0..5 {
@@ -539,13 +564,13 @@ mod tests {
         let token = sign(Algorithm::RS256, RSA_PEM, Some("test-rsa"), "u");
         let result = check(&auth, &token).await;
         assert!(
-            matches!(result, Err(AuthError::KeysUnavailable(_))),
+            matches!(result, Err(TokenError::KeysUnavailable(_))),
             "{result:?}"
         );
         // Retried no sooner than the min refresh, and still reported as unavailable.
         let result = check(&auth, &token).await;
         assert!(
-            matches!(result, Err(AuthError::KeysUnavailable(_))),
+            matches!(result, Err(TokenError::KeysUnavailable(_))),
             "{result:?}"
         );
     }
@@ -557,12 +582,11 @@ mod tests {
             r#"{"keys": []}"#,
             r#"{"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}"#,
         ] {
-            let idp = IdP::start(body).await;
-            let auth = authenticator(config(idp.url.clone()));
+            let (_, auth) = IdP::start_with_verifier(body).await;
             let token = sign(Algorithm::RS256, RSA_PEM, Some("test-rsa"), "u");
             let result = check(&auth, &token).await;
             assert!(
-                matches!(result, Err(AuthError::KeysUnavailable(_))),
+                matches!(result, Err(TokenError::KeysUnavailable(_))),
                 "{body}: {result:?}"
             );
         }
@@ -571,7 +595,7 @@ mod tests {
         let auth = authenticator(config(idp.url.clone()));
         let token = sign(Algorithm::RS256, RSA_PEM, Some("test-rsa"), "u");
         match check(&auth, &token).await {
-            Err(AuthError::KeysUnavailable(why)) => assert!(why.contains("500"), "{why}"),
+            Err(TokenError::KeysUnavailable(why)) => assert!(why.contains("500"), "{why}"),
             other => panic!("{other:?}"),
         }
     }
@@ -592,35 +616,31 @@ mod tests {
 
         idp.failing.store(true, Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(150)).await;
-        assert_eq!(check(&auth, &token).await.unwrap().as_str(), "u");
+        assert_eq!(check(&auth, &token).await.unwrap(), "u");
         assert_eq!(idp.hits(), 3, "the failed refresh was attempted");
     }
 
     #[tokio::test]
     async fn a_token_without_kid_uses_the_only_key_of_its_algorithm() {
-        let idp = IdP::start(JWKS).await;
-        let auth = authenticator(config(idp.url.clone()));
+        let (_, auth) = IdP::start_with_verifier(JWKS).await;
         let rs = sign(Algorithm::RS256, RSA_PEM, None, "u");
-        assert_eq!(check(&auth, &rs).await.unwrap().as_str(), "u");
+        assert_eq!(check(&auth, &rs).await.unwrap(), "u");
+        let ed = sign(Algorithm::EdDSA, ED25519_PEM, None, "u");
+        assert_eq!(check(&auth, &ed).await.unwrap(), "u");
 
         // Two RSA keys: which one is meant is ambiguous.
         let mut two: Value = serde_json::from_str(JWKS).unwrap();
         let mut copy = two["keys"][0].clone();
         copy["kid"] = json!("test-rsa-copy");
         two["keys"].as_array_mut().unwrap().push(copy);
-        let idp = IdP::start(&two.to_string()).await;
-        let auth = authenticator(config(idp.url.clone()));
+        let (_, auth) = IdP::start_with_verifier(&two.to_string()).await;
         let result = check(&auth, &rs).await;
-        assert!(
-            matches!(&result, Err(AuthError::Invalid(why)) if why.contains("no kid")),
-            "{result:?}"
-        );
+        assert_invalid(&result, "no kid");
     }
 
     #[tokio::test]
     async fn hs256_tokens_are_refused_when_only_a_jwks_is_configured() {
-        let idp = IdP::start(JWKS).await;
-        let auth = authenticator(config(idp.url.clone()));
+        let (idp, auth) = IdP::start_with_verifier(JWKS).await;
         // The classic confusion attack: HMAC keyed with the (public) RSA modulus.
         let set: Value = serde_json::from_str(JWKS).unwrap();
         let public = set["keys"][0]["n"].as_str().unwrap();
@@ -634,10 +654,7 @@ mod tests {
         )
         .unwrap();
         let result = check(&auth, &token).await;
-        assert!(
-            matches!(&result, Err(AuthError::Invalid(why)) if why.contains("HS256 is not accepted")),
-            "{result:?}"
-        );
+        assert_invalid(&result, "HS256 is not accepted");
         assert_eq!(idp.hits(), 0);
     }
 
@@ -655,24 +672,35 @@ mod tests {
             &EncodingKey::from_secret(secret.as_bytes()),
         )
         .unwrap();
-        assert_eq!(check(&auth, &hs).await.unwrap().as_str(), "hs-user");
+        assert_eq!(check(&auth, &hs).await.unwrap(), "hs-user");
         assert_eq!(idp.hits(), 0, "HS256 needs no keys from the IdP");
         let es = sign(Algorithm::ES256, EC_PEM, Some("test-ec"), "ec-user");
-        assert_eq!(check(&auth, &es).await.unwrap().as_str(), "ec-user");
+        assert_eq!(check(&auth, &es).await.unwrap(), "ec-user");
+        let ed = sign(Algorithm::EdDSA, ED25519_PEM, Some("test-ed"), "ed-user");
+        assert_eq!(check(&auth, &ed).await.unwrap(), "ed-user");
     }
 
     #[test]
-    fn only_rs256_and_es256_signing_keys_are_kept() {
+    fn only_rs256_es256_and_ed25519_signing_keys_are_kept() {
         let mut set: Value = serde_json::from_str(JWKS).unwrap();
         let rsa = set["keys"][0].clone();
         let ec = set["keys"][1].clone();
+        let ed = set["keys"][2].clone();
+        let x = ed["x"].clone();
         let mut extra = vec![
             json!({"kty": "oct", "kid": "hmac", "k": "c2VjcmV0"}),
             json!({"kty": "EC", "kid": "p384", "crv": "P-384", "x": "AA", "y": "AA"}),
-            json!({"kty": "OKP", "kid": "ed", "crv": "Ed25519", "x": "AA"}),
+            json!({"kty": "OKP", "kid": "short-ed", "crv": "Ed25519", "x": "AA"}),
+            json!({"kty": "OKP", "kid": "ed448", "crv": "Ed448", "x": x}),
+            json!({"kty": "OKP", "kid": "x25519", "crv": "X25519", "x": x}),
+            json!({"kty": "OKP", "kid": "okp-p256", "crv": "P-256", "x": x}),
             json!({"kty": "weird"}),
             json!("not an object"),
         ];
+        let mut pinned_elsewhere = ed.clone();
+        pinned_elsewhere["alg"] = json!("ES256");
+        pinned_elsewhere["kid"] = json!("ed-as-es256");
+        extra.push(pinned_elsewhere);
         let mut encryption = rsa.clone();
         encryption["use"] = json!("enc");
         encryption["kid"] = json!("enc");
@@ -694,8 +722,68 @@ mod tests {
             vec![
                 (Some("test-rsa"), Algorithm::RS256),
                 (Some("test-ec"), Algorithm::ES256),
+                (Some("test-ed"), Algorithm::EdDSA),
                 (Some("bare-ec"), Algorithm::ES256),
             ]
         );
+    }
+
+    #[tokio::test]
+    async fn an_eddsa_token_with_a_tampered_payload_fails() {
+        let (_, auth) = IdP::start_with_verifier(JWKS).await;
+        let genuine = sign(Algorithm::EdDSA, ED25519_PEM, Some("test-ed"), "alice");
+        let other = sign(Algorithm::EdDSA, ED25519_PEM, Some("test-ed"), "mallory");
+        let parts: Vec<&str> = genuine.split('.').collect();
+        let other_payload = other.split('.').nth(1).unwrap();
+        let spliced = format!("{}.{}.{}", parts[0], other_payload, parts[2]);
+        assert_invalid(&check(&auth, &spliced).await, "signature");
+    }
+
+    /// HS256 keyed with the Ed25519 public key, as published (`x`) and as raw bytes.
+    fn hs256_with_the_ed25519_public_key() -> Vec<String> {
+        let set: Value = serde_json::from_str(JWKS).unwrap();
+        let x = set["keys"][2]["x"].as_str().unwrap();
+        let raw = URL_SAFE_NO_PAD.decode(x).unwrap();
+        assert_eq!(raw.len(), 32);
+        let claims = json!({"sub": "u", "exp": get_current_timestamp() + 600});
+        let mut header = Header::new(Algorithm::HS256);
+        header.kid = Some("test-ed".to_owned());
+        [x.as_bytes(), raw.as_slice()]
+            .into_iter()
+            .map(|key| encode(&header, &claims, &EncodingKey::from_secret(key)).unwrap())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn hs256_signed_with_the_ed25519_public_key_is_refused() {
+        let (idp, auth) = IdP::start_with_verifier(JWKS).await;
+        for token in hs256_with_the_ed25519_public_key() {
+            let result = check(&auth, &token).await;
+            assert_invalid(&result, "HS256 is not accepted");
+        }
+
+        // With a shared secret as well, HS256 is verified with that secret only.
+        let mut cfg = config(idp.url.clone());
+        cfg.secret = Some(
+            "a-test-secret-that-is-at-least-32-bytes-long"
+                .to_owned()
+                .into(),
+        );
+        let auth = authenticator(cfg);
+        for token in hs256_with_the_ed25519_public_key() {
+            let result = check(&auth, &token).await;
+            assert_invalid(&result, "signature");
+        }
+        assert_eq!(idp.hits(), 0, "HS256 never looks at the key set");
+    }
+
+    #[tokio::test]
+    async fn a_set_of_only_ed25519_keys_serves_eddsa_and_refuses_the_others() {
+        let (_, auth) = IdP::start_with_verifier(&only_key("test-ed")).await;
+        let ed = sign(Algorithm::EdDSA, ED25519_PEM, Some("test-ed"), "ed-user");
+        assert_eq!(check(&auth, &ed).await.unwrap(), "ed-user");
+        let rs = sign(Algorithm::RS256, RSA_PEM, Some("test-rsa"), "u");
+        let result = check(&auth, &rs).await;
+        assert_invalid(&result, "no RS256 key");
     }
 }

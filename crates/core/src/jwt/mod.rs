@@ -1,0 +1,329 @@
+//! Verifies bearer JWTs for every function: HS256 with a shared secret, RS256, ES256 and EdDSA
+//! (Ed25519) with keys from a JWKS URL; checks `exp`, `nbf` (with clock skew), `iss`, `aud` and `crit`, and
+//! hands back the verified claims. It knows tokens, not HTTP: each function maps [`TokenError`]
+//! to its own responses and decides what a subject means to it.
+
+mod jwks;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde_json::{Map, Value};
+
+use crate::config::{ConfigError, Env, ExposeSecret, SecretString};
+
+use jwks::JwksCache;
+
+/// Tokens longer than this are refused before any parsing: real JWTs are a few KiB at most,
+/// and this bounds the work an anonymous caller can cause.
+pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
+
+/// HS256 secrets shorter than this (the hash's output size) can be brute-forced offline from
+/// one captured token (RFC 7518 §3.2 asks for at least 256 bits).
+const MIN_SECRET_BYTES: usize = 32;
+
+/// The JWT settings, read once at start-up. Holding one proves the values were well-formed;
+/// whether a function requires any key at all is its own decision ([`JwtConfig::has_keys`]).
+#[derive(Debug, Clone)]
+pub struct JwtConfig {
+    /// `JWT_SECRET`: shared secret that verifies HS256 tokens. A warning is logged at start if it
+    /// is shorter than 32 bytes.
+    pub secret: Option<SecretString>,
+    /// `JWT_JWKS_URL`: http(s) URL of a JSON Web Key Set whose keys verify RS256, ES256 and
+    /// EdDSA (Ed25519) tokens (selected by the token's `kid`).
+    pub jwks_url: Option<url::Url>,
+    /// `JWT_ISSUER`: when set, the token's `iss` must be present and equal to it.
+    pub issuer: Option<String>,
+    /// `JWT_AUDIENCE`: comma-separated list; when set, the token's `aud` must be present and
+    /// contain one of them. When unset, `aud` is not checked.
+    pub audience: Vec<String>,
+    /// `JWT_LEEWAY_SECS`: clock skew allowed on `exp` and `nbf` (default 30, at most 300).
+    pub leeway_secs: u64,
+    /// `JWKS_CACHE_TTL_MS`: how long fetched keys are used before they are fetched again
+    /// (default 3600000, one hour).
+    pub jwks_cache_ttl: Duration,
+    /// `JWKS_MIN_REFRESH_MS`: at most one JWKS fetch per this interval, whatever asks for it (an
+    /// unknown `kid`, a failed fetch), so forged kids cannot hammer the identity provider
+    /// (default 60000). The first fetch is never delayed.
+    pub jwks_min_refresh: Duration,
+    /// `JWKS_TIMEOUT_MS`: one JWKS request, start to end of body (default 5000).
+    pub jwks_timeout: Duration,
+}
+
+impl JwtConfig {
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let jwks_url = env
+            .optional::<url::Url>("JWT_JWKS_URL")?
+            .map(|url| match url.scheme() {
+                "http" | "https" => Ok(url),
+                _ => Err(ConfigError::new(
+                    "JWT_JWKS_URL",
+                    "must be an http or https URL",
+                )),
+            })
+            .transpose()?;
+        Ok(Self {
+            secret: env.secret("JWT_SECRET"),
+            jwks_url,
+            issuer: env.get("JWT_ISSUER").map(str::to_owned),
+            audience: env.list("JWT_AUDIENCE"),
+            leeway_secs: env.limit("JWT_LEEWAY_SECS", 30, 0..=300)?,
+            jwks_cache_ttl: env.millis(
+                "JWKS_CACHE_TTL_MS",
+                Duration::from_secs(3600),
+                1_000..=86_400_000,
+            )?,
+            jwks_min_refresh: env.millis(
+                "JWKS_MIN_REFRESH_MS",
+                Duration::from_secs(60),
+                1_000..=3_600_000,
+            )?,
+            jwks_timeout: env.millis("JWKS_TIMEOUT_MS", Duration::from_secs(5), 100..=60_000)?,
+        })
+    }
+
+    /// Whether any token can verify: `JWT_SECRET` or `JWT_JWKS_URL` is set.
+    pub fn has_keys(&self) -> bool {
+        self.secret.is_some() || self.jwks_url.is_some()
+    }
+}
+
+/// Why a token was refused. Messages may go back to the caller, so they name the check that
+/// failed but never include the token or any key material.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    #[error("the token has expired")]
+    Expired,
+    /// A forged signature, an algorithm off the allow-list (including `none`), a wrong issuer or
+    /// audience, a malformed token, a missing `sub`, ...
+    #[error("invalid token: {0}")]
+    Invalid(String),
+    /// The JWKS could not be fetched and no cached key fits: the verifier's problem, not the
+    /// token's.
+    #[error("the keys to verify tokens are unavailable: {0}")]
+    KeysUnavailable(String),
+}
+
+fn invalid(why: impl Into<String>) -> TokenError {
+    TokenError::Invalid(why.into())
+}
+
+/// The claims of a token whose signature, algorithm and registered claims were verified.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VerifiedClaims {
+    /// `sub`: every accepted token has one, as a string.
+    pub subject: String,
+    /// Every claim of the payload, `sub` included.
+    pub claims: Map<String, Value>,
+}
+
+/// Verifies tokens against one [`JwtConfig`]. Build one per instance and share it: it holds the
+/// JWKS cache, which then serves every request of a warm instance.
+pub struct Verifier {
+    hmac: Option<Arc<DecodingKey>>,
+    jwks: Option<JwksCache>,
+    /// Claim checks shared by every algorithm; `algorithms` is set per token.
+    validation: Validation,
+}
+
+impl fmt::Debug for Verifier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Keys stay out of the output.
+        f.debug_struct("Verifier")
+            .field("hs256", &self.hmac.is_some())
+            .field("jwks", &self.jwks)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Verifier {
+    /// Logs a warning when the HS256 secret is short, so build it once at start, after logging
+    /// is set up. `http` fetches the JWKS (no request is made here).
+    pub fn new(config: JwtConfig, http: reqwest::Client) -> Self {
+        if let Some(secret) = &config.secret
+            && secret.expose_secret().len() < MIN_SECRET_BYTES
+        {
+            tracing::warn!(
+                "JWT_SECRET is shorter than {MIN_SECRET_BYTES} bytes: HS256 tokens signed with \
+                 it can be brute-forced; use a longer random secret"
+            );
+        }
+
+        let mut validation = Validation::new(Algorithm::HS256);
+        validation.leeway = config.leeway_secs;
+        validation.validate_nbf = true;
+        let mut required = vec!["exp", "sub"];
+        if let Some(issuer) = &config.issuer {
+            validation.set_issuer(&[issuer]);
+            required.push("iss");
+        }
+        if config.audience.is_empty() {
+            // Otherwise every token that names any audience would be refused.
+            validation.validate_aud = false;
+        } else {
+            validation.set_audience(&config.audience);
+            required.push("aud");
+        }
+        validation.set_required_spec_claims(&required);
+
+        Self {
+            hmac: config
+                .secret
+                .map(|s| Arc::new(DecodingKey::from_secret(s.expose_secret().as_bytes()))),
+            jwks: config.jwks_url.map(|url| {
+                JwksCache::new(
+                    url,
+                    http,
+                    config.jwks_timeout,
+                    config.jwks_cache_ttl,
+                    config.jwks_min_refresh,
+                )
+            }),
+            validation,
+        }
+    }
+
+    /// The verified claims of a compact JWT (without its `Bearer ` prefix).
+    pub async fn verify(&self, token: &str) -> Result<VerifiedClaims, TokenError> {
+        if token.len() > MAX_TOKEN_BYTES {
+            return Err(invalid(format!(
+                "the token is longer than {MAX_TOKEN_BYTES} bytes"
+            )));
+        }
+        // `alg: none` and other algorithms jsonwebtoken does not know fail right here.
+        let header = jsonwebtoken::decode_header(token).map_err(|_| {
+            invalid("the token header is malformed or names an unsupported algorithm")
+        })?;
+        // RFC 7515 §4.1.11: a recipient that does not understand every extension listed in
+        // `crit` must reject the token. This verifier understands none.
+        if header.crit.is_some() {
+            return Err(invalid(
+                "the token lists critical header extensions (crit) this service does not support",
+            ));
+        }
+        // The key comes from the algorithm's own source, so an RS256 public key can never be
+        // used as an HS256 secret (algorithm confusion).
+        let key = match (header.alg, &self.hmac, &self.jwks) {
+            (Algorithm::HS256, Some(secret), _) => Arc::clone(secret),
+            (Algorithm::RS256 | Algorithm::ES256 | Algorithm::EdDSA, _, Some(jwks)) => {
+                jwks.key_for(header.alg, header.kid.as_deref()).await?
+            }
+            (alg, _, _) => {
+                return Err(invalid(format!(
+                    "algorithm {alg:?} is not accepted (accepted: {})",
+                    self.accepted_algorithms()
+                )));
+            }
+        };
+        let mut validation = self.validation.clone();
+        validation.algorithms = vec![header.alg];
+        let Payload { sub, mut claims } = jsonwebtoken::decode::<Payload>(token, &key, &validation)
+            .map_err(rejection)?
+            .claims;
+        let subject = sub.ok_or_else(|| invalid("the sub claim is missing"))?;
+        claims.insert("sub".to_owned(), Value::String(subject.clone()));
+        Ok(VerifiedClaims { subject, claims })
+    }
+
+    fn accepted_algorithms(&self) -> &'static str {
+        match (self.hmac.is_some(), self.jwks.is_some()) {
+            (true, true) => "HS256, RS256, ES256, EdDSA",
+            (true, false) => "HS256",
+            (false, true) => "RS256, ES256, EdDSA",
+            (false, false) => "none",
+        }
+    }
+}
+
+/// A token's payload as decoded: a `sub` that is not a string fails here, as a malformed token.
+#[derive(serde::Deserialize)]
+struct Payload {
+    sub: Option<String>,
+    #[serde(flatten)]
+    claims: Map<String, Value>,
+}
+
+/// Names the failed check; the library's own messages are not passed on because some of them
+/// quote parts of the token or key.
+fn rejection(e: jsonwebtoken::errors::Error) -> TokenError {
+    let why = match e.kind() {
+        ErrorKind::ExpiredSignature => return TokenError::Expired,
+        ErrorKind::InvalidSignature => "the signature does not verify",
+        ErrorKind::ImmatureSignature => "the token is not valid yet (nbf)",
+        ErrorKind::InvalidIssuer => "the issuer (iss) is not the expected one",
+        ErrorKind::InvalidAudience => "the audience (aud) does not include this service",
+        ErrorKind::MissingRequiredClaim(claim) => {
+            return invalid(format!("the {claim} claim is missing"));
+        }
+        ErrorKind::InvalidClaimFormat(claim) => {
+            return invalid(format!("the {claim} claim is malformed"));
+        }
+        ErrorKind::InvalidAlgorithm => "the algorithm does not match the key",
+        ErrorKind::InvalidRsaKey(_)
+        | ErrorKind::InvalidEcdsaKey
+        | ErrorKind::InvalidEddsaKey
+        | ErrorKind::InvalidKeyFormat => "the key for this token cannot verify it",
+        _ => "the token is malformed",
+    };
+    invalid(why)
+}
+
+#[cfg(test)]
+mod tests {
+    use jsonwebtoken::{EncodingKey, Header, encode, get_current_timestamp};
+    use serde_json::json;
+
+    use super::*;
+
+    const SECRET: &str = "a-test-secret-that-is-at-least-32-bytes-long";
+
+    fn config(pairs: &[(&str, &str)]) -> JwtConfig {
+        JwtConfig::from_env(&Env::from_pairs(pairs.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn the_config_reads_without_keys_and_says_so() {
+        assert!(!config(&[]).has_keys());
+        assert!(config(&[("JWT_SECRET", SECRET)]).has_keys());
+        assert!(config(&[("JWT_JWKS_URL", "https://idp.example/jwks")]).has_keys());
+    }
+
+    #[tokio::test]
+    async fn verified_claims_carry_the_subject_and_every_claim() {
+        let verifier = Verifier::new(config(&[("JWT_SECRET", SECRET)]), reqwest::Client::new());
+        let claims = json!({
+            "sub": "user-1",
+            "exp": get_current_timestamp() + 600,
+            "email": "a@example.com",
+            "org_id": 7,
+        });
+        let token = encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &EncodingKey::from_secret(SECRET.as_bytes()),
+        )
+        .unwrap();
+        let verified = verifier.verify(&token).await.unwrap();
+        assert_eq!(verified.subject, "user-1");
+        assert_eq!(Value::Object(verified.claims), claims);
+    }
+
+    #[tokio::test]
+    async fn eddsa_is_refused_without_a_key_set() {
+        let verifier = Verifier::new(config(&[("JWT_SECRET", SECRET)]), reqwest::Client::new());
+        let token = encode(
+            &Header::new(Algorithm::EdDSA),
+            &json!({"sub": "u", "exp": get_current_timestamp() + 600}),
+            &EncodingKey::from_ed_pem(parley_testkit::keys::ED25519_PEM).unwrap(),
+        )
+        .unwrap();
+        let refused = verifier.verify(&token).await.unwrap_err();
+        assert_eq!(
+            refused,
+            invalid("algorithm EdDSA is not accepted (accepted: HS256)")
+        );
+    }
+}
