@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use parley_core::jwt::TokenError;
 
 use crate::auth::AuthError;
 use crate::conversation::StorageError;
@@ -57,7 +58,7 @@ impl ApiError {
                 self.to_string(),
             ),
             ApiError::Unauthorized(e) => match e {
-                AuthError::KeysUnavailable(_) => (
+                AuthError::Token(TokenError::KeysUnavailable(_)) => (
                     StatusCode::SERVICE_UNAVAILABLE,
                     "auth_unavailable",
                     "the keys to verify tokens cannot be fetched; retry shortly".to_owned(),

@@ -105,26 +105,9 @@ pub enum AuthError {
     /// No `Authorization` header, a blank one, or a scheme other than `Bearer`.
     #[error("send Authorization: Bearer <token>")]
     Missing,
-    #[error("the token has expired")]
-    Expired,
-    /// A forged signature, an algorithm off the allow-list (including `none`), a wrong issuer or
-    /// audience, a malformed token, a missing `sub`, ...
-    #[error("invalid token: {0}")]
-    Invalid(String),
-    /// The JWKS could not be fetched and no cached key fits: the service's problem, not the
-    /// caller's (503, not 401).
-    #[error("the keys to verify tokens are unavailable: {0}")]
-    KeysUnavailable(String),
-}
-
-impl From<TokenError> for AuthError {
-    fn from(e: TokenError) -> Self {
-        match e {
-            TokenError::Expired => Self::Expired,
-            TokenError::Invalid(why) => Self::Invalid(why),
-            TokenError::KeysUnavailable(why) => Self::KeysUnavailable(why),
-        }
-    }
+    /// The token was refused: expired, invalid, or its keys could not be fetched.
+    #[error(transparent)]
+    Token(#[from] TokenError),
 }
 
 /// Turns `Authorization` headers into users. Build one per instance and share it: its
@@ -174,7 +157,8 @@ impl Authenticator {
             .and_then(parley_core::http::bearer_token)
             .ok_or(AuthError::Missing)?;
         let verified = verifier.verify(token).await?;
-        UserId::new(verified.subject).map_err(|e| AuthError::Invalid(format!("the sub claim {e}")))
+        UserId::new(verified.subject)
+            .map_err(|e| AuthError::Token(TokenError::Invalid(format!("the sub claim {e}"))))
     }
 }
 
@@ -244,7 +228,7 @@ mod tests {
 
     fn assert_invalid(result: Result<UserId, AuthError>, expected: &str) {
         match result {
-            Err(AuthError::Invalid(why)) => {
+            Err(AuthError::Token(TokenError::Invalid(why))) => {
                 assert!(why.contains(expected), "expected {expected:?} in {why:?}")
             }
             other => panic!("expected Invalid({expected:?}), got {other:?}"),
@@ -290,7 +274,10 @@ mod tests {
         let auth = authenticator(&[]);
         let expired = json!({"sub": "u", "exp": get_current_timestamp() - 120});
         let result = check(&auth, &hs256(&expired, SECRET)).await;
-        assert!(matches!(result, Err(AuthError::Expired)), "{result:?}");
+        assert!(
+            matches!(result, Err(AuthError::Token(TokenError::Expired))),
+            "{result:?}"
+        );
     }
 
     #[tokio::test]
@@ -627,6 +614,9 @@ mod tests {
         let expired = json!({"sub": "u", "exp": get_current_timestamp() - 120});
         let header = format!("Bearer {}", hs256(&expired, SECRET));
         let err = extract(&state, Some(header.as_bytes())).await.unwrap_err();
-        assert!(matches!(err, AuthError::Expired), "{err:?}");
+        assert!(
+            matches!(err, AuthError::Token(TokenError::Expired)),
+            "{err:?}"
+        );
     }
 }
