@@ -122,8 +122,8 @@ fn describe(spec: &ToolSpec) -> Tool {
     .with_annotations(
         ToolAnnotations::new()
             .read_only(!spec.writes)
-            .destructive(spec.writes)
-            .idempotent(!spec.writes)
+            .destructive(spec.destructive)
+            .idempotent(spec.idempotent)
             .open_world(false),
     );
     if let Some(title) = &spec.title {

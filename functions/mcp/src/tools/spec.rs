@@ -60,6 +60,12 @@ pub struct ToolSpec {
     pub limit_param: Option<usize>,
     /// Declared to change data: runs in a read-write transaction. Off unless declared.
     pub writes: bool,
+    /// A write that may delete or overwrite data (`destructiveHint`), not only add to it.
+    /// Always false for a read-only tool; a write's is `true` unless declared otherwise.
+    pub destructive: bool,
+    /// Calling again with the same arguments has no further effect (`idempotentHint`). Always
+    /// true for a read-only tool; a write's is `false` unless declared otherwise.
+    pub idempotent: bool,
     /// Plan each call for its values. True when a parameter can be NULL (optional, no
     /// default): such SQL is written `(:x IS NULL OR col = :x)`, and a cached generic plan
     /// cannot use the index a given filter allows. Other tools keep Postgres' plan cache.
@@ -100,6 +106,8 @@ struct RawTool {
     limit_param: Option<String>,
     #[serde(default)]
     writes: bool,
+    destructive: Option<bool>,
+    idempotent: Option<bool>,
     #[serde(default)]
     params: IndexMap<String, RawParam>,
 }
@@ -245,6 +253,7 @@ fn tool(raw: RawTool, limits: Limits) -> Result<ToolSpec, String> {
             Some(i)
         }
     };
+    let (destructive, idempotent) = effects(raw.writes, raw.destructive, raw.idempotent)?;
     let custom_plans = params.iter().any(|p| !p.required && p.default.is_none());
     Ok(ToolSpec {
         custom_plans,
@@ -260,7 +269,35 @@ fn tool(raw: RawTool, limits: Limits) -> Result<ToolSpec, String> {
         timeout,
         limit_param,
         writes: raw.writes,
+        destructive,
+        idempotent,
     })
+}
+
+/// `(destructive, idempotent)` for a tool. A write's defaults are MCP's own
+/// (`destructiveHint: true`, `idempotentHint: false`): a client that is told nothing assumes
+/// the worst, and a delete tool whose author forgot the field still asks for confirmation. A
+/// read-only tool changes nothing, so declaring otherwise is a contradiction, not a choice.
+fn effects(
+    writes: bool,
+    destructive: Option<bool>,
+    idempotent: Option<bool>,
+) -> Result<(bool, bool), String> {
+    if writes {
+        return Ok((destructive.unwrap_or(true), idempotent.unwrap_or(false)));
+    }
+    if destructive == Some(true) {
+        return Err(
+            "destructive = true needs writes = true: a read-only tool changes nothing".into(),
+        );
+    }
+    if idempotent == Some(false) {
+        return Err(
+            "idempotent = false needs writes = true: a read-only tool can always be called again"
+                .into(),
+        );
+    }
+    Ok((false, true))
 }
 
 fn param(name: String, raw: RawParam) -> Result<ParamSpec, String> {
@@ -524,6 +561,63 @@ mod tests {
             "[[tool]]\nname = \"t\"\ndescription = \"d\"\nwrites = true\nsql = \"{ok}\"\n[tool.params.id]\ntype = \"integer\"\nrequired = true\n"
         ))
         .unwrap();
+    }
+
+    fn effects_of(keys: &str) -> Result<(bool, bool), String> {
+        let text =
+            format!("[[tool]]\nname = \"t\"\ndescription = \"d\"\nsql = \"SELECT 1\"\n{keys}\n");
+        parse_one(&text)
+            .map(|t| (t.destructive, t.idempotent))
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_read_only_tool_is_idempotent_and_not_destructive() {
+        assert_eq!(effects_of(""), Ok((false, true)));
+        assert_eq!(
+            effects_of("destructive = false\nidempotent = true"),
+            Ok((false, true)),
+            "saying what is already true is allowed"
+        );
+    }
+
+    #[test]
+    fn a_write_is_destructive_and_not_idempotent_unless_declared_otherwise() {
+        assert_eq!(effects_of("writes = true"), Ok((true, false)));
+        assert_eq!(
+            effects_of("writes = true\ndestructive = false"),
+            Ok((false, false))
+        );
+        assert_eq!(
+            effects_of("writes = true\nidempotent = true"),
+            Ok((true, true))
+        );
+        assert_eq!(
+            effects_of("writes = true\ndestructive = false\nidempotent = true"),
+            Ok((false, true))
+        );
+    }
+
+    #[test]
+    fn effects_a_read_only_tool_cannot_have_are_refused_naming_tool_and_field() {
+        assert_eq!(
+            effects_of("destructive = true"),
+            Err(
+                "tool `t`: destructive = true needs writes = true: a read-only tool changes \
+                 nothing"
+                    .into()
+            )
+        );
+        assert_eq!(
+            effects_of("idempotent = false"),
+            Err(
+                "tool `t`: idempotent = false needs writes = true: a read-only tool can always \
+                 be called again"
+                    .into()
+            )
+        );
+        let err = effects_of("destructive = \"yes\"").unwrap_err();
+        assert!(err.contains("destructive"), "{err}");
     }
 
     #[test]

@@ -41,6 +41,67 @@ async fn tools_list_publishes_every_shipped_tool_with_schema_and_read_only_hint(
     );
 }
 
+/// One tool of each kind of effect, the hints they publish following the file.
+const EFFECT_TOOLS: &str = r#"
+[[tool]]
+name = "count_lads"
+description = "Counts districts."
+sql = "SELECT count(*) AS n FROM lads"
+
+[[tool]]
+name = "close_feedback"
+description = "Marks one feedback item closed; closing twice changes nothing more."
+writes = true
+destructive = false
+idempotent = true
+sql = "UPDATE feedback SET status = 'closed' WHERE id = :id RETURNING id, status"
+[tool.params.id]
+type = "integer"
+required = true
+
+[[tool]]
+name = "delete_feedback"
+description = "Deletes one feedback item."
+writes = true
+sql = "DELETE FROM feedback WHERE id = :id RETURNING id"
+[tool.params.id]
+type = "integer"
+required = true
+"#;
+
+#[tokio::test]
+async fn tools_list_publishes_the_effects_the_tools_file_declares() {
+    let app = spawn(Options {
+        tools_toml: Some(EFFECT_TOOLS.into()),
+        ..Options::default()
+    })
+    .await;
+    let tools = app
+        .client()
+        .await
+        .list_all_tools()
+        .await
+        .expect("tools/list");
+    let hints = |name: &str| {
+        let tool = tools.iter().find(|t| t.name == name).expect(name);
+        let a = tool.annotations.as_ref().expect("annotations");
+        (
+            a.read_only_hint,
+            a.destructive_hint,
+            a.idempotent_hint,
+            a.open_world_hint,
+        )
+    };
+    let (yes, no) = (Some(true), Some(false));
+    assert_eq!(hints("count_lads"), (yes, no, yes, no));
+    assert_eq!(hints("close_feedback"), (no, no, yes, no), "as declared");
+    assert_eq!(
+        hints("delete_feedback"),
+        (no, yes, no, no),
+        "a write's defaults"
+    );
+}
+
 #[tokio::test]
 async fn lad_by_ref_accepts_codes_names_and_their_common_forms() {
     let app = spawn_app().await;
