@@ -52,14 +52,23 @@ pub(super) fn request(config: &LlmConfig, prompt: Prompt<'_>) -> Vec<u8> {
         });
     }
     let tools: Vec<Tool<'_>> = prompt.tools.iter().map(Tool::from).collect();
+    // OpenAI deprecated `max_tokens` for `max_completion_tokens`, and its reasoning models
+    // refuse the old name; compatible servers (Ollama, llama.cpp) know only the old one.
+    let (max_tokens, max_completion_tokens) = if config.is_openai() {
+        (None, config.max_output_tokens)
+    } else {
+        (config.max_output_tokens, None)
+    };
     let body = Body {
         model: &config.model,
         messages,
         // Servers reject `parallel_tool_calls` without tools, and some reject an empty array.
         parallel_tool_calls: (!tools.is_empty()).then_some(true),
         tools,
-        // `max_tokens` rather than `max_completion_tokens`: every compatible server knows it.
-        max_tokens: config.max_output_tokens,
+        max_tokens,
+        max_completion_tokens,
+        temperature: config.temperature,
+        top_p: config.top_p,
     };
     serde_json::to_vec(&body).expect("a request body always serializes")
 }
@@ -74,6 +83,12 @@ struct Body<'a> {
     parallel_tool_calls: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -291,6 +306,8 @@ mod tests {
         let tools = tools();
         let mut config = config();
         config.max_output_tokens = Some(500);
+        config.temperature = Some(0.2);
+        config.top_p = Some(0.9);
         let prompt = Prompt {
             instructions: "Be brief.",
             items: &items,
@@ -318,9 +335,40 @@ mod tests {
                     "parameters": {"type": "object", "properties": {}}
                 }}],
                 "parallel_tool_calls": true,
-                "max_tokens": 500
+                "max_tokens": 500,
+                "temperature": 0.2,
+                "top_p": 0.9
             })
         );
+    }
+
+    #[test]
+    fn openai_gets_the_output_cap_as_max_completion_tokens_and_nothing_unset() {
+        let items = vec![Item::User("hi".to_owned())];
+        let prompt = Prompt {
+            instructions: "",
+            items: &items,
+            tools: &[],
+        };
+        let openai = LlmConfig {
+            base_url: url::Url::parse("https://api.openai.com/v1/").unwrap(),
+            max_output_tokens: Some(500),
+            ..config()
+        };
+        let body = sent(&openai, prompt);
+        assert_eq!(body["max_completion_tokens"], 500);
+        for unset in ["max_tokens", "temperature", "top_p"] {
+            assert!(body.get(unset).is_none(), "{unset}: {body}");
+        }
+        let body = sent(&config(), prompt);
+        for unset in [
+            "max_tokens",
+            "max_completion_tokens",
+            "temperature",
+            "top_p",
+        ] {
+            assert!(body.get(unset).is_none(), "{unset}: {body}");
+        }
     }
 
     #[test]

@@ -17,6 +17,8 @@ pub(crate) fn config() -> LlmConfig {
         max_retries: 0,
         retry_budget: Duration::ZERO,
         max_output_tokens: None,
+        temperature: None,
+        top_p: None,
         max_response_bytes: 1024 * 1024,
     }
 }

@@ -43,6 +43,10 @@ pub struct LlmConfig {
     pub retry_budget: Duration,
     /// `LLM_MAX_OUTPUT_TOKENS`: optional cap sent with each request.
     pub max_output_tokens: Option<u32>,
+    /// `LLM_TEMPERATURE` (0-2) and `LLM_TOP_P` (0-1): sent only when set, so the provider's
+    /// default applies otherwise (OpenAI's reasoning models refuse any value but their own).
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
     /// `LLM_MAX_RESPONSE_BYTES`: the largest response body read (default 4 MiB); a larger one
     /// is a failed turn, not a full instance.
     pub max_response_bytes: usize,
@@ -90,6 +94,8 @@ impl LlmConfig {
             max_output_tokens: env
                 .optional::<u32>("LLM_MAX_OUTPUT_TOKENS")?
                 .filter(|n| *n > 0),
+            temperature: fraction(env, "LLM_TEMPERATURE", 2.0)?,
+            top_p: fraction(env, "LLM_TOP_P", 1.0)?,
             max_response_bytes: env.limit(
                 "LLM_MAX_RESPONSE_BYTES",
                 4 * 1024 * 1024,
@@ -98,10 +104,29 @@ impl LlmConfig {
         })
     }
 
+    /// Whether the server is OpenAI's own, which knows its newest names for things that
+    /// compatible servers know by older ones.
+    fn is_openai(&self) -> bool {
+        self.base_url.host_str() == Some("api.openai.com")
+    }
+
     /// OpenAI's API refuses every request without a key, so leaving it unset there is a
     /// mistake worth a line at start-up; local servers often need none.
     fn key_missing_for_openai(&self) -> bool {
-        self.api_key.is_none() && self.base_url.host_str() == Some("api.openai.com")
+        self.api_key.is_none() && self.is_openai()
+    }
+}
+
+/// An optional number from 0 to `max`, as sampling settings are.
+fn fraction(env: &Env, var: &str, max: f64) -> Result<Option<f64>, ConfigError> {
+    let value = env.optional::<f64>(var)?;
+    match value {
+        // `contains` is false for NaN too.
+        Some(v) if !(0.0..=max).contains(&v) => Err(ConfigError::new(
+            var,
+            format!("must be a number from 0 to {max}, got {v}"),
+        )),
+        _ => Ok(value),
     }
 }
 
@@ -404,6 +429,35 @@ mod tests {
         );
         let e = LlmConfig::from_env(&env(&[("LLM_MAX_RESPONSE_BYTES", "10")])).unwrap_err();
         assert_eq!(e.var, "LLM_MAX_RESPONSE_BYTES");
+    }
+
+    #[test]
+    fn sampling_settings_are_sent_only_when_set_and_refused_outside_their_range() {
+        let env = |pairs: &[(&str, &str)]| Env::from_pairs(pairs.iter().copied());
+        let unset = LlmConfig::from_env(&env(&[])).unwrap();
+        assert_eq!((unset.temperature, unset.top_p), (None, None));
+        let set =
+            LlmConfig::from_env(&env(&[("LLM_TEMPERATURE", "0.2"), ("LLM_TOP_P", "1")])).unwrap();
+        assert_eq!((set.temperature, set.top_p), (Some(0.2), Some(1.0)));
+        let edges =
+            LlmConfig::from_env(&env(&[("LLM_TEMPERATURE", "2"), ("LLM_TOP_P", "0")])).unwrap();
+        assert_eq!((edges.temperature, edges.top_p), (Some(2.0), Some(0.0)));
+        for (var, raw) in [
+            ("LLM_TEMPERATURE", "2.5"),
+            ("LLM_TEMPERATURE", "-0.1"),
+            ("LLM_TEMPERATURE", "NaN"),
+            ("LLM_TEMPERATURE", "warm"),
+            ("LLM_TOP_P", "1.01"),
+            ("LLM_TOP_P", "inf"),
+        ] {
+            let e = LlmConfig::from_env(&env(&[(var, raw)])).unwrap_err();
+            assert_eq!(e.var, var, "{raw}");
+        }
+        let e = LlmConfig::from_env(&env(&[("LLM_TOP_P", "2")])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid setting LLM_TOP_P: must be a number from 0 to 1, got 2"
+        );
     }
 
     #[tokio::test]

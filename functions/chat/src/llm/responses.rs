@@ -22,6 +22,8 @@ pub(super) fn request(config: &LlmConfig, prompt: Prompt<'_>) -> Vec<u8> {
         store: false,
         parallel_tool_calls: true,
         max_output_tokens: config.max_output_tokens,
+        temperature: config.temperature,
+        top_p: config.top_p,
     };
     serde_json::to_vec(&body).expect("a request body always serializes")
 }
@@ -37,6 +39,10 @@ struct Body<'a> {
     parallel_tool_calls: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_output_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -263,6 +269,8 @@ mod tests {
         let tools = tools();
         let mut config = config();
         config.max_output_tokens = Some(500);
+        config.temperature = Some(0.2);
+        config.top_p = Some(0.9);
         let prompt = Prompt {
             instructions: "Be brief.",
             items: &items,
@@ -291,7 +299,9 @@ mod tests {
                 }],
                 "store": false,
                 "parallel_tool_calls": true,
-                "max_output_tokens": 500
+                "max_output_tokens": 500,
+                "temperature": 0.2,
+                "top_p": 0.9
             })
         );
     }
@@ -308,7 +318,9 @@ mod tests {
             },
         );
         assert!(body.get("tools").is_none());
-        assert!(body.get("max_output_tokens").is_none());
+        for unset in ["max_output_tokens", "temperature", "top_p"] {
+            assert!(body.get(unset).is_none(), "{unset}");
+        }
     }
 
     #[test]

@@ -417,6 +417,51 @@ async fn chat_completions_dialect_runs_the_same_loop() {
 }
 
 #[tokio::test]
+async fn sampling_settings_reach_the_model_in_both_dialects_only_when_set() {
+    let sampling = || {
+        vec![
+            ("LLM_TEMPERATURE", "0.3".to_owned()),
+            ("LLM_TOP_P", "0.8".to_owned()),
+            ("LLM_MAX_OUTPUT_TOKENS", "256".to_owned()),
+        ]
+    };
+    for (api, cap) in [
+        ("responses", "max_output_tokens"),
+        ("chat-completions", "max_tokens"),
+    ] {
+        for extra_env in [sampling(), Vec::new()] {
+            let set = !extra_env.is_empty();
+            let chat = spawn(Options {
+                api,
+                steps: vec![
+                    Step::Calls(vec![call("lad_by_ref", r#"{"ref":"Leeds"}"#)]),
+                    Step::Text("Leeds.".into()),
+                ],
+                extra_env,
+                ..Options::default()
+            })
+            .await;
+            let body = chat.turn("alice", json!({"message": "Leeds?"})).await;
+            assert_eq!(body["reply"], "Leeds.", "{api}: {body}");
+            let requests = chat.llm.requests();
+            assert_eq!(requests.len(), 2, "{api}");
+            for request in &requests {
+                let sent = |key: &str| request.get(key).cloned();
+                if set {
+                    assert_eq!(sent("temperature"), Some(json!(0.3)), "{api}");
+                    assert_eq!(sent("top_p"), Some(json!(0.8)), "{api}");
+                    assert_eq!(sent(cap), Some(json!(256)), "{api}");
+                } else {
+                    for key in ["temperature", "top_p", cap] {
+                        assert_eq!(sent(key), None, "{api}: {key} sent though unset");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test]
 async fn a_model_that_hangs_is_cut_short_at_the_deadline_and_the_partial_reply_is_stored() {
     let chat = spawn(Options {
         steps: vec![
