@@ -1,5 +1,6 @@
 //! Tools that write: a call whose answer is lost after the server committed is never sent
-//! again (it would write twice); the model is told the outcome is unknown instead.
+//! again (it would write twice); the model is told the outcome is unknown instead. A write the
+//! tools file declares idempotent is the exception: sending it again is safe, so it is.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::helpers::{JWT_SECRET, MCP_TOKEN, spawn_chat_from, spawn_mcp_from};
+use crate::helpers::{JWT_SECRET, MCP_TOKEN, TestChat, spawn_chat_from, spawn_mcp_from};
 
 const ADD_NOTE: &str = r#"
 [[tool]]
@@ -101,29 +102,31 @@ async fn forward(mut client: TcpStream, upstream: SocketAddr, lost: Arc<AtomicBo
     }
 }
 
-#[tokio::test]
-async fn a_write_whose_answer_is_lost_is_not_sent_again_and_the_model_is_told() {
-    let db = TestDb::with_demo_data(100).await;
+/// A chat whose mcp function serves `tools` (as the database owner: the read-only role may not
+/// write) through a [`LosingProxy`], kept alive by the caller, and a model that makes `call`
+/// then says `reply`.
+async fn chat_losing_first_answer(
+    db: &TestDb,
+    tools: &str,
+    call: (&str, &str),
+    reply: &str,
+) -> (TestChat, LosingProxy) {
     let tools_file =
         std::env::temp_dir().join(format!("parley-writes-{}.toml", uuid::Uuid::new_v4()));
-    std::fs::write(&tools_file, ADD_NOTE).expect("write tools file");
-    // The owner's URL: the read-only role may not write, and this tool must.
+    std::fs::write(&tools_file, tools).expect("write tools file");
     let mcp = spawn_mcp_from(Env::from_pairs([
         ("DATABASE_URL", db.url.as_str()),
         ("MCP_AUTH_TOKEN", MCP_TOKEN),
         ("TOOLS_FILE", &tools_file.display().to_string()),
     ]))
     .await;
+    let _ = std::fs::remove_file(&tools_file);
     let upstream: SocketAddr = url::Url::parse(&mcp.url)
         .expect("mcp url")
         .socket_addrs(|| None)
         .expect("mcp address")[0];
     let proxy = LosingProxy::start(upstream).await;
-    let llm = ScriptedLlm::start(vec![
-        Step::call("add_note", r#"{"title":"Pothole on Briggate"}"#),
-        Step::text("I could not confirm it was recorded."),
-    ])
-    .await;
+    let llm = ScriptedLlm::start(vec![Step::call(call.0, call.1), Step::text(reply)]).await;
     let env = Env::from_pairs([
         ("DATABASE_URL", db.url.clone()),
         ("JWT_SECRET", JWT_SECRET.to_owned()),
@@ -133,7 +136,19 @@ async fn a_write_whose_answer_is_lost_is_not_sent_again_and_the_model_is_told() 
         ("LLM_API_KEY", "sk-test-not-a-real-key".to_owned()),
         ("MCP_TIMEOUT_MS", "5000".to_owned()),
     ]);
-    let chat = spawn_chat_from(env, llm, Some(mcp)).await;
+    (spawn_chat_from(env, llm, Some(mcp)).await, proxy)
+}
+
+#[tokio::test]
+async fn a_write_whose_answer_is_lost_is_not_sent_again_and_the_model_is_told() {
+    let db = TestDb::with_demo_data(100).await;
+    let (chat, _proxy) = chat_losing_first_answer(
+        &db,
+        ADD_NOTE,
+        ("add_note", r#"{"title":"Pothole on Briggate"}"#),
+        "I could not confirm it was recorded.",
+    )
+    .await;
 
     let body = chat
         .turn(
@@ -141,7 +156,6 @@ async fn a_write_whose_answer_is_lost_is_not_sent_again_and_the_model_is_told() 
             json!({"message": "Report the pothole on Briggate"}),
         )
         .await;
-    let _ = std::fs::remove_file(&tools_file);
 
     let rows: i64 = db
         .client()
@@ -163,4 +177,29 @@ async fn a_write_whose_answer_is_lost_is_not_sent_again_and_the_model_is_told() 
     );
     let sent = chat.llm.requests()[1].to_string();
     assert!(sent.contains("not repeated"), "the model was told: {sent}");
+}
+
+#[tokio::test]
+async fn a_write_declared_idempotent_is_sent_again_when_its_answer_is_lost() {
+    let close = r#"
+[[tool]]
+name = "close_feedback"
+description = "Marks one feedback item closed."
+writes = true
+idempotent = true
+sql = "UPDATE feedback SET status = 'closed' WHERE id = :id RETURNING id, status"
+[tool.params.id]
+type = "integer"
+required = true
+"#;
+    let db = TestDb::with_demo_data(100).await;
+    let (chat, _proxy) =
+        chat_losing_first_answer(&db, close, ("close_feedback", r#"{"id":1}"#), "Closed.").await;
+
+    let body = chat.turn("alice", json!({"message": "Close item 1"})).await;
+
+    let trace = &body["traces"][0];
+    assert_eq!(trace["is_error"], false, "sent again and answered: {body}");
+    assert_eq!(trace["output"]["rows"][0]["status"], "closed", "{body}");
+    assert_eq!(body["reply"], "Closed.");
 }
