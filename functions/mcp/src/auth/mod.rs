@@ -56,15 +56,17 @@ impl BearerAuth {
         }
     }
 
-    /// Whether `presented` is the token as currently held (no fetch unless it is stale).
-    async fn matches_current(&self, presented: &str) -> bool {
-        token_matches(self.token.current().await.1.as_ref(), presented)
+    /// Whether `presented` is the token as currently held (no fetch unless it is stale), and
+    /// the generation it was compared with.
+    async fn matches_current(&self, presented: &str) -> (bool, u64) {
+        let (generation, token) = self.token.current().await;
+        (token_matches(token.as_ref(), presented), generation)
     }
 
-    /// Whether `presented` is the token after fetching the secrets again (rate-limited).
-    async fn matches_renewed(&self, presented: &str) -> bool {
-        let (generation, _) = self.token.peek();
-        self.token.renew(generation).await && token_matches(self.token.peek().1.as_ref(), presented)
+    /// After a mismatch with generation `used`: whether `presented` is the token now, fetching
+    /// the secrets again if no newer value is held yet (rate-limited).
+    async fn matches_renewed(&self, presented: &str, used: u64) -> bool {
+        self.token.renew(used).await && token_matches(self.token.peek().1.as_ref(), presented)
     }
 }
 
@@ -105,10 +107,13 @@ impl Authenticator {
             .and_then(|v| v.to_str().ok())
             .and_then(parley_core::http::bearer_token)
             .ok_or_else(|| HttpError::MissingToken(self.challenge.clone()))?;
-        if let Some(service) = &self.service
-            && service.matches_current(presented).await
-        {
-            return Ok(Caller::Service);
+        let mut service_generation = None;
+        if let Some(service) = &self.service {
+            let (matches, generation) = service.matches_current(presented).await;
+            if matches {
+                return Ok(Caller::Service);
+            }
+            service_generation = Some(generation);
         }
         let mut refused = None;
         if let Some(verifier) = &self.users
@@ -128,10 +133,10 @@ impl Authenticator {
                 Err(e) => refused = Some(e),
             }
         }
-        // Last, as today: a service token rotated since it was read. The fetch is rate-limited,
+        // Last: a service token rotated since it was read. The fetch is rate-limited,
         // so refused tokens cannot hammer Secrets Manager.
-        if let Some(service) = &self.service
-            && service.matches_renewed(presented).await
+        if let (Some(service), Some(used)) = (&self.service, service_generation)
+            && service.matches_renewed(presented, used).await
         {
             return Ok(Caller::Service);
         }
