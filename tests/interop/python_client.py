@@ -2,11 +2,13 @@
 """Interop check: Parley's MCP server driven by the official MCP Python SDK (`mcp` on PyPI).
 
 Usage: PARLEY_MCP_URL=http://127.0.0.1:PORT/mcp PARLEY_MCP_TOKEN=... python_client.py
+With PARLEY_MCP_JWT_SECRET (and PARLEY_MCP_JWT_ISSUER), the server's JWT_SECRET (JWT_ISSUER),
+it also mints a user's HS256 JWT and checks that the SDK calls a tool with it.
 Written for the mcp 1.x API pinned in requirements.txt (2.x renamed fields to snake_case and
 moved to httpx2, so an upgrade to 2.x means porting this file).
 
 Connects over Streamable HTTP with the bearer token, initializes, lists the tools, calls each
-one, checks argument errors and a wrong token. Prints one `ok:`/`FAIL:` line per check, then
+one, checks argument errors, a wrong token and a user token. Prints one `ok:`/`FAIL:` line per check, then
 `python-sdk: N passed, N failed`; exits 1 if any check failed. Run by tests/interop/run.
 """
 
@@ -15,12 +17,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 import anyio
 import httpx
+import jwt  # PyJWT, already a dependency of the SDK
 from mcp import ClientSession, McpError, types
 from mcp.client.streamable_http import streamable_http_client
 
@@ -124,6 +128,10 @@ async def main() -> int:
         traceback.print_exc(file=sys.stderr)
 
     await check("wrong token is refused with 401", lambda: wrong_token(url, token + "-wrong"))
+    secret = os.environ.get("PARLEY_MCP_JWT_SECRET")
+    if secret:
+        issuer = os.environ.get("PARLEY_MCP_JWT_ISSUER")
+        await check("a user JWT calls lad_by_ref", lambda: user_token_call(url, secret, issuer))
     print(f"python-sdk: {passed} passed, {failed} failed", flush=True)
     return 1 if failed else 0
 
@@ -276,6 +284,21 @@ async def wrong_token(url: str, token: str) -> str:
         assert "401" in text, f"refused, but not with 401: {text[:400]}"
         return next(line for line in text.replace(" | ", "\n").splitlines() if "401" in line)
     raise AssertionError("initialize and tools/list succeeded with a wrong token")
+
+
+async def user_token_call(url: str, secret: str, issuer: str | None) -> str:
+    """A fresh session authenticated by a user's JWT (not the service token) calls a tool."""
+    claims: dict[str, Any] = {"sub": "interop-user", "exp": int(time.time()) + 300}
+    if issuer:
+        claims["iss"] = issuer
+    token = jwt.encode(claims, secret, algorithm="HS256")
+    async with connect(url, token) as streams:
+        async with ClientSession(streams[0], streams[1]) as session:
+            await session.initialize()
+            result = await session.call_tool("lad_by_ref", {"ref": "Leeds"})
+    rows = envelope(result)["rows"]
+    assert rows and rows[0]["code"] == "E08000035", f"rows: {rows!r}"
+    return f"sub=interop-user -> {rows[0]['code']}"
 
 
 if __name__ == "__main__":

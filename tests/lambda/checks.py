@@ -477,6 +477,8 @@ def run(args: argparse.Namespace, checks: Checks, work: Path, procs: list[subpro
         AWS_LAMBDA_HTTP_IGNORE_STAGE_IN_PATH="1",
         JWT_SECRET=JWT_SECRET,
         MCP_URL=f"{base}/lambda-url/mcp/mcp",
+        # With JWT_SECRET the mcp function accepts user tokens and must know its public URL.
+        MCP_RESOURCE_URL=f"{base}/lambda-url/mcp/mcp",
         LLM_BASE_URL=f"http://127.0.0.1:{llm.server_address[1]}/v1",
         LLM_API_KEY="stub-key",
         LLM_MAX_RETRIES="0",

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use parley_core::config::{ConfigError, Env, SecretString, in_lambda};
 use parley_core::db::DbConfig;
+use parley_core::jwt::JwtConfig;
 
 use crate::tools::Limits;
 
@@ -15,11 +16,26 @@ use crate::tools::Limits;
 /// which keeps DNS-rebinding protection on for local use.
 pub const DEFAULT_ALLOWED_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 
+/// How user JWTs are verified and where this function says so (RFC 9728).
+#[derive(Debug, Clone)]
+pub struct UserTokens {
+    /// The same `JWT_*` and `JWKS_*` settings as the chat function's.
+    pub jwt: JwtConfig,
+    /// `MCP_RESOURCE_URL`: the public URL of the MCP endpoint (e.g. `https://api.example/mcp`),
+    /// the `resource` of the protected resource metadata. Required with user tokens: behind a
+    /// gateway the function cannot tell its public URL from a request, and a `Host` header is
+    /// the caller's to choose.
+    pub resource: url::Url,
+}
+
 #[derive(Debug, Clone)]
 pub struct McpConfig {
     pub db: DbConfig,
-    /// `MCP_AUTH_TOKEN`: required bearer token; `None` turns auth off (local development only).
+    /// `MCP_AUTH_TOKEN`: the service's bearer token (a caller without a user). With neither it
+    /// nor [`McpConfig::users`], auth is off (local development only).
     pub auth_token: Option<SecretString>,
+    /// User tokens: present when `JWT_SECRET` or `JWT_JWKS_URL` is set.
+    pub users: Option<UserTokens>,
     /// `MCP_ALLOWED_HOSTS`: `None` means any Host (the value `*`), which only makes sense
     /// behind a gateway that fixes the Host itself.
     pub allowed_hosts: Option<Vec<String>>,
@@ -58,19 +74,22 @@ impl McpConfig {
             list => Some(list.to_vec()),
         };
         let auth_token = env.secret("MCP_AUTH_TOKEN");
+        let users = user_tokens(env)?;
         let auth_off = env
             .get("MCP_AUTH")
             .is_some_and(|v| v.eq_ignore_ascii_case("none"));
         // A deployment that forgot its token must not come up as an open endpoint.
-        if auth_token.is_none() && in_lambda(env) && !auth_off {
+        if auth_token.is_none() && users.is_none() && in_lambda(env) && !auth_off {
             return Err(ConfigError::new(
                 "MCP_AUTH_TOKEN",
-                "is required under Lambda (set MCP_AUTH=none to run without auth on purpose)",
+                "is required under Lambda unless user tokens are configured (JWT_SECRET or \
+                 JWT_JWKS_URL); set MCP_AUTH=none to run without auth on purpose",
             ));
         }
         Ok(Self {
             db: DbConfig::from_env(env)?,
             auth_token,
+            users,
             allowed_hosts,
             allowed_origins: env.list("MCP_ALLOWED_ORIGINS"),
             max_body_bytes: env.limit("MCP_MAX_BODY_BYTES", 1024 * 1024, 1024..=64 * 1024 * 1024)?
@@ -91,6 +110,31 @@ impl McpConfig {
             },
         })
     }
+}
+
+/// User tokens are on when a key to verify them is configured; then the resource URL is needed.
+fn user_tokens(env: &Env) -> Result<Option<UserTokens>, ConfigError> {
+    let jwt = JwtConfig::from_env(env)?;
+    if !jwt.has_keys() {
+        return Ok(None);
+    }
+    let resource: url::Url = env.optional("MCP_RESOURCE_URL")?.ok_or_else(|| {
+        ConfigError::new(
+            "MCP_RESOURCE_URL",
+            "is required with user tokens (JWT_SECRET or JWT_JWKS_URL): the public URL of \
+             this function's /mcp endpoint, e.g. https://api.example.com/mcp",
+        )
+    })?;
+    if !matches!(resource.scheme(), "http" | "https")
+        || resource.query().is_some()
+        || resource.fragment().is_some()
+    {
+        return Err(ConfigError::new(
+            "MCP_RESOURCE_URL",
+            "must be an http(s) URL without query or fragment (RFC 9728 §1.2)",
+        ));
+    }
+    Ok(Some(UserTokens { jwt, resource }))
 }
 
 #[cfg(test)]
@@ -138,6 +182,43 @@ mod tests {
             ("MCP_AUTH", "none"),
         ]);
         assert!(McpConfig::from_env(&off).unwrap().auth_token.is_none());
+    }
+
+    #[test]
+    fn user_tokens_are_off_without_jwt_keys_and_need_the_resource_url_with_them() {
+        assert!(McpConfig::from_env(&env(&[])).unwrap().users.is_none());
+        let secret = ("JWT_SECRET", "a-test-secret-that-is-at-least-32-bytes-long");
+        let e = McpConfig::from_env(&env(&[secret])).unwrap_err();
+        assert_eq!(e.var, "MCP_RESOURCE_URL");
+        for bad in [
+            "not a url",
+            "ftp://h/mcp",
+            "https://h/mcp?x=1",
+            "https://h/mcp#f",
+        ] {
+            let e = McpConfig::from_env(&env(&[secret, ("MCP_RESOURCE_URL", bad)])).unwrap_err();
+            assert_eq!(e.var, "MCP_RESOURCE_URL", "{bad}");
+        }
+        let c = McpConfig::from_env(&env(&[
+            secret,
+            ("MCP_RESOURCE_URL", "https://api.example/mcp"),
+            ("JWT_ISSUER", "https://idp.example"),
+        ]))
+        .unwrap();
+        let users = c.users.unwrap();
+        assert_eq!(users.resource.as_str(), "https://api.example/mcp");
+        assert_eq!(users.jwt.issuer.as_deref(), Some("https://idp.example"));
+    }
+
+    #[test]
+    fn under_lambda_user_tokens_alone_are_enough() {
+        let c = McpConfig::from_env(&env(&[
+            ("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001"),
+            ("JWT_JWKS_URL", "https://idp.example/jwks.json"),
+            ("MCP_RESOURCE_URL", "https://api.example/mcp"),
+        ]))
+        .unwrap();
+        assert!(c.auth_token.is_none() && c.users.is_some());
     }
 
     #[test]

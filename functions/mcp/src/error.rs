@@ -4,46 +4,94 @@
 //! body (and makes an unparsable JSON body 400 instead of 415). The direct path
 //! (`server/fast.rs`) answers as rmcp's transport would, its two 500s included.
 
+use std::sync::Arc;
+
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use parley_core::jwt::TokenError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
     #[error("missing bearer token")]
-    MissingToken,
+    MissingToken(Challenge),
+    /// The token is neither the service token nor a valid user token; the [`TokenError`] says
+    /// why a user token was refused (its message is safe to return).
     #[error("invalid bearer token")]
-    InvalidToken,
+    InvalidToken(Challenge, Option<TokenError>),
+    /// A user token could not be checked: the JWKS cannot be fetched.
+    #[error("the keys to verify tokens are unavailable")]
+    KeysUnavailable,
     #[error("the database is unavailable")]
     DatabaseUnavailable,
 }
 
+/// The `WWW-Authenticate` challenge of a 401: with user tokens it names the protected resource
+/// metadata (RFC 9728 §5.1), as MCP clients need to find the authorization server.
+#[derive(Debug, Clone, Default)]
+pub struct Challenge {
+    resource_metadata: Option<Arc<str>>,
+}
+
+impl Challenge {
+    pub fn new(resource_metadata: Option<String>) -> Self {
+        Self {
+            resource_metadata: resource_metadata.map(Into::into),
+        }
+    }
+
+    /// `invalid_token` adds RFC 6750's error code, for a token that was sent and refused.
+    fn header(&self, invalid_token: bool) -> HeaderValue {
+        let Some(url) = &self.resource_metadata else {
+            return HeaderValue::from_static("Bearer realm=\"parley-mcp\"");
+        };
+        let mut value = format!("Bearer realm=\"parley-mcp\", resource_metadata=\"{url}\"");
+        if invalid_token {
+            value.push_str(", error=\"invalid_token\"");
+        }
+        // The URL was parsed from a setting, so it holds no quote or control character.
+        HeaderValue::from_str(&value)
+            .unwrap_or_else(|_| HeaderValue::from_static("Bearer realm=\"parley-mcp\""))
+    }
+}
+
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
-        let (status, code, message) = match self {
-            HttpError::MissingToken => (
+        let (status, code, message, challenge) = match self {
+            HttpError::MissingToken(challenge) => (
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",
-                "send `Authorization: Bearer <token>`",
+                "send `Authorization: Bearer <token>`".to_owned(),
+                Some(challenge.header(false)),
             ),
-            HttpError::InvalidToken => (
+            HttpError::InvalidToken(challenge, why) => (
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",
-                "the bearer token is not valid",
+                why.map_or_else(
+                    || "the bearer token is not valid".to_owned(),
+                    |e| e.to_string(),
+                ),
+                Some(challenge.header(true)),
+            ),
+            HttpError::KeysUnavailable => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "auth_unavailable",
+                "the keys to verify tokens cannot be fetched; retry shortly".to_owned(),
+                None,
             ),
             HttpError::DatabaseUnavailable => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "database_unavailable",
-                "the database cannot be reached; retry shortly",
+                "the database cannot be reached; retry shortly".to_owned(),
+                None,
             ),
         };
-        let mut response = parley_core::http::error_response(status, code, message);
-        if status == StatusCode::UNAUTHORIZED {
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer realm=\"parley-mcp\""),
-            );
+        let mut response = parley_core::http::error_response(status, code, &message);
+        if let Some(challenge) = challenge {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, challenge);
         }
         response
     }

@@ -3,7 +3,8 @@
 //!
 //! Modules: `config` (settings), `tools` (declarations → running queries), `server` (rmcp
 //! handler, the direct path for `tools/call` and `tools/list`, and rmcp's transport), `auth`
-//! (bearer check), `error` (HTTP error responses).
+//! (the verified caller: service token or user JWT; the protected resource metadata), `error`
+//! (HTTP error responses).
 
 pub mod auth;
 pub mod config;
@@ -73,9 +74,17 @@ async fn router(config: &McpConfig, secrets: Option<Secrets>) -> Result<Router, 
             "tool statements checked against the database"
         );
     }
-    if config.auth_token.is_none() {
+    if config.auth_token.is_none() && config.users.is_none() {
         tracing::warn!(
             "MCP_AUTH_TOKEN is not set: /mcp accepts unauthenticated requests (local development only)"
+        );
+    }
+    if let Some(users) = &config.users
+        && users.jwt.issuer.is_none()
+    {
+        tracing::warn!(
+            "JWT_ISSUER is not set: the protected resource metadata names no authorization \
+             server, so MCP clients cannot discover where to get a token"
         );
     }
     if config.allowed_hosts.is_none() {
@@ -84,7 +93,8 @@ async fn router(config: &McpConfig, secrets: Option<Secrets>) -> Result<Router, 
     Ok(routes(config, catalog, pool, secrets))
 }
 
-/// The whole HTTP surface: `POST /mcp` and `GET /health`.
+/// The whole HTTP surface: `POST /mcp`, `GET /health` and, with user tokens, the protected
+/// resource metadata.
 fn routes(
     config: &McpConfig,
     catalog: Arc<Catalog>,
@@ -92,17 +102,21 @@ fn routes(
     secrets: Option<Secrets>,
 ) -> Router {
     let mcp = server::service(config, server::ParleyMcp::new(catalog, pool.clone()));
-    let mut mcp_routes = Router::new()
+    let authenticator = auth::Authenticator::new(config, secrets, reqwest::Client::new());
+    // Outermost, so both the direct path and rmcp's transport (inside `mcp`) only ever see
+    // requests that carry a verified `auth::Caller`.
+    let mcp_routes = Router::new()
         .route_service("/mcp", mcp)
-        .route_layer(axum::middleware::from_fn(error::json_transport_errors));
-    if let Some(token) = &config.auth_token {
-        mcp_routes = mcp_routes.route_layer(axum::middleware::from_fn_with_state(
-            Arc::new(auth::BearerAuth::new(token.clone(), secrets)),
-            auth::require_bearer,
+        .route_layer(axum::middleware::from_fn(error::json_transport_errors))
+        .route_layer(axum::middleware::from_fn_with_state(
+            Arc::new(authenticator),
+            auth::authenticate,
         ));
+    let mut router = mcp_routes.merge(Router::new().route("/health", get(health)).with_state(pool));
+    if let Some(users) = &config.users {
+        router = router.merge(auth::metadata::routes(users));
     }
-    let health = Router::new().route("/health", get(health)).with_state(pool);
-    parley_core::serve::traced(mcp_routes.merge(health))
+    parley_core::serve::traced(router)
 }
 
 /// Readiness: 200 when a database connection works, else 503.

@@ -10,3 +10,4 @@ mod resilience;
 mod secrets;
 mod startup;
 mod tools;
+mod users;
