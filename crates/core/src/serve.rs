@@ -147,7 +147,7 @@ impl Bound {
     pub fn spawn(self) -> Option<tokio::task::JoinHandle<Result<(), ServeError>>> {
         match self.listener {
             Listener::Http(listener, limits) => {
-                Some(tokio::spawn(serve_with(listener, self.router, limits)))
+                Some(tokio::spawn(serve(listener, self.router, limits)))
             }
             Listener::Lambda => None,
         }
@@ -201,7 +201,7 @@ impl Listener {
                 if let Ok(addr) = listener.local_addr() {
                     tracing::info!(%addr, "serving plain HTTP");
                 }
-                serve_with(listener, router, limits).await
+                serve(listener, router, limits).await
             }
         }
     }
@@ -278,13 +278,8 @@ fn request_span<B>(request: &Request<B>) -> tracing::Span {
     )
 }
 
-/// Plain HTTP on an already bound listener (tests bind `127.0.0.1:0` and read the port first).
-pub async fn serve(listener: TcpListener, router: Router) -> Result<(), ServeError> {
-    serve_with(listener, router, HttpLimits::default()).await
-}
-
-/// [`serve`] with the given connection limits.
-pub async fn serve_with(
+/// Plain HTTP on an already bound listener with `limits`, until Ctrl-C or SIGTERM.
+async fn serve(
     listener: TcpListener,
     router: Router,
     limits: HttpLimits,

@@ -47,14 +47,10 @@ pub fn clean_json(value: Value) -> Value {
 /// Every string of a model's reply cleaned (text, call ids, tool names, arguments), before the
 /// turn uses any of it: what is stored, replayed and answered is then the same text.
 pub fn clean_reply(reply: &mut Reply) {
-    if let Some(text) = reply.text.take() {
-        reply.text = Some(clean(text));
-    }
+    reply.text = reply.text.take().map(clean);
     for call in &mut reply.calls {
         for s in [&mut call.call_id, &mut call.name, &mut call.arguments] {
-            if s.contains('\0') {
-                *s = s.replace('\0', REPLACEMENT);
-            }
+            *s = clean(std::mem::take(s));
         }
     }
 }

@@ -19,9 +19,8 @@ use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::Response;
 use parley_core::config::{ExposeSecret, SecretString};
-use parley_core::jwt::{TokenError, Verifier};
+use parley_core::jwt::{TokenError, VerifiedClaims, Verifier};
 use parley_core::secrets::{RotatingSecret, Secrets};
-use serde_json::{Map, Value};
 use subtle::ConstantTimeEq;
 
 use crate::config::McpConfig;
@@ -36,12 +35,7 @@ pub enum Caller {
     /// The service token (or auth off): a trusted caller that carries no user.
     Service,
     /// A user JWT whose signature and registered claims were verified.
-    User {
-        /// `sub`.
-        subject: String,
-        /// Every claim of the token, `sub` included.
-        claims: Map<String, Value>,
-    },
+    User(VerifiedClaims),
 }
 
 /// The service token requests may present.
@@ -120,12 +114,7 @@ impl Authenticator {
             && looks_like_jwt(presented)
         {
             match verifier.verify(presented).await {
-                Ok(verified) => {
-                    return Ok(Caller::User {
-                        subject: verified.subject,
-                        claims: verified.claims,
-                    });
-                }
+                Ok(verified) => return Ok(Caller::User(verified)),
                 Err(TokenError::KeysUnavailable(why)) => {
                     tracing::warn!(%why, "user token not verified: the JWKS is unavailable");
                     return Err(HttpError::KeysUnavailable);
@@ -219,7 +208,7 @@ mod tests {
         )
         .unwrap();
         match caller(&auth, &jwt).await.unwrap() {
-            Caller::User { subject, claims } => {
+            Caller::User(VerifiedClaims { subject, claims }) => {
                 assert_eq!(subject, "user-7");
                 assert_eq!(claims["email"], "u@example.com");
             }
