@@ -3,6 +3,7 @@
 //! hands back the verified claims. It knows tokens, not HTTP: each function maps [`TokenError`]
 //! to its own responses and decides what a subject means to it.
 
+pub mod assertion;
 mod jwks;
 
 use std::fmt;
