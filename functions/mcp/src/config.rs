@@ -36,6 +36,9 @@ pub struct McpConfig {
     pub auth_token: Option<SecretString>,
     /// User tokens: present when `JWT_SECRET` or `JWT_JWKS_URL` is set.
     pub users: Option<UserTokens>,
+    /// `MCP_CALLER_KEY`: verifies the caller assertions the chat function signs for its users
+    /// (`parley_core::jwt::assertion`). Unset: only the service token and user tokens.
+    pub caller_key: Option<SecretString>,
     /// `MCP_ALLOWED_HOSTS`: `None` means any Host (the value `*`), which only makes sense
     /// behind a gateway that fixes the Host itself.
     pub allowed_hosts: Option<Vec<String>>,
@@ -75,6 +78,7 @@ impl McpConfig {
         };
         let auth_token = env.secret("MCP_AUTH_TOKEN");
         let users = user_tokens(env)?;
+        let caller_key = parley_core::jwt::assertion::key_from_env(env)?;
         let auth_off = env
             .get("MCP_AUTH")
             .is_some_and(|v| v.eq_ignore_ascii_case("none"));
@@ -90,6 +94,7 @@ impl McpConfig {
             db: DbConfig::from_env(env)?,
             auth_token,
             users,
+            caller_key,
             allowed_hosts,
             allowed_origins: env.list("MCP_ALLOWED_ORIGINS"),
             max_body_bytes: env.limit("MCP_MAX_BODY_BYTES", 1024 * 1024, 1024..=64 * 1024 * 1024)?

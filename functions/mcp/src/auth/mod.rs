@@ -68,6 +68,8 @@ impl BearerAuth {
 /// JWKS cache then serves every request of a warm instance.
 pub struct Authenticator {
     service: Option<BearerAuth>,
+    /// The chat's caller assertions (`MCP_CALLER_KEY`).
+    assertions: Option<Verifier>,
     users: Option<Verifier>,
     /// What a 401 says: with user tokens, where the protected resource metadata is.
     challenge: Challenge,
@@ -82,14 +84,20 @@ impl Authenticator {
                 .auth_token
                 .clone()
                 .map(|token| BearerAuth::new(token, secrets)),
+            assertions: config.caller_key.clone().map(|key| {
+                Verifier::new(
+                    parley_core::jwt::assertion::verifier_config(key),
+                    http.clone(),
+                )
+            }),
             users: users.map(|u| Verifier::new(u.jwt.clone(), http)),
             challenge: Challenge::new(users.map(|u| metadata::document_url(&u.resource))),
         }
     }
 
-    /// True when neither a service token nor user tokens are configured.
+    /// True when neither a service token nor user tokens nor caller assertions are configured.
     pub fn is_open(&self) -> bool {
-        self.service.is_none() && self.users.is_none()
+        self.service.is_none() && self.users.is_none() && self.assertions.is_none()
     }
 
     /// The caller behind an `Authorization` header value (`None` when absent).
@@ -110,6 +118,17 @@ impl Authenticator {
             service_generation = Some(generation);
         }
         let mut refused = None;
+        // An assertion is checked with one HMAC and no network, so it goes before the
+        // identity provider's keys; its issuer and audience are Parley's own, so a token from
+        // the provider never passes as one (nor the reverse).
+        if let Some(verifier) = &self.assertions
+            && looks_like_jwt(presented)
+        {
+            match verifier.verify(presented).await {
+                Ok(verified) => return Ok(Caller::User(verified)),
+                Err(e) => refused = Some(e),
+            }
+        }
         if let Some(verifier) = &self.users
             && looks_like_jwt(presented)
         {
@@ -236,6 +255,40 @@ mod tests {
         assert!(matches!(
             caller(&service_only, &jwt).await,
             Err(HttpError::InvalidToken(_, None))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_chat_assertion_is_its_user_and_needs_the_caller_key() {
+        use parley_core::jwt::assertion::Signer;
+        const KEY: &str = "a-caller-key-that-is-at-least-32-bytes";
+        let claims = json!({"email": "u@example.com"});
+        let assertion = Signer::new(&SecretString::from(KEY)).sign(
+            "user-9",
+            claims.as_object().unwrap(),
+            get_current_timestamp(),
+        );
+        let auth = authenticator(&[("MCP_AUTH_TOKEN", "service-token"), ("MCP_CALLER_KEY", KEY)]);
+        match caller(&auth, &assertion).await.unwrap() {
+            Caller::User(VerifiedClaims { subject, claims }) => {
+                assert_eq!(subject, "user-9");
+                assert_eq!(claims["email"], "u@example.com");
+            }
+            other => panic!("expected a user, got {other:?}"),
+        }
+        // The same assertion where no caller key is configured, and a user token signed with
+        // the caller key but not shaped as an assertion (no Parley issuer), are refused.
+        let service_only = authenticator(&[("MCP_AUTH_TOKEN", "service-token")]);
+        assert!(caller(&service_only, &assertion).await.is_err());
+        let not_an_assertion = encode(
+            &Header::new(Algorithm::HS256),
+            &json!({"sub": "u", "exp": get_current_timestamp() + 600}),
+            &EncodingKey::from_secret(KEY.as_bytes()),
+        )
+        .unwrap();
+        assert!(matches!(
+            caller(&auth, &not_an_assertion).await,
+            Err(HttpError::InvalidToken(_, Some(_)))
         ));
     }
 
