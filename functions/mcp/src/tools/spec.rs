@@ -13,7 +13,7 @@ use super::params::{ParamSpec, ParamType, SqlValue};
 use super::sql;
 
 /// The shipped tools over the demo data, used when `TOOLS_FILE` is not set.
-pub const DEFAULT_TOOLS: &str = include_str!("../../tools.toml");
+pub const DEFAULT_TOOLS: &str = include_str!("../../../../domains/feedback/tools.toml");
 
 /// Most rows any tool may return, whatever its file says: a guard against a typo of `max_rows`.
 pub const HARD_MAX_ROWS: u64 = 10_000;
