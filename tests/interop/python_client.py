@@ -8,7 +8,7 @@ Written for the mcp 1.x API pinned in requirements.txt (2.x renamed fields to sn
 moved to httpx2, so an upgrade to 2.x means porting this file).
 
 Connects over Streamable HTTP with the bearer token, initializes, lists the tools, calls each
-one, checks argument errors, a wrong token and a user token. Prints one `ok:`/`FAIL:` line per check, then
+one, checks argument errors, prompts, a wrong token, and user tokens on caller-bound tools. Prints one `ok:`/`FAIL:` line per check, then
 `python-sdk: N passed, N failed`; exits 1 if any check failed. Run by tests/interop/run.
 """
 
@@ -41,7 +41,9 @@ async def connect(url: str, token: str) -> AsyncIterator[Any]:
             yield streams
 
 
-EXPECTED_TOOLS = {"lad_by_ref", "list_lads", "search_feedback", "feedback_stats", "get_feedback"}
+FEEDBACK_TOOLS = {"lad_by_ref", "list_lads", "search_feedback", "feedback_stats", "get_feedback"}
+TASKS_TOOLS = {"list_tasks", "create_task", "update_task", "complete_task", "delete_task"}
+EXPECTED_TOOLS = FEEDBACK_TOOLS | TASKS_TOOLS
 TIMEOUT_S = 30
 
 passed = 0
@@ -132,6 +134,10 @@ async def main() -> int:
     if secret:
         issuer = os.environ.get("PARLEY_MCP_JWT_ISSUER")
         await check("a user JWT calls lad_by_ref", lambda: user_token_call(url, secret, issuer))
+        await check(
+            "two users' JWTs: create_task, then list_tasks shows each only their own",
+            lambda: user_tasks(url, secret, issuer),
+        )
     print(f"python-sdk: {passed} passed, {failed} failed", flush=True)
     return 1 if failed else 0
 
@@ -160,15 +166,41 @@ async def run_checks(session: ClientSession, state: dict[str, Any]) -> None:
                 f"{t.name}: inputSchema is not an object schema"
             )
             assert t.description, f"{t.name}: no description"
-            assert t.annotations is not None and t.annotations.readOnlyHint is True, (
-                f"{t.name}: not annotated readOnlyHint"
+            read_only = t.name in FEEDBACK_TOOLS or t.name == "list_tasks"
+            assert t.annotations is not None and t.annotations.readOnlyHint is read_only, (
+                f"{t.name}: readOnlyHint is not {read_only}"
             )
+            assert "owner" not in t.inputSchema.get("properties", {}), (
+                f"{t.name}: the caller-bound `owner` is in the input schema"
+            )
+        delete = next(t for t in listed.tools if t.name == "delete_task")
+        assert delete.annotations.destructiveHint is True, "delete_task is not destructiveHint"
         required = {t.name: t.inputSchema.get("required", []) for t in listed.tools}
         assert required["lad_by_ref"] == ["ref"], f"lad_by_ref required {required['lad_by_ref']}"
         assert required["get_feedback"] == ["id"], f"get_feedback required {required['get_feedback']}"
         return ", ".join(sorted(names))
 
-    await check("tools/list has exactly the 5 tools with input schemas", list_tools)
+    await check("tools/list has exactly the 10 tools with input schemas", list_tools)
+
+    async def list_prompts() -> str:
+        listed = await session.list_prompts()
+        names = sorted(p.name for p in listed.prompts)
+        assert names, "no prompts"
+        first = listed.prompts[0]
+        args = {a.name: "x" for a in (first.arguments or []) if a.required}
+        got = await session.get_prompt(first.name, args)
+        assert got.messages, f"prompts/get {first.name} returned no messages"
+        return ", ".join(names)
+
+    await check("prompts/list and prompts/get", list_prompts)
+
+    async def service_cannot_act_for_a_user() -> str:
+        result = await session.call_tool("list_tasks", {})
+        msg = " ".join(texts(result))
+        assert result.isError is True, f"the service token listed tasks: {msg[:200]}"
+        return msg
+
+    await check("the service token cannot call list_tasks (caller-bound)", service_cannot_act_for_a_user)
 
     async def lad_by_ref() -> str:
         sc = envelope(await session.call_tool("lad_by_ref", {"ref": "Leeds"}))
@@ -286,12 +318,41 @@ async def wrong_token(url: str, token: str) -> str:
     raise AssertionError("initialize and tools/list succeeded with a wrong token")
 
 
-async def user_token_call(url: str, secret: str, issuer: str | None) -> str:
-    """A fresh session authenticated by a user's JWT (not the service token) calls a tool."""
-    claims: dict[str, Any] = {"sub": "interop-user", "exp": int(time.time()) + 300}
+def user_token(secret: str, issuer: str | None, sub: str) -> str:
+    claims: dict[str, Any] = {"sub": sub, "exp": int(time.time()) + 300}
     if issuer:
         claims["iss"] = issuer
-    token = jwt.encode(claims, secret, algorithm="HS256")
+    return jwt.encode(claims, secret, algorithm="HS256")
+
+
+async def user_tasks(url: str, secret: str, issuer: str | None) -> str:
+    """Each user creates a task with their own token and lists only their own; the owner
+    cannot be passed as an argument."""
+    seen = {}
+    for user in ("interop-ann", "interop-bob"):
+        async with connect(url, user_token(secret, issuer, user)) as streams:
+            async with ClientSession(streams[0], streams[1]) as session:
+                await session.initialize()
+                created = envelope(
+                    await session.call_tool("create_task", {"title": f"task of {user}"})
+                )
+                assert created["row_count"] == 1, f"create_task: {created!r}"
+                forged = await session.call_tool(
+                    "create_task", {"title": "forged", "owner": "interop-ann"}
+                )
+                assert forged.isError is True, "an `owner` argument was accepted"
+                listed = envelope(await session.call_tool("list_tasks", {}))
+                seen[user] = sorted(r["title"] for r in listed["rows"])
+    assert seen == {
+        "interop-ann": ["task of interop-ann"],
+        "interop-bob": ["task of interop-bob"],
+    }, f"each user should see only their own task: {seen!r}"
+    return f"{seen!r}"
+
+
+async def user_token_call(url: str, secret: str, issuer: str | None) -> str:
+    """A fresh session authenticated by a user's JWT (not the service token) calls a tool."""
+    token = user_token(secret, issuer, "interop-user")
     async with connect(url, token) as streams:
         async with ClientSession(streams[0], streams[1]) as session:
             await session.initialize()

@@ -479,6 +479,10 @@ def run(args: argparse.Namespace, checks: Checks, work: Path, procs: list[subpro
         MCP_URL=f"{base}/lambda-url/mcp/mcp",
         # With JWT_SECRET the mcp function accepts user tokens and must know its public URL.
         MCP_RESOURCE_URL=f"{base}/lambda-url/mcp/mcp",
+        # Both demo domains, as the template's default; the chat vouches for its users with
+        # assertions signed with this key, the mcp function checks them with it.
+        TOOLS_FILE=f"{ROOT}/domains/feedback/tools.toml,{ROOT}/domains/tasks/tools.toml",
+        MCP_CALLER_KEY="lambda-checks-caller-key-of-at-least-32-bytes",
         LLM_BASE_URL=f"http://127.0.0.1:{llm.server_address[1]}/v1",
         LLM_API_KEY="stub-key",
         LLM_MAX_RETRIES="0",
