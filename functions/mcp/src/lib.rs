@@ -60,8 +60,8 @@ impl Application {
 /// Loads the tools, builds the pool, checks every tool statement against the database and
 /// returns the whole HTTP surface.
 async fn router(config: &McpConfig, secrets: Option<Secrets>) -> Result<Router, StartupError> {
-    let catalog = Catalog::load(config.tools_file.as_deref(), config.limits)
-        .map_err(StartupError::Function)?;
+    let catalog =
+        Catalog::load(&config.tools_files, config.limits).map_err(StartupError::Function)?;
     let catalog = Arc::new(catalog);
     let pool = parley_core::db::pool_with_secrets(&config.db, secrets.as_ref())?;
     if catalog
