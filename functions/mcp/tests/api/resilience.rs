@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::helpers::{Options, env, spawn, spawn_on};
+use crate::helpers::{Options, env, spawn, spawn_on, writer_role};
 use parley_testkit::{TestCluster, TestDb};
 
 const SLOW_TOOL: &str = r#"
@@ -32,6 +32,7 @@ const DECLARED_WRITE: &str = r#"
 name = "close_feedback"
 description = "Marks one feedback item closed."
 writes = true
+role = "parley_test_feedback_closer"
 sql = "UPDATE feedback SET status = 'closed' WHERE id = :id RETURNING id, status"
 [tool.params.id]
 type = "integer"
@@ -126,12 +127,20 @@ async fn a_tool_that_writes_without_declaring_it_is_refused_by_the_read_only_tra
 }
 
 #[tokio::test]
-async fn the_read_only_role_refuses_writes_even_for_a_declared_writing_tool() {
-    let app = spawn(Options {
-        tools_toml: Some(DECLARED_WRITE.into()),
-        ..Options::default()
-    })
-    .await;
+async fn a_write_role_without_the_grant_refuses_the_write() {
+    // The role exists (and the login may switch to it) but may not update this database's
+    // feedback: the write is refused by Postgres, whatever the tools file says.
+    let db = TestDb::with_demo_data(100).await;
+    writer_role(&db, "parley_test_feedback_closer", "SELECT 1").await;
+    let app = spawn_on(
+        db,
+        Options {
+            tools_toml: Some(DECLARED_WRITE.into()),
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
     let message = app.tool_error("close_feedback", json!({"id": 1})).await;
     assert!(
         message.contains("may not do what this tool asks"),
@@ -147,12 +156,16 @@ async fn the_read_only_role_refuses_writes_even_for_a_declared_writing_tool() {
 #[tokio::test]
 async fn a_declared_writing_tool_writes_when_its_role_may() {
     let db = TestDb::with_demo_data(100).await;
-    let url = db.url.clone();
+    writer_role(
+        &db,
+        "parley_test_feedback_closer",
+        "GRANT SELECT, UPDATE ON feedback TO parley_test_feedback_closer",
+    )
+    .await;
     let app = spawn_on(
         db,
         Options {
             tools_toml: Some(DECLARED_WRITE.into()),
-            database_url: Some(url),
             ..Options::default()
         },
     )

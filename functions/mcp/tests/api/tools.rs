@@ -54,6 +54,7 @@ description = "Marks one feedback item closed; closing twice changes nothing mor
 writes = true
 destructive = false
 idempotent = true
+role = "parley_readonly"
 sql = "UPDATE feedback SET status = 'closed' WHERE id = :id RETURNING id, status"
 [tool.params.id]
 type = "integer"
@@ -63,6 +64,7 @@ required = true
 name = "delete_feedback"
 description = "Deletes one feedback item."
 writes = true
+role = "parley_readonly"
 sql = "DELETE FROM feedback WHERE id = :id RETURNING id"
 [tool.params.id]
 type = "integer"
@@ -442,11 +444,11 @@ async fn a_real_mcp_client_gets_structured_content_and_the_same_json_as_text() {
     assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), structured);
 }
 
-/// The shipped tools plus one that shows how the session's prepared statements were planned.
+/// The feedback tools plus one that shows how the session's prepared statements were planned.
 fn with_plans_tool() -> String {
     format!(
         "{}\n{}",
-        parley_mcp::tools::spec::DEFAULT_TOOLS,
+        std::fs::read_to_string(crate::helpers::FEEDBACK_TOOLS_FILE).expect("feedback tools"),
         r#"
 [[tool]]
 name = "plans"
