@@ -1,5 +1,6 @@
 //! Parley's MCP function: Postgres tools (read-only unless declared `writes = true`), declared
-//! in a TOML file, served over stateless Streamable HTTP at `/mcp` behind bearer auth.
+//! in the TOML files `TOOLS_FILE` names, served over stateless Streamable HTTP at `/mcp` behind
+//! bearer auth; each call runs for its verified caller (see `auth` and `tools::exec`).
 //!
 //! Modules: `config` (settings), `tools` (declarations → running queries), `server` (rmcp
 //! handler, the direct path for `tools/call` and `tools/list`, and rmcp's transport), `auth`

@@ -1,7 +1,8 @@
-//! The MCP server: rmcp's `ServerHandler` over the tool catalog, served statelessly over
-//! Streamable HTTP (no sessions, JSON responses, POST only) so any Lambda instance can answer
-//! any request. `tools/call` and `tools/list` usually skip rmcp's per-request service through
-//! the direct path in [`fast`]; everything else goes through rmcp's `StreamableHttpService`.
+//! The MCP server: rmcp's `ServerHandler` over the tool catalog (tools and prompts), served
+//! statelessly over Streamable HTTP (no sessions, JSON responses, POST only) so any Lambda
+//! instance can answer any request. `tools/call` and `tools/list` usually skip rmcp's
+//! per-request service through the direct path in [`fast`]; everything else goes through
+//! rmcp's `StreamableHttpService`. Both hand a call the verified `Caller` from the request.
 
 mod fast;
 

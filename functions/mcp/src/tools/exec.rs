@@ -182,8 +182,8 @@ pub fn begin_sql(tool: &ToolSpec) -> String {
 
 fn begin_with(tool: &ToolSpec, read_write: bool) -> String {
     // Tools with nullable filters are planned per call (see `ToolSpec::custom_plans`): at 1M
-    // rows a generic plan made a district search 345 ms instead of 23 ms, while planning a
-    // primary-key lookup every time costs more than the lookup. The others leave the choice
+    // rows a generic plan made a search with one optional filter given 345 ms instead of
+    // 23 ms, while planning a primary-key lookup every time costs more than the lookup. The others leave the choice
     // to Postgres, which after five calls on a connection uses the cached generic plan when it
     // is not costlier than planning each call.
     let mut begin = format!(

@@ -317,7 +317,10 @@ impl ToolError {
             ToolError::Arguments(ArgumentError::FromCaller(name)) => {
                 format!("caller-bound parameter `{name}` passed as an argument")
             }
-            // Tool and claim names only: no claim value.
+            // Tool and claim names only: never a claim's value.
+            ToolError::Caller(CallerError::BadClaim { tool, claim, .. }) => {
+                format!("`{tool}` cannot use the caller's `{claim}` claim")
+            }
             ToolError::Caller(e) => e.to_string(),
             ToolError::Key(e) => e.to_string(),
             ToolError::Exec(e) => e.to_string(),

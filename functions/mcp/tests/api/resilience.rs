@@ -11,6 +11,7 @@ const SLOW_TOOL: &str = r#"
 name = "slow"
 description = "Sleeps for a while."
 timeout_ms = 200
+timeout_hint = "fewer seconds"
 sql = "SELECT pg_sleep(:seconds) AS slept"
 [tool.params.seconds]
 type = "number"
@@ -96,7 +97,11 @@ async fn a_statement_over_its_timeout_is_cancelled_and_reported() {
     })
     .await;
     let message = app.tool_error("slow", json!({"seconds": 5})).await;
-    assert!(message.contains("longer than 200 ms"), "{message}");
+    assert_eq!(
+        message,
+        "the query took longer than 200 ms and was cancelled; narrow the filters (fewer \
+         seconds) and try again"
+    );
     // The connection went back to the pool healthy: the next call works.
     let out = app.rows("slow", json!({"seconds": 0.01})).await;
     assert_eq!(out["row_count"], 1);
