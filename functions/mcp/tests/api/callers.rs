@@ -4,7 +4,7 @@
 //! team's own data; it is declared here, as a team would write it.
 
 use jsonwebtoken::{Algorithm, EncodingKey, Header, encode, get_current_timestamp};
-use parley_testkit::TestDb;
+use parley_testkit::{TcpProxy, TestDb};
 use serde_json::{Value, json};
 
 use crate::helpers::{Options, TOKEN, TestApp, env, spawn_on, writer_role};
@@ -87,6 +87,11 @@ description = "how to write it, e.g. ' in one line'"
 const VIA_RMCP: &str = "application/json;q=1, text/event-stream;q=1";
 
 async fn spawn_notes() -> TestApp {
+    spawn_notes_on(notes_db().await, None, Vec::new()).await
+}
+
+/// A fresh database with the notes schema and its write role.
+async fn notes_db() -> TestDb {
     let db = TestDb::migrated().await;
     writer_role(
         &db,
@@ -98,14 +103,26 @@ async fn spawn_notes() -> TestApp {
         ),
     )
     .await;
+    db
+}
+
+/// The notes tools over `db`, with user tokens; `database_url` replaces the read-only login's.
+async fn spawn_notes_on(
+    db: TestDb,
+    database_url: Option<String>,
+    extra: Vec<(String, String)>,
+) -> TestApp {
+    let mut extra_env = env(&[
+        ("JWT_SECRET", SECRET),
+        ("MCP_RESOURCE_URL", "http://127.0.0.1/mcp"),
+    ]);
+    extra_env.extend(extra);
     spawn_on(
         db,
         Options {
             tools_toml: Some(TOOLS.into()),
-            extra_env: env(&[
-                ("JWT_SECRET", SECRET),
-                ("MCP_RESOURCE_URL", "http://127.0.0.1/mcp"),
-            ]),
+            database_url,
+            extra_env,
             ..Options::default()
         },
     )
@@ -357,6 +374,29 @@ async fn a_keyed_write_sent_twice_writes_once_and_returns_the_same_result() {
         .await
         .get(0);
     assert_eq!(recorded, 4);
+}
+
+#[tokio::test]
+async fn a_keyed_write_is_retried_on_a_connection_that_died_idle_and_an_unkeyed_one_is_not() {
+    let db = notes_db().await;
+    let (proxy, url) = TcpProxy::in_front_of(&db.readonly_url).await;
+    let app = spawn_notes_on(db, Some(url), env(&[("DB_POOL_MAX_SIZE", "1")])).await;
+    let alice = user("alice", json!({}));
+    let warm = async || rows(&call_as(&app, &alice, "my_notes", json!({}), Value::Null).await);
+
+    warm().await;
+    proxy.sever();
+    let args = json!({"body": "after the freeze"});
+    let message = error(&call_as(&app, &alice, "add_note", args.clone(), Value::Null).await);
+    assert!(message.contains("database is unavailable"), "{message}");
+    assert_eq!(count_notes(&app, "after the freeze").await, 0);
+
+    warm().await;
+    proxy.sever();
+    let key = json!({"parley/idempotency_key": "thaw-1"});
+    let written = rows(&call_as(&app, &alice, "add_note", args, key).await);
+    assert_eq!(written[0]["owner"], "alice");
+    assert_eq!(count_notes(&app, "after the freeze").await, 1);
 }
 
 #[tokio::test]
