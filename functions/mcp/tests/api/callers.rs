@@ -85,6 +85,8 @@ description = "how to write it, e.g. ' in one line'"
 
 /// `Accept` with weights: the direct path leaves such requests to rmcp's transport.
 const VIA_RMCP: &str = "application/json;q=1, text/event-stream;q=1";
+/// `Accept` as ordinary clients send it: `tools/call` and `tools/list` take the direct path.
+const DIRECT: &str = "application/json, text/event-stream";
 
 async fn spawn_notes() -> TestApp {
     spawn_notes_on(notes_db().await, None, Vec::new()).await
@@ -164,14 +166,7 @@ async fn call_as(app: &TestApp, token: &str, tool: &str, args: Value, meta: Valu
     if !meta.is_null() {
         params["_meta"] = meta;
     }
-    let body = rpc(
-        app,
-        token,
-        "application/json, text/event-stream",
-        "tools/call",
-        params,
-    )
-    .await;
+    let body = rpc(app, token, DIRECT, "tools/call", params).await;
     body["result"].clone()
 }
 
@@ -251,11 +246,7 @@ async fn an_argument_naming_the_owner_is_refused() {
         message.contains("set from the caller's identity"),
         "{message}"
     );
-    let count: i64 = app
-        .sql_one("SELECT count(*) FROM notes WHERE body = 'x'")
-        .await
-        .get(0);
-    assert_eq!(count, 0);
+    assert_eq!(count_notes(&app, "x").await, 0);
 }
 
 #[tokio::test]
@@ -421,11 +412,7 @@ async fn a_malformed_idempotency_key_is_a_tool_error_and_nothing_is_written() {
         );
         assert!(message.contains("parley/idempotency_key"), "{message}");
     }
-    let count: i64 = app
-        .sql_one("SELECT count(*) FROM notes WHERE body = 'never'")
-        .await
-        .get(0);
-    assert_eq!(count, 0);
+    assert_eq!(count_notes(&app, "never").await, 0);
 }
 
 #[tokio::test]
@@ -448,11 +435,7 @@ async fn a_user_token_reaches_a_caller_bound_tool_through_rmcps_path_too() {
     let again = rpc(&app, &bob, VIA_RMCP, "tools/call", keyed).await;
     assert_eq!(rows(&first["result"])[0]["owner"], "bob");
     assert_eq!(again["result"], first["result"]);
-    let count: i64 = app
-        .sql_one("SELECT count(*) FROM notes WHERE body = 'via rmcp'")
-        .await
-        .get(0);
-    assert_eq!(count, 1);
+    assert_eq!(count_notes(&app, "via rmcp").await, 1);
     let service = rpc(
         &app,
         TOKEN,
@@ -467,14 +450,7 @@ async fn a_user_token_reaches_a_caller_bound_tool_through_rmcps_path_too() {
 #[tokio::test]
 async fn tools_list_hides_caller_bound_parameters_and_publishes_context_and_keys() {
     let app = spawn_notes().await;
-    let listed = rpc(
-        &app,
-        TOKEN,
-        "application/json, text/event-stream",
-        "tools/list",
-        json!({}),
-    )
-    .await;
+    let listed = rpc(&app, TOKEN, DIRECT, "tools/list", json!({})).await;
     let tools = listed["result"]["tools"].as_array().unwrap();
     let tool = |name: &str| tools.iter().find(|t| t["name"] == name).unwrap().clone();
     let my_notes = tool("my_notes");
@@ -537,7 +513,7 @@ async fn prompts_are_listed_and_rendered_with_their_arguments() {
     let got = rpc(
         &app,
         TOKEN,
-        "application/json, text/event-stream",
+        DIRECT,
         "prompts/get",
         json!({"name": "summarise", "arguments": {"topic": "travel"}}),
     )
@@ -553,7 +529,7 @@ async fn prompts_are_listed_and_rendered_with_their_arguments() {
     let got = rpc(
         &app,
         TOKEN,
-        "application/json, text/event-stream",
+        DIRECT,
         "prompts/get",
         json!({"name": "summarise", "arguments": {"topic": "travel", "style": " in one line"}}),
     )
@@ -574,7 +550,7 @@ async fn prompts_are_listed_and_rendered_with_their_arguments() {
         let refused = rpc(
             &app,
             TOKEN,
-            "application/json, text/event-stream",
+            DIRECT,
             "prompts/get",
             json!({"name": "summarise", "arguments": arguments}),
         )
@@ -583,14 +559,7 @@ async fn prompts_are_listed_and_rendered_with_their_arguments() {
         let message = refused["error"]["message"].as_str().unwrap();
         assert!(message.contains(why), "{why}: {message}");
     }
-    let unknown = rpc(
-        &app,
-        TOKEN,
-        "application/json, text/event-stream",
-        "prompts/get",
-        json!({"name": "nope"}),
-    )
-    .await;
+    let unknown = rpc(&app, TOKEN, DIRECT, "prompts/get", json!({"name": "nope"})).await;
     assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
 }
 

@@ -131,13 +131,11 @@ async fn a_tool_that_writes_without_declaring_it_is_refused_by_the_read_only_tra
     assert_eq!(count, 0);
 }
 
-#[tokio::test]
-async fn a_write_role_without_the_grant_refuses_the_write() {
-    // The role exists (and the login may switch to it) but may not update this database's
-    // feedback: the write is refused by Postgres, whatever the tools file says.
+/// [`DECLARED_WRITE`] over demo data, its role given `grants` in this database.
+async fn spawn_closer(grants: &str) -> crate::helpers::TestApp {
     let db = TestDb::with_demo_data(100).await;
-    writer_role(&db, "parley_test_feedback_closer", "SELECT 1").await;
-    let app = spawn_on(
+    writer_role(&db, "parley_test_feedback_closer", grants).await;
+    spawn_on(
         db,
         Options {
             tools_toml: Some(DECLARED_WRITE.into()),
@@ -145,7 +143,14 @@ async fn a_write_role_without_the_grant_refuses_the_write() {
         },
     )
     .await
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_write_role_without_the_grant_refuses_the_write() {
+    // The role exists (and the login may switch to it) but may not update this database's
+    // feedback: the write is refused by Postgres, whatever the tools file says.
+    let app = spawn_closer("SELECT 1").await;
     let message = app.tool_error("close_feedback", json!({"id": 1})).await;
     assert!(
         message.contains("may not do what this tool asks"),
@@ -160,22 +165,7 @@ async fn a_write_role_without_the_grant_refuses_the_write() {
 
 #[tokio::test]
 async fn a_declared_writing_tool_writes_when_its_role_may() {
-    let db = TestDb::with_demo_data(100).await;
-    writer_role(
-        &db,
-        "parley_test_feedback_closer",
-        "GRANT SELECT, UPDATE ON feedback TO parley_test_feedback_closer",
-    )
-    .await;
-    let app = spawn_on(
-        db,
-        Options {
-            tools_toml: Some(DECLARED_WRITE.into()),
-            ..Options::default()
-        },
-    )
-    .await
-    .unwrap();
+    let app = spawn_closer("GRANT SELECT, UPDATE ON feedback TO parley_test_feedback_closer").await;
     let (_, listed) = app.rpc("tools/list", json!({})).await;
     assert_eq!(
         listed["result"]["tools"][0]["annotations"]["readOnlyHint"],
