@@ -1,11 +1,12 @@
-//! Each shipped tool answers correctly over the demo data, checked against SQL run directly.
+//! Each tool of the feedback demo (`domains/feedback/tools.toml`) answers correctly over the
+//! demo data, checked against SQL run directly.
 
 use serde_json::{Value, json};
 
 use crate::helpers::{Options, client_call, env, spawn, spawn_app};
 
 #[tokio::test]
-async fn tools_list_publishes_every_shipped_tool_with_schema_and_read_only_hint() {
+async fn tools_list_publishes_every_feedback_tool_with_schema_and_read_only_hint() {
     let app = spawn_app().await;
     let client = app.client().await;
     let tools = client.list_all_tools().await.expect("tools/list");
