@@ -46,8 +46,9 @@ pub struct McpConfig {
     pub allowed_origins: Vec<String>,
     /// `MCP_MAX_BODY_BYTES`
     pub max_body_bytes: usize,
-    /// `TOOLS_FILE`: a tools file to use instead of the shipped one.
-    pub tools_file: Option<PathBuf>,
+    /// `TOOLS_FILE`: the tools files served, comma-separated (required; e.g.
+    /// `domains/feedback/tools.toml`). Their tools and prompts are merged.
+    pub tools_files: Vec<PathBuf>,
     /// `TOOL_MAX_ROWS`, `TOOL_MAX_RESULT_BYTES`, `TOOL_TIMEOUT_MS`
     pub limits: Limits,
 }
@@ -99,7 +100,7 @@ impl McpConfig {
             allowed_origins: env.list("MCP_ALLOWED_ORIGINS"),
             max_body_bytes: env.limit("MCP_MAX_BODY_BYTES", 1024 * 1024, 1024..=64 * 1024 * 1024)?
                 as usize,
-            tools_file: env.optional("TOOLS_FILE")?,
+            tools_files: tools_files(env)?,
             limits: Limits {
                 max_rows: env.limit(
                     "TOOL_MAX_ROWS",
@@ -115,6 +116,20 @@ impl McpConfig {
             },
         })
     }
+}
+
+/// `TOOLS_FILE`: one path or several, comma-separated; required, since the function ships no
+/// tools of its own.
+fn tools_files(env: &Env) -> Result<Vec<PathBuf>, ConfigError> {
+    let files: Vec<PathBuf> = env.list("TOOLS_FILE").iter().map(PathBuf::from).collect();
+    if files.is_empty() {
+        return Err(ConfigError::new(
+            "TOOLS_FILE",
+            "is required: the tools file(s) to serve, comma-separated, e.g. \
+             domains/feedback/tools.toml or /opt/tools/tasks.toml,/opt/tools/feedback.toml",
+        ));
+    }
+    Ok(files)
 }
 
 /// User tokens are on when a key to verify them is configured; then the resource URL is needed.
@@ -147,7 +162,10 @@ mod tests {
     use super::*;
 
     fn env(extra: &[(&str, &str)]) -> Env {
-        let mut pairs = vec![("DATABASE_URL", "postgres://u@localhost/db")];
+        let mut pairs = vec![
+            ("DATABASE_URL", "postgres://u@localhost/db"),
+            ("TOOLS_FILE", "tools.toml"),
+        ];
         pairs.extend_from_slice(extra);
         Env::from_pairs(pairs)
     }
@@ -224,6 +242,22 @@ mod tests {
         ]))
         .unwrap();
         assert!(c.auth_token.is_none() && c.users.is_some());
+    }
+
+    #[test]
+    fn tools_file_is_required_and_may_list_several_files() {
+        let e = McpConfig::from_env(&Env::from_pairs([(
+            "DATABASE_URL",
+            "postgres://u@localhost/db",
+        )]))
+        .unwrap_err();
+        assert_eq!(e.var, "TOOLS_FILE");
+        assert!(e.to_string().contains("comma-separated"), "{e}");
+        let c = McpConfig::from_env(&env(&[("TOOLS_FILE", "a/tools.toml, b/tools.toml")])).unwrap();
+        assert_eq!(
+            c.tools_files,
+            [PathBuf::from("a/tools.toml"), PathBuf::from("b/tools.toml")]
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Parley's MCP function: Postgres tools (read-only unless declared `writes = true`), declared
-//! in a TOML file, served over stateless Streamable HTTP at `/mcp` behind bearer auth.
+//! in the TOML files `TOOLS_FILE` names, served over stateless Streamable HTTP at `/mcp` behind
+//! bearer auth; each call runs for its verified caller (see `auth` and `tools::exec`).
 //!
 //! Modules: `config` (settings), `tools` (declarations → running queries), `server` (rmcp
 //! handler, the direct path for `tools/call` and `tools/list`, and rmcp's transport), `auth`
@@ -60,8 +61,8 @@ impl Application {
 /// Loads the tools, builds the pool, checks every tool statement against the database and
 /// returns the whole HTTP surface.
 async fn router(config: &McpConfig, secrets: Option<Secrets>) -> Result<Router, StartupError> {
-    let catalog = Catalog::load(config.tools_file.as_deref(), config.limits)
-        .map_err(StartupError::Function)?;
+    let catalog =
+        Catalog::load(&config.tools_files, config.limits).map_err(StartupError::Function)?;
     let catalog = Arc::new(catalog);
     let pool = parley_core::db::pool_with_secrets(&config.db, secrets.as_ref())?;
     if catalog

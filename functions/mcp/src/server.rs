@@ -1,7 +1,8 @@
-//! The MCP server: rmcp's `ServerHandler` over the tool catalog, served statelessly over
-//! Streamable HTTP (no sessions, JSON responses, POST only) so any Lambda instance can answer
-//! any request. `tools/call` and `tools/list` usually skip rmcp's per-request service through
-//! the direct path in [`fast`]; everything else goes through rmcp's `StreamableHttpService`.
+//! The MCP server: rmcp's `ServerHandler` over the tool catalog (tools and prompts), served
+//! statelessly over Streamable HTTP (no sessions, JSON responses, POST only) so any Lambda
+//! instance can answer any request. `tools/call` and `tools/list` usually skip rmcp's
+//! per-request service through the direct path in [`fast`]; everything else goes through
+//! rmcp's `StreamableHttpService`. Both hand a call the verified `Caller` from the request.
 
 mod fast;
 
@@ -10,46 +11,97 @@ pub use fast::McpService;
 use std::sync::Arc;
 
 use deadpool_postgres::Pool;
+use indexmap::IndexMap;
+use parley_core::jwt::VerifiedClaims;
 use rmcp::model::{
     CallToolRequestMethod, CallToolRequestParams, CallToolResponse, CallToolResult, ConstString,
-    CustomRequest, CustomResult, Implementation, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig,
+    CustomRequest, CustomResult, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
+    Implementation, JsonObject, ListPromptsResult, ListToolsResult, PaginatedRequestParams,
+    PromptMessage, Role, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, ServerHandler};
 
+use crate::auth::Caller;
 use crate::config::McpConfig;
-use crate::tools::{self, Catalog, ToolError};
+use crate::tools::{self, Catalog, IdempotencyKey, ToolError, ToolOutput, ToolSpec};
 
-const INSTRUCTIONS: &str = "Parley answers questions over a Postgres database. Every tool is a \
-read-only query that returns JSON rows (`rows`, `row_count`, and `truncated` when more rows \
-matched than were returned). Prefer the most specific tool, resolve place names with the \
-lookup tools before filtering by them, and quote numbers exactly as returned.";
+/// What every deployment says about its tools, whatever the data; each tools file's own
+/// `instructions` follow it.
+const INSTRUCTIONS: &str = "Parley answers over a Postgres database through the tools listed \
+here. Each tool runs one declared SQL statement and returns JSON rows (`rows`, `row_count`, and \
+`truncated` when more rows matched than were returned). Tools annotated read-only change \
+nothing; the others change data only as their descriptions say. Prefer the most specific tool \
+and quote values exactly as returned.";
 
-/// The handler rmcp calls for each request; cheap to clone (one `Arc`).
+/// The handler rmcp calls for each request; cheap to clone (two `Arc`s).
 #[derive(Clone)]
 pub struct ParleyMcp {
     catalog: Arc<Catalog>,
     pool: Pool,
+    instructions: Arc<str>,
 }
 
 impl ParleyMcp {
     pub fn new(catalog: Arc<Catalog>, pool: Pool) -> Self {
-        Self { catalog, pool }
+        let instructions = std::iter::once(INSTRUCTIONS)
+            .chain(catalog.instructions().iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join("\n\n");
+        Self {
+            catalog,
+            pool,
+            instructions: instructions.into(),
+        }
     }
+}
+
+/// The verified caller rmcp's transport kept with the request (`http::request::Parts`); the
+/// service when none is there (auth off).
+fn caller_of(context: &RequestContext<RoleServer>) -> Caller {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Caller>())
+        .cloned()
+        .unwrap_or(Caller::Service)
 }
 
 impl ServerHandler for ParleyMcp {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(
-                Implementation::new("parley-mcp", env!("CARGO_PKG_VERSION"))
-                    .with_title("Parley")
-                    .with_description("Read-only tools over Postgres, declared in a tools file."),
-            )
-            .with_instructions(INSTRUCTIONS)
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_prompts()
+                .build(),
+        )
+        .with_server_info(
+            Implementation::new("parley-mcp", env!("CARGO_PKG_VERSION"))
+                .with_title("Parley")
+                .with_description("Tools over Postgres, declared in tools files."),
+        )
+        .with_instructions(self.instructions.to_string())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        Ok(ListPromptsResult::with_all_items(
+            self.catalog.listed_prompts().to_vec(),
+        ))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        self.prompt(&request.name, request.arguments.as_ref())
+            .map(Into::into)
     }
 
     async fn list_tools(
@@ -63,9 +115,12 @@ impl ServerHandler for ParleyMcp {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        self.call(request).await.map(Into::into)
+        // rmcp moved the request's `_meta` into the context.
+        self.call(request, &context.meta.0.0, &caller_of(&context))
+            .await
+            .map(Into::into)
     }
 
     /// rmcp parses a `tools/call` whose params are missing or lack `name` as a request for an
@@ -95,8 +150,62 @@ impl ParleyMcp {
         ListToolsResult::with_all_items(self.catalog.listed().to_vec())
     }
 
-    /// `tools/call`, for rmcp's handler and the direct path alike.
-    async fn call(&self, request: CallToolRequestParams) -> Result<CallToolResult, ErrorData> {
+    /// `prompts/get`: the prompt's text with its arguments in place. Arguments are strings;
+    /// an unknown prompt, an unknown or non-string argument or a missing required one is an
+    /// invalid-params error.
+    fn prompt(
+        &self,
+        name: &str,
+        arguments: Option<&JsonObject>,
+    ) -> Result<GetPromptResult, ErrorData> {
+        let Some(prompt) = self.catalog.prompt(name) else {
+            return Err(ErrorData::invalid_params(
+                format!("unknown prompt `{name}`; call prompts/list for the available prompts"),
+                None,
+            ));
+        };
+        let mut given = IndexMap::new();
+        for (key, value) in arguments.into_iter().flatten() {
+            if !prompt.arguments.iter().any(|a| &a.name == key) {
+                return Err(ErrorData::invalid_params(
+                    format!("prompt `{name}` takes no argument `{key}`"),
+                    None,
+                ));
+            }
+            let Some(text) = value.as_str() else {
+                return Err(ErrorData::invalid_params(
+                    format!("argument `{key}` of prompt `{name}` must be a string"),
+                    None,
+                ));
+            };
+            given.insert(key.clone(), text.to_owned());
+        }
+        if let Some(missing) = prompt
+            .arguments
+            .iter()
+            .find(|a| a.required && !given.contains_key(&a.name))
+        {
+            return Err(ErrorData::invalid_params(
+                format!("prompt `{name}` needs the argument `{}`", missing.name),
+                None,
+            ));
+        }
+        let mut result = GetPromptResult::new(vec![PromptMessage::new_text(
+            Role::User,
+            prompt.render(&given),
+        )]);
+        result.description = prompt.description.clone();
+        Ok(result)
+    }
+
+    /// `tools/call`, for rmcp's handler and the direct path alike: `meta` is the request's
+    /// `_meta` (the idempotency key), `caller` the verified caller the auth layer found.
+    pub(crate) async fn call(
+        &self,
+        request: CallToolRequestParams,
+        meta: &JsonObject,
+        caller: &Caller,
+    ) -> Result<CallToolResult, ErrorData> {
         // An unknown tool is a protocol error (the spec's -32602); everything after this point
         // is a tool result the model can read and act on.
         let Some(tool) = self.catalog.get(&request.name) else {
@@ -109,18 +218,17 @@ impl ParleyMcp {
             ));
         };
         let started = std::time::Instant::now();
-        let outcome = match tools::params::parse_arguments(&tool.params, request.arguments.as_ref())
-        {
-            Ok(args) => tools::exec::run(&self.pool, tool, &args)
-                .await
-                .map_err(ToolError::from),
-            Err(e) => Err(ToolError::from(e)),
+        let user = match caller {
+            Caller::User(claims) => Some(claims),
+            Caller::Service => None,
         };
+        let outcome = self.run(tool, request.arguments.as_ref(), meta, user).await;
         match &outcome {
             Ok(out) => tracing::info!(
                 tool = %tool.name,
                 rows = out.row_count,
                 truncated = out.truncated.is_some(),
+                replayed = out.replayed,
                 elapsed_ms = started.elapsed().as_millis() as u64,
                 "tool call"
             ),
@@ -129,6 +237,20 @@ impl ParleyMcp {
             }
         }
         Ok(tools::to_call_result(outcome))
+    }
+
+    /// Arguments checked, caller-bound values filled in, the key read, then the statement.
+    async fn run(
+        &self,
+        tool: &ToolSpec,
+        arguments: Option<&JsonObject>,
+        meta: &JsonObject,
+        user: Option<&VerifiedClaims>,
+    ) -> Result<ToolOutput, ToolError> {
+        let mut args = tools::params::parse_arguments(&tool.params, arguments)?;
+        tools::params::bind_caller(&tool.name, &tool.params, &mut args, user)?;
+        let key = IdempotencyKey::from_meta(meta)?;
+        Ok(tools::exec::run(&self.pool, tool, &args, user, key.as_ref()).await?)
     }
 }
 

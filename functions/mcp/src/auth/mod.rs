@@ -196,7 +196,10 @@ mod tests {
     const SECRET: &str = "a-test-secret-that-is-at-least-32-bytes-long";
 
     fn authenticator(pairs: &[(&str, &str)]) -> Authenticator {
-        let mut all = vec![("DATABASE_URL", "postgres://u@localhost/db")];
+        let mut all = vec![
+            ("DATABASE_URL", "postgres://u@localhost/db"),
+            ("TOOLS_FILE", "tools.toml"),
+        ];
         all.extend_from_slice(pairs);
         let config = McpConfig::from_env(&Env::from_pairs(all)).unwrap();
         Authenticator::new(&config, None, reqwest::Client::new())

@@ -11,8 +11,8 @@ use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode, header};
 use axum::response::IntoResponse;
 use rmcp::model::{
-    CallToolRequestParams, ClientJsonRpcMessage, ClientRequest, GetMeta, ProtocolVersion,
-    RequestId, ServerJsonRpcMessage, ServerResult,
+    CallToolRequestParams, ClientJsonRpcMessage, ClientRequest, GetMeta, JsonObject,
+    ProtocolVersion, RequestId, ServerJsonRpcMessage, ServerResult,
 };
 use rmcp::transport::common::http_header::{
     EVENT_STREAM_MIME_TYPE, HEADER_MCP_PROTOCOL_VERSION, JSON_MIME_TYPE,
@@ -21,6 +21,7 @@ use rmcp::transport::streamable_http_server::StreamableHttpService;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 
 use super::{ParleyMcp, is_json_media_type};
+use crate::auth::Caller;
 use crate::config::McpConfig;
 
 type Transport = StreamableHttpService<ParleyMcp, NeverSessionManager>;
@@ -40,7 +41,8 @@ struct Inner {
 /// A request the direct path answers.
 enum Direct {
     List,
-    Call(CallToolRequestParams),
+    /// The call and its request `_meta` (which rmcp's parser keeps apart from the params).
+    Call(CallToolRequestParams, JsonObject),
 }
 
 impl McpService {
@@ -94,7 +96,15 @@ impl Inner {
             }
         };
         match direct_request(&bytes) {
-            Some((id, direct)) => self.answer(id, direct).await,
+            Some((id, direct)) => {
+                // Set by the auth layer on every request that reaches this service.
+                let caller = parts
+                    .extensions
+                    .get::<Caller>()
+                    .cloned()
+                    .unwrap_or(Caller::Service);
+                self.answer(id, direct, &caller).await
+            }
             None => {
                 self.to_rmcp(Request::from_parts(parts, Body::from(bytes)))
                     .await
@@ -141,12 +151,17 @@ impl Inner {
         }
     }
 
-    async fn answer(&self, id: RequestId, direct: Direct) -> axum::response::Response {
+    async fn answer(
+        &self,
+        id: RequestId,
+        direct: Direct,
+        caller: &Caller,
+    ) -> axum::response::Response {
         let result = match direct {
             Direct::List => Ok(ServerResult::ListToolsResult(self.handler.list())),
-            Direct::Call(params) => self
+            Direct::Call(params, meta) => self
                 .handler
-                .call(params)
+                .call(params, &meta, caller)
                 .await
                 .map(ServerResult::CallToolResult),
         };
@@ -183,11 +198,13 @@ fn direct_request(body: &[u8]) -> Option<(RequestId, Direct)> {
     let ClientJsonRpcMessage::Request(request) = serde_json::from_slice(body).ok()? else {
         return None;
     };
-    if request.request.get_meta().protocol_version().is_some() {
+    let meta = request.request.get_meta();
+    if meta.protocol_version().is_some() {
         return None;
     }
+    let meta = meta.0.0.clone();
     let direct = match request.request {
-        ClientRequest::CallToolRequest(call) => Direct::Call(call.params),
+        ClientRequest::CallToolRequest(call) => Direct::Call(call.params, meta),
         ClientRequest::ListToolsRequest(_) => Direct::List,
         _ => return None,
     };

@@ -1,15 +1,22 @@
 //! Runs one checked tool call against Postgres and renders the rows as JSON.
 //!
-//! Read-only tools run in `BEGIN READ ONLY` with a local statement timeout; begin, query and
-//! commit are pipelined so the transaction costs no extra round trips. Postgres renders every
-//! row (`row_to_json`), so numeric, timestamp and uuid values arrive exactly as stored.
+//! A call is one pipelined transaction (no extra round trips): `BEGIN READ ONLY` (or `READ
+//! WRITE` for a declared write) with a local statement timeout and the tool's role, the
+//! caller's verified claims in `parley.caller` (for a user), the statement, `COMMIT`. A write
+//! called with an idempotency key records its rows in the same statement; the same key again
+//! fails on `idempotency_pkey`, writes nothing and gets the recorded rows back. Postgres
+//! renders every row (`row_to_json`), so numeric, timestamp and uuid values arrive exactly as
+//! stored.
 
 use deadpool_postgres::{Object, Pool};
 use futures_util::TryStreamExt;
 use parley_core::db::DbError;
 use parley_core::db::retry_once_if_stale;
+use parley_core::jwt::VerifiedClaims;
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::{ToSql, Type};
 
+use super::idempotency::IdempotencyKey;
 use super::params::SqlValue;
 use super::spec::ToolSpec;
 
@@ -19,6 +26,8 @@ pub struct ToolOutput {
     pub json: String,
     pub row_count: usize,
     pub truncated: Option<Truncation>,
+    /// The rows are a repeat's: recorded under the call's idempotency key the first time.
+    pub replayed: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,10 +40,8 @@ pub enum Truncation {
 /// person calling the tool: actionable, never internals.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
-    #[error(
-        "the query took longer than {0} ms and was cancelled; narrow the filters (a district, a category or a date range) and try again"
-    )]
-    Timeout(u128),
+    #[error("the query took longer than {ms} ms and was cancelled; narrow the filters{} and try again", hint.as_ref().map(|h| format!(" ({h})")).unwrap_or_default())]
+    Timeout { ms: u128, hint: Option<String> },
     #[error("the database is unavailable right now; try again in a few seconds")]
     Unavailable,
     #[error("this tool is read-only and its statement tried to change data; nothing was changed")]
@@ -43,6 +50,11 @@ pub enum ExecError {
         "the database role of this service may not do what this tool asks; nothing was changed"
     )]
     PermissionDenied,
+    #[error(
+        "this call's idempotency key was used before, but its first result cannot be read back; \
+         nothing was changed"
+    )]
+    Replay,
     #[error("the query failed (SQLSTATE {0}); the tool's declaration may need fixing")]
     Query(String),
 }
@@ -61,28 +73,82 @@ impl From<DbError> for ExecError {
     }
 }
 
-/// Runs `tool` with checked `args` (in the order of `tool.params`).
-pub async fn run(pool: &Pool, tool: &ToolSpec, args: &[SqlValue]) -> Result<ToolOutput, ExecError> {
+/// Sets `parley.caller` for the rest of the transaction (`is_local = true`).
+const SET_CALLER: &str = "SELECT set_config('parley.caller', $1, true)";
+
+/// Reads back what a keyed write recorded; RLS on the table adds the caller.
+const RECORDED_ROWS: &str = "SELECT rows FROM parley.idempotency \
+     WHERE caller = coalesce(parley.caller_sub(), '') AND tool = $1 AND key = $2";
+
+/// The constraint a repeated key violates.
+const IDEMPOTENCY_PKEY: &str = "idempotency_pkey";
+
+/// The placeholder types of [`ToolSpec::keyed_sql`]: the tool's, then its name and the key.
+pub fn keyed_types(tool: &ToolSpec) -> Vec<Type> {
+    let mut types = tool.placeholder_types.clone();
+    types.extend([Type::TEXT, Type::TEXT]);
+    types
+}
+
+/// Who a call runs for and under which key, as the statements need them.
+struct Call<'a> {
+    /// The user's verified claims as JSON text for `parley.caller`; `None` for the service.
+    caller: Option<String>,
+    /// Only for a write: a read-only tool has nothing to record.
+    key: Option<&'a IdempotencyKey>,
+    fetch: i64,
+    row_limit: u64,
+}
+
+/// Runs `tool` with checked `args` (in the order of `tool.params`) for `user` (`None`: the
+/// service), recording a write under `key` when one is given.
+pub async fn run(
+    pool: &Pool,
+    tool: &ToolSpec,
+    args: &[SqlValue],
+    user: Option<&VerifiedClaims>,
+    key: Option<&IdempotencyKey>,
+) -> Result<ToolOutput, ExecError> {
     let row_limit = tool
         .limit_param
         .and_then(|i| args[i].as_i64())
         .map_or(tool.max_rows, |n| (n.max(1) as u64).min(tool.max_rows));
-    // One row past the limit tells "exactly N" from "more than N".
-    let fetch = i64::try_from(row_limit + 1).unwrap_or(i64::MAX);
+    let call = Call {
+        caller: user.map(|u| serde_json::Value::Object(u.claims.clone()).to_string()),
+        key: key.filter(|_| tool.writes && tool.keyed_sql.is_some()),
+        // One row past the limit tells "exactly N" from "more than N".
+        fetch: i64::try_from(row_limit + 1).unwrap_or(i64::MAX),
+        row_limit,
+    };
 
     // A connection that died while this instance was frozen fails the first attempt; the
-    // statement never ran, so one retry on a fresh connection is safe. Writing tools are not
-    // retried: a broken link after COMMIT went out cannot tell "done" from "not done".
-    let outcome = retry_once_if_stale!(
+    // statement never ran, so one retry on a fresh connection is safe. A write without a key
+    // is not retried: a broken link after COMMIT went out cannot tell "done" from "not done".
+    // With a key it can be: if the first attempt committed, the retry replays its rows.
+    let mut outcome = retry_once_if_stale!(
         pool,
-        |conn| query(&conn, tool, args, fetch, row_limit)
-            .await
-            .map_err(DbError::from),
-        retry_if = !tool.writes,
+        |conn| query(&conn, tool, args, &call).await.map_err(DbError::from),
+        retry_if = !tool.writes || call.key.is_some(),
     );
+    if call.key.is_some() && outcome.as_ref().is_err_and(key_was_used) {
+        let replayed = retry_once_if_stale!(pool, |conn| replay(&conn, tool, &call)
+            .await
+            .map_err(DbError::from));
+        outcome = match replayed {
+            Ok(Some(output)) => Ok(output),
+            Ok(None) => {
+                tracing::error!(tool = %tool.name, "idempotency key used before but no record is visible");
+                return Err(ExecError::Replay);
+            }
+            Err(e) => Err(e),
+        };
+    }
     outcome.map_err(|e| {
         if e.sqlstate() == Some(&SqlState::QUERY_CANCELED) {
-            return ExecError::Timeout(tool.timeout.as_millis());
+            return ExecError::Timeout {
+                ms: tool.timeout.as_millis(),
+                hint: tool.timeout_hint.clone(),
+            };
         }
         match &e {
             DbError::Unavailable(_) => {
@@ -94,55 +160,90 @@ pub async fn run(pool: &Pool, tool: &ToolSpec, args: &[SqlValue]) -> Result<Tool
     })
 }
 
+/// The write's key was recorded before (by a committed or concurrent first attempt, which
+/// the INSERT waited for): the whole statement, the write included, was rolled back.
+fn key_was_used(e: &DbError) -> bool {
+    match e {
+        DbError::Query(e) => e.as_db_error().is_some_and(|db| {
+            *db.code() == SqlState::UNIQUE_VIOLATION && db.constraint() == Some(IDEMPOTENCY_PKEY)
+        }),
+        _ => false,
+    }
+}
+
 /// What a tool's statement can change on its session and take past COMMIT. `DISCARD ALL` would
 /// also drop the prepared statements that keep the plan cache, so it is not used.
 pub const RESET_SESSION: &str = "RESET ALL; SELECT pg_advisory_unlock_all()";
 
 /// The statements that open a call's transaction (the bench's floor sends the same).
 pub fn begin_sql(tool: &ToolSpec) -> String {
+    begin_with(tool, tool.writes)
+}
+
+fn begin_with(tool: &ToolSpec, read_write: bool) -> String {
     // Tools with nullable filters are planned per call (see `ToolSpec::custom_plans`): at 1M
-    // rows a generic plan made a district search 345 ms instead of 23 ms, while planning a
-    // primary-key lookup every time costs more than the lookup. The others leave the choice
+    // rows a generic plan made a search with one optional filter given 345 ms instead of
+    // 23 ms, while planning a primary-key lookup every time costs more than the lookup. The others leave the choice
     // to Postgres, which after five calls on a connection uses the cached generic plan when it
     // is not costlier than planning each call.
-    format!(
-        "BEGIN {}; SET LOCAL statement_timeout = {}{}",
-        if tool.writes {
+    let mut begin = format!(
+        "BEGIN {}; SET LOCAL statement_timeout = {}",
+        if read_write {
             "READ WRITE"
         } else {
             "READ ONLY"
         },
         tool.timeout.as_millis(),
-        if tool.custom_plans {
-            "; SET LOCAL plan_cache_mode = force_custom_plan"
-        } else {
-            ""
-        }
-    )
+    );
+    if tool.custom_plans {
+        begin.push_str("; SET LOCAL plan_cache_mode = force_custom_plan");
+    }
+    // A lower-case identifier (checked at load), so quoting names exactly that role.
+    if let Some(role) = &tool.role {
+        begin.push_str("; SET LOCAL ROLE \"");
+        begin.push_str(role);
+        begin.push('"');
+    }
+    begin
 }
 
 async fn query(
     client: &Object,
     tool: &ToolSpec,
     args: &[SqlValue],
-    fetch: i64,
-    row_limit: u64,
+    call: &Call<'_>,
 ) -> Result<ToolOutput, tokio_postgres::Error> {
-    let statement = client
-        .prepare_typed_cached(&tool.wrapped_sql, &tool.placeholder_types)
-        .await?;
-    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = tool
+    let statement = match (call.key, &tool.keyed_sql) {
+        (Some(_), Some(keyed)) => {
+            client
+                .prepare_typed_cached(keyed, &keyed_types(tool))
+                .await?
+        }
+        _ => {
+            client
+                .prepare_typed_cached(&tool.wrapped_sql, &tool.placeholder_types)
+                .await?
+        }
+    };
+    let set_caller = prepare_set_caller(client, call).await?;
+    let mut params: Vec<&(dyn ToSql + Sync)> = tool
         .placeholder_params
         .iter()
         .map(|&i| args[i].as_sql())
         .collect();
-    params.push(&fetch);
+    params.push(&call.fetch);
+    let tool_name = tool.name.as_str();
+    let key = call.key.map(IdempotencyKey::as_str);
+    if let Some(key) = &key {
+        params.push(&tool_name);
+        params.push(key);
+    }
     // Rows are rendered as they stream in and the rest are let go once a cap is reached, so a
     // tool with large rows holds about `max_bytes`, not `max_rows + 1` rows.
     let rows = async {
         let stream = client.query_raw(&statement, params).await?;
         let mut stream = std::pin::pin!(stream);
-        let mut out = Render::new(row_limit, tool.max_bytes);
+        let mut out = Render::new(call.row_limit, tool.max_bytes);
         while let Some(row) = stream.try_next().await? {
             if !out.push(row.get::<_, &str>(0)) {
                 break;
@@ -150,20 +251,82 @@ async fn query(
         }
         Ok::<_, tokio_postgres::Error>(out.finish())
     };
-    let begin = begin_sql(tool);
-    // Pipelined: all four go out before the first answer comes back. If the query fails the
-    // transaction is aborted and COMMIT only rolls it back. The last message undoes what a
-    // declared statement can leave on the session (`set_config(.., false)`, a session advisory
-    // lock) before the connection goes back to the pool; it is a message of its own so it runs
-    // even when COMMIT fails.
-    let (begun, rows, committed, reset) = tokio::join!(
-        client.batch_execute(&begin),
-        rows,
+    transaction(client, &begin_sql(tool), set_caller, call, rows).await
+}
+
+/// The rows a keyed write recorded, rendered with the same caps as the first time; `None`
+/// when no record is visible.
+async fn replay(
+    client: &Object,
+    tool: &ToolSpec,
+    call: &Call<'_>,
+) -> Result<Option<ToolOutput>, tokio_postgres::Error> {
+    let statement = client
+        .prepare_typed_cached(RECORDED_ROWS, &[Type::TEXT, Type::TEXT])
+        .await?;
+    let set_caller = prepare_set_caller(client, call).await?;
+    let key = call.key.map_or("", IdempotencyKey::as_str);
+    let read = async {
+        let row = client
+            .query_opt(&statement, &[&tool.name.as_str(), &key])
+            .await?;
+        Ok(row.map(|row| {
+            let recorded: Vec<String> = row.get(0);
+            let mut output = render(
+                recorded.iter().map(String::as_str),
+                call.row_limit,
+                tool.max_bytes,
+            );
+            output.replayed = true;
+            output
+        }))
+    };
+    transaction(client, &begin_with(tool, false), set_caller, call, read).await
+}
+
+/// `parley.caller`'s statement, prepared (cached per connection) when the call has a user.
+async fn prepare_set_caller(
+    client: &Object,
+    call: &Call<'_>,
+) -> Result<Option<tokio_postgres::Statement>, tokio_postgres::Error> {
+    match call.caller {
+        Some(_) => Ok(Some(
+            client
+                .prepare_typed_cached(SET_CALLER, &[Type::TEXT])
+                .await?,
+        )),
+        None => Ok(None),
+    }
+}
+
+/// Runs `work` inside the call's transaction, every message pipelined: all go out before the
+/// first answer comes back. If a statement fails the transaction is aborted and COMMIT only
+/// rolls it back. The last message undoes what a declared statement can leave on the session
+/// (`set_config(.., false)`, a session advisory lock) before the connection goes back to the
+/// pool; it is a message of its own so it runs even when COMMIT fails.
+async fn transaction<T>(
+    client: &Object,
+    begin: &str,
+    set_caller: Option<tokio_postgres::Statement>,
+    call: &Call<'_>,
+    work: impl Future<Output = Result<T, tokio_postgres::Error>>,
+) -> Result<T, tokio_postgres::Error> {
+    let caller = async {
+        match (&set_caller, &call.caller) {
+            (Some(statement), Some(claims)) => client.execute(statement, &[claims]).await.map(drop),
+            _ => Ok(()),
+        }
+    };
+    let (begun, identified, output, committed, reset) = tokio::join!(
+        client.batch_execute(begin),
+        caller,
+        work,
         client.batch_execute("COMMIT"),
         client.batch_execute(RESET_SESSION),
     );
     begun?;
-    let output = rows?;
+    identified?;
+    let output = output?;
     committed?;
     reset?;
     Ok(output)
@@ -258,6 +421,7 @@ impl Render {
             json,
             row_count,
             truncated,
+            replayed: false,
         }
     }
 }

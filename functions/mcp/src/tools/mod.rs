@@ -2,31 +2,45 @@
 //! clients, and the one place that turns a call's outcome into an MCP tool result.
 //!
 //! Submodules: `spec` (file → [`ToolSpec`]), `sql` (named parameters), `params` (argument
-//! checking and JSON Schema), `exec` (running against Postgres).
+//! checking and JSON Schema), `idempotency` (the key of an exactly-once write), `exec` (running
+//! against Postgres).
 
 pub mod exec;
+pub mod idempotency;
 pub mod params;
 pub mod spec;
 pub mod sql;
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use deadpool_postgres::Pool;
-use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
+use rmcp::model::{
+    CallToolResult, ContentBlock, JsonObject, Prompt, PromptArgument, Tool, ToolAnnotations,
+};
 use serde_json::{Value, json};
 
 pub use exec::{ExecError, ToolOutput, Truncation};
-pub use params::ArgumentError;
-pub use spec::{Limits, SpecError, ToolSpec};
+pub use idempotency::{IdempotencyKey, KeyError};
+pub use params::{ArgumentError, CallerError};
+pub use spec::{Limits, PromptSpec, SpecError, ToolSpec, ToolsFile};
 
-/// All declared tools, with their MCP descriptions built once at start-up.
+/// Tool `_meta` key: UI context key -> the parameter that resolves it.
+pub const META_CONTEXT: &str = "parley/context";
+/// Tool `_meta` key, `true` on writes: a call carrying an idempotency key is recorded and a
+/// repeat of it replayed (the key itself travels in the call's `_meta`, see [`idempotency`]).
+pub const META_IDEMPOTENCY: &str = idempotency::META_KEY;
+
+/// All declared tools and prompts, with their MCP descriptions built once at start-up.
 #[derive(Debug)]
 pub struct Catalog {
     specs: Vec<ToolSpec>,
     listed: Vec<Tool>,
     by_name: HashMap<String, usize>,
+    prompts: Vec<PromptSpec>,
+    listed_prompts: Vec<Prompt>,
+    instructions: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -36,25 +50,68 @@ pub enum CatalogError {
         path: String,
         source: std::io::Error,
     },
-    #[error(transparent)]
-    Spec(#[from] SpecError),
+    #[error("tools file {path}: {source}")]
+    Spec { path: String, source: SpecError },
+    #[error("{kind} `{name}` is declared in both {first} and {second}; names must be unique")]
+    Duplicate {
+        kind: &'static str,
+        name: String,
+        first: String,
+        second: String,
+    },
+    #[error("the tools files declare no tools")]
+    NoTools,
     #[error("tool `{tool}` does not match the database schema: {message}")]
     Schema { tool: String, message: String },
 }
 
 impl Catalog {
-    /// The tools file at `path`, or the shipped one.
-    pub fn load(path: Option<&Path>, limits: Limits) -> Result<Self, CatalogError> {
-        let text = match path {
-            Some(p) => std::fs::read_to_string(p).map_err(|source| CatalogError::Read {
-                path: p.display().to_string(),
-                source,
-            })?,
-            None => spec::DEFAULT_TOOLS.to_owned(),
-        };
-        Ok(Self::new(spec::parse(&text, limits)?))
+    /// The tools files at `paths` (`TOOLS_FILE`), merged: names unique across them.
+    pub fn load(paths: &[PathBuf], limits: Limits) -> Result<Self, CatalogError> {
+        let mut files = Vec::with_capacity(paths.len());
+        for path in paths {
+            files.push((path.display().to_string(), read(path, limits)?));
+        }
+        Self::merge(files)
     }
 
+    /// Files already parsed, each with the name errors call it by.
+    pub fn merge(files: Vec<(String, ToolsFile)>) -> Result<Self, CatalogError> {
+        let mut specs: Vec<ToolSpec> = Vec::new();
+        let mut prompts: Vec<PromptSpec> = Vec::new();
+        let mut instructions = Vec::new();
+        let mut origin: HashMap<(&'static str, String), String> = HashMap::new();
+        for (path, file) in files {
+            let names = file
+                .tools
+                .iter()
+                .map(|t| ("tool", t.name.clone()))
+                .chain(file.prompts.iter().map(|p| ("prompt", p.name.clone())));
+            for (kind, name) in names {
+                if let Some(first) = origin.insert((kind, name.clone()), path.clone()) {
+                    return Err(CatalogError::Duplicate {
+                        kind,
+                        name,
+                        first,
+                        second: path,
+                    });
+                }
+            }
+            instructions.extend(file.instructions);
+            specs.extend(file.tools);
+            prompts.extend(file.prompts);
+        }
+        if specs.is_empty() {
+            return Err(CatalogError::NoTools);
+        }
+        let mut catalog = Self::new(specs);
+        catalog.listed_prompts = prompts.iter().map(describe_prompt).collect();
+        catalog.prompts = prompts;
+        catalog.instructions = instructions;
+        Ok(catalog)
+    }
+
+    /// Tools alone: no prompts, no instructions.
     pub fn new(specs: Vec<ToolSpec>) -> Self {
         let listed = specs.iter().map(describe).collect();
         let by_name = specs
@@ -66,6 +123,9 @@ impl Catalog {
             specs,
             listed,
             by_name,
+            prompts: Vec::new(),
+            listed_prompts: Vec::new(),
+            instructions: Vec::new(),
         }
     }
 
@@ -81,6 +141,19 @@ impl Catalog {
         &self.listed
     }
 
+    pub fn prompt(&self, name: &str) -> Option<&PromptSpec> {
+        self.prompts.iter().find(|p| p.name == name)
+    }
+
+    pub fn listed_prompts(&self) -> &[Prompt] {
+        &self.listed_prompts
+    }
+
+    /// Each file's top-level `instructions`, in file order.
+    pub fn instructions(&self) -> &[String] {
+        &self.instructions
+    }
+
     /// Prepares every declared statement, so a tool that does not fit the schema fails the
     /// deploy rather than the first model that calls it. `Ok(false)` when the database could
     /// not be reached: start anyway and recover once it is back.
@@ -93,21 +166,50 @@ impl Catalog {
             }
         };
         for tool in &self.specs {
-            if let Err(e) = client
-                .prepare_typed_cached(&tool.wrapped_sql, &tool.placeholder_types)
-                .await
-            {
-                if parley_core::db::is_connection_error(&e) {
-                    tracing::warn!(error = %parley_core::db::pg_message(&e), "database connection lost while checking tools");
+            let mut statements = vec![(tool.wrapped_sql.as_str(), tool.placeholder_types.clone())];
+            if let Some(keyed) = &tool.keyed_sql {
+                statements.push((keyed.as_str(), exec::keyed_types(tool)));
+            }
+            for (sql, types) in statements {
+                if !check_statement(&client, tool, sql, &types).await? {
                     return Ok(false);
                 }
-                return Err(CatalogError::Schema {
-                    tool: tool.name.clone(),
-                    message: parley_core::db::pg_message(&e),
-                });
             }
         }
         Ok(true)
+    }
+}
+
+/// A tools file read and parsed; errors name the file.
+fn read(path: &Path, limits: Limits) -> Result<ToolsFile, CatalogError> {
+    let text = std::fs::read_to_string(path).map_err(|source| CatalogError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    spec::parse(&text, limits).map_err(|source| CatalogError::Spec {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// Prepares one statement of `tool`: `Err(Schema)` when it does not fit the database,
+/// `Ok(false)` when the connection was lost on the way.
+async fn check_statement(
+    client: &deadpool_postgres::Object,
+    tool: &ToolSpec,
+    sql: &str,
+    types: &[tokio_postgres::types::Type],
+) -> Result<bool, CatalogError> {
+    match client.prepare_typed_cached(sql, types).await {
+        Ok(_) => Ok(true),
+        Err(e) if parley_core::db::is_connection_error(&e) => {
+            tracing::warn!(error = %parley_core::db::pg_message(&e), "database connection lost while checking tools");
+            Ok(false)
+        }
+        Err(e) => Err(CatalogError::Schema {
+            tool: tool.name.clone(),
+            message: parley_core::db::pg_message(&e),
+        }),
     }
 }
 
@@ -129,7 +231,41 @@ fn describe(spec: &ToolSpec) -> Tool {
     if let Some(title) = &spec.title {
         tool = tool.with_title(title.clone());
     }
+    let mut meta = JsonObject::new();
+    if !spec.context.is_empty() {
+        meta.insert(META_CONTEXT.into(), json!(spec.context));
+    }
+    if spec.writes {
+        meta.insert(META_IDEMPOTENCY.into(), json!(true));
+    }
+    if !meta.is_empty() {
+        tool.meta = Some(meta.into());
+    }
     tool
+}
+
+/// How a prompt is published in `prompts/list`.
+fn describe_prompt(spec: &PromptSpec) -> Prompt {
+    let arguments = spec
+        .arguments
+        .iter()
+        .map(|a| {
+            let mut argument = PromptArgument::new(a.name.clone()).with_required(a.required);
+            if let Some(d) = &a.description {
+                argument = argument.with_description(d.clone());
+            }
+            argument
+        })
+        .collect::<Vec<_>>();
+    let mut prompt = Prompt::new(
+        spec.name.clone(),
+        spec.description.clone(),
+        (!arguments.is_empty()).then_some(arguments),
+    );
+    if let Some(title) = &spec.title {
+        prompt = prompt.with_title(title.clone());
+    }
+    prompt
 }
 
 /// Every tool returns the same envelope; its rows are described by the tool's description.
@@ -157,6 +293,10 @@ pub enum ToolError {
     #[error("invalid arguments: {0}")]
     Arguments(#[from] ArgumentError),
     #[error(transparent)]
+    Caller(#[from] CallerError),
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    #[error(transparent)]
     Exec(#[from] ExecError),
 }
 
@@ -174,6 +314,15 @@ impl ToolError {
             ToolError::Arguments(ArgumentError::Invalid { name, .. }) => {
                 format!("invalid argument `{name}`")
             }
+            ToolError::Arguments(ArgumentError::FromCaller(name)) => {
+                format!("caller-bound parameter `{name}` passed as an argument")
+            }
+            // Tool and claim names only: never a claim's value.
+            ToolError::Caller(CallerError::BadClaim { tool, claim, .. }) => {
+                format!("`{tool}` cannot use the caller's `{claim}` claim")
+            }
+            ToolError::Caller(e) => e.to_string(),
+            ToolError::Key(e) => e.to_string(),
             ToolError::Exec(e) => e.to_string(),
         }
     }

@@ -2,9 +2,11 @@
 //! arguments into values ready to bind.
 //!
 //! Every argument is checked here, so the executor only ever sees values of the declared type
-//! within the declared bounds.
+//! within the declared bounds. Parameters bound from the caller's verified token
+//! ([`Source::Caller`]) are filled in by [`bind_caller`], never from the arguments.
 
 use chrono::{DateTime, NaiveDate, Utc};
+use parley_core::jwt::VerifiedClaims;
 use serde_json::{Map, Value, json};
 use tokio_postgres::types::{ToSql, Type};
 
@@ -31,6 +33,12 @@ pub enum ParamType {
     Enum {
         values: Vec<String>,
     },
+    /// A JSON array of strings, bound as `text[]`; the length bounds apply to each item.
+    StringArray {
+        max_items: Option<u64>,
+        min_length: Option<u64>,
+        max_length: Option<u64>,
+    },
 }
 
 impl ParamType {
@@ -42,6 +50,7 @@ impl ParamType {
             ParamType::Boolean => Type::BOOL,
             ParamType::Date => Type::DATE,
             ParamType::Timestamp => Type::TIMESTAMPTZ,
+            ParamType::StringArray { .. } => Type::TEXT_ARRAY,
         }
     }
 }
@@ -51,9 +60,52 @@ pub struct ParamSpec {
     pub name: String,
     pub description: Option<String>,
     pub ty: ParamType,
+    /// Never NULL: an argument must be given (or, for a caller-bound parameter, the caller
+    /// must carry the value).
     pub required: bool,
     /// Already checked against `ty` when the tools file was loaded.
     pub default: Option<SqlValue>,
+    /// Where the value comes from.
+    pub source: Source,
+}
+
+/// Where a parameter's value comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// The call's `arguments`, as the published input schema describes.
+    Argument,
+    /// The caller's verified token (`from = "caller.sub"` or `"caller.claims.<name>"`); absent
+    /// from the input schema, and refused as an argument.
+    Caller(CallerField),
+}
+
+/// Which part of the caller's token a caller-bound parameter takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallerField {
+    /// The token's subject (`sub`).
+    Sub,
+    /// One claim of the token, by name.
+    Claim(String),
+}
+
+impl CallerField {
+    /// `caller.sub` or `caller.claims.<name>`; `None` for anything else.
+    pub fn parse(from: &str) -> Option<Self> {
+        if from == "caller.sub" {
+            return Some(CallerField::Sub);
+        }
+        let claim = from.strip_prefix("caller.claims.")?;
+        (!claim.is_empty() && !claim.contains(|c: char| c.is_control() || c.is_whitespace()))
+            .then(|| CallerField::Claim(claim.to_owned()))
+    }
+
+    /// The claim's name as a token calls it (`sub` for the subject).
+    pub fn claim(&self) -> &str {
+        match self {
+            CallerField::Sub => "sub",
+            CallerField::Claim(name) => name,
+        }
+    }
 }
 
 /// A checked argument, ready to bind. `Null` carries nothing: the statement was prepared with
@@ -67,6 +119,7 @@ pub enum SqlValue {
     Bool(bool),
     Date(NaiveDate),
     Timestamp(DateTime<Utc>),
+    TextArray(Vec<String>),
 }
 
 impl SqlValue {
@@ -79,6 +132,7 @@ impl SqlValue {
             SqlValue::Bool(v) => v,
             SqlValue::Date(v) => v,
             SqlValue::Timestamp(v) => v,
+            SqlValue::TextArray(v) => v,
         }
     }
 
@@ -120,6 +174,25 @@ pub enum ArgumentError {
     Unknown { name: String, known: String },
     #[error("parameter `{name}` {problem}")]
     Invalid { name: String, problem: String },
+    #[error(
+        "parameter `{0}` is set from the caller's identity and cannot be passed as an argument"
+    )]
+    FromCaller(String),
+}
+
+/// Why a caller-bound parameter has no value: the tool is never run with NULL in its place.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CallerError {
+    #[error("`{tool}` acts for a signed-in user and this request carries no user token")]
+    NoUser { tool: String },
+    #[error("`{tool}` needs the caller's `{claim}` claim, which the token does not have")]
+    MissingClaim { tool: String, claim: String },
+    #[error("`{tool}` cannot use the caller's `{claim}` claim: {problem}")]
+    BadClaim {
+        tool: String,
+        claim: String,
+        problem: String,
+    },
 }
 
 impl ParamSpec {
@@ -173,6 +246,25 @@ impl ParamSpec {
                 put("type", json!("string"));
                 put("enum", json!(values));
             }
+            ParamType::StringArray {
+                max_items,
+                min_length,
+                max_length,
+            } => {
+                put("type", json!("array"));
+                let mut items = Map::new();
+                items.insert("type".into(), json!("string"));
+                if let Some(n) = min_length {
+                    items.insert("minLength".into(), json!(n));
+                }
+                if let Some(n) = max_length {
+                    items.insert("maxLength".into(), json!(n));
+                }
+                put("items", Value::Object(items));
+                if let Some(n) = max_items {
+                    put("maxItems", json!(n));
+                }
+            }
         }
         if let Some(d) = &self.description {
             put("description", json!(d));
@@ -207,21 +299,32 @@ impl ParamSpec {
                 let s = value
                     .as_str()
                     .ok_or_else(|| invalid(format!("must be a string, got {}", kind(value))))?;
-                let chars = s.chars().count() as u64;
-                if let Some(min) = min_length
-                    && chars < *min
-                {
-                    return Err(invalid(format!("must be at least {min} characters long")));
-                }
-                if let Some(max) = max_length
-                    && chars > *max
-                {
-                    return Err(invalid(format!("must be at most {max} characters long")));
-                }
-                if s.contains('\0') {
-                    return Err(invalid("must not contain NUL characters".into()));
-                }
+                check_text(s, *min_length, *max_length).map_err(invalid)?;
                 Ok(SqlValue::Text(s.to_owned()))
+            }
+            ParamType::StringArray {
+                max_items,
+                min_length,
+                max_length,
+            } => {
+                let items = value.as_array().ok_or_else(|| {
+                    invalid(format!("must be an array of strings, got {}", kind(value)))
+                })?;
+                if let Some(max) = max_items
+                    && items.len() as u64 > *max
+                {
+                    return Err(invalid(format!("must have at most {max} items")));
+                }
+                let mut texts = Vec::with_capacity(items.len());
+                for (i, item) in items.iter().enumerate() {
+                    let s = item.as_str().ok_or_else(|| {
+                        invalid(format!("item {i} must be a string, got {}", kind(item)))
+                    })?;
+                    check_text(s, *min_length, *max_length)
+                        .map_err(|problem| invalid(format!("item {i} {problem}")))?;
+                    texts.push(s.to_owned());
+                }
+                Ok(SqlValue::TextArray(texts))
             }
             ParamType::Integer { minimum, maximum } => {
                 let n = integer(value)
@@ -280,24 +383,33 @@ impl SqlValue {
             SqlValue::Bool(b) => json!(b),
             SqlValue::Date(d) => json!(d.format("%Y-%m-%d").to_string()),
             SqlValue::Timestamp(t) => json!(t.to_rfc3339()),
+            SqlValue::TextArray(v) => json!(v),
         }
     }
 }
 
 /// Checks a whole `arguments` object: unknown names are refused rather than ignored, because a
-/// misspelt filter silently dropped would give a wrong answer that looks right.
+/// misspelt filter silently dropped would give a wrong answer that looks right. Caller-bound
+/// parameters are refused as arguments and come back as `Null`, for [`bind_caller`] to fill.
 pub fn parse_arguments(
     params: &[ParamSpec],
     arguments: Option<&Map<String, Value>>,
 ) -> Result<Vec<SqlValue>, ArgumentError> {
     let empty = Map::new();
     let arguments = arguments.unwrap_or(&empty);
+    if let Some(p) = params
+        .iter()
+        .find(|p| p.source != Source::Argument && arguments.contains_key(&p.name))
+    {
+        return Err(ArgumentError::FromCaller(p.name.clone()));
+    }
     if let Some(name) = arguments
         .keys()
         .find(|k| !params.iter().any(|p| &p.name == *k))
     {
         let known = params
             .iter()
+            .filter(|p| p.source == Source::Argument)
             .map(|p| p.name.as_str())
             .collect::<Vec<_>>()
             .join(", ");
@@ -312,19 +424,68 @@ pub fn parse_arguments(
     }
     params
         .iter()
-        .map(|p| p.parse(arguments.get(&p.name)))
+        .map(|p| match p.source {
+            Source::Argument => p.parse(arguments.get(&p.name)),
+            Source::Caller(_) => Ok(SqlValue::Null),
+        })
         .collect()
 }
 
-/// The tool's whole input schema.
+/// Fills in the caller-bound parameters of `tool` from the verified `user` (`None` for the
+/// service). A tool that needs a user, called without one or without the claim, is refused:
+/// its statement never runs with NULL in place of the caller.
+pub fn bind_caller(
+    tool: &str,
+    params: &[ParamSpec],
+    values: &mut [SqlValue],
+    user: Option<&VerifiedClaims>,
+) -> Result<(), CallerError> {
+    for (p, value) in params.iter().zip(values.iter_mut()) {
+        let Source::Caller(field) = &p.source else {
+            continue;
+        };
+        let Some(user) = user else {
+            return Err(CallerError::NoUser { tool: tool.into() });
+        };
+        let claim = match field {
+            CallerField::Sub => Value::String(user.subject.clone()),
+            CallerField::Claim(name) => user.claims.get(name).cloned().unwrap_or(Value::Null),
+        };
+        // A number or boolean claim bound to a string parameter is its JSON text.
+        let claim = match (&p.ty, claim) {
+            (ParamType::String { .. }, v @ (Value::Number(_) | Value::Bool(_))) => {
+                Value::String(v.to_string())
+            }
+            (_, v) => v,
+        };
+        if claim.is_null() {
+            return Err(CallerError::MissingClaim {
+                tool: tool.into(),
+                claim: field.claim().into(),
+            });
+        }
+        *value = p.parse(Some(&claim)).map_err(|e| CallerError::BadClaim {
+            tool: tool.into(),
+            claim: field.claim().into(),
+            problem: match e {
+                ArgumentError::Invalid { problem, .. } => problem,
+                other => other.to_string(),
+            },
+        })?;
+    }
+    Ok(())
+}
+
+/// The tool's whole input schema: caller-bound parameters are not in it.
 pub fn input_schema(params: &[ParamSpec]) -> Map<String, Value> {
     let properties: Map<String, Value> = params
         .iter()
+        .filter(|p| p.source == Source::Argument)
         .map(|p| (p.name.clone(), p.schema()))
         .collect();
     let required: Vec<&str> = params
         .iter()
-        .filter(|p| p.required)
+        .filter(|p| p.required && p.source == Source::Argument)
         .map(|p| p.name.as_str())
         .collect();
     let mut schema = Map::new();
@@ -335,6 +496,25 @@ pub fn input_schema(params: &[ParamSpec]) -> Map<String, Value> {
     }
     schema.insert("additionalProperties".into(), json!(false));
     schema
+}
+
+/// A string's length bounds (in characters) and no NUL, which Postgres' text cannot hold.
+fn check_text(s: &str, min_length: Option<u64>, max_length: Option<u64>) -> Result<(), String> {
+    let chars = s.chars().count() as u64;
+    if let Some(min) = min_length
+        && chars < min
+    {
+        return Err(format!("must be at least {min} characters long"));
+    }
+    if let Some(max) = max_length
+        && chars > max
+    {
+        return Err(format!("must be at most {max} characters long"));
+    }
+    if s.contains('\0') {
+        return Err("must not contain NUL characters".into());
+    }
+    Ok(())
 }
 
 /// Integers may arrive as `5` or `5.0` (some models write floats); `5.5` is refused.
@@ -411,6 +591,7 @@ mod tests {
             ty,
             required,
             default: None,
+            source: Source::Argument,
         }
     }
 
@@ -557,6 +738,140 @@ mod tests {
                 "required": ["query"],
                 "additionalProperties": false
             })
+        );
+    }
+
+    fn claims(sub: &str, extra: Value) -> VerifiedClaims {
+        let mut claims = extra.as_object().cloned().unwrap_or_default();
+        claims.insert("sub".into(), json!(sub));
+        VerifiedClaims {
+            subject: sub.into(),
+            claims,
+        }
+    }
+
+    fn owner(field: CallerField, ty: ParamType) -> ParamSpec {
+        ParamSpec {
+            source: Source::Caller(field),
+            ..param("owner", ty, true)
+        }
+    }
+
+    fn text() -> ParamType {
+        ParamType::String {
+            min_length: None,
+            max_length: None,
+        }
+    }
+
+    #[test]
+    fn caller_bound_parameters_are_not_published_and_not_taken_as_arguments() {
+        let p = [owner(CallerField::Sub, text()), limit()];
+        let schema = Value::Object(input_schema(&p));
+        assert_eq!(schema["properties"].as_object().unwrap().len(), 1);
+        assert!(schema.get("required").is_none(), "{schema}");
+        let args = json!({"owner": "someone-else"});
+        assert_eq!(
+            parse_arguments(&p, args.as_object())
+                .unwrap_err()
+                .to_string(),
+            "parameter `owner` is set from the caller's identity and cannot be passed as an argument"
+        );
+        let args = json!({"ownr": "x"});
+        assert_eq!(
+            parse_arguments(&p, args.as_object())
+                .unwrap_err()
+                .to_string(),
+            "unknown parameter `ownr`; this tool takes: limit"
+        );
+    }
+
+    #[test]
+    fn caller_bound_values_come_from_the_verified_claims() {
+        let p = [
+            owner(CallerField::Sub, text()),
+            ParamSpec {
+                name: "org".into(),
+                ..owner(CallerField::Claim("org_id".into()), text())
+            },
+        ];
+        let mut values = parse_arguments(&p, None).unwrap();
+        assert_eq!(values, [SqlValue::Null, SqlValue::Null]);
+        let user = claims("u1", json!({"org_id": 42}));
+        bind_caller("t", &p, &mut values, Some(&user)).unwrap();
+        assert_eq!(
+            values,
+            [SqlValue::Text("u1".into()), SqlValue::Text("42".into())]
+        );
+    }
+
+    #[test]
+    fn a_call_without_the_user_or_the_claim_is_refused_never_run_with_null() {
+        let p = [owner(CallerField::Claim("email".into()), text())];
+        let mut values = vec![SqlValue::Null];
+        assert_eq!(
+            bind_caller("list_tasks", &p, &mut values, None)
+                .unwrap_err()
+                .to_string(),
+            "`list_tasks` acts for a signed-in user and this request carries no user token"
+        );
+        assert_eq!(
+            bind_caller("list_tasks", &p, &mut values, Some(&claims("u", json!({}))))
+                .unwrap_err()
+                .to_string(),
+            "`list_tasks` needs the caller's `email` claim, which the token does not have"
+        );
+        let p = [owner(
+            CallerField::Claim("org".into()),
+            ParamType::Integer {
+                minimum: None,
+                maximum: None,
+            },
+        )];
+        let err = bind_caller(
+            "t",
+            &p,
+            &mut values,
+            Some(&claims("u", json!({"org": "x"}))),
+        )
+        .unwrap_err();
+        assert!(matches!(err, CallerError::BadClaim { .. }), "{err}");
+        assert_eq!(values, [SqlValue::Null]);
+    }
+
+    #[test]
+    fn string_arrays_check_item_count_type_and_length() {
+        let p = param(
+            "tags",
+            ParamType::StringArray {
+                max_items: Some(2),
+                min_length: Some(1),
+                max_length: Some(5),
+            },
+            false,
+        );
+        assert_eq!(
+            p.parse(Some(&json!(["a", "bc"]))).unwrap(),
+            SqlValue::TextArray(vec!["a".into(), "bc".into()])
+        );
+        for (bad, why) in [
+            (json!("a"), "must be an array of strings, got a string"),
+            (json!(["a", "b", "c"]), "must have at most 2 items"),
+            (json!(["a", 1]), "item 1 must be a string, got a number"),
+            (
+                json!(["toolong"]),
+                "item 0 must be at most 5 characters long",
+            ),
+            (json!([""]), "item 0 must be at least 1 characters long"),
+        ] {
+            assert_eq!(
+                p.parse(Some(&bad)).unwrap_err().to_string(),
+                format!("parameter `tags` {why}")
+            );
+        }
+        assert_eq!(
+            p.schema(),
+            json!({"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 5}, "maxItems": 2})
         );
     }
 }

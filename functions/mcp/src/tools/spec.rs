@@ -1,7 +1,9 @@
 //! The tools file (TOML) parsed into [`ToolSpec`]s: tools are declared, not coded.
 //!
 //! Everything that can be wrong with a declaration (a bad name, an unknown type, a default
-//! outside its bounds, a `:param` the SQL uses but nobody declared) is refused here, at start-up.
+//! outside its bounds, a `:param` the SQL uses but nobody declared, a write without a role) is
+//! refused here, at start-up, naming the tool and the field. A file also declares MCP prompts
+//! ([`PromptSpec`]) and instructions for models.
 
 use std::time::Duration;
 
@@ -9,11 +11,8 @@ use indexmap::IndexMap;
 use serde::Deserialize;
 use tokio_postgres::types::Type;
 
-use super::params::{ParamSpec, ParamType, SqlValue};
+use super::params::{CallerField, ParamSpec, ParamType, Source, SqlValue};
 use super::sql;
-
-/// The shipped tools over the demo data, used when `TOOLS_FILE` is not set.
-pub const DEFAULT_TOOLS: &str = include_str!("../../../../domains/feedback/tools.toml");
 
 /// Most rows any tool may return, whatever its file says: a guard against a typo of `max_rows`.
 pub const HARD_MAX_ROWS: u64 = 10_000;
@@ -70,6 +69,43 @@ pub struct ToolSpec {
     /// default): such SQL is written `(:x IS NULL OR col = :x)`, and a cached generic plan
     /// cannot use the index a given filter allows. Other tools keep Postgres' plan cache.
     pub custom_plans: bool,
+    /// `SET LOCAL ROLE` for the tool's transaction: a lower-case SQL identifier, so it can be
+    /// quoted as is. Required for writes, so no write runs as the login role.
+    pub role: Option<String>,
+    /// Appended to the timeout message: how to narrow this tool's query.
+    pub timeout_hint: Option<String>,
+    /// UI context key -> the parameter that resolves it (tool `_meta` `parley/context`).
+    pub context: IndexMap<String, String>,
+    /// For a write: [`ToolSpec::wrapped_sql`] that also records its rows in
+    /// `parley.idempotency` under a key, in the same statement. Its placeholders are
+    /// [`ToolSpec::placeholder_types`] followed by the tool's name and the key (both text).
+    pub keyed_sql: Option<String>,
+}
+
+/// One declared MCP prompt: a message text with `{{argument}}` slots.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptSpec {
+    pub name: String,
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub text: String,
+    pub arguments: Vec<PromptArgumentSpec>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptArgumentSpec {
+    pub name: String,
+    pub description: Option<String>,
+    pub required: bool,
+}
+
+/// Everything one tools file declares.
+#[derive(Debug, Clone, Default)]
+pub struct ToolsFile {
+    /// Guidance for models about this file's tools (the server's instructions include it).
+    pub instructions: Option<String>,
+    pub tools: Vec<ToolSpec>,
+    pub prompts: Vec<PromptSpec>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -80,15 +116,39 @@ pub enum SpecError {
     Format(String),
     #[error("tool `{tool}`: {problem}")]
     Tool { tool: String, problem: String },
-    #[error("tools file declares no tools")]
+    #[error("prompt `{prompt}`: {problem}")]
+    Prompt { prompt: String, problem: String },
+    #[error("tools file declares no tools and no prompts")]
     Empty,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawFile {
+    instructions: Option<String>,
     #[serde(default, rename = "tool")]
     tools: Vec<RawTool>,
+    #[serde(default, rename = "prompt")]
+    prompts: Vec<RawPrompt>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPrompt {
+    name: Option<String>,
+    title: Option<String>,
+    description: Option<String>,
+    text: Option<String>,
+    #[serde(default)]
+    arguments: IndexMap<String, RawPromptArgument>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPromptArgument {
+    description: Option<String>,
+    #[serde(default)]
+    required: bool,
 }
 
 #[derive(Deserialize)]
@@ -108,6 +168,10 @@ struct RawTool {
     writes: bool,
     destructive: Option<bool>,
     idempotent: Option<bool>,
+    role: Option<String>,
+    timeout_hint: Option<String>,
+    #[serde(default)]
+    context: IndexMap<String, String>,
     #[serde(default)]
     params: IndexMap<String, RawParam>,
 }
@@ -116,10 +180,13 @@ struct RawTool {
 #[serde(deny_unknown_fields)]
 struct RawParam {
     #[serde(rename = "type")]
-    ty: String,
+    ty: Option<String>,
+    /// `caller.sub` or `caller.claims.<name>`: bound from the caller, not the arguments.
+    from: Option<String>,
     description: Option<String>,
-    #[serde(default)]
-    required: bool,
+    // Optional here so `required = false` beside `from` is refused like `required = true`.
+    required: Option<bool>,
+    max_items: Option<u64>,
     default: Option<toml::Value>,
     min_length: Option<u64>,
     max_length: Option<u64>,
@@ -129,13 +196,35 @@ struct RawParam {
 }
 
 /// Parses a whole tools file.
-pub fn parse(text: &str, limits: Limits) -> Result<Vec<ToolSpec>, SpecError> {
+pub fn parse(text: &str, limits: Limits) -> Result<ToolsFile, SpecError> {
     // Syntax first, so "not valid TOML" is only said of text that is not.
     text.parse::<toml::Table>()
         .map_err(|e| SpecError::Toml(e.to_string()))?;
     let raw: RawFile = toml::from_str(text).map_err(|e| SpecError::Format(e.to_string()))?;
-    if raw.tools.is_empty() {
+    if raw.tools.is_empty() && raw.prompts.is_empty() {
         return Err(SpecError::Empty);
+    }
+    let instructions = raw
+        .instructions
+        .map(|i| i.trim().to_owned())
+        .filter(|i| !i.is_empty());
+    let mut prompts: Vec<PromptSpec> = Vec::with_capacity(raw.prompts.len());
+    for (i, p) in raw.prompts.into_iter().enumerate() {
+        let name = p
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("number {}", i + 1));
+        let spec = prompt(p).map_err(|problem| SpecError::Prompt {
+            prompt: name.clone(),
+            problem,
+        })?;
+        if prompts.iter().any(|other| other.name == spec.name) {
+            return Err(SpecError::Prompt {
+                prompt: name,
+                problem: "is declared twice".into(),
+            });
+        }
+        prompts.push(spec);
     }
     let mut tools: Vec<ToolSpec> = Vec::with_capacity(raw.tools.len());
     for (i, t) in raw.tools.into_iter().enumerate() {
@@ -157,18 +246,116 @@ pub fn parse(text: &str, limits: Limits) -> Result<Vec<ToolSpec>, SpecError> {
         }
         tools.push(spec);
     }
-    Ok(tools)
+    Ok(ToolsFile {
+        instructions,
+        tools,
+        prompts,
+    })
+}
+
+/// Tool and prompt names: acceptable to every LLM API a client may forward them to.
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// Parameter and prompt argument names: they appear in SQL (`:name`) and templates.
+fn valid_param_name(name: &str) -> bool {
+    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn prompt(raw: RawPrompt) -> Result<PromptSpec, String> {
+    let Some(name) = raw.name else {
+        return Err("needs a name (every [[prompt]] needs name and text)".into());
+    };
+    if !valid_name(&name) {
+        return Err("name must be 1-64 characters of A-Z, a-z, 0-9, _ or -".into());
+    }
+    let text = raw.text.unwrap_or_default();
+    if text.trim().is_empty() {
+        return Err("needs text: the message the prompt gives the model".into());
+    }
+    let arguments = raw
+        .arguments
+        .into_iter()
+        .map(|(name, a)| {
+            if !valid_param_name(&name) {
+                return Err(format!(
+                    "argument `{name}`: names are letters, digits and _"
+                ));
+            }
+            Ok(PromptArgumentSpec {
+                name,
+                description: a.description.map(|d| d.trim().to_owned()),
+                required: a.required,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    for slot in template_slots(&text) {
+        if !arguments.iter().any(|a| a.name == slot) {
+            return Err(format!(
+                "text uses {{{{{slot}}}}}, which is not a declared argument"
+            ));
+        }
+    }
+    if let Some(unused) = arguments
+        .iter()
+        .find(|a| !template_slots(&text).any(|slot| slot == a.name))
+    {
+        return Err(format!(
+            "argument `{0}` is declared but the text never uses {{{{{0}}}}}",
+            unused.name
+        ));
+    }
+    Ok(PromptSpec {
+        name,
+        title: raw.title,
+        description: raw.description.map(|d| d.trim().to_owned()),
+        text,
+        arguments,
+    })
+}
+
+/// The names in `{{name}}` slots of a prompt text, in order.
+fn template_slots(text: &str) -> impl Iterator<Item = &str> {
+    text.split("{{").skip(1).filter_map(|rest| {
+        let (name, _) = rest.split_once("}}")?;
+        valid_param_name(name.trim()).then(|| name.trim())
+    })
+}
+
+impl PromptSpec {
+    /// The text with each `{{name}}` replaced by its argument, or by nothing when absent.
+    pub fn render(&self, arguments: &IndexMap<String, String>) -> String {
+        let mut out = String::with_capacity(self.text.len());
+        let mut rest = self.text.as_str();
+        while let Some(start) = rest.find("{{") {
+            let after = &rest[start + 2..];
+            match after.split_once("}}") {
+                Some((name, tail)) if valid_param_name(name.trim()) => {
+                    out.push_str(&rest[..start]);
+                    if let Some(value) = arguments.get(name.trim()) {
+                        out.push_str(value);
+                    }
+                    rest = tail;
+                }
+                _ => {
+                    out.push_str(&rest[..start + 2]);
+                    rest = after;
+                }
+            }
+        }
+        out.push_str(rest);
+        out
+    }
 }
 
 fn tool(raw: RawTool, limits: Limits) -> Result<ToolSpec, String> {
     let name = raw.name.unwrap_or_default();
-    // The name must be acceptable to every LLM API a client may forward it to.
-    if name.is_empty()
-        || name.len() > 64
-        || !name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-    {
+    if !valid_name(&name) {
         return Err("name must be 1-64 characters of A-Z, a-z, 0-9, _ or -".into());
     }
     let description = raw.description.unwrap_or_default();
@@ -255,7 +442,61 @@ fn tool(raw: RawTool, limits: Limits) -> Result<ToolSpec, String> {
     };
     let (destructive, idempotent) = effects(raw.writes, raw.destructive, raw.idempotent)?;
     let custom_plans = params.iter().any(|p| !p.required && p.default.is_none());
+    let role = match raw.role {
+        Some(role) if !is_role_name(&role) => {
+            return Err(format!(
+                "role `{role}` must be a lower-case SQL identifier (a-z, 0-9, _, at most 63 \
+                 characters, not starting with a digit)"
+            ));
+        }
+        None if raw.writes => {
+            return Err(
+                "writes = true needs a role: the database role the write runs as \
+                 (SET LOCAL ROLE), one that may change only what this tool needs"
+                    .into(),
+            );
+        }
+        role => role,
+    };
+    let timeout_hint = raw
+        .timeout_hint
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty());
+    for (key, param) in &raw.context {
+        if key.trim().is_empty() {
+            return Err("context keys must not be empty".into());
+        }
+        if !params
+            .iter()
+            .any(|p| &p.name == param && p.source == Source::Argument)
+        {
+            return Err(format!(
+                "context `{key}` names `{param}`, which is not a parameter taken as an argument"
+            ));
+        }
+    }
+    // The same rows as `wrapped_sql`, numbered so their order survives the array they are
+    // recorded in; the INSERT runs whether or not the outer SELECT reads it.
+    let keyed_sql = raw.writes.then(|| {
+        let n = placeholder_types.len();
+        format!(
+            "WITH tool_rows AS (\n{}\n),\n\
+             limited AS (SELECT row_to_json(tool_rows)::text AS row, row_number() OVER () AS n \
+             FROM tool_rows LIMIT ${n}),\n\
+             remembered AS (INSERT INTO parley.idempotency (caller, tool, key, rows) \
+             SELECT coalesce(parley.caller_sub(), ''), ${}, ${}, \
+             coalesce(array_agg(row ORDER BY n), '{{}}') FROM limited)\n\
+             SELECT row FROM limited ORDER BY n",
+            rewritten.sql,
+            n + 1,
+            n + 2
+        )
+    });
     Ok(ToolSpec {
+        role,
+        timeout_hint,
+        context: raw.context,
+        keyed_sql,
         custom_plans,
         name,
         title: raw.title,
@@ -300,10 +541,53 @@ fn effects(
     Ok((false, true))
 }
 
+/// A role name `SET LOCAL ROLE "name"` reaches exactly as written: Postgres folds unquoted
+/// names to lower case, so a lower-case identifier means the same quoted or not.
+fn is_role_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
 fn param(name: String, raw: RawParam) -> Result<ParamSpec, String> {
-    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+    if !valid_param_name(&name) {
         return Err("names are letters, digits and _".into());
     }
+    let source = match &raw.from {
+        None => Source::Argument,
+        Some(from) => {
+            let field = CallerField::parse(from).ok_or_else(|| {
+                format!("from = \"{from}\" is not caller.sub or caller.claims.<claim name>")
+            })?;
+            for (given, key) in [
+                (raw.required.is_some(), "required"),
+                (raw.default.is_some(), "default"),
+                (raw.description.is_some(), "description"),
+            ] {
+                if given {
+                    return Err(format!(
+                        "`{key}` cannot be given with `from`: the value comes from the \
+                         caller's token, and the parameter is not published to clients"
+                    ));
+                }
+            }
+            Source::Caller(field)
+        }
+    };
+    let ty_name = match (&raw.ty, &source) {
+        (Some(ty), _) => ty.as_str(),
+        (None, Source::Caller(_)) => "string",
+        (None, Source::Argument) => {
+            return Err(
+                "needs a type (string, integer, number, boolean, date, timestamp, \
+                 enum, string_array), or `from` to take it from the caller"
+                    .into(),
+            );
+        }
+    };
     let int = |v: &Option<toml::Value>, what: &str| -> Result<Option<i64>, String> {
         v.as_ref()
             .map(|v| v.as_integer().ok_or(format!("{what} must be an integer")))
@@ -318,7 +602,7 @@ fn param(name: String, raw: RawParam) -> Result<ParamSpec, String> {
             })
             .transpose()
     };
-    let ty = match raw.ty.as_str() {
+    let ty = match ty_name {
         "string" => ParamType::String {
             min_length: raw.min_length,
             max_length: raw.max_length,
@@ -338,35 +622,52 @@ fn param(name: String, raw: RawParam) -> Result<ParamSpec, String> {
             Some(values) if !values.is_empty() => ParamType::Enum { values },
             _ => return Err("an enum needs a non-empty `values` list".into()),
         },
+        "string_array" => ParamType::StringArray {
+            max_items: raw.max_items,
+            min_length: raw.min_length,
+            max_length: raw.max_length,
+        },
         other => {
             return Err(format!(
-                "unknown type `{other}` (string, integer, number, boolean, date, timestamp, enum)"
+                "unknown type `{other}` (string, integer, number, boolean, date, timestamp, \
+                 enum, string_array)"
             ));
         }
     };
+    if raw.max_items.is_some() && !matches!(ty, ParamType::StringArray { .. }) {
+        return Err(format!("max_items is for a string_array, not a {ty_name}"));
+    }
+    if matches!(ty, ParamType::StringArray { .. }) && source != Source::Argument {
+        return Err("a string_array cannot come from the caller".into());
+    }
     let bounds_used = raw.min_length.is_some()
         || raw.max_length.is_some()
         || raw.minimum.is_some()
         || raw.maximum.is_some();
     let bounds_fit = match ty {
-        ParamType::String { .. } => raw.minimum.is_none() && raw.maximum.is_none(),
+        ParamType::String { .. } | ParamType::StringArray { .. } => {
+            raw.minimum.is_none() && raw.maximum.is_none()
+        }
         ParamType::Integer { .. } | ParamType::Number { .. } => {
             raw.min_length.is_none() && raw.max_length.is_none()
         }
         _ => !bounds_used,
     };
     if !bounds_fit {
-        return Err(format!("bounds given that a {} cannot have", raw.ty));
+        return Err(format!("bounds given that a {ty_name} cannot have"));
     }
-    if raw.required && raw.default.is_some() {
+    let required = raw.required.unwrap_or(false);
+    if required && raw.default.is_some() {
         return Err("cannot be both required and have a default".into());
     }
     let mut spec = ParamSpec {
         name,
         description: raw.description.map(|d| d.trim().to_owned()),
         ty,
-        required: raw.required,
+        // A caller-bound value is never NULL: without it the call is refused.
+        required: required || source != Source::Argument,
         default: None,
+        source,
     };
     if let Some(default) = raw.default {
         let json = serde_json::to_value(&default).map_err(|e| e.to_string())?;
@@ -384,13 +685,16 @@ fn param(name: String, raw: RawParam) -> Result<ParamSpec, String> {
 mod tests {
     use super::*;
 
+    /// The feedback demo's tools file, as deployments of the demo serve it.
+    const FEEDBACK_TOOLS: &str = include_str!("../../../../domains/feedback/tools.toml");
+
     fn parse_one(text: &str) -> Result<ToolSpec, SpecError> {
-        parse(text, Limits::default()).map(|mut v| v.remove(0))
+        parse(text, Limits::default()).map(|mut f| f.tools.remove(0))
     }
 
     #[test]
-    fn the_shipped_tools_file_parses() {
-        let tools = parse(DEFAULT_TOOLS, Limits::default()).unwrap();
+    fn the_feedback_tools_file_parses() {
+        let tools = parse(FEEDBACK_TOOLS, Limits::default()).unwrap().tools;
         let names: Vec<_> = tools.iter().map(|t| t.name.as_str()).collect();
         for expected in [
             "lad_by_ref",
@@ -432,7 +736,7 @@ mod tests {
 
     #[test]
     fn tools_with_nullable_filters_are_planned_per_call() {
-        let tools = parse(DEFAULT_TOOLS, Limits::default()).unwrap();
+        let tools = parse(FEEDBACK_TOOLS, Limits::default()).unwrap().tools;
         let planned: Vec<_> = tools
             .iter()
             .filter(|t| t.custom_plans)
@@ -500,6 +804,9 @@ mod tests {
         let one = "[[tool]]\nname = \"t\"\ndescription = \"d\"\nsql = \"SELECT 1\"\n";
         let err = parse(&format!("{one}{one}"), Limits::default()).unwrap_err();
         assert_eq!(err.to_string(), "tool `t`: is declared twice");
+        let prompt = "[[prompt]]\nname = \"p\"\ntext = \"hi\"\n";
+        let err = parse(&format!("{one}{prompt}{prompt}"), Limits::default()).unwrap_err();
+        assert_eq!(err.to_string(), "prompt `p`: is declared twice");
     }
 
     #[test]
@@ -549,7 +856,7 @@ mod tests {
             "insert into feedback (title) values (:id)",
         ] {
             let err = parse_one(&format!(
-                "[[tool]]\nname = \"t\"\ndescription = \"d\"\nwrites = true\nsql = \"{sql}\"\n[tool.params.id]\ntype = \"integer\"\nrequired = true\n"
+                "[[tool]]\nname = \"t\"\ndescription = \"d\"\nwrites = true\nrole = \"w\"\nsql = \"{sql}\"\n[tool.params.id]\ntype = \"integer\"\nrequired = true\n"
             ))
             .unwrap_err()
             .to_string();
@@ -558,7 +865,7 @@ mod tests {
         }
         let ok = "UPDATE feedback SET status = 'closed' WHERE id = :id RETURNING id";
         parse_one(&format!(
-            "[[tool]]\nname = \"t\"\ndescription = \"d\"\nwrites = true\nsql = \"{ok}\"\n[tool.params.id]\ntype = \"integer\"\nrequired = true\n"
+            "[[tool]]\nname = \"t\"\ndescription = \"d\"\nwrites = true\nrole = \"w\"\nsql = \"{ok}\"\n[tool.params.id]\ntype = \"integer\"\nrequired = true\n"
         ))
         .unwrap();
     }
@@ -583,17 +890,17 @@ mod tests {
 
     #[test]
     fn a_write_is_destructive_and_not_idempotent_unless_declared_otherwise() {
-        assert_eq!(effects_of("writes = true"), Ok((true, false)));
+        assert_eq!(effects_of("role = \"w\"\nwrites = true"), Ok((true, false)));
         assert_eq!(
-            effects_of("writes = true\ndestructive = false"),
+            effects_of("role = \"w\"\nwrites = true\ndestructive = false"),
             Ok((false, false))
         );
         assert_eq!(
-            effects_of("writes = true\nidempotent = true"),
+            effects_of("role = \"w\"\nwrites = true\nidempotent = true"),
             Ok((true, true))
         );
         assert_eq!(
-            effects_of("writes = true\ndestructive = false\nidempotent = true"),
+            effects_of("role = \"w\"\nwrites = true\ndestructive = false\nidempotent = true"),
             Ok((false, true))
         );
     }
@@ -625,5 +932,199 @@ mod tests {
         let err = parse_one("[[tool]]\nname = \"a b\"\ndescription = \"d\"\nsql = \"SELECT 1\"\n")
             .unwrap_err();
         assert!(err.to_string().contains("name must be"));
+    }
+
+    const WRITE: &str = "[[tool]]\nname = \"add\"\ndescription = \"d\"\nwrites = true\n";
+
+    fn error_of(text: &str) -> String {
+        parse_one(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_write_needs_a_role_and_a_role_must_be_a_lower_case_identifier() {
+        let sql = "sql = \"INSERT INTO t (a) VALUES (1) RETURNING a\"\n";
+        let err = error_of(&format!("{WRITE}{sql}"));
+        assert!(
+            err.starts_with("tool `add`: writes = true needs a role"),
+            "{err}"
+        );
+        for bad in ["Writer", "w; DROP TABLE t", "1w", "w\"x", ""] {
+            let err = error_of(&format!(
+                "{WRITE}{sql}role = \"{}\"\n",
+                bad.replace('"', "\\\"")
+            ));
+            assert!(
+                err.contains("must be a lower-case SQL identifier"),
+                "{bad}: {err}"
+            );
+        }
+        let t = parse_one(&format!("{WRITE}{sql}role = \"tasks_writer\"\n")).unwrap();
+        assert_eq!(t.role.as_deref(), Some("tasks_writer"));
+        let read = "[[tool]]\nname = \"r\"\ndescription = \"d\"\nsql = \"SELECT 1\"\n";
+        assert_eq!(
+            parse_one(read).unwrap().role,
+            None,
+            "a read may leave it out"
+        );
+    }
+
+    #[test]
+    fn a_write_gets_a_keyed_statement_that_records_its_rows() {
+        let t = parse_one(&format!(
+            "{WRITE}role = \"w\"\nsql = \"INSERT INTO t (a) VALUES (:a) RETURNING a\"\n\
+             [tool.params.a]\ntype = \"string\"\nrequired = true\n"
+        ))
+        .unwrap();
+        let keyed = t.keyed_sql.unwrap();
+        assert!(
+            keyed.starts_with("WITH tool_rows AS (\nINSERT INTO t (a) VALUES ($1) RETURNING a\n)"),
+            "{keyed}"
+        );
+        assert!(keyed.contains("FROM tool_rows LIMIT $2"), "{keyed}");
+        assert!(
+            keyed.contains("INSERT INTO parley.idempotency (caller, tool, key, rows) SELECT coalesce(parley.caller_sub(), ''), $3, $4,"),
+            "{keyed}"
+        );
+        let read = "[[tool]]\nname = \"r\"\ndescription = \"d\"\nsql = \"SELECT 1\"\n";
+        assert_eq!(parse_one(read).unwrap().keyed_sql, None);
+    }
+
+    #[test]
+    fn caller_bound_parameters_take_no_argument_fields_and_default_to_string() {
+        let tool = |param: &str| {
+            format!(
+                "[[tool]]\nname = \"mine\"\ndescription = \"d\"\n\
+                 sql = \"SELECT * FROM t WHERE owner = :owner\"\n[tool.params.owner]\n{param}\n"
+            )
+        };
+        let t = parse_one(&tool("from = \"caller.sub\"")).unwrap();
+        assert_eq!(t.params[0].source, Source::Caller(CallerField::Sub));
+        assert!(t.params[0].required && !t.custom_plans, "never NULL");
+        let t = parse_one(&tool("from = \"caller.claims.org_id\"\ntype = \"integer\"")).unwrap();
+        assert_eq!(
+            t.params[0].source,
+            Source::Caller(CallerField::Claim("org_id".into()))
+        );
+        assert_eq!(t.placeholder_types[0], Type::INT8);
+        for (extra, field) in [
+            ("required = true", "required"),
+            ("required = false", "required"),
+            ("default = \"x\"", "default"),
+            ("description = \"x\"", "description"),
+        ] {
+            let err = error_of(&tool(&format!("from = \"caller.sub\"\n{extra}")));
+            assert!(
+                err.starts_with(&format!(
+                    "tool `mine`: parameter `owner`: `{field}` cannot be given with `from`"
+                )),
+                "{extra}: {err}"
+            );
+        }
+        for bad in ["caller", "caller.claims.", "user.sub", "caller.claims.a b"] {
+            let err = error_of(&tool(&format!("from = \"{bad}\"")));
+            assert!(
+                err.contains("is not caller.sub or caller.claims.<claim name>"),
+                "{bad}: {err}"
+            );
+        }
+        let err = error_of(&tool("description = \"x\""));
+        assert!(err.contains("parameter `owner`: needs a type"), "{err}");
+    }
+
+    #[test]
+    fn string_arrays_bind_as_text_arrays_with_item_bounds() {
+        let t = parse_one(
+            "[[tool]]\nname = \"tagged\"\ndescription = \"d\"\nsql = \"SELECT :tags\"\n\
+             [tool.params.tags]\ntype = \"string_array\"\nmax_items = 3\nmax_length = 10\n",
+        )
+        .unwrap();
+        assert_eq!(t.placeholder_types[0], Type::TEXT_ARRAY);
+        assert_eq!(
+            t.params[0].ty,
+            ParamType::StringArray {
+                max_items: Some(3),
+                min_length: None,
+                max_length: Some(10)
+            }
+        );
+        let err = error_of(
+            "[[tool]]\nname = \"t\"\ndescription = \"d\"\nsql = \"SELECT :n\"\n\
+             [tool.params.n]\ntype = \"string\"\nmax_items = 3\n",
+        );
+        assert_eq!(
+            err,
+            "tool `t`: parameter `n`: max_items is for a string_array, not a string"
+        );
+    }
+
+    #[test]
+    fn context_and_timeout_hint_are_read_and_context_names_an_argument() {
+        let base = "[[tool]]\nname = \"find\"\ndescription = \"d\"\nsql = \"SELECT :ref\"\n\
+                    [tool.params.ref]\ntype = \"string\"\n";
+        let t = parse_one(&base.replace(
+            "sql =",
+            "timeout_hint = \" a date range \"\ncontext = { district = \"ref\" }\nsql =",
+        ))
+        .unwrap();
+        assert_eq!(t.timeout_hint.as_deref(), Some("a date range"));
+        assert_eq!(t.context.get("district").map(String::as_str), Some("ref"));
+        let err = error_of(&base.replace("sql =", "context = { district = \"nope\" }\nsql ="));
+        assert_eq!(
+            err,
+            "tool `find`: context `district` names `nope`, which is not a parameter taken as an argument"
+        );
+    }
+
+    #[test]
+    fn instructions_and_prompts_are_read_with_their_arguments() {
+        let file = parse(
+            "instructions = \"\"\"\n  Use the tools.\n\"\"\"\n\
+             [[prompt]]\nname = \"overdue\"\ntitle = \"Overdue\"\ndescription = \"My overdue tasks\"\n\
+             text = \"Which tasks are overdue{{tag}}?\"\n\
+             [prompt.arguments.tag]\ndescription = \"a tag\"\n",
+            Limits::default(),
+        )
+        .unwrap();
+        assert_eq!(file.instructions.as_deref(), Some("Use the tools."));
+        assert!(file.tools.is_empty());
+        let p = &file.prompts[0];
+        assert_eq!(p.arguments[0].name, "tag");
+        assert!(!p.arguments[0].required);
+        let mut args = IndexMap::new();
+        assert_eq!(p.render(&args), "Which tasks are overdue?");
+        args.insert("tag".to_owned(), " tagged home".to_owned());
+        assert_eq!(p.render(&args), "Which tasks are overdue tagged home?");
+    }
+
+    #[test]
+    fn prompt_templates_and_arguments_must_match() {
+        let err = parse(
+            "[[prompt]]\nname = \"p\"\ntext = \"a {{x}}\"\n",
+            Limits::default(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "prompt `p`: text uses {{x}}, which is not a declared argument"
+        );
+        let err = parse(
+            "[[prompt]]\nname = \"p\"\ntext = \"a\"\n[prompt.arguments.x]\n",
+            Limits::default(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "prompt `p`: argument `x` is declared but the text never uses {{x}}"
+        );
+        let err = parse("[[prompt]]\nname = \"p\"\n", Limits::default()).unwrap_err();
+        assert!(
+            err.to_string().starts_with("prompt `p`: needs text"),
+            "{err}"
+        );
+        let err = parse("instructions = \"x\"\n", Limits::default()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "tools file declares no tools and no prompts"
+        );
     }
 }

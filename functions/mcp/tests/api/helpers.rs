@@ -16,6 +16,11 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use serde_json::{Value, json};
 
 pub const TOKEN: &str = "test-token-0123456789abcdef";
+/// The feedback demo's tools file, the one these tests serve unless they declare their own.
+pub const FEEDBACK_TOOLS_FILE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../domains/feedback/tools.toml"
+);
 /// Demo rows per test database: enough for every tool to find something.
 pub const FEEDBACK_ROWS: u64 = 3_000;
 
@@ -29,6 +34,7 @@ pub struct TestApp {
 
 pub struct Options {
     pub token: Option<String>,
+    /// A tools file's text to serve instead of [`FEEDBACK_TOOLS_FILE`].
     pub tools_toml: Option<String>,
     /// Connect as this URL instead of the test database's read-only role.
     pub database_url: Option<String>,
@@ -74,8 +80,12 @@ pub async fn spawn_on(db: TestDb, options: Options) -> Result<TestApp, String> {
         std::fs::write(file.path(), text).expect("write tools file");
         file
     });
-    if let Some(file) = &tools_file {
-        env.push(("TOOLS_FILE".into(), file.path().display().to_string()));
+    let tools_path = tools_file.as_ref().map_or_else(
+        || FEEDBACK_TOOLS_FILE.to_owned(),
+        |file| file.path().display().to_string(),
+    );
+    if !options.extra_env.iter().any(|(k, _)| k == "TOOLS_FILE") {
+        env.push(("TOOLS_FILE".into(), tools_path));
     }
     env.extend(options.extra_env);
     start(env, db, options.token).await
@@ -279,6 +289,39 @@ pub async fn client_call(
         .await
         .expect("tools/call answered")
 }
+
+/// Makes `role` a write role the MCP function's login may switch to, as a deployment does:
+/// `NOLOGIN IN ROLE parley_tool_writer`, granted to the test login `WITH INHERIT FALSE, SET
+/// TRUE` (so the login never writes with it outside a write tool's `SET LOCAL ROLE`). Roles
+/// are cluster-wide, so this runs on the admin database under the testkit's role lock; the
+/// table grants (`grants`, run in `db`) are the test's own.
+pub async fn writer_role(db: &TestDb, role: &str, grants: &str) {
+    let admin_url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
+    let admin = parley_testkit::connect(&admin_url).await;
+    admin
+        .batch_execute(&format!(
+            "BEGIN;
+             SELECT pg_advisory_xact_lock({ROLE_LOCK_KEY});
+             DO $$ BEGIN
+                 IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN
+                     CREATE ROLE {role} NOLOGIN IN ROLE parley_tool_writer;
+                 END IF;
+             END $$;
+             GRANT {role} TO {login} WITH INHERIT FALSE, SET TRUE;
+             COMMIT;",
+            login = parley_testkit::READONLY_USER,
+        ))
+        .await
+        .expect("writer role");
+    db.client()
+        .await
+        .batch_execute(grants)
+        .await
+        .expect("writer grants");
+}
+
+/// The testkit's lock for cluster-wide role DDL (ASCII "parleyro").
+const ROLE_LOCK_KEY: i64 = 0x7061_726c_6579_726f;
 
 /// Keys of an environment for [`Options::extra_env`].
 pub fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {

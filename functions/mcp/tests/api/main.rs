@@ -2,6 +2,7 @@
 //! Postgres (see `parley-testkit`). One binary, so the crate links once.
 
 mod auth;
+mod callers;
 mod connections;
 mod direct;
 mod helpers;

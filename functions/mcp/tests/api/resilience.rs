@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::helpers::{Options, env, spawn, spawn_on};
+use crate::helpers::{Options, env, spawn, spawn_on, writer_role};
 use parley_testkit::{TestCluster, TestDb};
 
 const SLOW_TOOL: &str = r#"
@@ -11,6 +11,7 @@ const SLOW_TOOL: &str = r#"
 name = "slow"
 description = "Sleeps for a while."
 timeout_ms = 200
+timeout_hint = "fewer seconds"
 sql = "SELECT pg_sleep(:seconds) AS slept"
 [tool.params.seconds]
 type = "number"
@@ -32,6 +33,7 @@ const DECLARED_WRITE: &str = r#"
 name = "close_feedback"
 description = "Marks one feedback item closed."
 writes = true
+role = "parley_test_feedback_closer"
 sql = "UPDATE feedback SET status = 'closed' WHERE id = :id RETURNING id, status"
 [tool.params.id]
 type = "integer"
@@ -95,7 +97,11 @@ async fn a_statement_over_its_timeout_is_cancelled_and_reported() {
     })
     .await;
     let message = app.tool_error("slow", json!({"seconds": 5})).await;
-    assert!(message.contains("longer than 200 ms"), "{message}");
+    assert_eq!(
+        message,
+        "the query took longer than 200 ms and was cancelled; narrow the filters (fewer \
+         seconds) and try again"
+    );
     // The connection went back to the pool healthy: the next call works.
     let out = app.rows("slow", json!({"seconds": 0.01})).await;
     assert_eq!(out["row_count"], 1);
@@ -125,13 +131,26 @@ async fn a_tool_that_writes_without_declaring_it_is_refused_by_the_read_only_tra
     assert_eq!(count, 0);
 }
 
+/// [`DECLARED_WRITE`] over demo data, its role given `grants` in this database.
+async fn spawn_closer(grants: &str) -> crate::helpers::TestApp {
+    let db = TestDb::with_demo_data(100).await;
+    writer_role(&db, "parley_test_feedback_closer", grants).await;
+    spawn_on(
+        db,
+        Options {
+            tools_toml: Some(DECLARED_WRITE.into()),
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap()
+}
+
 #[tokio::test]
-async fn the_read_only_role_refuses_writes_even_for_a_declared_writing_tool() {
-    let app = spawn(Options {
-        tools_toml: Some(DECLARED_WRITE.into()),
-        ..Options::default()
-    })
-    .await;
+async fn a_write_role_without_the_grant_refuses_the_write() {
+    // The role exists (and the login may switch to it) but may not update this database's
+    // feedback: the write is refused by Postgres, whatever the tools file says.
+    let app = spawn_closer("SELECT 1").await;
     let message = app.tool_error("close_feedback", json!({"id": 1})).await;
     assert!(
         message.contains("may not do what this tool asks"),
@@ -146,18 +165,7 @@ async fn the_read_only_role_refuses_writes_even_for_a_declared_writing_tool() {
 
 #[tokio::test]
 async fn a_declared_writing_tool_writes_when_its_role_may() {
-    let db = TestDb::with_demo_data(100).await;
-    let url = db.url.clone();
-    let app = spawn_on(
-        db,
-        Options {
-            tools_toml: Some(DECLARED_WRITE.into()),
-            database_url: Some(url),
-            ..Options::default()
-        },
-    )
-    .await
-    .unwrap();
+    let app = spawn_closer("GRANT SELECT, UPDATE ON feedback TO parley_test_feedback_closer").await;
     let (_, listed) = app.rpc("tools/list", json!({})).await;
     assert_eq!(
         listed["result"]["tools"][0]["annotations"]["readOnlyHint"],

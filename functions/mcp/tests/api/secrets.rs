@@ -5,7 +5,7 @@
 use parley_testkit::{Moto, TestCluster, TestDb};
 use serde_json::{Value, json};
 
-use crate::helpers::{FEEDBACK_ROWS, TestApp, spawn_with_secrets};
+use crate::helpers::{FEEDBACK_ROWS, FEEDBACK_TOOLS_FILE, TestApp, spawn_with_secrets};
 
 /// A login role of its own, so the test can change its password; in `parley_readonly`, as the
 /// deployed mcp function's role is.
@@ -30,6 +30,7 @@ fn secrets_env(moto: &Moto, ids: &[&str]) -> Vec<(String, String)> {
         ("SECRETS_MIN_REFRESH_MS".to_owned(), "0".to_owned()),
         // The test servers speak plain TCP; deployments keep the verify-full default.
         ("DB_SSLMODE".to_owned(), "disable".to_owned()),
+        ("TOOLS_FILE".to_owned(), FEEDBACK_TOOLS_FILE.to_owned()),
     ]);
     env
 }

@@ -10,6 +10,13 @@ fn mcp(env: &[(&str, &str)]) -> Output {
         .env("DATABASE_URL", "postgres://u@127.0.0.1:9/none")
         .env("LISTEN_ADDR", "127.0.0.1:0")
         .env("LOG_FORMAT", "text")
+        .env(
+            "TOOLS_FILE",
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../domains/feedback/tools.toml"
+            ),
+        )
         .envs(env.iter().copied())
         .output()
         .expect("mcp runs")
@@ -32,6 +39,17 @@ fn every_bad_setting_exits_2_with_one_line_naming_it() {
             "{var}: {stderr}"
         );
     }
+}
+
+#[test]
+fn without_tools_file_start_up_says_what_to_put_there() {
+    let out = mcp(&[("TOOLS_FILE", "")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with("mcp: invalid setting TOOLS_FILE: is required: the tools file(s)"),
+        "{stderr}"
+    );
 }
 
 #[test]

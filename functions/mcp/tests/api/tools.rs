@@ -1,11 +1,12 @@
-//! Each shipped tool answers correctly over the demo data, checked against SQL run directly.
+//! Each tool of the feedback demo (`domains/feedback/tools.toml`) answers correctly over the
+//! demo data, checked against SQL run directly.
 
 use serde_json::{Value, json};
 
 use crate::helpers::{Options, client_call, env, spawn, spawn_app};
 
 #[tokio::test]
-async fn tools_list_publishes_every_shipped_tool_with_schema_and_read_only_hint() {
+async fn tools_list_publishes_every_feedback_tool_with_schema_and_read_only_hint() {
     let app = spawn_app().await;
     let client = app.client().await;
     let tools = client.list_all_tools().await.expect("tools/list");
@@ -54,6 +55,7 @@ description = "Marks one feedback item closed; closing twice changes nothing mor
 writes = true
 destructive = false
 idempotent = true
+role = "parley_readonly"
 sql = "UPDATE feedback SET status = 'closed' WHERE id = :id RETURNING id, status"
 [tool.params.id]
 type = "integer"
@@ -63,6 +65,7 @@ required = true
 name = "delete_feedback"
 description = "Deletes one feedback item."
 writes = true
+role = "parley_readonly"
 sql = "DELETE FROM feedback WHERE id = :id RETURNING id"
 [tool.params.id]
 type = "integer"
@@ -442,11 +445,11 @@ async fn a_real_mcp_client_gets_structured_content_and_the_same_json_as_text() {
     assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), structured);
 }
 
-/// The shipped tools plus one that shows how the session's prepared statements were planned.
+/// The feedback tools plus one that shows how the session's prepared statements were planned.
 fn with_plans_tool() -> String {
     format!(
         "{}\n{}",
-        parley_mcp::tools::spec::DEFAULT_TOOLS,
+        std::fs::read_to_string(crate::helpers::FEEDBACK_TOOLS_FILE).expect("feedback tools"),
         r#"
 [[tool]]
 name = "plans"
