@@ -241,17 +241,18 @@ impl McpClients {
         by: CallFor<'_>,
         deadline: tokio::time::Instant,
     ) -> ToolOutcome {
-        let resendable = catalog.routes.get(name).is_some_and(|r| r.resendable);
+        let route = catalog.routes.get(name);
         let call = self.call_by_route(catalog, name, arguments, by);
         match tokio::time::timeout_at(deadline, call).await {
             Ok(outcome) => outcome,
-            Err(_) if resendable => {
-                ToolOutcome::error("the tool did not answer before the turn ran out of time")
-            }
-            Err(_) => ToolOutcome::error(outcome_unknown(
-                name,
-                "it did not answer before the turn ran out of time",
-            )),
+            Err(_) => match route {
+                Some(route) if route.traits.writes => ToolOutcome::error(outcome_unknown(
+                    name,
+                    "it did not answer before the turn ran out of time",
+                    route.resendable,
+                )),
+                _ => ToolOutcome::error("the tool did not answer before the turn ran out of time"),
+            },
         }
     }
 
@@ -338,6 +339,16 @@ impl McpClients {
                     return ToolOutcome::error(outcome_unknown(
                         name,
                         "the connection to its server failed before the answer arrived",
+                        false,
+                    ));
+                }
+                Ok(Err(e)) if route.traits.writes => {
+                    self.forget(server, &client).await;
+                    tracing::warn!(server = %server.config.name, tool = %name, error = %e, "MCP call failed again");
+                    return ToolOutcome::error(outcome_unknown(
+                        name,
+                        "the connection to its server failed twice",
+                        true,
                     ));
                 }
                 Ok(Err(e)) => {
@@ -348,10 +359,11 @@ impl McpClients {
                         server.config.name
                     ));
                 }
-                Err(_) if !route.resendable => {
+                Err(_) if route.traits.writes => {
                     return ToolOutcome::error(outcome_unknown(
                         name,
                         &format!("it did not answer within {} ms", self.timeout.as_millis()),
+                        route.resendable,
                     ));
                 }
                 Err(_) => {
@@ -446,12 +458,18 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// What the model is told when a call that must not run twice may or may not have run.
-fn outcome_unknown(name: &str, why: &str) -> String {
+/// What the model is told when a call that writes may or may not have run. `resendable`: the
+/// call could be sent again as the same call; a new call from the model is a new call (with a
+/// new idempotency key), so the model must check first either way.
+fn outcome_unknown(name: &str, why: &str, resendable: bool) -> String {
+    let not_repeated = if resendable {
+        String::new()
+    } else {
+        format!(", and it was not repeated because `{name}` is not idempotent")
+    };
     format!(
         "the outcome of this call to `{name}` is unknown: {why}. It may or may not have taken \
-effect, and it was not repeated because `{name}` is not idempotent. Check its effect before \
-calling it again, or tell the user."
+effect{not_repeated}. Check its effect before calling it again, or tell the user."
     )
 }
 
@@ -489,6 +507,22 @@ mod tests {
             let key = IdempotencyKey::for_call(&turn, odd, 2, 3);
             assert_eq!(key.as_str(), format!("{turn}:2.3"), "{odd:?}");
         }
+    }
+
+    #[test]
+    fn a_write_without_an_answer_is_reported_unknown_and_why_it_was_not_repeated() {
+        let once = outcome_unknown("add_note", "it did not answer within 5 ms", false);
+        assert!(
+            once.contains("is unknown: it did not answer within 5 ms."),
+            "{once}"
+        );
+        assert!(once.contains("not repeated because `add_note` is not idempotent"));
+        let keyed = outcome_unknown("create_task", "the connection failed twice", true);
+        assert!(
+            keyed.contains("may or may not have taken effect. Check its effect"),
+            "{keyed}"
+        );
+        assert!(!keyed.contains("not idempotent"));
     }
 
     #[test]
