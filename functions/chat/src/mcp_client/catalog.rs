@@ -287,7 +287,7 @@ mod tests {
                     tool(
                         "lookup",
                         (Some(true), None, None),
-                        json!({CONTEXT_META: {"district": "ref", "bad": 1}}),
+                        json!({CONTEXT_META: {"project": "code", "bad": 1}}),
                     ),
                     tool(
                         "create",
@@ -305,7 +305,7 @@ mod tests {
         assert!(!t("lookup").traits.writes);
         assert_eq!(
             t("lookup").traits.context,
-            [("district".to_owned(), "ref".to_owned())]
+            [("project".to_owned(), "code".to_owned())]
         );
         assert!(t("create").traits.writes && !t("create").traits.destructive);
         // destructiveHint defaults to true for a tool that writes.
