@@ -145,17 +145,21 @@ impl StreamableHttpClient for UrlFree {
     async fn post_message(
         &self,
         uri: Arc<str>,
-        mut message: ClientJsonRpcMessage,
+        message: ClientJsonRpcMessage,
         session_id: Option<Arc<str>>,
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> HttpResult<StreamableHttpPostResponse> {
-        let bearer = self.bearer_for(&mut message, auth_header);
-        url_free(
-            self.http
-                .post_message(uri, message, session_id, bearer, custom_headers)
-                .await,
+        // As reqwest's own client does: the default limits.
+        self.post_message_with_response_limits(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            custom_headers,
+            StreamableHttpResponseLimits::default(),
         )
+        .await
     }
 
     async fn post_message_with_response_limits(
@@ -204,11 +208,15 @@ impl StreamableHttpClient for UrlFree {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> HttpResult<SseStream> {
-        url_free(
-            self.http
-                .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
-                .await,
+        self.get_stream_with_max_sse_event_size(
+            uri,
+            session_id,
+            last_event_id,
+            auth_header,
+            custom_headers,
+            StreamableHttpResponseLimits::default().max_sse_event_size,
         )
+        .await
     }
 
     async fn get_stream_with_max_sse_event_size(
