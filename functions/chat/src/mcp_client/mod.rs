@@ -319,6 +319,16 @@ impl McpClients {
                     }
                     return ToolOutcome::error(e.message.to_string());
                 }
+                Ok(Err(e)) if caller.is_some() && e.auth_challenge().is_some() => {
+                    // Only the user's assertion went with this call: renewing the service
+                    // token would not help, and sending it instead would drop the user.
+                    self.forget(server, &client).await;
+                    tracing::warn!(server = %server.config.name, "MCP server refused the caller assertion; MCP_CALLER_KEY must be the same in the chat and mcp functions");
+                    return ToolOutcome::error(format!(
+                        "the tool server `{}` did not accept the user's identity; try again later or answer without it",
+                        server.config.name
+                    ));
+                }
                 Ok(Err(e)) if attempt == 1 && e.auth_challenge().is_some() => {
                     self.forget(server, &client).await;
                     if !self.renew_token(server, connected.token_generation).await {

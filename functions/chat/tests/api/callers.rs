@@ -162,3 +162,30 @@ async fn a_server_from_mcp_servers_never_receives_a_users_assertion() {
     assert_eq!(to_parley.len(), 1);
     assert_eq!(sub_of(&to_parley[0]), "alice");
 }
+
+#[tokio::test]
+async fn an_assertion_the_mcp_function_refuses_is_a_tool_error_naming_the_identity() {
+    let chat = spawn(Options {
+        steps: vec![lookup("Leeds"), Step::text("I could not look it up.")],
+        // Not the mcp function's key.
+        extra_env: vec![(
+            "MCP_CALLER_KEY",
+            "another-caller-key-of-at-least-32-bytes".into(),
+        )],
+        ..Options::default()
+    })
+    .await;
+    let body = chat.turn("alice", json!({"message": "Leeds?"})).await;
+    let trace = &body["traces"][0];
+    assert_eq!(trace["is_error"], true, "{body}");
+    assert_eq!(
+        trace["output"],
+        "the tool server `parley` did not accept the user's identity; try again later or \
+answer without it"
+    );
+    // Listing went through with the service token; the call was never sent without a user.
+    assert!(!chat.mcp().posts("tools/list").is_empty());
+    for call in chat.mcp().posts("tools/call") {
+        assert_ne!(call.bearer.as_deref(), Some(MCP_TOKEN));
+    }
+}
