@@ -180,7 +180,7 @@ fn body_bytes(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes
 
 async fn chat(
     State(state): State<AppState>,
-    User(user): User,
+    user: User,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<TurnResponse>, ApiError> {
     let bytes = body_bytes(body, state.limits.max_body_bytes)?;
@@ -197,7 +197,7 @@ struct PageQuery {
 
 async fn list_conversations(
     State(state): State<AppState>,
-    User(user): User,
+    User { id: user, .. }: User,
     query: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(page) = query.map_err(|e| ApiError::BadRequest {
@@ -230,7 +230,7 @@ async fn list_conversations(
 
 async fn conversation_messages(
     State(state): State<AppState>,
-    User(user): User,
+    User { id: user, .. }: User,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let id = ConversationId::parse(&id).ok_or(StorageError::NotFound)?;

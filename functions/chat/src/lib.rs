@@ -29,7 +29,7 @@ use parley_core::secrets::Secrets;
 use parley_core::serve::{Bound, Listener, StartupFailure};
 
 use crate::auth::Authenticator;
-use crate::config::{ChatConfig, Limits};
+use crate::config::{AssistantName, ChatConfig, Limits};
 use crate::llm::Llm;
 use crate::mcp_client::McpClients;
 
@@ -44,6 +44,8 @@ pub struct AppState {
     pub mcp: Arc<McpClients>,
     pub auth: Arc<Authenticator>,
     pub limits: Arc<Limits>,
+    /// `ASSISTANT_NAME`, for the instructions.
+    pub assistant: Arc<AssistantName>,
 }
 
 impl FromRef<AppState> for Arc<Authenticator> {
@@ -95,10 +97,12 @@ fn router(config: &ChatConfig, secrets: Option<Secrets>) -> Result<Router, Start
         llm: Llm::new(config.llm.clone(), http.clone()),
         mcp: Arc::new(
             McpClients::new(config.mcp_servers.clone(), http, config.limits.mcp_timeout)
-                .with_secrets(secrets),
+                .with_secrets(secrets)
+                .with_caller_key(config.caller_key.as_ref()),
         ),
         auth,
         limits: Arc::new(config.limits.clone()),
+        assistant: Arc::new(config.assistant_name.clone()),
     };
     Ok(parley_core::serve::traced(api::router(state)))
 }

@@ -15,12 +15,12 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::AppState;
-use crate::auth::UserId;
+use crate::auth::User;
 use crate::conversation::{self, ConversationId, Trace, TurnRecord, TurnStart};
 use crate::error::ApiError;
-use crate::instructions::{self, UiContext};
+use crate::instructions::{self, Briefing, UiContext};
 use crate::llm::{Item, LlmError, Prompt, ToolCall, ToolDef, Usage};
-use crate::mcp_client::{Catalog, ToolOutcome};
+use crate::mcp_client::{CallFor, Catalog, IdempotencyKey, ToolOutcome};
 use crate::{nul, replay};
 
 /// A checked `POST /api/chat` request.
@@ -52,10 +52,12 @@ struct Ending {
 
 pub async fn run(
     state: &AppState,
-    user: &UserId,
+    user: &User,
     request: TurnRequest,
 ) -> Result<TurnResponse, ApiError> {
     let deadline = Instant::now() + state.limits.turn_deadline;
+    // Names this turn in its tool calls' idempotency keys.
+    let turn_id = uuid::Uuid::new_v4();
     // Listing is an MCP request too: a server that hangs must not take the whole turn.
     let catalog = tokio::time::timeout_at(deadline, state.mcp.catalog())
         .await
@@ -66,7 +68,7 @@ pub async fn run(
     let turn = conversation::begin(
         &state.pool,
         TurnStart {
-            owner: user,
+            owner: &user.id,
             conversation: request.conversation,
             message: &request.message,
             context: context_json.as_ref(),
@@ -84,7 +86,14 @@ pub async fn run(
 
     let mut items = replay::replay(&turn.history, state.limits.replay_chars);
     items.push(Item::User(request.message.clone()));
-    let instructions = instructions::build(chrono::Utc::now(), request.context.as_ref(), &tools);
+    let traits = catalog.traits(&tools);
+    let instructions = instructions::build(&Briefing {
+        assistant: state.assistant.as_str(),
+        now: chrono::Utc::now(),
+        tools: &traits,
+        guidance: &catalog.guidance,
+        context: request.context.as_ref(),
+    });
 
     let mut usage = Usage::default();
     let mut traces: Vec<Trace> = Vec::new();
@@ -131,8 +140,14 @@ before reaching an answer. The results gathered so far are in the traces; try a 
         }
         let cap = state.limits.max_calls_per_step;
         let results = futures::future::join_all(reply.calls.iter().enumerate().map(|(i, call)| {
-            let over_cap = i >= cap;
-            run_call(state, &catalog, narrowed, call, steps, over_cap, deadline)
+            let key = IdempotencyKey::for_call(&turn_id, &call.call_id, steps, i);
+            let call = Call {
+                call,
+                step: steps,
+                over_cap: i >= cap,
+                key,
+            };
+            run_call(state, &catalog, narrowed, user, call, deadline)
         }))
         .await;
         items.extend(reply.calls.iter().cloned().map(Item::Call));
@@ -247,15 +262,28 @@ fn offered_tools<'a>(
     ))
 }
 
-/// Runs one call. Arguments that are not a JSON object become a tool error the model sees, as
-/// does a call past `MAX_TOOL_CALLS_PER_STEP` (`over_cap`), which is not run.
+/// One tool call the model made, where it stands in the turn.
+struct Call<'a> {
+    call: &'a ToolCall,
+    step: u32,
+    /// Past `MAX_TOOL_CALLS_PER_STEP`: not run.
+    over_cap: bool,
+    key: IdempotencyKey,
+}
+
+/// Runs one call for `user`. Arguments that are not a JSON object become a tool error the
+/// model sees, as does a call past `MAX_TOOL_CALLS_PER_STEP`, which is not run.
 async fn run_call(
     state: &AppState,
     catalog: &Catalog,
     narrowed: Option<&[ToolDef]>,
-    call: &ToolCall,
-    step: u32,
-    over_cap: bool,
+    user: &User,
+    Call {
+        call,
+        step,
+        over_cap,
+        key,
+    }: Call<'_>,
     deadline: Instant,
 ) -> Trace {
     let started = Instant::now();
@@ -288,7 +316,16 @@ still need in your next response",
             let args = Value::Object(map.clone());
             (
                 args,
-                state.mcp.call(catalog, &call.name, map, deadline).await,
+                state
+                    .mcp
+                    .call(
+                        catalog,
+                        &call.name,
+                        map,
+                        CallFor { user, key: &key },
+                        deadline,
+                    )
+                    .await,
             )
         }
         Err(problem) => (

@@ -1,6 +1,7 @@
 //! Who is calling: every request carries `Authorization: Bearer <JWT>`, verified by
 //! `parley_core::jwt` (HS256 with a shared secret, RS256/ES256/EdDSA with keys from a JWKS URL);
-//! the caller is the token's `sub`. `CHAT_AUTH=none` replaces all of this with one fixed local user,
+//! the caller is the token's `sub`, and its verified claims go with it to the tools (signed
+//! again by `mcp_client` for the mcp function). `CHAT_AUTH=none` replaces all of this with one fixed local user,
 //! for local development only.
 
 use std::fmt;
@@ -11,6 +12,7 @@ use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use parley_core::config::{ConfigError, Env};
 use parley_core::jwt::{JwtConfig, TokenError, Verifier};
+use serde_json::{Map, Value};
 
 /// Longest `sub` accepted as a user id, in characters.
 pub const MAX_USER_ID_CHARS: usize = 255;
@@ -149,23 +151,43 @@ impl Authenticator {
     }
 
     /// The user behind an `Authorization` header value (`None` when the header is absent).
-    pub async fn authenticate(&self, authorization: Option<&str>) -> Result<UserId, AuthError> {
+    pub async fn authenticate(&self, authorization: Option<&str>) -> Result<User, AuthError> {
         let Some(verifier) = &self.verifier else {
-            return Ok(UserId::local());
+            return Ok(User::local());
         };
         let token = authorization
             .and_then(parley_core::http::bearer_token)
             .ok_or(AuthError::Missing)?;
         let verified = verifier.verify(token).await?;
-        UserId::new(verified.subject)
-            .map_err(|e| AuthError::Token(TokenError::Invalid(format!("the sub claim {e}"))))
+        let id = UserId::new(verified.subject)
+            .map_err(|e| AuthError::Token(TokenError::Invalid(format!("the sub claim {e}"))))?;
+        Ok(User {
+            id,
+            claims: Arc::new(verified.claims),
+        })
     }
 }
 
 /// The caller of a handler. A handler that takes a `User` cannot run unauthenticated: the
 /// request is refused (401, or 503 when the keys are unavailable) before the handler starts.
-#[derive(Debug, Clone)]
-pub struct User(pub UserId);
+#[derive(Debug, Clone, PartialEq)]
+pub struct User {
+    /// The token's `sub`, checked: what conversations belong to.
+    pub id: UserId,
+    /// Every claim of the verified token (`sub` included), for the tools that act for the user
+    /// (e.g. `caller.claims.email`); empty with `CHAT_AUTH=none`. Never logged.
+    pub claims: Arc<Map<String, Value>>,
+}
+
+impl User {
+    /// The one user of `CHAT_AUTH=none`, with no claims.
+    pub fn local() -> Self {
+        Self {
+            id: UserId::local(),
+            claims: Arc::default(),
+        }
+    }
+}
 
 impl<S> FromRequestParts<S> for User
 where
@@ -181,8 +203,7 @@ where
             // Not visible ASCII, so not a Bearer token either.
             Some(value) => Some(value.to_str().map_err(|_| AuthError::Missing)?),
         };
-        let user = authenticator.authenticate(authorization).await?;
-        Ok(User(user))
+        authenticator.authenticate(authorization).await
     }
 }
 
@@ -223,7 +244,9 @@ mod tests {
     }
 
     async fn check(auth: &Authenticator, token: &str) -> Result<UserId, AuthError> {
-        auth.authenticate(Some(&format!("Bearer {token}"))).await
+        auth.authenticate(Some(&format!("Bearer {token}")))
+            .await
+            .map(|user| user.id)
     }
 
     fn assert_invalid(result: Result<UserId, AuthError>, expected: &str) {
@@ -249,7 +272,7 @@ mod tests {
         let auth = authenticator(&[]);
         let token = hs256(&claims("u"), SECRET);
         let user = auth.authenticate(Some(&format!("bearer  {token} "))).await;
-        assert_eq!(user.unwrap().as_str(), "u");
+        assert_eq!(user.unwrap().id.as_str(), "u");
     }
 
     #[tokio::test]
@@ -472,9 +495,10 @@ mod tests {
         let config = config(&[("CHAT_AUTH", "none")]).unwrap();
         let auth = Authenticator::new(config, reqwest::Client::new());
         assert!(auth.is_disabled());
-        assert_eq!(auth.authenticate(None).await.unwrap(), UserId::local());
+        assert_eq!(auth.authenticate(None).await.unwrap(), User::local());
         let user = auth.authenticate(Some("Bearer whatever")).await.unwrap();
-        assert_eq!(user.as_str(), "local-user");
+        assert_eq!(user.id.as_str(), "local-user");
+        assert!(user.claims.is_empty());
     }
 
     #[test]
@@ -603,9 +627,14 @@ mod tests {
         let state = AppState {
             auth: Arc::new(authenticator(&[])),
         };
-        let token = format!("Bearer {}", hs256(&claims("user-7"), SECRET));
-        let User(user) = extract(&state, Some(token.as_bytes())).await.unwrap();
-        assert_eq!(user.as_str(), "user-7");
+        let mut with_email = claims("user-7");
+        with_email["email"] = json!("u7@example.com");
+        let token = format!("Bearer {}", hs256(&with_email, SECRET));
+        let user = extract(&state, Some(token.as_bytes())).await.unwrap();
+        assert_eq!(user.id.as_str(), "user-7");
+        // The verified claims come along, for the tools that act for the user.
+        assert_eq!(user.claims["email"], "u7@example.com");
+        assert_eq!(user.claims["sub"], "user-7");
 
         for refused in [None, Some(&b"Basic x"[..]), Some(&b"Bearer \xff"[..])] {
             let err = extract(&state, refused).await.unwrap_err();

@@ -1,9 +1,12 @@
 //! `spawn_chat`: the chat function on `127.0.0.1:0` over a fresh database, wired to the real
-//! mcp function (also on loopback, its requests counted) and a scripted LLM.
+//! mcp function (also on loopback, its requests counted and recorded) and a scripted LLM.
+//! Both share [`CALLER_KEY`] unless a test sets `MCP_CALLER_KEY` itself, so tool calls carry
+//! the signed-in user as they do when deployed.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
+use axum::body::Body;
 use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::Response;
@@ -16,6 +19,8 @@ use serde_json::{Value, json};
 pub const JWT_SECRET: &str = "test-secret-0123456789abcdef0123456789abcdef";
 pub const MCP_TOKEN: &str = "mcp-test-token-0123456789";
 pub const FEEDBACK_ROWS: u64 = 2_000;
+/// `MCP_CALLER_KEY` of both functions, unless a test sets its own.
+pub const CALLER_KEY: &str = "chat-test-caller-key-0123456789abcdef";
 
 pub struct TestChat {
     pub base: String,
@@ -28,16 +33,40 @@ pub struct TestChat {
     http: reqwest::Client,
 }
 
-/// The mcp function the chat talks to, and how many HTTP requests reached it.
+/// The mcp function the chat talks to, how many HTTP requests reached it, and what each POST
+/// to `/mcp` said.
 pub struct McpHandle {
     pub url: String,
     pub requests: Arc<AtomicUsize>,
+    posts: Arc<Mutex<Vec<McpPost>>>,
     server: tokio::task::JoinHandle<()>,
+}
+
+/// One JSON-RPC POST as the mcp function received it.
+#[derive(Debug, Clone)]
+pub struct McpPost {
+    /// `method` of the JSON-RPC message (`tools/call`, `tools/list`, ...), or "" for none.
+    pub method: String,
+    /// The bearer token of its `Authorization` header.
+    pub bearer: Option<String>,
+    /// `params._meta`, or null.
+    pub meta: Value,
 }
 
 impl McpHandle {
     pub fn requests(&self) -> usize {
         self.requests.load(Ordering::SeqCst)
+    }
+
+    /// The POSTs whose JSON-RPC method is `method`, in order of arrival.
+    pub fn posts(&self, method: &str) -> Vec<McpPost> {
+        self.posts
+            .lock()
+            .expect("posts")
+            .iter()
+            .filter(|p| p.method == method)
+            .cloned()
+            .collect()
     }
 
     /// Stops the server (the chat's cached connection to it dies with it).
@@ -136,21 +165,26 @@ async fn spawn_mcp(db: &TestDb) -> McpHandle {
     .await
 }
 
-/// The mcp function started as its `main` does: `env` (exactly these settings) goes through
-/// `parley_core::secrets::load` first, so `SECRET_IDS` in it is honoured.
+/// The mcp function started as its `main` does: `env` (these settings, plus [`CALLER_KEY`]
+/// when it does not set `MCP_CALLER_KEY`) goes through `parley_core::secrets::load` first, so
+/// `SECRET_IDS` in it is honoured. Every test's mcp function starts here.
 pub async fn spawn_mcp_from(env: Env) -> McpHandle {
+    let env = with_caller_key(env).overlay([("LISTEN_ADDR", "127.0.0.1:0")]);
     let requests = Arc::new(AtomicUsize::new(0));
-    let counter = requests.clone();
-    let router = parley_mcp::Application::build(env.overlay([("LISTEN_ADDR", "127.0.0.1:0")]))
+    let posts = Arc::new(Mutex::new(Vec::new()));
+    let (counter, recorder) = (requests.clone(), posts.clone());
+    let router = parley_mcp::Application::build(env)
         .await
         .expect("mcp builds")
         .into_router()
         .layer(axum::middleware::from_fn(
             move |req: Request, next: Next| {
-                let counter = counter.clone();
+                let (counter, recorder) = (counter.clone(), recorder.clone());
                 async move {
+                    let mut req = req;
                     if req.uri().path() == "/mcp" {
                         counter.fetch_add(1, Ordering::SeqCst);
+                        req = record(req, &recorder).await;
                     }
                     let response: Response = next.run(req).await;
                     response
@@ -167,8 +201,52 @@ pub async fn spawn_mcp_from(env: Env) -> McpHandle {
     McpHandle {
         url: format!("http://{addr}/mcp"),
         requests,
+        posts,
         server,
     }
+}
+
+/// `env` with `MCP_CALLER_KEY` = [`CALLER_KEY`] unless it sets one (blank turns it off).
+fn with_caller_key(env: Env) -> Env {
+    if env.is_present("MCP_CALLER_KEY") {
+        env
+    } else {
+        env.overlay([("MCP_CALLER_KEY", CALLER_KEY)])
+    }
+}
+
+/// Notes a POST's method, bearer token and `_meta` in `posts`; the request goes on unchanged.
+async fn record(req: Request, posts: &Mutex<Vec<McpPost>>) -> Request {
+    if req.method() != axum::http::Method::POST {
+        return req;
+    }
+    let (parts, body) = req.into_parts();
+    let bytes = axum::body::to_bytes(body, 10 * 1024 * 1024)
+        .await
+        .unwrap_or_default();
+    let message: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let bearer = parts
+        .headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_owned);
+    posts.lock().expect("posts").push(McpPost {
+        method: message["method"].as_str().unwrap_or_default().to_owned(),
+        bearer,
+        meta: message["params"]["_meta"].clone(),
+    });
+    Request::from_parts(parts, Body::from(bytes))
+}
+
+/// The payload of a JWT, unverified: what a test reads from an assertion it saw go by.
+pub fn jwt_payload(token: &str) -> Value {
+    use base64::Engine;
+    let payload = token.split('.').nth(1).expect("a JWT has a payload");
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .expect("base64url");
+    serde_json::from_slice(&bytes).expect("a JSON payload")
 }
 
 /// The chat function started as its `main` does (secrets first), over `llm` and `mcp`.
@@ -183,9 +261,11 @@ pub async fn spawn_chat_from(env: Env, llm: ScriptedLlm, mcp: Option<McpHandle>)
     }
 }
 
-/// [`parley_chat::Application::build`] as `main` runs it, on a free loopback port; the base URL.
+/// [`parley_chat::Application::build`] as `main` runs it, on a free loopback port, with
+/// [`CALLER_KEY`] unless `env` sets `MCP_CALLER_KEY`; the base URL.
 async fn start_chat(env: Env) -> String {
-    let app = parley_chat::Application::build(env.overlay([("LISTEN_ADDR", "127.0.0.1:0")]))
+    let env = with_caller_key(env).overlay([("LISTEN_ADDR", "127.0.0.1:0")]);
+    let app = parley_chat::Application::build(env)
         .await
         .expect("chat builds");
     let addr = app.local_addr().expect("bound outside Lambda");

@@ -370,21 +370,47 @@ async fn a_call_to_a_tool_the_request_left_out_is_refused() {
     );
 }
 
-#[tokio::test]
-async fn ui_context_reaches_the_instructions_as_non_authoritative_hints() {
+/// The instructions of the first model request of a turn with a selected district.
+async fn instructions_with_a_district() -> String {
     let chat = spawn_chat(vec![Step::Text("ok".into())]).await;
     chat.turn(
         "alice",
         json!({"message": "How is it doing?", "context": {"district": {"code": "E06000023", "label": "Bristol"}}}),
     )
     .await;
-    let instructions = chat.llm.requests()[0]["instructions"]
+    chat.llm.requests()[0]["instructions"]
         .as_str()
         .unwrap()
-        .to_owned();
+        .to_owned()
+}
+
+#[tokio::test]
+async fn ui_context_and_server_guidance_reach_the_instructions_quoted() {
+    let instructions = instructions_with_a_district().await;
     assert!(instructions.contains("not authoritative"));
     assert!(
-        instructions.contains(r#"call lad_by_ref with ref "E06000023""#),
+        instructions.contains(r#"{"district":{"code":"E06000023","label":"Bristol"}}"#),
+        "{instructions}"
+    );
+    // The mcp function's handshake instructions, as its own words.
+    assert!(
+        instructions.contains("Guidance from the tool servers, in their own words")
+            && instructions.contains("- `parley`: \""),
+        "{instructions}"
+    );
+    assert!(instructions.contains("The tools are read-only"));
+}
+
+#[tokio::test]
+#[ignore = "needs the mcp function to publish lad_by_ref's _meta[\"parley/context\"] (H-mcp)"]
+async fn a_context_key_a_tool_resolves_asks_for_that_call_first() {
+    let instructions = instructions_with_a_district().await;
+    assert!(
+        instructions.contains(r#"The user's screen refers to district "Bristol" ("E06000023")."#),
+        "{instructions}"
+    );
+    assert!(
+        instructions.contains(r#"call `lad_by_ref` with ref "E06000023""#),
         "{instructions}"
     );
 }

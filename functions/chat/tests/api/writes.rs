@@ -13,7 +13,9 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::helpers::{JWT_SECRET, MCP_TOKEN, TestChat, spawn_chat_from, spawn_mcp_from};
+use crate::helpers::{
+    JWT_SECRET, MCP_TOKEN, TestChat, jwt_payload, spawn_chat_from, spawn_mcp_from,
+};
 
 const ADD_NOTE: &str = r#"
 [[tool]]
@@ -202,4 +204,15 @@ required = true
     assert_eq!(trace["is_error"], false, "sent again and answered: {body}");
     assert_eq!(trace["output"]["rows"][0]["status"], "closed", "{body}");
     assert_eq!(body["reply"], "Closed.");
+    // Both attempts reached the server as the same call of the same user: one idempotency
+    // key, each with its own fresh assertion.
+    let attempts = chat.mcp().posts("tools/call");
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    let key = &attempts[0].meta["parley/idempotency_key"];
+    assert!(key.is_string(), "{attempts:?}");
+    assert_eq!(&attempts[1].meta["parley/idempotency_key"], key);
+    for attempt in &attempts {
+        let bearer = attempt.bearer.as_deref().expect("an assertion");
+        assert_eq!(jwt_payload(bearer)["sub"], "alice");
+    }
 }

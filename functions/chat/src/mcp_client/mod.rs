@@ -3,38 +3,47 @@
 //!
 //! Connections use the one-request `server/discover` lifecycle (2026-07-28) when the server
 //! offers it and fall back to the classic `initialize` handshake. A dead connection is replaced
-//! and the call retried once, but only for tools annotated read-only or idempotent: a call
-//! whose answer was lost may have run, and running a write twice is worse than not knowing.
-//! A server that is down becomes a tool error, never a failed turn.
-//! A 401 from the `parley` server fetches its token from Secrets Manager again (rate-limited),
-//! reconnects with it and retries once, so a rotated token needs no cold start.
+//! and the call retried once, but only for tools that are read-only, idempotent or keyed
+//! (`_meta["parley/idempotency_key"]`): a call whose answer was lost may have run, and running
+//! a write twice is worse than not knowing. A server that is down becomes a tool error, never a
+//! failed turn. A 401 from the `parley` server fetches its token from Secrets Manager again
+//! (rate-limited), reconnects with it and retries once, so a rotated token needs no cold start.
+//!
+//! Identity is per call, never per connection: listing and the handshake send the service
+//! token, and with `MCP_CALLER_KEY` each `tools/call` to the `parley` server is sent with a
+//! fresh assertion of the turn's user instead (see [`http`]), so one warm client serves every
+//! user. Every `tools/call` carries an idempotency key in `_meta["parley/idempotency_key"]`.
 
-use std::collections::HashMap;
+mod catalog;
+mod http;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::stream::BoxStream;
-use parley_core::config::ExposeSecret;
+use parley_core::config::{ExposeSecret, SecretString};
+use parley_core::jwt::assertion::Signer;
 use parley_core::secrets::{RotatingSecret, Secrets};
-use reqwest::header::{HeaderName, HeaderValue};
-use rmcp::model::ClientJsonRpcMessage;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock,
-    Implementation, ProtocolVersion,
+    Implementation, MetaObject, ProtocolVersion, RequestMetaObject,
 };
 use rmcp::service::{
     ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService, ServiceError,
 };
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::{
-    SseError, StreamableHttpClient, StreamableHttpClientTransportConfig, StreamableHttpError,
-    StreamableHttpPostResponse, StreamableHttpResponseLimits,
-};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::{Map, Value};
 use tokio::sync::Mutex;
+use uuid::Uuid;
 
+pub use catalog::{
+    CONTEXT_META, Catalog, IDEMPOTENCY_META, ServerGuidance, ToolTraits, check_arguments,
+};
+
+use crate::auth::User;
 use crate::config::McpServer;
-use crate::llm::ToolDef;
+use catalog::Listing;
+use http::{Assertions, CALLER_META, UrlFree};
 
 type Client = RunningService<RoleClient, ClientConfig>;
 
@@ -44,6 +53,45 @@ pub struct McpClients {
     http: reqwest::Client,
     timeout: Duration,
     catalog: Mutex<Option<Arc<Catalog>>>,
+    /// Signs caller assertions (`MCP_CALLER_KEY`); `None` sends none.
+    signer: Option<Signer>,
+    assertions: Assertions,
+}
+
+/// `_meta["parley/idempotency_key"]` of one tool call: 1-255 printable ASCII characters, the
+/// same on each attempt, so a server that records keys runs the call once however often it is
+/// sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    pub const MAX_CHARS: usize = 255;
+
+    /// `<turn>:<call id>`, or `<turn>:<step>.<index>` when the model's call id is empty, too
+    /// long or not printable ASCII. The turn id is unique per turn, and a call id is unique in
+    /// its turn, so no two calls share a key.
+    pub fn for_call(turn: &Uuid, call_id: &str, step: u32, index: usize) -> Self {
+        let key = format!("{turn}:{call_id}");
+        let fits = !call_id.is_empty()
+            && key.len() <= Self::MAX_CHARS
+            && call_id.bytes().all(|b| b.is_ascii_graphic());
+        if fits {
+            Self(key)
+        } else {
+            Self(format!("{turn}:{step}.{index}"))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Who a tool call acts for, and its idempotency key.
+#[derive(Debug, Clone, Copy)]
+pub struct CallFor<'a> {
+    pub user: &'a User,
+    pub key: &'a IdempotencyKey,
 }
 
 struct Server {
@@ -66,45 +114,6 @@ struct ConnectFailure {
     message: String,
     unauthorized: bool,
     token_generation: u64,
-}
-
-/// The tools offered to the model, under the names the model uses.
-#[derive(Debug, Default)]
-pub struct Catalog {
-    pub tools: Vec<ToolDef>,
-    routes: HashMap<String, Route>,
-    /// A server could not be listed; its tools are missing and the next turn tries again.
-    incomplete: bool,
-}
-
-#[derive(Debug, Clone)]
-struct Route {
-    server: usize,
-    remote_name: String,
-    schema: Value,
-    /// The server says calling it twice does no more than once (`readOnlyHint` or
-    /// `idempotentHint`), so a call whose answer was lost may be sent again.
-    resendable: bool,
-}
-
-impl Catalog {
-    pub fn contains(&self, name: &str) -> bool {
-        self.routes.contains_key(name)
-    }
-
-    /// Some server could not be listed, so some tools may be missing.
-    pub fn is_incomplete(&self) -> bool {
-        self.incomplete
-    }
-
-    /// No tools, because listing them took longer than the turn may: calls become tool errors
-    /// saying a server cannot be reached.
-    pub fn unavailable() -> Self {
-        Self {
-            incomplete: true,
-            ..Self::default()
-        }
-    }
 }
 
 /// A tool call's outcome as the model and the trace see it.
@@ -141,7 +150,16 @@ impl McpClients {
             http,
             timeout,
             catalog: Mutex::new(None),
+            signer: None,
+            assertions: Assertions::default(),
         }
+    }
+
+    /// Sends a caller assertion signed with `key` (`MCP_CALLER_KEY`) on every tool call to the
+    /// servers that carry the caller (the `parley` server); `None` sends none.
+    pub fn with_caller_key(mut self, key: Option<&SecretString>) -> Self {
+        self.signer = key.map(Signer::new);
+        self
     }
 
     /// Takes rotated tokens from `secrets` when a server refuses the current one.
@@ -162,27 +180,42 @@ impl McpClients {
         if let Some(c) = cached.as_ref().filter(|c| !c.incomplete) {
             return c.clone();
         }
-        let mut listed: Vec<(usize, Vec<rmcp::model::Tool>)> = Vec::new();
+        let mut listed = Vec::new();
         let mut incomplete = false;
         for (i, server) in self.servers.iter().enumerate() {
             match self.list(server).await {
-                Ok(tools) => listed.push((i, tools)),
+                Ok((tools, instructions)) => listed.push(Listing {
+                    server: i,
+                    server_name: server.config.name.clone(),
+                    tools,
+                    instructions,
+                }),
                 Err(e) => {
                     incomplete = true;
                     tracing::warn!(server = %server.config.name, error = %e, "cannot list MCP tools; the turn goes on without them");
                 }
             }
         }
-        let catalog = Arc::new(build_catalog(&self.servers, listed, incomplete));
+        let catalog = Arc::new(Catalog::build(listed, incomplete));
         *cached = Some(catalog.clone());
         catalog
     }
 
-    async fn list(&self, server: &Server) -> Result<Vec<rmcp::model::Tool>, String> {
+    /// The server's tools and the `instructions` of its handshake.
+    async fn list(
+        &self,
+        server: &Server,
+    ) -> Result<(Vec<rmcp::model::Tool>, Option<String>), String> {
         for attempt in 1..=2 {
             let connected = self.connect_authorized(server).await?;
             match tokio::time::timeout(self.timeout, connected.client.list_all_tools()).await {
-                Ok(Ok(tools)) => return Ok(tools),
+                Ok(Ok(tools)) => {
+                    let instructions = connected
+                        .client
+                        .peer_info()
+                        .and_then(|info| info.instructions.clone());
+                    return Ok((tools, instructions));
+                }
                 Ok(Err(e)) => {
                     self.forget(server, &connected.client).await;
                     let renewed = attempt == 1
@@ -198,26 +231,28 @@ impl McpClients {
         Err("the server refused the renewed token".into())
     }
 
-    /// Runs one call by the name the model used, giving up at `deadline` (the turn's). Never
-    /// fails: problems become tool errors.
+    /// Runs one call by the name the model used, for `by`, giving up at `deadline` (the
+    /// turn's). Never fails: problems become tool errors.
     pub async fn call(
         &self,
         catalog: &Catalog,
         name: &str,
         arguments: Map<String, Value>,
+        by: CallFor<'_>,
         deadline: tokio::time::Instant,
     ) -> ToolOutcome {
-        let resendable = catalog.routes.get(name).is_some_and(|r| r.resendable);
-        match tokio::time::timeout_at(deadline, self.call_by_route(catalog, name, arguments)).await
-        {
+        let route = catalog.routes.get(name);
+        let call = self.call_by_route(catalog, name, arguments, by);
+        match tokio::time::timeout_at(deadline, call).await {
             Ok(outcome) => outcome,
-            Err(_) if resendable => {
-                ToolOutcome::error("the tool did not answer before the turn ran out of time")
-            }
-            Err(_) => ToolOutcome::error(outcome_unknown(
-                name,
-                "it did not answer before the turn ran out of time",
-            )),
+            Err(_) => match route {
+                Some(route) if route.traits.writes => ToolOutcome::error(outcome_unknown(
+                    name,
+                    "it did not answer before the turn ran out of time",
+                    route.resendable,
+                )),
+                _ => ToolOutcome::error("the tool did not answer before the turn ran out of time"),
+            },
         }
     }
 
@@ -226,6 +261,7 @@ impl McpClients {
         catalog: &Catalog,
         name: &str,
         arguments: Map<String, Value>,
+        by: CallFor<'_>,
     ) -> ToolOutcome {
         let Some(route) = catalog.routes.get(name) else {
             return ToolOutcome::error(if catalog.incomplete {
@@ -240,11 +276,28 @@ impl McpClients {
             return ToolOutcome::error(format!("invalid arguments: {problem}"));
         }
         let server = &self.servers[route.server];
-        let params =
+        let mut meta = Map::new();
+        meta.insert(IDEMPOTENCY_META.into(), by.key.as_str().into());
+        // The assertion itself stays out of the message (see `http`); the call holds its slot
+        // until it ends.
+        let caller = self
+            .signer
+            .as_ref()
+            .filter(|_| server.config.carries_caller)
+            .map(|signer| (signer, self.assertions.lend()));
+        if let Some((_, lent)) = &caller {
+            meta.insert(CALLER_META.into(), lent.reference().into());
+        }
+        let mut params =
             CallToolRequestParams::new(route.remote_name.clone()).with_arguments(arguments);
+        params.meta = Some(RequestMetaObject(MetaObject(meta)));
         // Two attempts: the first may find a connection that died while the instance was
         // frozen or the server restarted; the second uses a fresh one.
         for attempt in 1..=2 {
+            if let Some((signer, lent)) = &caller {
+                // Fresh for each attempt, so a retry never sends an assertion near its expiry.
+                lent.set(signer.sign(by.user.id.as_str(), &by.user.claims, unix_now()));
+            }
             let connected = match self.connect_authorized(server).await {
                 Ok(c) => c,
                 Err(e) => {
@@ -266,6 +319,16 @@ impl McpClients {
                     }
                     return ToolOutcome::error(e.message.to_string());
                 }
+                Ok(Err(e)) if caller.is_some() && e.auth_challenge().is_some() => {
+                    // Only the user's assertion went with this call: renewing the service
+                    // token would not help, and sending it instead would drop the user.
+                    self.forget(server, &client).await;
+                    tracing::warn!(server = %server.config.name, "MCP server refused the caller assertion; MCP_CALLER_KEY must be the same in the chat and mcp functions");
+                    return ToolOutcome::error(format!(
+                        "the tool server `{}` did not accept the user's identity; try again later or answer without it",
+                        server.config.name
+                    ));
+                }
                 Ok(Err(e)) if attempt == 1 && e.auth_challenge().is_some() => {
                     self.forget(server, &client).await;
                     if !self.renew_token(server, connected.token_generation).await {
@@ -286,6 +349,16 @@ impl McpClients {
                     return ToolOutcome::error(outcome_unknown(
                         name,
                         "the connection to its server failed before the answer arrived",
+                        false,
+                    ));
+                }
+                Ok(Err(e)) if route.traits.writes => {
+                    self.forget(server, &client).await;
+                    tracing::warn!(server = %server.config.name, tool = %name, error = %e, "MCP call failed again");
+                    return ToolOutcome::error(outcome_unknown(
+                        name,
+                        "the connection to its server failed twice",
+                        true,
                     ));
                 }
                 Ok(Err(e)) => {
@@ -296,10 +369,11 @@ impl McpClients {
                         server.config.name
                     ));
                 }
-                Err(_) if !route.resendable => {
+                Err(_) if route.traits.writes => {
                     return ToolOutcome::error(outcome_unknown(
                         name,
                         &format!("it did not answer within {} ms", self.timeout.as_millis()),
+                        route.resendable,
                     ));
                 }
                 Err(_) => {
@@ -342,8 +416,14 @@ impl McpClients {
         if let Some(token) = &token {
             config = config.auth_header(token.expose_secret().to_owned());
         }
-        let transport =
-            StreamableHttpClientTransport::with_client(UrlFree(self.http.clone()), config);
+        let assertions = server
+            .config
+            .carries_caller
+            .then(|| self.assertions.clone());
+        let transport = StreamableHttpClientTransport::with_client(
+            UrlFree::new(self.http.clone(), assertions),
+            config,
+        );
         let info = ClientConfig::new(
             ClientCapabilities::default(),
             Implementation::new("parley-chat", env!("CARGO_PKG_VERSION")),
@@ -382,173 +462,24 @@ impl McpClients {
     }
 }
 
-/// The HTTP client the MCP transport uses: reqwest's, with the URL taken out of its errors the
-/// way the LLM client does (`reqwest::Error::without_url`). `MCP_URL` may carry a credential in
-/// its query string, and the transport's errors reach the log, rmcp's own included. Only the
-/// methods the transport calls are passed through; the rest keep the trait's defaults.
-#[derive(Clone)]
-struct UrlFree(reqwest::Client);
-
-type HttpResult<T> = Result<T, StreamableHttpError<reqwest::Error>>;
-type SseStream = BoxStream<'static, Result<sse_stream::Sse, SseError>>;
-
-fn url_free<T>(result: HttpResult<T>) -> HttpResult<T> {
-    result.map_err(|e| match e {
-        StreamableHttpError::Client(e) => StreamableHttpError::Client(e.without_url()),
-        other => other,
-    })
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
-impl StreamableHttpClient for UrlFree {
-    type Error = reqwest::Error;
-
-    async fn post_message(
-        &self,
-        uri: Arc<str>,
-        message: ClientJsonRpcMessage,
-        session_id: Option<Arc<str>>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-    ) -> HttpResult<StreamableHttpPostResponse> {
-        url_free(
-            self.0
-                .post_message(uri, message, session_id, auth_header, custom_headers)
-                .await,
-        )
-    }
-
-    async fn post_message_with_response_limits(
-        &self,
-        uri: Arc<str>,
-        message: ClientJsonRpcMessage,
-        session_id: Option<Arc<str>>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-        limits: StreamableHttpResponseLimits,
-    ) -> HttpResult<StreamableHttpPostResponse> {
-        url_free(
-            self.0
-                .post_message_with_response_limits(
-                    uri,
-                    message,
-                    session_id,
-                    auth_header,
-                    custom_headers,
-                    limits,
-                )
-                .await,
-        )
-    }
-
-    async fn delete_session(
-        &self,
-        uri: Arc<str>,
-        session_id: Arc<str>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-    ) -> HttpResult<()> {
-        url_free(
-            self.0
-                .delete_session(uri, session_id, auth_header, custom_headers)
-                .await,
-        )
-    }
-
-    async fn get_stream(
-        &self,
-        uri: Arc<str>,
-        session_id: Option<Arc<str>>,
-        last_event_id: Option<String>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-    ) -> HttpResult<SseStream> {
-        url_free(
-            self.0
-                .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
-                .await,
-        )
-    }
-
-    async fn get_stream_with_max_sse_event_size(
-        &self,
-        uri: Arc<str>,
-        session_id: Option<Arc<str>>,
-        last_event_id: Option<String>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-        max_sse_event_size: usize,
-    ) -> HttpResult<SseStream> {
-        url_free(
-            self.0
-                .get_stream_with_max_sse_event_size(
-                    uri,
-                    session_id,
-                    last_event_id,
-                    auth_header,
-                    custom_headers,
-                    max_sse_event_size,
-                )
-                .await,
-        )
-    }
-}
-
-/// Names are kept as the servers give them, except where two servers offer the same name:
-/// then each of those becomes `<server>__<tool>`.
-fn build_catalog(
-    servers: &[Server],
-    listed: Vec<(usize, Vec<rmcp::model::Tool>)>,
-    incomplete: bool,
-) -> Catalog {
-    let mut seen: HashMap<String, usize> = HashMap::new();
-    for (_, tools) in &listed {
-        for t in tools {
-            *seen.entry(t.name.to_string()).or_default() += 1;
-        }
-    }
-    let mut catalog = Catalog {
-        incomplete,
-        ..Catalog::default()
+/// What the model is told when a call that writes may or may not have run. `resendable`: the
+/// call could be sent again as the same call; a new call from the model is a new call (with a
+/// new idempotency key), so the model must check first either way.
+fn outcome_unknown(name: &str, why: &str, resendable: bool) -> String {
+    let not_repeated = if resendable {
+        String::new()
+    } else {
+        format!(", and it was not repeated because `{name}` is not idempotent")
     };
-    for (server, tools) in listed {
-        for t in tools {
-            let remote_name = t.name.to_string();
-            let name = if seen[&remote_name] > 1 {
-                format!("{}__{}", servers[server].config.name, remote_name)
-            } else {
-                remote_name.clone()
-            };
-            let schema = Value::Object((*t.input_schema).clone());
-            // Without annotations a tool may do anything, so it is taken as not idempotent.
-            let resendable = t
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.read_only_hint == Some(true) || a.idempotent_hint == Some(true));
-            catalog.tools.push(ToolDef::new(
-                name.clone(),
-                t.description.as_deref().unwrap_or_default(),
-                &schema,
-            ));
-            catalog.routes.insert(
-                name,
-                Route {
-                    server,
-                    remote_name,
-                    schema,
-                    resendable,
-                },
-            );
-        }
-    }
-    catalog
-}
-
-/// What the model is told when a call that must not run twice may or may not have run.
-fn outcome_unknown(name: &str, why: &str) -> String {
     format!(
         "the outcome of this call to `{name}` is unknown: {why}. It may or may not have taken \
-effect, and it was not repeated because `{name}` is not idempotent. Check its effect before \
-calling it again, or tell the user."
+effect{not_repeated}. Check its effect before calling it again, or tell the user."
     )
 }
 
@@ -572,84 +503,36 @@ fn outcome(result: CallToolResult) -> ToolOutcome {
     ToolOutcome { output, is_error }
 }
 
-/// A first check of a call against the tool's schema: an object, required names present,
-/// no names the schema forbids, and the declared JSON types. The server checks everything
-/// again; this catches what any server would refuse without a round trip.
-pub fn check_arguments(schema: &Value, args: &Map<String, Value>) -> Result<(), String> {
-    let properties = schema.get("properties").and_then(Value::as_object);
-    if let Some(required) = schema.get("required").and_then(Value::as_array) {
-        for name in required.iter().filter_map(Value::as_str) {
-            if args.get(name).is_none_or(Value::is_null) {
-                return Err(format!("missing required parameter `{name}`"));
-            }
-        }
-    }
-    if schema.get("additionalProperties") == Some(&Value::Bool(false))
-        && let Some(unknown) = args
-            .keys()
-            .find(|k| !properties.is_some_and(|p| p.contains_key(*k)))
-    {
-        return Err(format!("unknown parameter `{unknown}`"));
-    }
-    for (name, value) in args {
-        let Some(expected) = properties
-            .and_then(|p| p.get(name))
-            .and_then(|p| p.get("type"))
-            .and_then(Value::as_str)
-        else {
-            continue;
-        };
-        let fits = match expected {
-            "string" => value.is_string(),
-            "integer" => value.as_f64().is_some_and(|f| f.fract() == 0.0),
-            "number" => value.is_number(),
-            "boolean" => value.is_boolean(),
-            "object" => value.is_object(),
-            "array" => value.is_array(),
-            _ => true,
-        };
-        if !fits && !value.is_null() {
-            return Err(format!("parameter `{name}` must be of type {expected}"));
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
 
-    fn schema() -> Value {
-        json!({
-            "type": "object",
-            "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
-            "required": ["query"],
-            "additionalProperties": false
-        })
-    }
-
-    fn args(v: Value) -> Map<String, Value> {
-        v.as_object().unwrap().clone()
+    #[test]
+    fn an_idempotency_key_is_the_turn_and_the_call_id_when_that_fits() {
+        let turn = Uuid::nil();
+        let key = IdempotencyKey::for_call(&turn, "call_abc", 1, 0);
+        assert_eq!(key.as_str(), format!("{turn}:call_abc"));
+        for odd in ["", "call id", "café", &"x".repeat(250)] {
+            let key = IdempotencyKey::for_call(&turn, odd, 2, 3);
+            assert_eq!(key.as_str(), format!("{turn}:2.3"), "{odd:?}");
+        }
     }
 
     #[test]
-    fn arguments_missing_a_required_name_are_refused() {
-        let e = check_arguments(&schema(), &args(json!({"limit": 3}))).unwrap_err();
-        assert_eq!(e, "missing required parameter `query`");
-    }
-
-    #[test]
-    fn unknown_names_and_wrong_types_are_refused() {
-        assert_eq!(
-            check_arguments(&schema(), &args(json!({"query": "x", "lim": 1}))).unwrap_err(),
-            "unknown parameter `lim`"
+    fn a_write_without_an_answer_is_reported_unknown_and_why_it_was_not_repeated() {
+        let once = outcome_unknown("add_note", "it did not answer within 5 ms", false);
+        assert!(
+            once.contains("is unknown: it did not answer within 5 ms."),
+            "{once}"
         );
-        assert_eq!(
-            check_arguments(&schema(), &args(json!({"query": "x", "limit": "5"}))).unwrap_err(),
-            "parameter `limit` must be of type integer"
+        assert!(once.contains("not repeated because `add_note` is not idempotent"));
+        let keyed = outcome_unknown("create_task", "the connection failed twice", true);
+        assert!(
+            keyed.contains("may or may not have taken effect. Check its effect"),
+            "{keyed}"
         );
-        assert!(check_arguments(&schema(), &args(json!({"query": "x", "limit": 5}))).is_ok());
+        assert!(!keyed.contains("not idempotent"));
     }
 
     #[test]

@@ -1,0 +1,346 @@
+//! The tools offered to the model, built from the servers' listings: their names as the model
+//! sees them, where each call goes, whether a lost answer may be re-sent, and what the
+//! instructions say about each tool ([`ToolTraits`]) and each server ([`ServerGuidance`]).
+//! It reads listings only; it never calls a tool.
+
+use std::collections::HashMap;
+
+use rmcp::model::Tool;
+use serde_json::{Map, Value};
+
+use crate::llm::ToolDef;
+
+/// Tool `_meta` key: `{"<ui context key>": "<parameter>"}`, the parameter that resolves what
+/// the user's screen refers to under that key.
+pub const CONTEXT_META: &str = "parley/context";
+/// Tool `_meta` key: `true` when the server records a call's idempotency key and answers a
+/// repeat with the first result instead of running it again.
+pub const IDEMPOTENCY_META: &str = "parley/idempotency_key";
+
+/// The tools offered to the model, under the names the model uses.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    pub tools: Vec<ToolDef>,
+    pub(super) routes: HashMap<String, Route>,
+    /// Each listed server's `instructions` from its handshake, in configuration order.
+    pub guidance: Vec<ServerGuidance>,
+    /// A server could not be listed; its tools are missing and the next turn tries again.
+    pub(super) incomplete: bool,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Route {
+    pub(super) server: usize,
+    pub(super) remote_name: String,
+    pub(super) schema: Value,
+    /// Sending the call again does no more than once: the server says the tool is read-only
+    /// or idempotent, or it records the idempotency key every call carries.
+    pub(super) resendable: bool,
+    pub(super) traits: ToolTraits,
+}
+
+/// What the instructions say about one tool, from its listing's annotations and `_meta`.
+/// Annotations are the server's hints: a tool without them is taken to write and destroy, as
+/// MCP's defaults say.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ToolTraits {
+    /// The name the model uses.
+    pub name: String,
+    /// Not annotated `readOnlyHint`: it may change data.
+    pub writes: bool,
+    /// It writes and is not annotated `destructiveHint: false`: it may delete or overwrite.
+    pub destructive: bool,
+    /// `_meta["parley/context"]`, as (UI context key, parameter) pairs.
+    pub context: Vec<(String, String)>,
+}
+
+/// A server's own guidance for models (its handshake's `instructions`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerGuidance {
+    pub server: String,
+    pub instructions: String,
+}
+
+/// One server's listing: its tools and its handshake's instructions.
+pub(super) struct Listing {
+    pub(super) server: usize,
+    pub(super) server_name: String,
+    pub(super) tools: Vec<Tool>,
+    pub(super) instructions: Option<String>,
+}
+
+impl Catalog {
+    pub fn contains(&self, name: &str) -> bool {
+        self.routes.contains_key(name)
+    }
+
+    /// Some server could not be listed, so some tools may be missing.
+    pub fn is_incomplete(&self) -> bool {
+        self.incomplete
+    }
+
+    /// No tools, because listing them took longer than the turn may: calls become tool errors
+    /// saying a server cannot be reached.
+    pub fn unavailable() -> Self {
+        Self {
+            incomplete: true,
+            ..Self::default()
+        }
+    }
+
+    /// The traits of `offered` (tools of this catalog), in their order.
+    pub fn traits<'a>(&'a self, offered: &[ToolDef]) -> Vec<&'a ToolTraits> {
+        offered
+            .iter()
+            .filter_map(|t| self.routes.get(&t.name).map(|r| &r.traits))
+            .collect()
+    }
+
+    /// Names are kept as the servers give them, except where two servers offer the same name:
+    /// then each of those becomes `<server>__<tool>`.
+    pub(super) fn build(listed: Vec<Listing>, incomplete: bool) -> Catalog {
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        for listing in &listed {
+            for t in &listing.tools {
+                *seen.entry(t.name.to_string()).or_default() += 1;
+            }
+        }
+        let mut catalog = Catalog {
+            incomplete,
+            ..Catalog::default()
+        };
+        for listing in listed {
+            if let Some(instructions) = listing.instructions.filter(|i| !i.trim().is_empty()) {
+                catalog.guidance.push(ServerGuidance {
+                    server: listing.server_name.clone(),
+                    instructions,
+                });
+            }
+            for t in listing.tools {
+                let remote_name = t.name.to_string();
+                let name = if seen[&remote_name] > 1 {
+                    format!("{}__{}", listing.server_name, remote_name)
+                } else {
+                    remote_name.clone()
+                };
+                let schema = Value::Object((*t.input_schema).clone());
+                let hint = |get: fn(&rmcp::model::ToolAnnotations) -> Option<bool>| {
+                    t.annotations.as_ref().and_then(get)
+                };
+                let read_only = hint(|a| a.read_only_hint) == Some(true);
+                let idempotent = hint(|a| a.idempotent_hint) == Some(true);
+                let meta = t.meta.as_ref().map(|m| &m.0);
+                let keyed = meta.and_then(|m| m.get(IDEMPOTENCY_META)) == Some(&Value::Bool(true));
+                let traits = ToolTraits {
+                    name: name.clone(),
+                    writes: !read_only,
+                    destructive: !read_only && hint(|a| a.destructive_hint) != Some(false),
+                    context: context_pairs(meta),
+                };
+                catalog.tools.push(ToolDef::new(
+                    name.clone(),
+                    t.description.as_deref().unwrap_or_default(),
+                    &schema,
+                ));
+                catalog.routes.insert(
+                    name,
+                    Route {
+                        server: listing.server,
+                        remote_name,
+                        schema,
+                        // Every call carries an idempotency key, so a keyed tool replays.
+                        resendable: read_only || idempotent || keyed,
+                        traits,
+                    },
+                );
+            }
+        }
+        catalog
+    }
+}
+
+/// `_meta["parley/context"]` as pairs; entries that are not strings are ignored.
+fn context_pairs(meta: Option<&Map<String, Value>>) -> Vec<(String, String)> {
+    meta.and_then(|m| m.get(CONTEXT_META))
+        .and_then(Value::as_object)
+        .map(|map| {
+            map.iter()
+                .filter_map(|(key, param)| Some((key.clone(), param.as_str()?.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A first check of a call against the tool's schema: an object, required names present,
+/// no names the schema forbids, and the declared JSON types. The server checks everything
+/// again; this catches what any server would refuse without a round trip.
+pub fn check_arguments(schema: &Value, args: &Map<String, Value>) -> Result<(), String> {
+    let properties = schema.get("properties").and_then(Value::as_object);
+    if let Some(required) = schema.get("required").and_then(Value::as_array) {
+        for name in required.iter().filter_map(Value::as_str) {
+            if args.get(name).is_none_or(Value::is_null) {
+                return Err(format!("missing required parameter `{name}`"));
+            }
+        }
+    }
+    if schema.get("additionalProperties") == Some(&Value::Bool(false))
+        && let Some(unknown) = args
+            .keys()
+            .find(|k| !properties.is_some_and(|p| p.contains_key(*k)))
+    {
+        return Err(format!("unknown parameter `{unknown}`"));
+    }
+    for (name, value) in args {
+        let Some(expected) = properties
+            .and_then(|p| p.get(name))
+            .and_then(|p| p.get("type"))
+            .and_then(Value::as_str)
+        else {
+            continue;
+        };
+        let fits = match expected {
+            "string" => value.is_string(),
+            "integer" => value.as_f64().is_some_and(|f| f.fract() == 0.0),
+            "number" => value.is_number(),
+            "boolean" => value.is_boolean(),
+            "object" => value.is_object(),
+            "array" => value.is_array(),
+            _ => true,
+        };
+        if !fits && !value.is_null() {
+            return Err(format!("parameter `{name}` must be of type {expected}"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use rmcp::model::{MetaObject, ToolAnnotations};
+    use serde_json::json;
+
+    use super::*;
+
+    fn schema() -> Value {
+        json!({
+            "type": "object",
+            "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
+            "required": ["query"],
+            "additionalProperties": false
+        })
+    }
+
+    fn args(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn arguments_missing_a_required_name_are_refused() {
+        let e = check_arguments(&schema(), &args(json!({"limit": 3}))).unwrap_err();
+        assert_eq!(e, "missing required parameter `query`");
+    }
+
+    #[test]
+    fn unknown_names_and_wrong_types_are_refused() {
+        assert_eq!(
+            check_arguments(&schema(), &args(json!({"query": "x", "lim": 1}))).unwrap_err(),
+            "unknown parameter `lim`"
+        );
+        assert_eq!(
+            check_arguments(&schema(), &args(json!({"query": "x", "limit": "5"}))).unwrap_err(),
+            "parameter `limit` must be of type integer"
+        );
+        assert!(check_arguments(&schema(), &args(json!({"query": "x", "limit": 5}))).is_ok());
+    }
+
+    /// A listed tool with annotations (read-only, destructive, idempotent) and `_meta`.
+    fn tool(
+        name: &'static str,
+        hints: (Option<bool>, Option<bool>, Option<bool>),
+        meta: Value,
+    ) -> Tool {
+        let mut t = Tool::new(name, "d", Arc::new(Map::new()));
+        let mut a = ToolAnnotations::default();
+        (a.read_only_hint, a.destructive_hint, a.idempotent_hint) = hints;
+        t.annotations = Some(a);
+        t.meta = meta.as_object().cloned().map(MetaObject);
+        t
+    }
+
+    fn listing(server: usize, tools: Vec<Tool>, instructions: Option<&str>) -> Listing {
+        Listing {
+            server,
+            server_name: ["parley", "docs"][server].to_owned(),
+            tools,
+            instructions: instructions.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn annotations_and_meta_become_traits_and_resending_rules() {
+        let catalog = Catalog::build(
+            vec![listing(
+                0,
+                vec![
+                    tool(
+                        "lookup",
+                        (Some(true), None, None),
+                        json!({CONTEXT_META: {"project": "code", "bad": 1}}),
+                    ),
+                    tool(
+                        "create",
+                        (Some(false), Some(false), Some(false)),
+                        json!({IDEMPOTENCY_META: true}),
+                    ),
+                    tool("remove", (Some(false), None, Some(true)), json!({})),
+                    tool("send", (Some(false), Some(false), Some(false)), json!({})),
+                ],
+                Some("Guidance."),
+            )],
+            false,
+        );
+        let t = |name: &str| &catalog.routes[name];
+        assert!(!t("lookup").traits.writes);
+        assert_eq!(
+            t("lookup").traits.context,
+            [("project".to_owned(), "code".to_owned())]
+        );
+        assert!(t("create").traits.writes && !t("create").traits.destructive);
+        // destructiveHint defaults to true for a tool that writes.
+        assert!(t("remove").traits.destructive);
+        assert!(t("lookup").resendable && t("create").resendable && t("remove").resendable);
+        assert!(!t("send").resendable);
+        assert_eq!(
+            catalog.guidance,
+            [ServerGuidance {
+                server: "parley".into(),
+                instructions: "Guidance.".into()
+            }]
+        );
+        let offered = &catalog.tools[1..2];
+        assert_eq!(catalog.traits(offered)[0].name, "create");
+    }
+
+    #[test]
+    fn a_name_two_servers_share_is_prefixed_with_each_server() {
+        let catalog = Catalog::build(
+            vec![
+                listing(
+                    0,
+                    vec![tool("search", (Some(true), None, None), json!({}))],
+                    None,
+                ),
+                listing(
+                    1,
+                    vec![tool("search", (Some(true), None, None), json!({}))],
+                    Some(" "),
+                ),
+            ],
+            false,
+        );
+        assert!(catalog.contains("parley__search") && catalog.contains("docs__search"));
+        assert!(catalog.guidance.is_empty());
+    }
+}
