@@ -22,6 +22,13 @@ pub const FEEDBACK_ROWS: u64 = 2_000;
 /// `MCP_CALLER_KEY` of both functions, unless a test sets its own.
 pub const CALLER_KEY: &str = "chat-test-caller-key-0123456789abcdef";
 
+/// The feedback demo domain's tools, which every test's mcp function serves unless it says
+/// otherwise (`TOOLS_FILE`).
+pub const FEEDBACK_TOOLS_FILE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../domains/feedback/tools.toml"
+);
+
 pub struct TestChat {
     pub base: String,
     pub llm: ScriptedLlm,
@@ -169,7 +176,10 @@ async fn spawn_mcp(db: &TestDb) -> McpHandle {
 /// when it does not set `MCP_CALLER_KEY`) goes through `parley_core::secrets::load` first, so
 /// `SECRET_IDS` in it is honoured. Every test's mcp function starts here.
 pub async fn spawn_mcp_from(env: Env) -> McpHandle {
-    let env = with_caller_key(env).overlay([("LISTEN_ADDR", "127.0.0.1:0")]);
+    let mut env = with_caller_key(env).overlay([("LISTEN_ADDR", "127.0.0.1:0")]);
+    if !env.is_present("TOOLS_FILE") {
+        env = env.overlay([("TOOLS_FILE", FEEDBACK_TOOLS_FILE)]);
+    }
     let requests = Arc::new(AtomicUsize::new(0));
     let posts = Arc::new(Mutex::new(Vec::new()));
     let (counter, recorder) = (requests.clone(), posts.clone());

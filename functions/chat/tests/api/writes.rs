@@ -1,6 +1,6 @@
-//! Tools that write: a call whose answer is lost after the server committed is never sent
-//! again (it would write twice); the model is told the outcome is unknown instead. A write the
-//! tools file declares idempotent is the exception: sending it again is safe, so it is.
+//! Tools that write: a call whose answer is lost after the server committed is sent again with
+//! the same idempotency key, and the server answers it with the first attempt's rows instead of
+//! writing twice. (A write without that guarantee is never re-sent: `mcp_client`'s unit tests.)
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,6 +22,7 @@ const ADD_NOTE: &str = r#"
 name = "add_note"
 description = "Records one feedback item."
 writes = true
+role = "parley_chat_test_writer"
 sql = """
 INSERT INTO feedback (lad_code, category, rating, sentiment, title, body, status, created_at)
 VALUES ('E08000035', 'roads', 3, 'neutral', :title, 'from the chat', 'open', now())
@@ -104,6 +105,35 @@ async fn forward(mut client: TcpStream, upstream: SocketAddr, lost: Arc<AtomicBo
     }
 }
 
+/// The role the test tools write as (`role` in their declarations): may change `feedback` and
+/// record idempotency keys. Roles are cluster-wide, so its creation is serialised and
+/// idempotent; the grants are per database.
+async fn writer_role(db: &TestDb) {
+    let admin =
+        parley_testkit::connect(&std::env::var("DATABASE_URL").expect("DATABASE_URL")).await;
+    admin
+        .batch_execute(
+            "BEGIN;
+             SELECT pg_advisory_xact_lock(8101);
+             DO $$ BEGIN
+                 IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'parley_chat_test_writer') THEN
+                     CREATE ROLE parley_chat_test_writer NOLOGIN IN ROLE parley_tool_writer;
+                 END IF;
+             END $$;
+             COMMIT;",
+        )
+        .await
+        .expect("writer role");
+    db.client()
+        .await
+        .batch_execute(
+            "GRANT SELECT, INSERT, UPDATE ON feedback TO parley_chat_test_writer;
+             GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO parley_chat_test_writer;",
+        )
+        .await
+        .expect("writer grants");
+}
+
 /// A chat whose mcp function serves `tools` (as the database owner: the read-only role may not
 /// write) through a [`LosingProxy`], kept alive by the caller, and a model that makes `call`
 /// then says `reply`.
@@ -113,6 +143,7 @@ async fn chat_losing_first_answer(
     call: (&str, &str),
     reply: &str,
 ) -> (TestChat, LosingProxy) {
+    writer_role(db).await;
     let tools_file =
         std::env::temp_dir().join(format!("parley-writes-{}.toml", uuid::Uuid::new_v4()));
     std::fs::write(&tools_file, tools).expect("write tools file");
@@ -142,13 +173,13 @@ async fn chat_losing_first_answer(
 }
 
 #[tokio::test]
-async fn a_write_whose_answer_is_lost_is_not_sent_again_and_the_model_is_told() {
+async fn a_write_whose_answer_is_lost_is_sent_again_with_its_key_and_written_once() {
     let db = TestDb::with_demo_data(100).await;
     let (chat, _proxy) = chat_losing_first_answer(
         &db,
         ADD_NOTE,
         ("add_note", r#"{"title":"Pothole on Briggate"}"#),
-        "I could not confirm it was recorded.",
+        "Recorded.",
     )
     .await;
 
@@ -159,26 +190,30 @@ async fn a_write_whose_answer_is_lost_is_not_sent_again_and_the_model_is_told() 
         )
         .await;
 
-    let rows: i64 = db
+    let ids: Vec<i64> = db
         .client()
         .await
-        .query_one(
-            "SELECT count(*) FROM feedback WHERE title = 'Pothole on Briggate'",
+        .query(
+            "SELECT id FROM feedback WHERE title = 'Pothole on Briggate'",
             &[],
         )
         .await
         .expect("count")
-        .get(0);
-    assert_eq!(rows, 1, "the write ran once and was not repeated");
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(ids.len(), 1, "sent twice, written once: {ids:?}");
+    // The second attempt carried the first one's key, so the server answered with the rows
+    // the first attempt wrote instead of writing again.
     let trace = &body["traces"][0];
-    assert_eq!(trace["is_error"], true, "{body}");
-    let output = trace["output"].as_str().expect("a text output");
-    assert!(
-        output.contains("unknown") && output.contains("not repeated"),
-        "{output}"
+    assert_eq!(trace["is_error"], false, "{body}");
+    assert_eq!(trace["output"]["rows"][0]["id"], ids[0], "{body}");
+    let attempts = chat.mcp().posts("tools/call");
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    assert_eq!(
+        attempts[0].meta["parley/idempotency_key"], attempts[1].meta["parley/idempotency_key"],
+        "{attempts:?}"
     );
-    let sent = chat.llm.requests()[1].to_string();
-    assert!(sent.contains("not repeated"), "the model was told: {sent}");
 }
 
 #[tokio::test]
@@ -188,6 +223,7 @@ async fn a_write_declared_idempotent_is_sent_again_when_its_answer_is_lost() {
 name = "close_feedback"
 description = "Marks one feedback item closed."
 writes = true
+role = "parley_chat_test_writer"
 idempotent = true
 sql = "UPDATE feedback SET status = 'closed' WHERE id = :id RETURNING id, status"
 [tool.params.id]
