@@ -9,7 +9,7 @@ use uuid::Uuid;
 use parley_core::db::pg_message;
 
 /// The LOGIN role `readonly_url` connects as. Roles are cluster-wide, so all test databases
-/// share it; it is a member of `parley_readonly` (created by migration 0002) and nothing else.
+/// share it; it is a member of `parley_readonly` (created by migration 0001) and nothing else.
 pub const READONLY_USER: &str = "parley_mcp_test";
 /// Only matters when `DATABASE_URL` points at a server that checks passwords.
 const READONLY_PASSWORD: &str = "parley_mcp_test";
