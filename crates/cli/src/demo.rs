@@ -1,12 +1,17 @@
 //! The demo domains `parley demo-data` can load, each a crate under domains/ with its own schema,
-//! tools and data: loading one applies its schema, then its data. Parley's own schema
-//! (`parley migrate`) never includes them.
+//! tools and data: loading one applies its schema, then its data, in one transaction. Parley's
+//! own schema (`parley migrate`) never includes them.
 
+use std::fmt;
 use std::time::{Duration, Instant};
 
+use parley_core::db::pg_message;
 use parley_domain_feedback as feedback;
 use parley_domain_tasks as tasks;
-use tokio_postgres::Client;
+use tokio_postgres::{Client, Transaction};
+
+/// Serialises concurrent `demo-data` runs on one database. ASCII "parleydm".
+const LOCK_KEY: i64 = 0x7061_726c_6579_646d;
 
 /// A demo domain, named as on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
@@ -19,6 +24,27 @@ pub enum Domain {
 
 impl Domain {
     pub const ALL: [Domain; 2] = [Domain::Feedback, Domain::Tasks];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Domain::Feedback => "feedback",
+            Domain::Tasks => "tasks",
+        }
+    }
+
+    /// The domain's schema.sql: idempotent, and refusing to run before `parley migrate`.
+    pub fn schema(self) -> &'static str {
+        match self {
+            Domain::Feedback => feedback::SCHEMA,
+            Domain::Tasks => tasks::SCHEMA,
+        }
+    }
+}
+
+impl fmt::Display for Domain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +78,13 @@ pub struct DemoSummary {
 
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
+    #[error("loading the {domain} domain: {step} failed: {}", pg_message(.source))]
+    Postgres {
+        domain: Domain,
+        step: &'static str,
+        #[source]
+        source: tokio_postgres::Error,
+    },
     #[error("loading the feedback domain: {0}")]
     Feedback(#[from] feedback::LoadError),
     #[error("loading the tasks domain: {0}")]
@@ -68,12 +101,18 @@ pub async fn load(client: &mut Client, opts: &DemoOptions) -> Result<DemoSummary
             feedback: opts.feedback,
             seed: opts.seed,
         };
-        Some(feedback::load(client, &generator).await?)
+        let tx = begin(client, Domain::Feedback).await?;
+        let summary = feedback::load_data(&tx, &generator).await?;
+        commit(tx, Domain::Feedback).await?;
+        Some(summary)
     } else {
         None
     };
     let tasks = if wanted(Domain::Tasks) {
-        Some(tasks::load(client).await?)
+        let tx = begin(client, Domain::Tasks).await?;
+        let summary = tasks::load_data(&tx).await?;
+        commit(tx, Domain::Tasks).await?;
+        Some(summary)
     } else {
         None
     };
@@ -81,5 +120,35 @@ pub async fn load(client: &mut Client, opts: &DemoOptions) -> Result<DemoSummary
         feedback,
         tasks,
         elapsed: started.elapsed(),
+    })
+}
+
+/// A transaction that holds the demo-data lock and has applied `domain`'s schema.
+async fn begin(client: &mut Client, domain: Domain) -> Result<Transaction<'_>, DemoError> {
+    let pg = |step| {
+        move |source| DemoError::Postgres {
+            domain,
+            step,
+            source,
+        }
+    };
+    let tx = client
+        .transaction()
+        .await
+        .map_err(pg("starting the transaction"))?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK_KEY])
+        .await
+        .map_err(pg("taking the demo-data lock"))?;
+    tx.batch_execute(domain.schema())
+        .await
+        .map_err(pg("applying the schema"))?;
+    Ok(tx)
+}
+
+async fn commit(tx: Transaction<'_>, domain: Domain) -> Result<(), DemoError> {
+    tx.commit().await.map_err(|source| DemoError::Postgres {
+        domain,
+        step: "committing",
+        source,
     })
 }

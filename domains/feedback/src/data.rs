@@ -12,7 +12,7 @@ use futures_util::SinkExt;
 use parley_core::db::pg_message;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tokio_postgres::{Client, Transaction};
+use tokio_postgres::Transaction;
 
 use text::{CATEGORIES, Category, Topic};
 
@@ -23,9 +23,6 @@ const LAD_CSV: &str = include_str!("../data/lad/ltla_utla_2021.csv");
 /// Bumped whenever the generator's output changes, so an old load is not mistaken for the
 /// data a new binary would produce from the same seed.
 const GENERATOR_VERSION: u32 = 1;
-
-/// Serialises concurrent `demo-data` runs on one database. ASCII "parleydm".
-const LOCK_KEY: i64 = 0x7061_726c_6579_646d;
 
 /// COPY chunk size: big enough to amortise round trips, small enough to keep memory flat.
 const CHUNK_BYTES: usize = 256 * 1024;
@@ -141,10 +138,10 @@ pub fn lads() -> Result<Vec<Lad>, LoadError> {
         .map_err(LoadError::from)
 }
 
-/// Applies the schema, upserts the districts and, unless the requested feedback is already
-/// there, replaces it. Everything but the final ANALYZE is one transaction, so a failed load
-/// keeps the old data. Needs Parley's migrations (the schema grants to their roles).
-pub async fn load(client: &mut Client, opts: &LoadOptions) -> Result<LoadSummary, LoadError> {
+/// Upserts the districts and, unless the requested feedback is already there, replaces it, in
+/// `tx`, which has applied [`crate::SCHEMA`] (as `parley demo-data` does): a failed load keeps
+/// the old data.
+pub async fn load_data(tx: &Transaction<'_>, opts: &LoadOptions) -> Result<LoadSummary, LoadError> {
     let started = Instant::now();
     let lads = lads()?;
     let marker = format!(
@@ -163,17 +160,7 @@ pub async fn load(client: &mut Client, opts: &LoadOptions) -> Result<LoadSummary
         elapsed: Duration::ZERO,
     };
 
-    let tx = client
-        .transaction()
-        .await
-        .map_err(pg("starting the transaction"))?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK_KEY])
-        .await
-        .map_err(pg("taking the demo-data lock"))?;
-    tx.batch_execute(crate::SCHEMA)
-        .await
-        .map_err(pg("applying the feedback schema"))?;
-    summary.lads_changed = upsert_lads(&tx, &lads).await?;
+    summary.lads_changed = upsert_lads(tx, &lads).await?;
 
     let loaded: Option<String> = tx
         .query_opt(
@@ -189,12 +176,11 @@ pub async fn load(client: &mut Client, opts: &LoadOptions) -> Result<LoadSummary
         .map_err(pg("counting feedback"))?
         .get(0);
     if loaded.as_deref() == Some(marker.as_str()) && u64::try_from(rows) == Ok(opts.feedback) {
-        tx.commit().await.map_err(pg("committing"))?;
         summary.elapsed = started.elapsed();
         return Ok(summary);
     }
 
-    reload_feedback(&tx, &lads, opts, &mut summary).await?;
+    reload_feedback(tx, &lads, opts, &mut summary).await?;
     tx.execute(
         "INSERT INTO demo_data_meta (key, value) VALUES ('feedback', $1)
          ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = now()",
@@ -202,12 +188,12 @@ pub async fn load(client: &mut Client, opts: &LoadOptions) -> Result<LoadSummary
     )
     .await
     .map_err(pg("recording the load in demo_data_meta"))?;
-    tx.commit().await.map_err(pg("committing the load"))?;
     summary.reloaded = true;
 
+    // In the transaction: the rows COPY FREEZE wrote are already frozen, so ANALYZE samples
+    // them as live, and the statistics commit with the data.
     let analyze = Instant::now();
-    client
-        .batch_execute("ANALYZE lads, feedback")
+    tx.batch_execute("ANALYZE lads, feedback")
         .await
         .map_err(pg("analyzing"))?;
     summary.analyze_elapsed = analyze.elapsed();

@@ -1,12 +1,15 @@
 //! The feedback demo domain: the 331 local authority districts of England and Wales and public
 //! feedback about them. Its schema, its tools file and its data generator, applied together by
-//! `parley demo-data --domain feedback`; nothing here is part of Parley's own schema.
+//! `parley demo-data --domain feedback` (the schema, then [`load_data`], in one transaction);
+//! nothing here is part of Parley's own schema.
 
 mod data;
 
 use std::path::PathBuf;
 
-pub use data::{FeedbackRow, FeedbackRows, Lad, LoadError, LoadOptions, LoadSummary, lads, load};
+pub use data::{
+    FeedbackRow, FeedbackRows, Lad, LoadError, LoadOptions, LoadSummary, lads, load_data,
+};
 
 /// The domain's tables, functions and grants; idempotent (see schema.sql).
 pub const SCHEMA: &str = include_str!("../schema.sql");

@@ -1,12 +1,12 @@
 //! The tasks demo domain: a personal task list per user, owned by the caller and kept apart by
 //! row-level security. Its schema, its tools file and a small seed for the local demo user,
-//! applied together by `parley demo-data --domain tasks`; nothing here is part of Parley's own
-//! schema.
+//! applied together by `parley demo-data --domain tasks` (the schema, then [`load_data`], in
+//! one transaction); nothing here is part of Parley's own schema.
 
 use std::path::PathBuf;
 
 use parley_core::db::pg_message;
-use tokio_postgres::Client;
+use tokio_postgres::Transaction;
 
 /// The domain's table, row-level security policy, write role and grants; idempotent (see
 /// schema.sql).
@@ -27,9 +27,6 @@ pub const TOOLS_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tools.toml");
 /// The role the write tools run as (`role` in tools.toml). A login role that serves these tools
 /// is granted it `WITH INHERIT FALSE, SET TRUE`.
 pub const WRITER_ROLE: &str = "parley_tasks_writer";
-
-/// Serialises concurrent loads of one database. ASCII "parleytk".
-const LOCK_KEY: i64 = 0x7061_726c_6579_746b;
 
 /// [`TOOLS_PATH`] as a path.
 pub fn tools_path() -> PathBuf {
@@ -56,19 +53,9 @@ fn pg(step: &'static str) -> impl FnOnce(tokio_postgres::Error) -> LoadError {
     move |source| LoadError { step, source }
 }
 
-/// Applies the schema and the seed in one transaction. Needs Parley's migrations (the schema
-/// uses their roles and `parley.caller_sub()`). A rerun changes nothing.
-pub async fn load(client: &mut Client) -> Result<LoadSummary, LoadError> {
-    let tx = client
-        .transaction()
-        .await
-        .map_err(pg("starting the transaction"))?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK_KEY])
-        .await
-        .map_err(pg("taking the demo-data lock"))?;
-    tx.batch_execute(SCHEMA)
-        .await
-        .map_err(pg("applying the tasks schema"))?;
+/// Applies the seed in `tx`, which has applied [`SCHEMA`] (as `parley demo-data` does). A rerun
+/// changes nothing.
+pub async fn load_data(tx: &Transaction<'_>) -> Result<LoadSummary, LoadError> {
     // As the seed does: the counts then pass the row-level security policy even when the
     // loading role is not a superuser.
     tx.execute(
@@ -89,7 +76,6 @@ pub async fn load(client: &mut Client) -> Result<LoadSummary, LoadError> {
         .await
         .map_err(pg("counting tasks"))?
         .get(0);
-    tx.commit().await.map_err(pg("committing"))?;
     Ok(LoadSummary {
         seeded: u64::try_from(after - before).unwrap_or(0),
         tasks: u64::try_from(after).unwrap_or(0),
