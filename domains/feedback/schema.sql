@@ -3,15 +3,6 @@
 -- `parley demo-data` (after `parley migrate`, whose roles it grants to), in one transaction with
 -- the data; safe to run again: every statement is a no-op when its object already exists.
 
-DO $$
-BEGIN
-    IF to_regrole('parley_readonly') IS NULL OR to_regnamespace('parley') IS NULL THEN
-        RAISE EXCEPTION 'Parley''s schema (role parley_readonly, schema parley) is missing'
-            USING HINT = 'run `parley migrate` before `parley demo-data`';
-    END IF;
-END
-$$;
-
 -- SQL-standard bodies (RETURN ...) are parsed at creation time, so the functions do not
 -- depend on the caller's search_path and pg_dump knows the generated columns need them.
 CREATE OR REPLACE FUNCTION lad_name_key(t text) RETURNS text

@@ -4,15 +4,6 @@
 -- Applied by `parley demo-data` (after `parley migrate`, whose roles and parley.caller_sub() it
 -- uses); safe to run again: every statement is a no-op when its object already exists.
 
-DO $$
-BEGIN
-    IF to_regrole('parley_tool_writer') IS NULL OR to_regprocedure('parley.caller_sub()') IS NULL THEN
-        RAISE EXCEPTION 'Parley''s schema (role parley_tool_writer, parley.caller_sub()) is missing'
-            USING HINT = 'run `parley migrate` before `parley demo-data`';
-    END IF;
-END
-$$;
-
 CREATE TABLE IF NOT EXISTS tasks (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     -- The caller's subject. The tools also bind it from the caller, never from an argument.

@@ -32,7 +32,7 @@ impl Domain {
         }
     }
 
-    /// The domain's schema.sql: idempotent, and refusing to run before `parley migrate`.
+    /// The domain's schema.sql: idempotent; it needs `parley migrate` first.
     pub fn schema(self) -> &'static str {
         match self {
             Domain::Feedback => feedback::SCHEMA,
@@ -78,6 +78,10 @@ pub struct DemoSummary {
 
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
+    #[error("this database has no Parley schema; run `parley migrate` before `parley demo-data`")]
+    NotMigrated,
+    #[error("checking for Parley's schema failed: {}", pg_message(.0))]
+    Check(#[source] tokio_postgres::Error),
     #[error("loading the {domain} domain: {step} failed: {}", pg_message(.source))]
     Postgres {
         domain: Domain,
@@ -95,6 +99,21 @@ pub enum DemoError {
 /// rerun with the same options changes nothing.
 pub async fn load(client: &mut Client, opts: &DemoOptions) -> Result<DemoSummary, DemoError> {
     let started = Instant::now();
+    // The domains' schemas grant to Parley's roles and use its caller helpers. Roles are
+    // cluster-wide, so the parley schema is what shows this database was migrated.
+    let migrated: bool = client
+        .query_one(
+            "SELECT to_regprocedure('parley.caller_sub()') IS NOT NULL
+                AND to_regrole('parley_readonly') IS NOT NULL
+                AND to_regrole('parley_tool_writer') IS NOT NULL",
+            &[],
+        )
+        .await
+        .map_err(DemoError::Check)?
+        .get(0);
+    if !migrated {
+        return Err(DemoError::NotMigrated);
+    }
     let wanted = |d| opts.domains.contains(&d);
     let feedback = if wanted(Domain::Feedback) {
         let generator = feedback::LoadOptions {
