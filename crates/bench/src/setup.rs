@@ -6,7 +6,7 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use tokio_postgres::NoTls;
 
-/// Creates (if needed), migrates and loads the bench database; returns its URL and the
+/// Creates (if needed), migrates and loads the bench database (every demo domain); returns its URL and the
 /// server's version.
 pub async fn prepare_database(
     admin_url: &str,
@@ -54,7 +54,9 @@ pub async fn prepare_database(
     if !applied.is_empty() {
         eprintln!("applied migrations: {}", applied.join(", "));
     }
-    eprintln!("loading {feedback} feedback rows (skipped when already loaded)...");
+    eprintln!(
+        "loading the demo domains, {feedback} feedback rows (skipped when already loaded)..."
+    );
     let options = parley_cli::demo::DemoOptions {
         feedback,
         ..Default::default()
@@ -62,16 +64,18 @@ pub async fn prepare_database(
     let summary = parley_cli::demo::load(&mut client, &options)
         .await
         .context("loading demo data")?;
-    eprintln!(
-        "feedback: {} rows ({} in {:.1} s)",
-        summary.feedback,
-        if summary.reloaded {
-            "loaded"
-        } else {
-            "already there, checked"
-        },
-        summary.elapsed.as_secs_f64()
-    );
+    if let Some(feedback) = &summary.feedback {
+        eprintln!(
+            "feedback: {} rows ({} in {:.1} s)",
+            feedback.feedback,
+            if feedback.reloaded {
+                "loaded"
+            } else {
+                "already there, checked"
+            },
+            summary.elapsed.as_secs_f64()
+        );
+    }
     let version: String = client.query_one("SHOW server_version", &[]).await?.get(0);
     Ok((bench_url, version))
 }

@@ -1,5 +1,5 @@
 //! The `parley` admin command as a library: connecting to the database named by
-//! `DATABASE_URL`, one module per subcommand under `cmd`, and the demo data generator.
+//! `DATABASE_URL`, one module per subcommand under `cmd`, and the demo domains `demo-data` loads.
 
 pub mod cmd;
 pub mod db;

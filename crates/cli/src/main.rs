@@ -22,7 +22,7 @@ struct Cli {
 enum Command {
     /// Apply pending database migrations.
     Migrate(cmd::migrate::Args),
-    /// Load the districts and deterministic demo feedback.
+    /// Load demo domains (schema and data): feedback, tasks, or both (the default).
     DemoData(cmd::demo_data::Args),
 }
 

@@ -278,10 +278,10 @@ mod tests {
     fn embedded_migrations_are_numbered_sql_files_in_order() {
         let all = embedded().expect("embedded migrations are utf-8");
         assert!(
-            all.len() >= 2,
-            "expected the demo schema and role migrations"
+            all.len() >= 3,
+            "expected the roles, chat and parley migrations"
         );
-        assert_eq!(all[0].0, "0001_demo_schema.sql");
+        assert_eq!(all[0].0, "0001_roles.sql");
         for pair in all.windows(2) {
             assert!(pair[0].0 < pair[1].0);
         }

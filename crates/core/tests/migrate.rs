@@ -131,7 +131,7 @@ async fn an_edited_migration_is_refused_before_anything_runs() {
     migrate::run(&mut client).await.expect("first run");
     client
         .execute(
-            "UPDATE schema_migrations SET checksum = 'edited' WHERE name = '0001_demo_schema.sql'",
+            "UPDATE schema_migrations SET checksum = 'edited' WHERE name = '0001_roles.sql'",
             &[],
         )
         .await
@@ -139,7 +139,7 @@ async fn an_edited_migration_is_refused_before_anything_runs() {
 
     match migrate::run(&mut client).await {
         Err(MigrateError::ChecksumMismatch { name, recorded, .. }) => {
-            assert_eq!(name, "0001_demo_schema.sql");
+            assert_eq!(name, "0001_roles.sql");
             assert_eq!(recorded, "edited");
         }
         other => panic!("expected a checksum mismatch, got {other:?}"),
@@ -156,27 +156,27 @@ async fn a_failing_migration_is_named_rolled_back_and_releases_the_lock() {
     };
     let mut client = db.client().await;
     client
-        .batch_execute("CREATE TABLE lads (squatter int)")
+        .batch_execute("CREATE SCHEMA chat; CREATE TABLE chat.squatter (x int)")
         .await
-        .expect("create conflicting table");
+        .expect("create a conflicting schema");
 
-    let err = migrate::run(&mut client).await.expect_err("0001 must fail");
+    let err = migrate::run(&mut client).await.expect_err("0002 must fail");
     let text = err.to_string();
-    assert!(matches!(err, MigrateError::Failed { ref name, .. } if name == "0001_demo_schema.sql"));
+    assert!(matches!(err, MigrateError::Failed { ref name, .. } if name == "0002_chat.sql"));
     assert!(
-        text.contains("0001_demo_schema.sql") && text.contains("already exists"),
+        text.contains("0002_chat.sql") && text.contains("already exists"),
         "{text}"
     );
-    assert!(recorded(&client).await.is_empty());
-    let functions: i64 = client
+    assert_eq!(recorded(&client).await, ["0001_roles.sql"]);
+    let tables: i64 = client
         .query_one(
-            "SELECT count(*) FROM pg_proc WHERE proname = 'lad_name_key'",
+            "SELECT count(*) FROM pg_tables WHERE schemaname = 'chat'",
             &[],
         )
         .await
-        .expect("count functions")
+        .expect("count tables")
         .get(0);
-    assert_eq!(functions, 0, "the failed migration must roll back entirely");
+    assert_eq!(tables, 1, "the failed migration must roll back entirely");
 
     // Another session must be able to take the lock straight away.
     let other = db.client().await;
@@ -191,102 +191,112 @@ async fn a_failing_migration_is_named_rolled_back_and_releases_the_lock() {
     db.drop().await;
 }
 
+/// Parley's own schema is invisible to the tools' read-only role: it may not read
+/// conversations, record idempotency keys or create anything.
 #[tokio::test]
-async fn the_readonly_role_can_read_but_not_write() {
+async fn the_readonly_role_can_neither_read_conversations_nor_write() {
     let Some(db) = TestDb::create().await else {
         return;
     };
     let mut client = db.client().await;
     migrate::run(&mut client).await.expect("migrate");
     client
-        .batch_execute(
-            "INSERT INTO lads (code, name, utla_code, utla_name)
-             VALUES ('E06000023', 'Bristol, City of', 'E06000023', 'Bristol, City of');
-             SET ROLE parley_readonly;",
-        )
+        .batch_execute("SET ROLE parley_readonly")
         .await
-        .expect("seed a row and become the readonly role");
+        .expect("become the readonly role");
 
-    let count: i64 = client
-        .query_one(
-            "SELECT count(*) FROM lads WHERE common_key = lad_common_key('Bristol')",
-            &[],
-        )
+    let none: Option<String> = client
+        .query_one("SELECT parley.caller_sub()", &[])
         .await
-        .expect("readonly can select and call the key functions")
+        .expect("anyone may call the caller helpers")
         .get(0);
-    assert_eq!(count, 1);
+    assert_eq!(none, None, "no caller outside a tool transaction");
 
-    for write in [
-        "INSERT INTO lads (code, name, utla_code, utla_name) VALUES ('X', 'x', 'X', 'x')",
-        "UPDATE lads SET name = 'Bristol'",
-        "DELETE FROM feedback",
-        "TRUNCATE feedback",
+    for statement in [
+        "SELECT count(*) FROM chat.conversations",
+        "SELECT count(*) FROM chat.messages",
+        "INSERT INTO parley.idempotency (caller, tool, key, rows) VALUES ('', 't', 'k', '{}')",
         "CREATE TABLE sneaky (id int)",
-        "INSERT INTO demo_data_meta (key, value) VALUES ('k', 'v')",
-        "SELECT nextval('feedback_id_seq')",
+        "CREATE TABLE parley.sneaky (id int)",
     ] {
-        let err = client.batch_execute(write).await.expect_err(write);
+        let err = client.batch_execute(statement).await.expect_err(statement);
         let code = err.as_db_error().map(|e| e.code().code().to_owned());
-        assert_eq!(code.as_deref(), Some("42501"), "{write}: {err:?}");
+        assert_eq!(code.as_deref(), Some("42501"), "{statement}: {err:?}");
     }
 
     drop(client);
     db.drop().await;
 }
 
+/// A write role may record and read back its caller's idempotency keys, and sees no one else's.
 #[tokio::test]
-async fn district_names_normalise_to_matching_keys() {
+async fn idempotency_records_are_per_caller() {
     let Some(db) = TestDb::create().await else {
         return;
     };
     let mut client = db.client().await;
     migrate::run(&mut client).await.expect("migrate");
+    let role = format!("{}_writer", db.name);
+    client
+        .batch_execute(&format!(
+            "CREATE ROLE {role} NOLOGIN IN ROLE parley_tool_writer;
+             SET ROLE {role};
+             BEGIN;
+             SELECT set_config('parley.caller', '{{\"sub\": \"alice\"}}', true);
+             INSERT INTO parley.idempotency (caller, tool, key, rows)
+                  VALUES ('alice', 'create_task', 'k1', '{{\"{{}}\"}}');
+             COMMIT;"
+        ))
+        .await
+        .expect("alice records her key");
 
-    let cases = [
-        ("lad_name_key", "  Brighton  &  Hove. ", "brighton and hove"),
-        ("lad_name_key", "Bristol, City of", "bristol city of"),
-        ("lad_name_key", "St. Albans", "st albans"),
-        ("lad_common_key", "Bristol, City of", "bristol"),
-        (
-            "lad_common_key",
-            "Kingston upon Hull, City of",
-            "kingston upon hull",
-        ),
-        (
-            "lad_common_key",
-            "Herefordshire, County of",
-            "herefordshire",
-        ),
-        ("lad_common_key", "City of London", "city of london"),
-        (
-            "lad_common_key",
-            "Bournemouth, Christchurch and Poole",
-            "bournemouth christchurch and poole",
-        ),
-    ];
-    for (function, input, expected) in cases {
-        let got: String = client
-            .query_one(&format!("SELECT {function}($1)"), &[&input])
-            .await
-            .expect("call key function")
-            .get(0);
-        assert_eq!(got, expected, "{function}({input:?})");
-    }
-
-    let row = client
-        .query_one(
-            "INSERT INTO lads (code, name, utla_code, utla_name)
-             VALUES ('W06000015', 'Cardiff', 'W06000015', 'Cardiff')
-             RETURNING country, name_key, common_key",
-            &[],
+    let forged = client
+        .batch_execute(
+            "BEGIN;
+             SELECT set_config('parley.caller', '{\"sub\": \"alice\"}', true);
+             INSERT INTO parley.idempotency (caller, tool, key, rows)
+                  VALUES ('bob', 'create_task', 'k2', '{}');",
         )
         .await
-        .expect("insert a district");
-    assert_eq!(row.get::<_, &str>(0), "Wales");
-    assert_eq!(row.get::<_, &str>(1), "cardiff");
-    assert_eq!(row.get::<_, &str>(2), "cardiff");
+        .expect_err("a row for another caller violates the policy");
+    assert_eq!(
+        forged
+            .as_db_error()
+            .map(|e| e.code().code().to_owned())
+            .as_deref(),
+        Some("42501"),
+        "{forged:?}"
+    );
+    client.batch_execute("ROLLBACK").await.expect("rollback");
 
+    let seen = |sub: &'static str| {
+        let client = &client;
+        async move {
+            let tx_sql = format!(
+                "BEGIN; SELECT set_config('parley.caller', '{{\"sub\": \"{sub}\"}}', true)"
+            );
+            client
+                .batch_execute(&tx_sql)
+                .await
+                .expect("begin as caller");
+            let n: i64 = client
+                .query_one("SELECT count(*) FROM parley.idempotency", &[])
+                .await
+                .expect("count keys")
+                .get(0);
+            client.batch_execute("COMMIT").await.expect("commit");
+            n
+        }
+    };
+    assert_eq!(seen("alice").await, 1);
+    assert_eq!(seen("bob").await, 0);
+
+    client
+        .batch_execute(&format!(
+            "RESET ROLE; DROP OWNED BY {role}; DROP ROLE {role}"
+        ))
+        .await
+        .expect("drop the test role");
     drop(client);
     db.drop().await;
 }

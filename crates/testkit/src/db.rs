@@ -1,5 +1,6 @@
-//! `TestDb`: one uniquely named database per test, migrated, optionally with demo data, plus
-//! a LOGIN role in `parley_readonly` so tests can connect exactly as the MCP function does.
+//! `TestDb`: one uniquely named database per test, migrated, optionally with the demo domains,
+//! plus a LOGIN role in `parley_readonly` so tests can connect exactly as the MCP function does
+//! (and, with the demo domains, may switch to their write roles as the MCP function's does).
 //! Databases are left behind on purpose (async Drop is not a thing); `scripts/test` drops them.
 
 use tokio_postgres::{Client, NoTls};
@@ -9,7 +10,9 @@ use uuid::Uuid;
 use parley_core::db::pg_message;
 
 /// The LOGIN role `readonly_url` connects as. Roles are cluster-wide, so all test databases
-/// share it; it is a member of `parley_readonly` (created by migration 0002) and nothing else.
+/// share it; it is a member of `parley_readonly` (created by migration 0001), and once a test
+/// loaded the demo domains it may also `SET ROLE parley_tasks_writer` (granted `WITH INHERIT
+/// FALSE, SET TRUE`: it never writes with that role's rights unless it switches to it).
 pub const READONLY_USER: &str = "parley_mcp_test";
 /// Only matters when `DATABASE_URL` points at a server that checks passwords.
 const READONLY_PASSWORD: &str = "parley_mcp_test";
@@ -31,13 +34,7 @@ pub struct TestDb {
 impl TestDb {
     /// A fresh, migrated database on the server at `DATABASE_URL` (a superuser URL).
     pub async fn migrated() -> TestDb {
-        let admin_url = std::env::var("DATABASE_URL").unwrap_or_else(|_| {
-            panic!(
-                "DATABASE_URL is not set: run the tests with `scripts/test` (it starts a local \
-                 Postgres), or set DATABASE_URL to a superuser URL of a disposable server"
-            )
-        });
-        TestDb::migrated_on(&admin_url).await
+        TestDb::migrated_on(&admin_url()).await
     }
 
     /// A fresh, migrated database on the server at `admin_url` (a superuser URL), e.g. a
@@ -70,17 +67,15 @@ impl TestDb {
         }
     }
 
-    /// [`TestDb::migrated`] plus `parley demo-data` with `feedback` rows and the default seed.
+    /// [`TestDb::migrated`] plus `parley demo-data`: every demo domain (feedback with
+    /// `feedback` rows and the default seed, tasks with its seed).
     pub async fn with_demo_data(feedback: u64) -> TestDb {
-        TestDb::load_demo_data(TestDb::migrated().await, feedback).await
+        TestDb::with_demo_data_on(&admin_url(), feedback).await
     }
 
-    /// [`TestDb::migrated_on`] plus `parley demo-data` with `feedback` rows and the default seed.
+    /// [`TestDb::migrated_on`] plus `parley demo-data`, as [`TestDb::with_demo_data`].
     pub async fn with_demo_data_on(admin_url: &str, feedback: u64) -> TestDb {
-        TestDb::load_demo_data(TestDb::migrated_on(admin_url).await, feedback).await
-    }
-
-    async fn load_demo_data(db: TestDb, feedback: u64) -> TestDb {
+        let db = TestDb::migrated_on(admin_url).await;
         let mut client = db.client().await;
         let opts = parley_cli::demo::DemoOptions {
             feedback,
@@ -89,6 +84,7 @@ impl TestDb {
         parley_cli::demo::load(&mut client, &opts)
             .await
             .unwrap_or_else(|e| panic!("loading demo data into {} failed: {e}", db.name));
+        grant_write_roles(&connect(admin_url).await).await;
         db
     }
 
@@ -117,13 +113,18 @@ pub async fn connect(url: &str) -> Client {
     client
 }
 
-/// Creates the LOGIN role once per cluster. Parallel tests race to do so: the advisory lock
-/// serialises them, and the exception handlers cover anyone creating it without the lock.
+/// `DATABASE_URL`, the superuser URL every test database is created from.
+fn admin_url() -> String {
+    std::env::var("DATABASE_URL").unwrap_or_else(|_| {
+        panic!(
+            "DATABASE_URL is not set: run the tests with `scripts/test` (it starts a local \
+             Postgres), or set DATABASE_URL to a superuser URL of a disposable server"
+        )
+    })
+}
+
+/// Creates the LOGIN role once per cluster.
 async fn ensure_readonly_login(admin: &Client) {
-    admin
-        .execute("SELECT pg_advisory_lock($1)", &[&ROLE_LOCK_KEY])
-        .await
-        .unwrap_or_else(|e| panic!("taking the role advisory lock failed: {}", pg_message(&e)));
     let sql = format!(
         "DO $$
         BEGIN
@@ -140,12 +141,39 @@ async fn ensure_readonly_login(admin: &Client) {
         EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
         END $$;"
     );
-    let created = admin.batch_execute(&sql).await;
+    with_role_lock(admin, &sql, &format!("creating role {READONLY_USER}")).await;
+}
+
+/// Lets the LOGIN role switch to the demo domains' write roles, as scripts/dev lets parley_mcp:
+/// `SET` but not `INHERIT`, so outside a write tool's `SET LOCAL ROLE` it stays read-only.
+async fn grant_write_roles(admin: &Client) {
+    let role = parley_domain_tasks::WRITER_ROLE;
+    let sql = format!(
+        "DO $$
+        BEGIN
+            IF NOT EXISTS (SELECT FROM pg_catalog.pg_auth_members
+                            WHERE roleid = '{role}'::regrole AND member = '{READONLY_USER}'::regrole) THEN
+                GRANT {role} TO {READONLY_USER} WITH INHERIT FALSE, SET TRUE;
+            END IF;
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+        END $$;"
+    );
+    with_role_lock(admin, &sql, &format!("granting {role} to {READONLY_USER}")).await;
+}
+
+/// Runs cluster-wide role DDL once at a time. Parallel tests race to run it: the advisory lock
+/// serialises them, and the statements' exception handlers cover anyone running it without.
+async fn with_role_lock(admin: &Client, sql: &str, what: &str) {
+    admin
+        .execute("SELECT pg_advisory_lock($1)", &[&ROLE_LOCK_KEY])
+        .await
+        .unwrap_or_else(|e| panic!("taking the role advisory lock failed: {}", pg_message(&e)));
+    let done = admin.batch_execute(sql).await;
     // Unlock before panicking so one failure does not stall every other test's setup.
     let unlocked = admin
         .execute("SELECT pg_advisory_unlock($1)", &[&ROLE_LOCK_KEY])
         .await;
-    created.unwrap_or_else(|e| panic!("creating role {READONLY_USER} failed: {}", pg_message(&e)));
+    done.unwrap_or_else(|e| panic!("{what} failed: {}", pg_message(&e)));
     unlocked.unwrap_or_else(|e| panic!("releasing the role advisory lock failed: {e}"));
 }
 

@@ -1,11 +1,13 @@
 //! Test fixtures for Parley's integration tests: a fresh, migrated database per test on the
 //! server at `DATABASE_URL` ([`TestDb`]), private throwaway Postgres servers for tests that stop
 //! and restart the database or check passwords ([`TestCluster`]), a local AWS Secrets
-//! Manager ([`Moto`]), a TCP proxy that severs connections ([`TcpProxy`]), and test-only JWT
-//! signing keys ([`keys`]). Run the tests with `scripts/test`.
+//! Manager ([`Moto`]), a TCP proxy that severs connections ([`TcpProxy`]), test-only JWT
+//! signing keys ([`keys`]) and the demo domains' tools files ([`domains`]). Run the tests with
+//! `scripts/test`.
 
 mod cluster;
 mod db;
+pub mod domains;
 pub mod keys;
 pub mod llm;
 mod moto;

@@ -1,12 +1,12 @@
-//! The fixtures themselves: a migrated TestDb whose read-only URL can read but not write, and
-//! a TestCluster that survives stop/restart and cleans up after itself.
+//! The fixtures themselves: a TestDb whose read-only URL can read but not write, and a
+//! TestCluster that survives stop/restart and cleans up after itself.
 //! Needs DATABASE_URL (run via `scripts/test`).
 
 use parley_testkit::{READONLY_USER, TestCluster, TestDb, connect};
 
 #[tokio::test]
-async fn migrated_db_readonly_url_reads_but_cannot_write() {
-    let db = TestDb::migrated().await;
+async fn demo_db_readonly_url_reads_but_cannot_write() {
+    let db = TestDb::with_demo_data(10).await;
     assert!(db.name.starts_with("parley_test_"));
 
     let admin = db.client().await;
@@ -16,8 +16,8 @@ async fn migrated_db_readonly_url_reads_but_cannot_write() {
         .expect("schema_migrations exists after migrating")
         .get(0);
     assert!(
-        applied >= 2,
-        "expected at least 2 migrations, got {applied}"
+        applied >= 3,
+        "expected at least 3 migrations, got {applied}"
     );
 
     let ro = db.readonly_client().await;

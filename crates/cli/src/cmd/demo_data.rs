@@ -1,15 +1,19 @@
-//! `parley demo-data`: loads the 331 districts and deterministic demo feedback into the
-//! database in `DATABASE_URL`; rerunning with the same options changes nothing.
+//! `parley demo-data`: loads the demo domains (by default all of them) into the database in
+//! `DATABASE_URL`, each its schema then its data; rerunning with the same options changes
+//! nothing.
 
 use super::{CmdError, secs};
-use crate::demo::{self, DemoOptions};
+use crate::demo::{self, DemoOptions, Domain};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// How many feedback rows to generate (at least 1).
+    /// A demo domain to load; repeat for several. Default: every demo domain.
+    #[arg(long = "domain", value_enum, value_name = "NAME")]
+    pub domains: Vec<Domain>,
+    /// How many feedback rows to generate (at least 1; feedback domain).
     #[arg(long, default_value_t = DemoOptions::default().feedback, value_parser = feedback_rows)]
     pub feedback: u64,
-    /// Seed for the generator; the same seed and size always give the same rows.
+    /// Seed for the feedback generator; the same seed and size always give the same rows.
     #[arg(long, default_value_t = DemoOptions::default().seed)]
     pub seed: u64,
 }
@@ -28,24 +32,39 @@ pub async fn run(args: Args) -> Result<(), CmdError> {
     let opts = DemoOptions {
         feedback: args.feedback,
         seed: args.seed,
+        domains: if args.domains.is_empty() {
+            Domain::ALL.to_vec()
+        } else {
+            args.domains
+        },
     };
     let mut client = crate::db::connect().await?;
     let s = demo::load(&mut client, &opts).await?;
-    println!("lads: {} rows ({} changed)", s.lads, s.lads_changed);
-    if s.reloaded {
+    if let Some(f) = &s.feedback {
+        println!("lads: {} rows ({} changed)", f.lads, f.lads_changed);
+        if f.reloaded {
+            println!(
+                "feedback: {} rows in {} (seed {}; copy {}, indexes {})",
+                f.feedback,
+                secs(f.copy_elapsed + f.index_elapsed),
+                f.seed,
+                secs(f.copy_elapsed),
+                secs(f.index_elapsed)
+            );
+            println!("analyze: {}", secs(f.analyze_elapsed));
+        } else {
+            println!(
+                "feedback: {} rows for seed {} already loaded, nothing to do",
+                f.feedback, f.seed
+            );
+        }
+    }
+    if let Some(t) = &s.tasks {
         println!(
-            "feedback: {} rows in {} (seed {}; copy {}, indexes {})",
-            s.feedback,
-            secs(s.copy_elapsed + s.index_elapsed),
-            s.seed,
-            secs(s.copy_elapsed),
-            secs(s.index_elapsed)
-        );
-        println!("analyze: {}", secs(s.analyze_elapsed));
-    } else {
-        println!(
-            "feedback: {} rows for seed {} already loaded, nothing to do",
-            s.feedback, s.seed
+            "tasks: {} added for {} ({} in all)",
+            t.seeded,
+            parley_domain_tasks::SEED_OWNER,
+            t.tasks
         );
     }
     println!("done in {}", secs(s.elapsed));

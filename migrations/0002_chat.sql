@@ -1,9 +1,5 @@
--- 0003: conversation memory for the chat function, in its own schema `chat` so the MCP
--- function's read-only role (which may read everything in `public`) can never see it.
---
--- Deployment recipe (once per cluster, as an admin):
---   CREATE ROLE parley_chat LOGIN PASSWORD '...' IN ROLE parley_chat_writer;
--- then give the chat function postgres://parley_chat:...@host/db?sslmode=verify-full.
+-- 0002: conversation memory for the chat function, in its own schema `chat` so the mcp
+-- function's roles (which may read what a domain grants in `public`) can never see it.
 
 CREATE SCHEMA chat;
 
@@ -15,7 +11,16 @@ CREATE TABLE chat.conversations (
     -- Messages so far; the next message takes message_count + 1 as its sequence number.
     message_count integer NOT NULL DEFAULT 0 CHECK (message_count >= 0),
     created_at timestamptz NOT NULL DEFAULT now(),
-    updated_at timestamptz NOT NULL DEFAULT now()
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    -- One turn at a time per conversation, by an expiring lease on its row: a turn holds a
+    -- database connection only while it begins and while it finishes, not while the model
+    -- thinks, and a lease whose holder froze or died expires by itself.
+    -- The id of the last turn that claimed the conversation (kept after it finishes, so a
+    -- retried finish can tell "already stored" from "taken over").
+    turn_lease uuid,
+    -- When that claim expires; NULL once the turn finished (the conversation is free). A turn
+    -- may claim the conversation when this is NULL or in the past.
+    turn_lease_until timestamptz
 );
 
 -- GET /api/conversations: the caller's, newest first, keyset-paginated.
@@ -38,25 +43,11 @@ CREATE TABLE chat.messages (
     -- assistant: set when the turn failed; content then says so and the row is not replayed.
     error text,
     created_at timestamptz NOT NULL DEFAULT now(),
+    -- assistant: the reply was stored when its turn reached TURN_DEADLINE_MS and holds only
+    -- what the turn had by then; clients and readers of the history are told so.
+    cut_short boolean NOT NULL DEFAULT false,
     PRIMARY KEY (conversation_id, seq)
 );
-
-DO $$
-BEGIN
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'parley_chat_writer') THEN
-        CREATE ROLE parley_chat_writer NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS;
-    END IF;
-EXCEPTION
-    WHEN duplicate_object OR unique_violation THEN
-        NULL;
-END
-$$;
-
-DO $$
-BEGIN
-    EXECUTE format('GRANT CONNECT ON DATABASE %I TO parley_chat_writer', current_database());
-END
-$$;
 
 GRANT USAGE ON SCHEMA chat TO parley_chat_writer;
 GRANT SELECT, INSERT, UPDATE ON chat.conversations, chat.messages TO parley_chat_writer;

@@ -1,9 +1,10 @@
--- 0007: who is asking, for the tools' SQL and for row-level security. The mcp function sets
--- `parley.caller` (the verified caller's claims as JSON; unset or empty for the service) with
--- set_config(.., true) in every tool transaction, so it lasts exactly that transaction.
--- Policies and declared SQL read it through these helpers, never from an argument.
+-- 0003: who is asking, for the tools' SQL and for row-level security, and the record that makes
+-- a write tool exactly-once. The mcp function sets `parley.caller` (the verified caller's claims
+-- as JSON; unset or empty for the service) with set_config(.., true) in every tool
+-- transaction, so it lasts exactly that transaction. Policies and declared SQL read it through
+-- these helpers, never from an argument.
 
-CREATE SCHEMA IF NOT EXISTS parley;
+CREATE SCHEMA parley;
 GRANT USAGE ON SCHEMA parley TO PUBLIC;
 
 -- The caller's verified claims (`sub` included), or NULL for the service or outside a tool.
@@ -43,16 +44,7 @@ CREATE POLICY own_keys ON parley.idempotency
     USING (caller = coalesce(parley.caller_sub(), ''))
     WITH CHECK (caller = coalesce(parley.caller_sub(), ''));
 
--- The group every write role joins (`CREATE ROLE x NOLOGIN IN ROLE parley_tool_writer`): it may
--- record and read back idempotency keys and nothing else.
-DO $$
-BEGIN
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'parley_tool_writer') THEN
-        CREATE ROLE parley_tool_writer NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS;
-    END IF;
-EXCEPTION
-    WHEN duplicate_object OR unique_violation THEN
-        NULL;
-END
-$$;
+-- parley_tool_writer (0001) is the group every write role joins (`CREATE ROLE x NOLOGIN IN ROLE
+-- parley_tool_writer`, as domains/tasks/schema.sql does): it may record and read back
+-- idempotency keys and nothing else.
 GRANT SELECT, INSERT ON parley.idempotency TO parley_tool_writer;
