@@ -185,6 +185,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         &[
             ("DATABASE_URL", bench_url.clone()),
             ("MCP_AUTH_TOKEN", mcp_token.clone()),
+            (
+                "TOOLS_FILE",
+                crate::mcp::tools_file_setting(&[parley_domain_feedback::tools_path()]),
+            ),
             ("RUST_LOG", args.server_log.clone()),
             ("DB_POOL_MAX_SIZE", concurrency.to_string()),
         ],

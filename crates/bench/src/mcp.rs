@@ -149,7 +149,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let (bench_url, pg_version) =
         prepare_database(&admin_url, &args.database, args.feedback).await?;
     let scenarios = scenarios(&bench_url, &args).await?;
-    let catalog = Catalog::load(None, Limits::default()).context("loading the shipped tools")?;
+    let tools_files = [
+        parley_domain_feedback::tools_path(),
+        parley_domain_tasks::tools_path(),
+    ];
+    let catalog = Catalog::load(&tools_files, Limits::default())
+        .context("loading the demo domains' tools")?;
 
     // The server sets `plan_cache_mode = force_custom_plan` in the transaction of a tool with
     // nullable filters; the floor sets it once per session, so it runs the same plans without
@@ -175,6 +180,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         &[
             ("DATABASE_URL", bench_url.clone()),
             ("MCP_AUTH_TOKEN", token.clone()),
+            ("TOOLS_FILE", tools_file_setting(&tools_files)),
             ("RUST_LOG", args.server_log.clone()),
             ("DB_POOL_MAX_SIZE", concurrency.to_string()),
         ],
@@ -470,6 +476,15 @@ async fn scenarios(bench_url: &str, args: &Args) -> anyhow::Result<Vec<Scenario>
         .into_iter()
         .filter(|s| args.only.is_empty() || args.only.iter().any(|o| o == s.tool))
         .collect())
+}
+
+/// `TOOLS_FILE` naming `files`.
+pub fn tools_file_setting(files: &[PathBuf]) -> String {
+    files
+        .iter()
+        .map(|f| f.display().to_string())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn object(v: Value) -> Map<String, Value> {
