@@ -402,7 +402,6 @@ async fn ui_context_and_server_guidance_reach_the_instructions_quoted() {
 }
 
 #[tokio::test]
-#[ignore = "needs the mcp function to publish lad_by_ref's _meta[\"parley/context\"] (H-mcp)"]
 async fn a_context_key_a_tool_resolves_asks_for_that_call_first() {
     let instructions = instructions_with_a_district().await;
     assert!(

@@ -200,7 +200,7 @@ async fn a_tool_that_does_not_fit_the_schema_stops_start_up_naming_it() {
 [[tool]]
 name = "broken"
 description = "Reads a column that does not exist."
-sql = "SELECT no_such_column FROM lads"
+sql = "SELECT no_such_column FROM pg_catalog.pg_class"
 "#;
     let db = TestDb::migrated().await;
     let err = spawn_on(
