@@ -9,6 +9,7 @@ mod identity;
 mod logs;
 mod secrets;
 mod startup;
+mod tasks;
 mod turns;
 mod validation;
 mod writes;
