@@ -95,20 +95,34 @@ impl Authenticator {
         }
     }
 
-    /// True when neither a service token nor user tokens nor caller assertions are configured.
+    /// True when neither a service token nor user tokens are configured: anyone may call as
+    /// the service (local development). Caller assertions may still be on, so the chat's
+    /// users reach caller-bound tools under `scripts/dev`.
     pub fn is_open(&self) -> bool {
-        self.service.is_none() && self.users.is_none() && self.assertions.is_none()
+        self.service.is_none() && self.users.is_none()
     }
 
     /// The caller behind an `Authorization` header value (`None` when absent).
     pub async fn caller(&self, authorization: Option<&HeaderValue>) -> Result<Caller, HttpError> {
-        if self.is_open() {
-            return Ok(Caller::Service);
-        }
         let presented = authorization
             .and_then(|v| v.to_str().ok())
-            .and_then(parley_core::http::bearer_token)
-            .ok_or_else(|| HttpError::MissingToken(self.challenge.clone()))?;
+            .and_then(parley_core::http::bearer_token);
+        if self.is_open() {
+            // An assertion is still verified: a bad one is refused, not served as the service.
+            return match (&self.assertions, presented) {
+                (Some(verifier), Some(token)) if looks_like_jwt(token) => {
+                    match verifier.verify(token).await {
+                        Ok(verified) => Ok(Caller::User(verified)),
+                        Err(e) => {
+                            tracing::warn!(why = %e, "request refused: caller assertion not valid");
+                            Err(HttpError::InvalidToken(self.challenge.clone(), Some(e)))
+                        }
+                    }
+                }
+                _ => Ok(Caller::Service),
+            };
+        }
+        let presented = presented.ok_or_else(|| HttpError::MissingToken(self.challenge.clone()))?;
         let mut service_generation = None;
         if let Some(service) = &self.service {
             let (matches, generation) = service.matches_current(presented).await;
@@ -279,6 +293,22 @@ mod tests {
             }
             other => panic!("expected a user, got {other:?}"),
         }
+        // With auth otherwise off (scripts/dev), a request without a token is the service,
+        // an assertion is its user, and a forged one is refused.
+        let dev = authenticator(&[("MCP_CALLER_KEY", KEY)]);
+        assert_eq!(dev.caller(None).await.unwrap(), Caller::Service);
+        assert!(matches!(
+            caller(&dev, &assertion).await,
+            Ok(Caller::User(_))
+        ));
+        let forged = Signer::new(&SecretString::from(
+            "another-key-that-is-at-least-32-bytes!",
+        ))
+        .sign("user-9", &serde_json::Map::new(), get_current_timestamp());
+        assert!(matches!(
+            caller(&dev, &forged).await,
+            Err(HttpError::InvalidToken(_, Some(_)))
+        ));
         // The same assertion where no caller key is configured, and a user token signed with
         // the caller key but not shaped as an assertion (no Parley issuer), are refused.
         let service_only = authenticator(&[("MCP_AUTH_TOKEN", "service-token")]);
