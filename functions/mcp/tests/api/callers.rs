@@ -605,3 +605,82 @@ async fn tool_and_prompt_names_must_be_unique_across_tools_files() {
     let (_, listed) = app.rpc("tools/list", json!({})).await;
     assert_eq!(listed["result"]["tools"].as_array().unwrap().len(), 2);
 }
+
+/// The code blocks of README.md's "Your own data" walk-through, as written there.
+fn readme_walkthrough() -> (String, String) {
+    let readme = include_str!("../../../../README.md");
+    let section = readme
+        .split("\n## Your own data")
+        .nth(1)
+        .expect("README.md has the section `## Your own data`");
+    let block = |lang: &str| {
+        let start = section
+            .find(&format!("```{lang}\n"))
+            .unwrap_or_else(|| panic!("a ```{lang} block in the walk-through"))
+            + lang.len()
+            + 4;
+        let end = section[start..].find("```").expect("the block ends") + start;
+        section[start..end].to_owned()
+    };
+    (block("sql"), block("toml"))
+}
+
+#[tokio::test]
+async fn the_readme_walkthrough_works_as_written() {
+    let (sql, tools) = readme_walkthrough();
+    // The two cluster-wide statements are the test kit's to run (its login is not
+    // `parley_mcp`, and roles outlive the test database); the rest runs verbatim.
+    let role = "CREATE ROLE shop_orders_writer NOLOGIN IN ROLE parley_tool_writer;";
+    let grant = "GRANT shop_orders_writer TO parley_mcp WITH INHERIT FALSE, SET TRUE;";
+    assert!(sql.contains(role) && sql.contains(grant), "{sql}");
+    let schema = sql.replace(role, "").replace(grant, "");
+    let db = TestDb::migrated().await;
+    writer_role(&db, "shop_orders_writer", &schema).await;
+    db.client()
+        .await
+        .batch_execute(
+            "INSERT INTO orders (customer, item) VALUES ('alice', 'lamp'), ('bob', 'chair')",
+        )
+        .await
+        .expect("orders");
+    let app = spawn_on(
+        db,
+        Options {
+            tools_toml: Some(tools),
+            extra_env: env(&[
+                ("JWT_SECRET", SECRET),
+                ("MCP_RESOURCE_URL", "http://127.0.0.1/mcp"),
+            ]),
+            ..Options::default()
+        },
+    )
+    .await
+    .expect("the walk-through's tools start");
+    let (alice, bob) = (user("alice", json!({})), user("bob", json!({})));
+
+    let mine = rows(&call_as(&app, &alice, "my_orders", json!({}), Value::Null).await);
+    assert_eq!(mine.as_array().unwrap().len(), 1, "{mine}");
+    assert_eq!(mine[0]["item"], "lamp");
+    let lamp = mine[0]["id"].clone();
+    // Bob cannot cancel Alice's order, nor name himself as her.
+    let refused =
+        rows(&call_as(&app, &bob, "cancel_order", json!({"id": lamp}), Value::Null).await);
+    assert_eq!(refused, json!([]));
+    let forged =
+        error(&call_as(&app, &bob, "my_orders", json!({"me": "alice"}), Value::Null).await);
+    assert!(forged.contains("`me`"), "{forged}");
+    let cancelled = rows(
+        &call_as(
+            &app,
+            &alice,
+            "cancel_order",
+            json!({"id": lamp}),
+            Value::Null,
+        )
+        .await,
+    );
+    assert_eq!(cancelled[0]["status"], "cancelled");
+    // The service token carries no user.
+    let service = error(&call_as(&app, TOKEN, "my_orders", json!({}), Value::Null).await);
+    assert!(service.contains("signed-in user"), "{service}");
+}
