@@ -46,7 +46,9 @@ from coldstart import free_port, stop  # noqa: E402 - beside this file
 
 MCP_TOKEN = "local-mcp-token"  # the token the events carry
 JWT_SECRET = "local-dev-secret-change-me-0123456789"  # the secret the events' JWTs are signed with
-TOOLS = ["feedback_stats", "get_feedback", "lad_by_ref", "list_lads", "search_feedback"]
+# Both demo domains, as TOOLS_FILE below serves them.
+TOOLS = sorted(["feedback_stats", "get_feedback", "lad_by_ref", "list_lads", "search_feedback",
+                "list_tasks", "create_task", "update_task", "complete_task", "delete_task"])
 LEEDS = "E08000035"
 
 
