@@ -190,10 +190,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // User tokens are configured only for the caller-bound scenarios, so the others measure
     // the server as before.
     let jwt_secret = caller_bound.then(|| format!("bench-jwt-secret-{run_id}"));
-    let users = match &jwt_secret {
-        Some(secret) => tasks::users(secret)?,
-        None => Vec::new(),
-    };
     let keys = Keys::new(&run_id);
     let tools_files = [
         parley_domain_feedback::tools_path(),
@@ -229,10 +225,21 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ("RUST_LOG", args.server_log.clone()),
         ("DB_POOL_MAX_SIZE", concurrency.to_string()),
     ];
-    if let Some(secret) = &jwt_secret {
-        env.push(("JWT_SECRET", secret.clone()));
-        env.push(("MCP_RESOURCE_URL", format!("http://127.0.0.1:{port}/mcp")));
-    }
+    // Tokens as an identity provider issues them for this resource: its issuer, the MCP
+    // endpoint as audience (RFC 8707), both checked by the server.
+    let resource = format!("http://127.0.0.1:{port}/mcp");
+    let users = match &jwt_secret {
+        Some(secret) => {
+            env.extend([
+                ("JWT_SECRET", secret.clone()),
+                ("JWT_ISSUER", tasks::ISSUER.to_owned()),
+                ("JWT_AUDIENCE", resource.clone()),
+                ("MCP_RESOURCE_URL", resource.clone()),
+            ]);
+            tasks::users(secret, &resource)?
+        }
+        None => Vec::new(),
+    };
     let server = Server::start_on(&bin, port, &env).await?;
     let (idle_rss, _) = server.memory()?;
     eprintln!(

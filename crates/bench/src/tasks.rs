@@ -24,6 +24,8 @@ const TASKS_PER_USER: i64 = 40;
 const WRITE_TAG: &str = "bench-write";
 /// The prefix of every idempotency key the bench sends.
 const KEY_PREFIX: &str = "bench-";
+/// The bench users' tokens' issuer (`JWT_ISSUER` of the server).
+pub const ISSUER: &str = "https://parley-bench.invalid";
 /// How long each bench user's token is valid: longer than any run.
 const TOKEN_SECS: u64 = 3600;
 
@@ -48,8 +50,9 @@ pub struct User {
     pub authorization: HeaderValue,
 }
 
-/// Mints one HS256 token per bench user with `secret`, valid for [`TOKEN_SECS`].
-pub fn users(secret: &str) -> anyhow::Result<Vec<User>> {
+/// Mints one HS256 token per bench user with `secret` for `audience`, valid for
+/// [`TOKEN_SECS`].
+pub fn users(secret: &str, audience: &str) -> anyhow::Result<Vec<User>> {
     let exp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
         .as_secs()
@@ -58,7 +61,7 @@ pub fn users(secret: &str) -> anyhow::Result<Vec<User>> {
     (1..=USERS)
         .map(|n| {
             let subject = format!("bench-user-{n}");
-            let payload = json!({ "sub": subject, "exp": exp });
+            let payload = json!({ "iss": ISSUER, "aud": audience, "sub": subject, "exp": exp });
             let token = encode(&Header::default(), &payload, &key)?;
             let Value::Object(claims) = payload else {
                 unreachable!("json! of an object literal")
@@ -163,23 +166,21 @@ pub async fn check_writes(client: &tokio_postgres::Client, keys: &Keys) -> anyho
 }
 
 /// Deletes what earlier runs' writes left, seeds the bench users' tasks unless exactly the
-/// seeded set is there, and refreshes the table's statistics. Returns the seeded task count.
-pub async fn prepare(client: &tokio_postgres::Client) -> anyhow::Result<i64> {
+/// seeded set is there, and refreshes the table's statistics.
+pub async fn prepare(client: &tokio_postgres::Client) -> anyhow::Result<()> {
     let users = i64::try_from(USERS)?;
-    let written = client
-        .execute(
-            "DELETE FROM tasks WHERE owner LIKE 'bench-user-%' AND $1 = ANY (tags)",
-            &[&WRITE_TAG],
+    let cleared = client
+        .query_one(
+            "WITH written AS (DELETE FROM tasks
+                               WHERE owner LIKE 'bench-user-%' AND $1 = ANY (tags) RETURNING 1),
+                  recorded AS (DELETE FROM parley.idempotency
+                                WHERE tool = 'create_task' AND key LIKE $2 || '%' RETURNING 1)
+             SELECT (SELECT count(*) FROM written), (SELECT count(*) FROM recorded)",
+            &[&WRITE_TAG, &KEY_PREFIX],
         )
         .await
-        .context("deleting the tasks earlier runs wrote")?;
-    let keys = client
-        .execute(
-            "DELETE FROM parley.idempotency WHERE tool = 'create_task' AND key LIKE $1 || '%'",
-            &[&KEY_PREFIX],
-        )
-        .await
-        .context("deleting earlier runs' idempotency records")?;
+        .context("deleting what earlier runs wrote")?;
+    let (written, keys): (i64, i64) = (cleared.get(0), cleared.get(1));
     let seeded: i64 = client
         .query_one(
             "SELECT count(*) FROM tasks WHERE owner LIKE 'bench-user-%'",
@@ -212,7 +213,7 @@ pub async fn prepare(client: &tokio_postgres::Client) -> anyhow::Result<i64> {
             .await
             .with_context(|| format!("vacuuming {table}"))?;
     }
-    Ok(users * TASKS_PER_USER)
+    Ok(())
 }
 
 /// `$1` users with `$2` tasks each, the same every time: titles from a short list (a few
