@@ -236,3 +236,54 @@ SELECT 'bench-user-' || u,
        timestamptz '2026-10-01 09:00+00' + n * interval '1 hour',
        CASE WHEN n % 4 = 0 THEN timestamptz '2026-10-20 09:00+00' END
 FROM generate_series(1, $1::bigint) AS u, generate_series(1, $2::bigint) AS n";
+
+#[cfg(test)]
+mod tests {
+    use parley_core::config::Env;
+    use parley_core::jwt::{JwtConfig, Verifier};
+
+    use super::*;
+
+    const SECRET: &str = "bench-jwt-secret-at-least-32-bytes-long";
+    const RESOURCE: &str = "http://127.0.0.1:9/mcp";
+
+    #[tokio::test]
+    async fn tokens_verify_as_the_server_verifies_them_and_carry_the_floors_claims() {
+        let env = Env::from_pairs([
+            ("JWT_SECRET", SECRET),
+            ("JWT_ISSUER", ISSUER),
+            ("JWT_AUDIENCE", RESOURCE),
+        ]);
+        let verifier = Verifier::new(JwtConfig::from_env(&env).unwrap(), reqwest::Client::new());
+        let users = users(SECRET, RESOURCE).unwrap();
+        assert_eq!(users.len(), USERS);
+        for user in [&users[0], &users[USERS - 1]] {
+            let header = user.authorization.to_str().unwrap();
+            let verified = verifier
+                .verify(header.strip_prefix("Bearer ").unwrap())
+                .await
+                .unwrap();
+            assert_eq!(verified.subject, user.claims.subject);
+            // What `tools::exec` sends to parley.caller is the verified claims' JSON text: the
+            // `raw+tx+caller` floor must send the same.
+            assert_eq!(Value::Object(verified.claims).to_string(), user.claims_json);
+        }
+    }
+
+    #[test]
+    fn keys_never_repeat_and_are_counted() {
+        let keys = Keys::new("run");
+        let (a, b) = (keys.next(), keys.next());
+        assert_ne!(a, b);
+        assert!(a.starts_with(KEY_PREFIX));
+        assert_eq!(keys.issued(), 2);
+    }
+
+    #[test]
+    fn every_call_has_a_user() {
+        for calls in [list_calls(), create_calls()] {
+            assert_eq!(calls.calls.len(), calls.callers.len());
+            assert!(calls.callers.iter().all(|&u| u < USERS));
+        }
+    }
+}
