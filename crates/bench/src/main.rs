@@ -9,6 +9,7 @@ mod peers;
 mod server;
 mod setup;
 mod stubs;
+mod tasks;
 
 use clap::{Parser, Subcommand};
 

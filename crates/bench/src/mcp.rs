@@ -7,6 +7,10 @@
 //! what HTTP, JSON-RPC, rmcp and rendering cost on their own; `raw/auto` is `raw` with
 //! Postgres' default plan caching, to show what per-call planning costs (the same as `raw` for
 //! tools the server does not plan per call).
+//! The caller-bound scenarios ([`crate::tasks`]: `list_tasks`, `create_task` with an
+//! idempotency key) run as bench users with their own tokens and add `raw+tx+caller`, exactly
+//! what `tools::exec` sends for a user (its role and `parley.caller`), beside `raw+tx`, the same
+//! statement without identity: their difference is what identity costs.
 //! Last, the three-way comparison in [`crate::peers`] (Parley vs the Python SDK vs pgbench).
 
 use std::fmt::Write as _;
@@ -15,16 +19,26 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use deadpool_postgres::Pool;
+use parley_core::jwt::VerifiedClaims;
+use parley_mcp::tools::idempotency::META_KEY;
 use parley_mcp::tools::params::SqlValue;
-use parley_mcp::tools::{Catalog, Limits, ToolSpec};
+use parley_mcp::tools::{Catalog, Limits, ToolSpec, exec};
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde_json::{Map, Value, json};
-use tokio_postgres::types::ToSql;
+use tokio_postgres::types::{ToSql, Type};
 
 use crate::measure::{self, Driver, Stats, ms};
 use crate::peers;
-use crate::server::Server;
+use crate::server::{Server, free_port};
 use crate::setup::{Machine, connect, machine, now_nanos, prepare_database};
+use crate::tasks::{self, Keys, User};
+
+/// What `tools::exec` sends, pipelined, to tell Postgres who a user's call is for.
+const SET_CALLER: &str = "SELECT set_config('parley.caller', $1, true)";
+
+/// The targets for the caller-bound scenarios: identity costs a read less than this at p50, and
+/// a write's `mcp` costs over its own floor no more than this beyond what a read's does.
+const IDENTITY_TARGET_US: f64 = 100.0;
 
 /// The protocol revision an ordinary current client announces.
 const PROTOCOL_VERSION: &str = "2025-06-18";
@@ -53,7 +67,8 @@ pub struct Args {
     /// Feedback rows in the bench database (loaded once; reruns with the same size skip it).
     #[arg(long, default_value_t = 1_000_000)]
     feedback: u64,
-    /// Measured lad_by_ref and get_feedback calls per path, at each concurrency.
+    /// Measured lad_by_ref, get_feedback, list_tasks and create_task calls per path, at each
+    /// concurrency.
     #[arg(long, default_value_t = 2000)]
     requests: usize,
     /// Measured search_feedback calls per path, at each concurrency (each one ranks every
@@ -73,8 +88,9 @@ pub struct Args {
     /// The MCP server binary [default: `mcp` beside this executable, i.e. target/release/mcp].
     #[arg(long)]
     mcp_bin: Option<PathBuf>,
-    /// Only these scenarios (comma-separated): lad_by_ref, search_feedback, get_feedback, ping,
-    /// peers (the three-way comparison with the Python SDK and pgbench).
+    /// Only these scenarios (comma-separated): lad_by_ref, search_feedback, get_feedback,
+    /// list_tasks, create_task (caller-bound, as bench users), ping, peers (the three-way
+    /// comparison with the Python SDK and pgbench).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Seconds each contender of the three-way comparison is measured (after 2 s of warm-up).
@@ -107,17 +123,23 @@ pub struct Args {
 enum Path {
     Raw,
     RawTx,
+    /// `raw+tx` as a user: the tool's role and `parley.caller`, pipelined as `tools::exec` does.
+    RawTxCaller,
     Mcp,
     RawAuto,
 }
 
 impl Path {
+    /// The service's tools.
     const ALL: [Path; 4] = [Path::Raw, Path::RawTx, Path::Mcp, Path::RawAuto];
+    /// A caller-bound tool's: the floors without and with identity.
+    const CALLER: [Path; 4] = [Path::Raw, Path::RawTx, Path::RawTxCaller, Path::Mcp];
 
     fn name(self) -> &'static str {
         match self {
             Path::Raw => "raw",
             Path::RawTx => "raw+tx",
+            Path::RawTxCaller => "raw+tx+caller",
             Path::Mcp => "mcp",
             Path::RawAuto => "raw/auto",
         }
@@ -128,6 +150,20 @@ struct Scenario {
     tool: &'static str,
     requests: usize,
     calls: Vec<Map<String, Value>>,
+    /// Call `i` runs as bench user `callers[i]`; empty: as the service (its token).
+    callers: Vec<usize>,
+    /// Every call carries its own idempotency key (a write recorded exactly once).
+    keyed: bool,
+}
+
+impl Scenario {
+    fn paths(&self) -> &'static [Path] {
+        if self.callers.is_empty() {
+            &Path::ALL
+        } else {
+            &Path::CALLER
+        }
+    }
 }
 
 struct Measured {
@@ -149,6 +185,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let (bench_url, pg_version) =
         prepare_database(&admin_url, &args.database, args.feedback).await?;
     let scenarios = scenarios(&bench_url, &args).await?;
+    let caller_bound = scenarios.iter().any(|s| !s.callers.is_empty());
+    let run_id = format!("{:x}-{}", std::process::id(), now_nanos());
+    // User tokens are configured only for the caller-bound scenarios, so the others measure
+    // the server as before.
+    let jwt_secret = caller_bound.then(|| format!("bench-jwt-secret-{run_id}"));
+    let keys = Keys::new(&run_id);
     let tools_files = [
         parley_domain_feedback::tools_path(),
         parley_domain_tasks::tools_path(),
@@ -174,18 +216,31 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .context("locating this executable")?
             .with_file_name("mcp"),
     };
-    let token = format!("bench-{:x}-{}", std::process::id(), now_nanos());
-    let server = Server::start(
-        &bin,
-        &[
-            ("DATABASE_URL", bench_url.clone()),
-            ("MCP_AUTH_TOKEN", token.clone()),
-            ("TOOLS_FILE", tools_file_setting(&tools_files)),
-            ("RUST_LOG", args.server_log.clone()),
-            ("DB_POOL_MAX_SIZE", concurrency.to_string()),
-        ],
-    )
-    .await?;
+    let token = format!("bench-{run_id}");
+    let port = free_port()?;
+    let mut env = vec![
+        ("DATABASE_URL", bench_url.clone()),
+        ("MCP_AUTH_TOKEN", token.clone()),
+        ("TOOLS_FILE", tools_file_setting(&tools_files)),
+        ("RUST_LOG", args.server_log.clone()),
+        ("DB_POOL_MAX_SIZE", concurrency.to_string()),
+    ];
+    // Tokens as an identity provider issues them for this resource: its issuer, the MCP
+    // endpoint as audience (RFC 8707), both checked by the server.
+    let resource = format!("http://127.0.0.1:{port}/mcp");
+    let users = match &jwt_secret {
+        Some(secret) => {
+            env.extend([
+                ("JWT_SECRET", secret.clone()),
+                ("JWT_ISSUER", tasks::ISSUER.to_owned()),
+                ("JWT_AUDIENCE", resource.clone()),
+                ("MCP_RESOURCE_URL", resource.clone()),
+            ]);
+            tasks::users(secret, &resource)?
+        }
+        None => Vec::new(),
+    };
+    let server = Server::start_on(&bin, port, &env).await?;
     let (idle_rss, _) = server.memory()?;
     eprintln!(
         "mcp server pid {} at {} ({} KiB resident)",
@@ -200,37 +255,61 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let spec = catalog
             .get(scenario.tool)
             .with_context(|| format!("the shipped tools have no {}", scenario.tool))?;
+        let caller = |i: usize| scenario.callers.get(i).map(|&u| &users[u]);
         let floor_calls = scenario
             .calls
             .iter()
-            .map(|args| bound_values(spec, args))
+            .enumerate()
+            .map(|(i, args)| bound_values(spec, args, caller(i)))
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let drivers: Vec<Paths> = Path::ALL
-            .into_iter()
-            .map(|path| match path {
-                Path::Raw | Path::RawTx | Path::RawAuto => Paths::Floor(Floor {
-                    pool: if path == Path::RawAuto || !spec.custom_plans {
-                        &auto_pool
-                    } else {
-                        &pool
-                    },
-                    spec,
-                    calls: &floor_calls,
-                    // Exactly what `tools::exec` sends before each call.
-                    begin: (path == Path::RawTx).then(|| parley_mcp::tools::exec::begin_sql(spec)),
-                }),
+        // `raw+tx` of a caller-bound tool is the statement without identity: no role (the
+        // superuser bypasses row-level security), no `parley.caller`; `owner` is bound anyway.
+        let anonymous = ToolSpec {
+            role: None,
+            ..spec.clone()
+        };
+        let keys = scenario.keyed.then_some(&keys);
+        let paths = scenario.paths();
+        let drivers: Vec<Paths> = paths
+            .iter()
+            .map(|&path| match path {
+                Path::Raw | Path::RawTx | Path::RawTxCaller | Path::RawAuto => {
+                    Paths::Floor(Floor {
+                        pool: if path == Path::RawAuto || !spec.custom_plans {
+                            &auto_pool
+                        } else {
+                            &pool
+                        },
+                        spec,
+                        calls: &floor_calls,
+                        // Exactly what `tools::exec` sends before each call.
+                        begin: match path {
+                            Path::RawTx => Some(exec::begin_sql(&anonymous)),
+                            Path::RawTxCaller => Some(exec::begin_sql(spec)),
+                            _ => None,
+                        },
+                        as_caller: path == Path::RawTxCaller,
+                        keys,
+                    })
+                }
                 Path::Mcp => Paths::Mcp(Mcp::new(
                     &http,
                     &server.base,
                     scenario.tool,
                     &scenario.calls,
+                    scenario
+                        .callers
+                        .iter()
+                        .map(|&u| users[u].authorization.clone())
+                        .collect(),
+                    keys,
                 )),
             })
             .collect();
         let n = scenario.requests;
         let label = |path: Path| format!("{} {}", scenario.tool, path.name());
         // Warming at full concurrency prepares the statement on every pooled connection.
-        for (path, driver) in Path::ALL.into_iter().zip(&drivers) {
+        for (&path, driver) in paths.iter().zip(&drivers) {
             measure::run(driver, args.warmup.min(n), concurrency, 0)
                 .await
                 .with_context(|| format!("{}: warm-up", label(path)))?;
@@ -238,12 +317,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let serial = measure::interleaved(&drivers, n)
             .await
             .with_context(|| format!("{}: one call at a time", scenario.tool))?;
-        for ((path, driver), (serial, samples)) in Path::ALL.into_iter().zip(&drivers).zip(serial) {
+        for ((&path, driver), (serial, samples)) in paths.iter().zip(&drivers).zip(serial) {
             let concurrent = measure::run(driver, n, concurrency, n)
                 .await
                 .with_context(|| format!("{}: concurrency {concurrency}", label(path)))?;
             eprintln!(
-                "{:<24} p50 {:>8.3} ms  p99 {:>8.3} ms  {:>6.0} rps  | c={concurrency}: {:>6.0} rps",
+                "{:<27} p50 {:>8.3} ms  p99 {:>8.3} ms  {:>6.0} rps  | c={concurrency}: {:>6.0} rps",
                 label(path),
                 ms(serial.p50),
                 ms(serial.p99),
@@ -258,6 +337,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 concurrent,
             });
         }
+    }
+    if scenarios.iter().any(|s| s.keyed) {
+        tasks::check_writes(&connect(&bench_url).await?, &keys).await?;
     }
     if args.only.is_empty() || args.only.iter().any(|o| o == "ping") {
         results.push(measure_ping(&http, &server.base, &args, concurrency).await?);
@@ -313,6 +395,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         machine: machine(),
         pg_version: &pg_version,
         feedback: args.feedback,
+        users: if caller_bound { tasks::USERS } else { 0 },
         concurrency,
         results: &results,
         memory,
@@ -402,7 +485,8 @@ fn floor_pool(url: &str, size: usize) -> anyhow::Result<Pool> {
 }
 
 /// The calls each scenario rotates over: real districts (by code and by name) for the lookup,
-/// realistic searches with and without a district filter.
+/// realistic searches with and without a district filter, and the bench users' task calls
+/// (their tasks seeded and earlier runs' writes deleted when a task scenario is selected).
 async fn scenarios(bench_url: &str, args: &Args) -> anyhow::Result<Vec<Scenario>> {
     let client = connect(bench_url).await?;
     // md5 order: a fixed, spread-out sample rather than the first 50 alphabetically.
@@ -450,32 +534,40 @@ async fn scenarios(bench_url: &str, args: &Args) -> anyhow::Result<Vec<Scenario>
             ]
         })
         .collect();
+    let service = |tool, requests, calls| Scenario {
+        tool,
+        requests,
+        calls,
+        callers: Vec::new(),
+        keyed: false,
+    };
+    let as_users = |tool, calls: tasks::Calls, keyed| Scenario {
+        tool,
+        requests: args.requests,
+        calls: calls.calls,
+        callers: calls.callers,
+        keyed,
+    };
     let all = [
-        Scenario {
-            tool: "lad_by_ref",
-            requests: args.requests,
-            calls: lookups,
-        },
-        Scenario {
-            tool: "search_feedback",
-            requests: args.search_requests,
-            calls: searches,
-        },
-        Scenario {
-            tool: "get_feedback",
-            requests: args.requests,
-            calls: gets,
-        },
+        service("lad_by_ref", args.requests, lookups),
+        service("search_feedback", args.search_requests, searches),
+        service("get_feedback", args.requests, gets),
+        as_users("list_tasks", tasks::list_calls(), false),
+        as_users("create_task", tasks::create_calls(), true),
     ];
     for name in &args.only {
         if name != "ping" && name != "peers" && !all.iter().any(|s| s.tool == name) {
             bail!("unknown scenario {name:?} in --only");
         }
     }
-    Ok(all
+    let selected: Vec<Scenario> = all
         .into_iter()
         .filter(|s| args.only.is_empty() || args.only.iter().any(|o| o == s.tool))
-        .collect())
+        .collect();
+    if selected.iter().any(|s| !s.callers.is_empty()) {
+        tasks::prepare(&client).await?;
+    }
+    Ok(selected)
 }
 
 /// `TOOLS_FILE` naming `files`.
@@ -494,11 +586,17 @@ fn object(v: Value) -> Map<String, Value> {
     }
 }
 
-/// A call's checked arguments, the row-limit placeholder and the row limit, computed exactly
-/// as `tools::exec::run` does.
-fn bound_values(spec: &ToolSpec, args: &Map<String, Value>) -> anyhow::Result<FloorCall> {
-    let values = parley_mcp::tools::params::parse_arguments(&spec.params, Some(args))
+/// A call's checked arguments (the caller-bound ones from `user`), the row-limit placeholder
+/// and the row limit, computed exactly as the server and `tools::exec::run` do.
+fn bound_values(
+    spec: &ToolSpec,
+    args: &Map<String, Value>,
+    user: Option<&User>,
+) -> anyhow::Result<FloorCall> {
+    let mut values = parley_mcp::tools::params::parse_arguments(&spec.params, Some(args))
         .map_err(|e| anyhow::anyhow!("{}: arguments {args:?} refused: {e}", spec.name))?;
+    let claims: Option<&VerifiedClaims> = user.map(|u| &u.claims);
+    parley_mcp::tools::params::bind_caller(&spec.name, &spec.params, &mut values, claims)?;
     let row_limit = spec
         .limit_param
         .and_then(|i| values[i].as_i64())
@@ -507,6 +605,7 @@ fn bound_values(spec: &ToolSpec, args: &Map<String, Value>) -> anyhow::Result<Fl
         values,
         fetch: i64::try_from(row_limit + 1)?,
         row_limit,
+        claims_json: user.map(|u| u.claims_json.clone()),
     })
 }
 
@@ -514,6 +613,8 @@ struct FloorCall {
     values: Vec<SqlValue>,
     fetch: i64,
     row_limit: u64,
+    /// The user's claims for `parley.caller` (`raw+tx+caller`).
+    claims_json: Option<String>,
 }
 
 /// The paths compared, as one type so one call can rotate over them.
@@ -537,18 +638,42 @@ struct Floor<'a> {
     pool: &'a Pool,
     spec: &'a ToolSpec,
     calls: &'a [FloorCall],
-    /// The server's transaction preamble, for the `raw+tx` floor.
+    /// The server's transaction preamble, for the `raw+tx` floors.
     begin: Option<String>,
+    /// `raw+tx+caller`: also `parley.caller` with the call's user, pipelined as for a user.
+    as_caller: bool,
+    /// A keyed write: the statement `tools::exec` runs for a call with an idempotency key.
+    keys: Option<&'a Keys>,
 }
 
 impl Driver for Floor<'_> {
     async fn call(&self, i: usize) -> anyhow::Result<(Duration, u64)> {
         let call = &self.calls[i % self.calls.len()];
+        let key = self.keys.map(Keys::next);
+        let tool_name = self.spec.name.as_str();
         let started = Instant::now();
         let client = self.pool.get().await?;
-        let statement = client
-            .prepare_typed_cached(&self.spec.wrapped_sql, &self.spec.placeholder_types)
-            .await?;
+        let statement = match (&key, &self.spec.keyed_sql) {
+            (Some(_), Some(keyed)) => {
+                client
+                    .prepare_typed_cached(keyed, &exec::keyed_types(self.spec))
+                    .await?
+            }
+            _ => {
+                client
+                    .prepare_typed_cached(&self.spec.wrapped_sql, &self.spec.placeholder_types)
+                    .await?
+            }
+        };
+        let set_caller = match (self.as_caller, &call.claims_json) {
+            (true, Some(claims)) => Some((
+                client
+                    .prepare_typed_cached(SET_CALLER, &[Type::TEXT])
+                    .await?,
+                claims,
+            )),
+            _ => None,
+        };
         let mut params: Vec<&(dyn ToSql + Sync)> = self
             .spec
             .placeholder_params
@@ -556,16 +681,30 @@ impl Driver for Floor<'_> {
             .map(|&p| call.values[p].as_sql())
             .collect();
         params.push(&call.fetch);
+        if let Some(key) = &key {
+            params.push(&tool_name);
+            params.push(key);
+        }
         let rows = match &self.begin {
             None => client.query(&statement, &params).await?,
             Some(begin) => {
-                let (begun, rows, committed, reset) = tokio::join!(
+                let identify = async {
+                    match &set_caller {
+                        Some((statement, claims)) => {
+                            client.execute(statement, &[claims]).await.map(drop)
+                        }
+                        None => Ok(()),
+                    }
+                };
+                let (begun, identified, rows, committed, reset) = tokio::join!(
                     client.batch_execute(begin),
+                    identify,
                     client.query(&statement, &params),
                     client.batch_execute("COMMIT"),
-                    client.batch_execute(parley_mcp::tools::exec::RESET_SESSION),
+                    client.batch_execute(exec::RESET_SESSION),
                 );
                 begun?;
+                identified?;
                 let rows = rows?;
                 committed?;
                 reset?;
@@ -583,8 +722,13 @@ impl Driver for Floor<'_> {
 struct Mcp<'a> {
     http: &'a reqwest::Client,
     url: String,
-    /// The `params` object of each call, already serialised.
+    /// The `params` object of each call, already serialised (without its closing brace when
+    /// the call gets a key: `_meta` is appended per call).
     params: Vec<String>,
+    /// Call `i`'s `Authorization` (a bench user's token); empty: the client's service token.
+    authorization: Vec<HeaderValue>,
+    /// Each call's own idempotency key, in `_meta`.
+    keys: Option<&'a Keys>,
 }
 
 impl<'a> Mcp<'a> {
@@ -593,26 +737,40 @@ impl<'a> Mcp<'a> {
         base: &str,
         tool: &str,
         calls: &[Map<String, Value>],
+        authorization: Vec<HeaderValue>,
+        keys: Option<&'a Keys>,
     ) -> Self {
+        let params = calls.iter().map(|a| {
+            let mut params = json!({ "name": tool, "arguments": a }).to_string();
+            if keys.is_some() {
+                params.pop();
+            }
+            params
+        });
         Self {
             http,
             url: format!("{base}/mcp"),
-            params: calls
-                .iter()
-                .map(|a| json!({ "name": tool, "arguments": a }).to_string())
-                .collect(),
+            params: params.collect(),
+            authorization,
+            keys,
         }
     }
 }
 
 impl Driver for Mcp<'_> {
     async fn call(&self, i: usize) -> anyhow::Result<(Duration, u64)> {
+        let params = &self.params[i % self.params.len()];
+        let meta = match self.keys {
+            Some(keys) => format!(r#","_meta":{{"{META_KEY}":"{}"}}}}"#, keys.next()),
+            None => String::new(),
+        };
         let body = format!(
-            r#"{{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{}}}"#,
+            r#"{{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{params}{meta}}}"#,
             i + 1,
-            self.params[i % self.params.len()]
         );
-        let (elapsed, v) = measure::post_json(self.http, &self.url, body).await?;
+        let authorization = (!self.authorization.is_empty())
+            .then(|| &self.authorization[i % self.authorization.len()]);
+        let (elapsed, v) = measure::post_json_as(self.http, &self.url, authorization, body).await?;
         if let Some(error) = v.get("error") {
             bail!("JSON-RPC error: {error}");
         }
@@ -622,6 +780,7 @@ impl Driver for Mcp<'_> {
         if result.get("isError") != Some(&Value::Bool(false)) {
             bail!("tool error: {}", result["content"][0]["text"]);
         }
+
         let rows = result["structuredContent"]["row_count"]
             .as_u64()
             .with_context(|| format!("no structuredContent.row_count in {result}"))?;
@@ -675,6 +834,8 @@ struct Report<'a> {
     machine: Machine,
     pg_version: &'a str,
     feedback: u64,
+    /// Bench users of the caller-bound scenarios (0 when none ran).
+    users: usize,
     concurrency: usize,
     results: &'a [Measured],
     memory: Memory,
@@ -702,6 +863,100 @@ impl Report<'_> {
         })
     }
 
+    /// What identity costs a caller-bound tool: `raw+tx+caller` over `raw+tx`, in µs.
+    fn identity(&self, tool: &str) -> Option<(f64, f64)> {
+        let tx = self.find(tool, Path::RawTx)?;
+        let caller = self.find(tool, Path::RawTxCaller)?;
+        Some((
+            (caller.serial.p50.as_secs_f64() - tx.serial.p50.as_secs_f64()) * 1e6,
+            measure::paired_median_us(&caller.samples, &tx.samples),
+        ))
+    }
+
+    /// What the server adds to a user's call over `raw+tx+caller`, in µs: the median of
+    /// per-call differences (steadier than the p50 difference when the commit's WAL flush
+    /// varies from call to call).
+    fn over_caller_floor(&self, tool: &str) -> Option<f64> {
+        let caller = self.find(tool, Path::RawTxCaller)?;
+        let mcp = self.find(tool, Path::Mcp)?;
+        Some(measure::paired_median_us(&mcp.samples, &caller.samples))
+    }
+
+    /// The caller-bound targets, as printed lines and as JSON.
+    fn caller_targets(&self) -> (Vec<String>, Value) {
+        let mut lines = Vec::new();
+        let mut json = Map::new();
+        if let Some((p50, paired)) = self.identity("list_tasks") {
+            let met = p50 < IDENTITY_TARGET_US;
+            lines.push(format!(
+                "list_tasks: identity cost p50 = (raw+tx+caller) - (raw+tx) = {p50:.0} us (median \
+                 per-call diff {paired:.0} us); target < {IDENTITY_TARGET_US:.0} us p50 and no \
+                 round trip (role and parley.caller go in the call's one pipeline): {}",
+                if met { "met" } else { "MISSED" }
+            ));
+            json.insert(
+                "list_tasks".into(),
+                json!({ "identity_p50_diff_us": p50, "identity_paired_median_diff_us": paired,
+                        "target_us": IDENTITY_TARGET_US, "met": met }),
+            );
+        }
+        let p50 = |tool, path| self.find(tool, path).map(|m| ms(m.serial.p50));
+        let mut write = Map::new();
+        if let Some((p50, paired)) = self.identity("create_task") {
+            lines.push(format!(
+                "create_task: identity cost p50 = {p50:.0} us (median per-call diff {paired:.0} us)"
+            ));
+            write.insert("identity_p50_diff_us".into(), json!(p50));
+            write.insert("identity_paired_median_diff_us".into(), json!(paired));
+        }
+        if let (Some(mcp), Some(floor)) = (
+            p50("create_task", Path::Mcp),
+            p50("create_task", Path::RawTxCaller),
+        ) {
+            let mut line = format!(
+                "create_task: mcp p50 {mcp:.3} ms; its floor (one pipelined round trip and the \
+                 commit, raw+tx+caller) {floor:.3} ms"
+            );
+            write.insert("mcp_p50_ms".into(), json!(mcp));
+            write.insert("floor_p50_ms".into(), json!(floor));
+            if let (Some(read), Some(read_floor), Some(write_over), Some(read_over)) = (
+                p50("list_tasks", Path::Mcp),
+                p50("list_tasks", Path::RawTxCaller),
+                self.over_caller_floor("create_task"),
+                self.over_caller_floor("list_tasks"),
+            ) {
+                // The write's own extra is its commit (a WAL flush); the server must not add a
+                // round trip on top, so it should add to a write what it adds to a read.
+                let met = write_over <= read_over + IDENTITY_TARGET_US;
+                let _ = write!(
+                    line,
+                    "\n  beside a read (list_tasks): mcp p50 {read:.3} ms, floor {read_floor:.3} ms; \
+                     write - read: {:+.3} ms mcp, {:+.3} ms floors (the commit)\n  mcp over its \
+                     floor (median per-call diff): write {write_over:.0} us, read \
+                     {read_over:.0} us; target one round \
+                     trip plus its commit (mcp adds to a write at most {IDENTITY_TARGET_US:.0} us \
+                     more than to a read): {}",
+                    mcp - read,
+                    floor - read_floor,
+                    if met { "met" } else { "MISSED" }
+                );
+                write.insert("read_mcp_p50_ms".into(), json!(read));
+                write.insert("read_floor_p50_ms".into(), json!(read_floor));
+                write.insert("mcp_over_floor_paired_median_us".into(), json!(write_over));
+                write.insert(
+                    "read_mcp_over_floor_paired_median_us".into(),
+                    json!(read_over),
+                );
+                write.insert("met".into(), json!(met));
+            }
+            lines.push(line);
+        }
+        if !write.is_empty() {
+            json.insert("create_task".into(), Value::Object(write));
+        }
+        (lines, Value::Object(json))
+    }
+
     fn tools(&self) -> Vec<&'static str> {
         let mut tools: Vec<&'static str> = self.results.iter().map(|m| m.tool).collect();
         tools.dedup();
@@ -712,16 +967,16 @@ impl Report<'_> {
         let m = &self.machine;
         let c = self.concurrency;
         let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "\nparley-bench mcp: {} feedback rows, Postgres {}",
-            self.feedback, self.pg_version
-        );
+        let _ = write!(out, "\nparley-bench mcp: {} feedback rows", self.feedback);
+        if self.users > 0 {
+            let _ = write!(out, ", {} bench users' tasks", self.users);
+        }
+        let _ = writeln!(out, ", Postgres {}", self.pg_version);
         let _ = writeln!(out, "{}", m.line("server, Postgres and client"));
         let _ = writeln!(out, "command: {}\n", self.command);
         let _ = writeln!(
             out,
-            "{:<16} {:<8} {:>5} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9}",
+            "{:<16} {:<13} {:>5} {:>9} {:>9} {:>9} {:>8} {:>8} {:>9}",
             "scenario",
             "path",
             "rows",
@@ -736,7 +991,7 @@ impl Report<'_> {
             let s = r.serial;
             let _ = writeln!(
                 out,
-                "{:<16} {:<8} {:>5.1} {:>9.3} {:>9.3} {:>9.3} {:>8.0} {:>8.0} {:>9.3}",
+                "{:<16} {:<13} {:>5.1} {:>9.3} {:>9.3} {:>9.3} {:>8.0} {:>8.0} {:>9.3}",
                 r.tool,
                 r.path.name(),
                 s.rows_per_call,
@@ -766,6 +1021,9 @@ impl Report<'_> {
                     o.ratio, o.p50_over_raw, o.p50_over_tx, o.paired_over_raw, o.paired_over_tx
                 );
             }
+        }
+        for line in self.caller_targets().0 {
+            let _ = writeln!(out, "{line}");
         }
         let mib = |kib: u64| kib as f64 / 1024.0;
         let _ = writeln!(
@@ -814,9 +1072,11 @@ impl Report<'_> {
             "machine": self.machine.to_json(),
             "postgres": self.pg_version,
             "feedback_rows": self.feedback,
+            "bench_users": self.users,
             "concurrency": self.concurrency,
             "results": results,
             "overhead": overhead,
+            "caller_bound": self.caller_targets().1,
             "mcp_rss_kib": { "idle": self.memory.idle_kib, "end": self.memory.end_kib, "peak": self.memory.peak_kib },
         })
     }

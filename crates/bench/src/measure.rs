@@ -17,8 +17,22 @@ pub async fn post_json(
     url: &str,
     body: String,
 ) -> anyhow::Result<(Duration, Value)> {
+    post_json_as(http, url, None, body).await
+}
+
+/// [`post_json`] with this request's own `Authorization` instead of the client's default.
+pub async fn post_json_as(
+    http: &reqwest::Client,
+    url: &str,
+    authorization: Option<&reqwest::header::HeaderValue>,
+    body: String,
+) -> anyhow::Result<(Duration, Value)> {
+    let mut request = http.post(url).body(body);
+    if let Some(authorization) = authorization {
+        request = request.header(reqwest::header::AUTHORIZATION, authorization);
+    }
     let started = Instant::now();
-    let response = http.post(url).body(body).send().await?;
+    let response = request.send().await?;
     let status = response.status();
     let bytes = response.bytes().await?;
     let elapsed = started.elapsed();

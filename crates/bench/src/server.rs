@@ -16,6 +16,12 @@ pub struct Server {
 impl Server {
     /// Starts `bin` with `env` on a free port and waits until `GET /health` answers 200.
     pub async fn start(bin: &Path, env: &[(&str, String)]) -> anyhow::Result<Self> {
+        Self::start_on(bin, free_port()?, env).await
+    }
+
+    /// [`Server::start`] on `port` (from [`free_port`]), for a server whose settings name its
+    /// own URL.
+    pub async fn start_on(bin: &Path, port: u16, env: &[(&str, String)]) -> anyhow::Result<Self> {
         if !bin.is_file() {
             bail!(
                 "{} not found; build it with `cargo build --release -p parley-mcp -p parley-chat` \
@@ -23,7 +29,6 @@ impl Server {
                 bin.display()
             );
         }
-        let port = free_port()?;
         let mut command = Command::new(bin);
         // Settings from the caller's shell (TOOLS_FILE, HISTORY_LIMIT, SECRET_IDS,
         // AWS_LAMBDA_RUNTIME_API, ...) must not change what is measured: the server gets only
@@ -127,7 +132,7 @@ impl Drop for Server {
 
 /// A port the kernel just handed out; released for the child to bind (a tiny race, fine for a
 /// bench on one machine).
-fn free_port() -> anyhow::Result<u16> {
+pub fn free_port() -> anyhow::Result<u16> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("finding a free port")?;
     Ok(listener.local_addr()?.port())
 }
