@@ -684,3 +684,27 @@ async fn the_readme_walkthrough_works_as_written() {
     let service = error(&call_as(&app, TOKEN, "my_orders", json!({}), Value::Null).await);
     assert!(service.contains("signed-in user"), "{service}");
 }
+
+#[tokio::test]
+async fn a_subject_with_quotes_and_backslashes_reaches_postgres_exactly() {
+    let app = spawn_notes().await;
+    let odd = r#"o'brien\'); SELECT 1; --\\"#;
+    let token = user(odd, json!({"org_id": "it's \\ fine"}));
+    let added = rows(
+        &call_as(
+            &app,
+            &token,
+            "add_note",
+            json!({"body": "odd"}),
+            Value::Null,
+        )
+        .await,
+    );
+    assert_eq!(added[0]["owner"], odd);
+    // Row-level security compares parley.caller_sub() with the stored owner: it must be the
+    // same string, byte for byte.
+    let seen = rows(&call_as(&app, &token, "all_notes", json!({}), Value::Null).await);
+    assert_eq!(bodies(&seen), ["odd"]);
+    let org = rows(&call_as(&app, &token, "org_of_caller", json!({}), Value::Null).await);
+    assert_eq!(org[0]["org"], "it's \\ fine");
+}
