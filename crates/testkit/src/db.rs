@@ -84,8 +84,32 @@ impl TestDb {
         parley_cli::demo::load(&mut client, &opts)
             .await
             .unwrap_or_else(|e| panic!("loading demo data into {} failed: {e}", db.name));
-        grant_write_roles(&connect(admin_url).await).await;
+        grant_to_login(&connect(admin_url).await, parley_domain_tasks::WRITER_ROLE).await;
         db
+    }
+
+    /// Makes `role` a write role the MCP function's login may switch to, as a deployment does:
+    /// `NOLOGIN IN ROLE parley_tool_writer`, granted to [`READONLY_USER`] `WITH INHERIT FALSE,
+    /// SET TRUE`. Then runs `grants` (the test's own table grants) in this database as the
+    /// superuser. The role is created on the server at `DATABASE_URL`, under the role lock.
+    pub async fn writer_role(&self, role: &str, grants: &str) {
+        let admin = connect(&admin_url()).await;
+        let sql = format!(
+            "DO $$
+            BEGIN
+                IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = '{role}') THEN
+                    CREATE ROLE {role} NOLOGIN IN ROLE parley_tool_writer;
+                END IF;
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+            END $$;"
+        );
+        with_role_lock(&admin, &sql, &format!("creating role {role}")).await;
+        grant_to_login(&admin, role).await;
+        self.client()
+            .await
+            .batch_execute(grants)
+            .await
+            .unwrap_or_else(|e| panic!("granting {role} its rights failed: {}", pg_message(&e)));
     }
 
     /// A superuser connection to this database.
@@ -144,10 +168,9 @@ async fn ensure_readonly_login(admin: &Client) {
     with_role_lock(admin, &sql, &format!("creating role {READONLY_USER}")).await;
 }
 
-/// Lets the LOGIN role switch to the demo domains' write roles, as scripts/dev lets parley_mcp:
-/// `SET` but not `INHERIT`, so outside a write tool's `SET LOCAL ROLE` it stays read-only.
-async fn grant_write_roles(admin: &Client) {
-    let role = parley_domain_tasks::WRITER_ROLE;
+/// Lets the LOGIN role switch to the write role `role`, as scripts/dev lets parley_mcp: `SET`
+/// but not `INHERIT`, so outside a write tool's `SET LOCAL ROLE` it stays read-only.
+async fn grant_to_login(admin: &Client, role: &str) {
     let sql = format!(
         "DO $$
         BEGIN

@@ -105,34 +105,9 @@ async fn forward(mut client: TcpStream, upstream: SocketAddr, lost: Arc<AtomicBo
     }
 }
 
-/// The role the test tools write as (`role` in their declarations): may change `feedback` and
-/// record idempotency keys. Roles are cluster-wide, so its creation is serialised and
-/// idempotent; the grants are per database.
-async fn writer_role(db: &TestDb) {
-    let admin =
-        parley_testkit::connect(&std::env::var("DATABASE_URL").expect("DATABASE_URL")).await;
-    admin
-        .batch_execute(
-            "BEGIN;
-             SELECT pg_advisory_xact_lock(8101);
-             DO $$ BEGIN
-                 IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'parley_chat_test_writer') THEN
-                     CREATE ROLE parley_chat_test_writer NOLOGIN IN ROLE parley_tool_writer;
-                 END IF;
-             END $$;
-             COMMIT;",
-        )
-        .await
-        .expect("writer role");
-    db.client()
-        .await
-        .batch_execute(
-            "GRANT SELECT, INSERT, UPDATE ON feedback TO parley_chat_test_writer;
-             GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO parley_chat_test_writer;",
-        )
-        .await
-        .expect("writer grants");
-}
+/// The role the test tools write as (`role` in their declarations): may change `feedback` and,
+/// as every write role, record idempotency keys.
+const WRITER: &str = "parley_chat_test_writer";
 
 /// A chat whose mcp function serves `tools` (as the database owner: the read-only role may not
 /// write) through a [`LosingProxy`], kept alive by the caller, and a model that makes `call`
@@ -143,7 +118,14 @@ async fn chat_losing_first_answer(
     call: (&str, &str),
     reply: &str,
 ) -> (TestChat, LosingProxy) {
-    writer_role(db).await;
+    db.writer_role(
+        WRITER,
+        &format!(
+            "GRANT SELECT, INSERT, UPDATE ON feedback TO {WRITER};
+             GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {WRITER};"
+        ),
+    )
+    .await;
     let tools_file =
         std::env::temp_dir().join(format!("parley-writes-{}.toml", uuid::Uuid::new_v4()));
     std::fs::write(&tools_file, tools).expect("write tools file");

@@ -7,7 +7,7 @@ use jsonwebtoken::{Algorithm, EncodingKey, Header, encode, get_current_timestamp
 use parley_testkit::{TcpProxy, TestDb};
 use serde_json::{Value, json};
 
-use crate::helpers::{Options, TOKEN, TestApp, env, spawn_on, writer_role};
+use crate::helpers::{Options, TOKEN, TestApp, env, spawn_on};
 
 const SECRET: &str = "a-test-secret-that-is-at-least-32-bytes-long";
 const WRITER: &str = "parley_test_notes_writer";
@@ -95,8 +95,7 @@ async fn spawn_notes() -> TestApp {
 /// A fresh database with the notes schema and its write role.
 async fn notes_db() -> TestDb {
     let db = TestDb::migrated().await;
-    writer_role(
-        &db,
+    db.writer_role(
         WRITER,
         &format!(
             "{SCHEMA}
@@ -635,7 +634,7 @@ async fn the_readme_walkthrough_works_as_written() {
     assert!(sql.contains(role) && sql.contains(grant), "{sql}");
     let schema = sql.replace(role, "").replace(grant, "");
     let db = TestDb::migrated().await;
-    writer_role(&db, "shop_orders_writer", &schema).await;
+    db.writer_role("shop_orders_writer", &schema).await;
     db.client()
         .await
         .batch_execute(

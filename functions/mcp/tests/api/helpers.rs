@@ -290,39 +290,6 @@ pub async fn client_call(
         .expect("tools/call answered")
 }
 
-/// Makes `role` a write role the MCP function's login may switch to, as a deployment does:
-/// `NOLOGIN IN ROLE parley_tool_writer`, granted to the test login `WITH INHERIT FALSE, SET
-/// TRUE` (so the login never writes with it outside a write tool's `SET LOCAL ROLE`). Roles
-/// are cluster-wide, so this runs on the admin database under the testkit's role lock; the
-/// table grants (`grants`, run in `db`) are the test's own.
-pub async fn writer_role(db: &TestDb, role: &str, grants: &str) {
-    let admin_url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
-    let admin = parley_testkit::connect(&admin_url).await;
-    admin
-        .batch_execute(&format!(
-            "BEGIN;
-             SELECT pg_advisory_xact_lock({ROLE_LOCK_KEY});
-             DO $$ BEGIN
-                 IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN
-                     CREATE ROLE {role} NOLOGIN IN ROLE parley_tool_writer;
-                 END IF;
-             END $$;
-             GRANT {role} TO {login} WITH INHERIT FALSE, SET TRUE;
-             COMMIT;",
-            login = parley_testkit::READONLY_USER,
-        ))
-        .await
-        .expect("writer role");
-    db.client()
-        .await
-        .batch_execute(grants)
-        .await
-        .expect("writer grants");
-}
-
-/// The testkit's lock for cluster-wide role DDL (ASCII "parleyro").
-const ROLE_LOCK_KEY: i64 = 0x7061_726c_6579_726f;
-
 /// Keys of an environment for [`Options::extra_env`].
 pub fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
     pairs

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::helpers::{Options, env, spawn, spawn_on, writer_role};
+use crate::helpers::{Options, env, spawn, spawn_on};
 use parley_testkit::{TestCluster, TestDb};
 
 const SLOW_TOOL: &str = r#"
@@ -134,7 +134,7 @@ async fn a_tool_that_writes_without_declaring_it_is_refused_by_the_read_only_tra
 /// [`DECLARED_WRITE`] over demo data, its role given `grants` in this database.
 async fn spawn_closer(grants: &str) -> crate::helpers::TestApp {
     let db = TestDb::with_demo_data(100).await;
-    writer_role(&db, "parley_test_feedback_closer", grants).await;
+    db.writer_role("parley_test_feedback_closer", grants).await;
     spawn_on(
         db,
         Options {
