@@ -58,15 +58,12 @@ impl ParleyMcp {
     }
 }
 
-/// The verified caller rmcp's transport kept with the request (`http::request::Parts`); the
-/// service when none is there (auth off).
+/// The verified caller of the request rmcp's transport kept (`http::request::Parts`).
 fn caller_of(context: &RequestContext<RoleServer>) -> Caller {
     context
         .extensions
         .get::<http::request::Parts>()
-        .and_then(|parts| parts.extensions.get::<Caller>())
-        .cloned()
-        .unwrap_or(Caller::Service)
+        .map_or(Caller::Service, Caller::of)
 }
 
 impl ServerHandler for ParleyMcp {

@@ -38,6 +38,18 @@ pub enum Caller {
     User(VerifiedClaims),
 }
 
+impl Caller {
+    /// The caller [`authenticate`] recorded in a request's extensions; the service when none
+    /// is there (auth off).
+    pub fn of(request: &axum::http::request::Parts) -> Caller {
+        request
+            .extensions
+            .get::<Caller>()
+            .cloned()
+            .unwrap_or(Caller::Service)
+    }
+}
+
 /// The service token requests may present.
 struct BearerAuth {
     token: RotatingSecret,

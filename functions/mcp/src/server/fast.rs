@@ -96,15 +96,7 @@ impl Inner {
             }
         };
         match direct_request(&bytes) {
-            Some((id, direct)) => {
-                // Set by the auth layer on every request that reaches this service.
-                let caller = parts
-                    .extensions
-                    .get::<Caller>()
-                    .cloned()
-                    .unwrap_or(Caller::Service);
-                self.answer(id, direct, &caller).await
-            }
+            Some((id, direct)) => self.answer(id, direct, &Caller::of(&parts)).await,
             None => {
                 self.to_rmcp(Request::from_parts(parts, Body::from(bytes)))
                     .await

@@ -115,7 +115,7 @@ pub async fn run(
         .map_or(tool.max_rows, |n| (n.max(1) as u64).min(tool.max_rows));
     let call = Call {
         caller: user.map(|u| serde_json::Value::Object(u.claims.clone()).to_string()),
-        key: key.filter(|_| tool.writes && tool.keyed_sql.is_some()),
+        key: key.filter(|_| tool.keyed_sql.is_some()),
         // One row past the limit tells "exactly N" from "more than N".
         fetch: i64::try_from(row_limit + 1).unwrap_or(i64::MAX),
         row_limit,
