@@ -76,6 +76,11 @@ pub struct ToolSpec {
     pub timeout_hint: Option<String>,
     /// UI context key -> the parameter that resolves it (tool `_meta` `parley/context`).
     pub context: IndexMap<String, String>,
+    /// `SET LOCAL` settings for the tool's transaction, already rendered as statements
+    /// (`SET LOCAL name = 'value'`); each names a different setting, so order is moot.
+    pub settings: Vec<String>,
+    /// Which output columns make a source the chat can cite (tool `_meta` `parley/citation`).
+    pub citation: Option<Citation>,
     /// For a write: [`ToolSpec::wrapped_sql`] that also records its rows in
     /// `parley.idempotency` under a key, in the same statement. Its placeholders are
     /// [`ToolSpec::placeholder_types`] followed by the tool's name and the key (both text).
@@ -173,7 +178,41 @@ struct RawTool {
     #[serde(default)]
     context: IndexMap<String, String>,
     #[serde(default)]
+    settings: IndexMap<String, toml::Value>,
+    citation: Option<Citation>,
+    #[serde(default)]
     params: IndexMap<String, RawParam>,
+}
+
+/// The output columns of a tool whose rows are sources: `id` tells sources apart, the others
+/// are shown with them. Published as the tool's `_meta["parley/citation"]`, keys as declared.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Citation {
+    pub id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snippet: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub score: Option<String>,
+}
+
+impl Citation {
+    /// Every column named, keyed by what it is for.
+    fn columns(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        [
+            ("id", Some(&self.id)),
+            ("title", self.title.as_ref()),
+            ("uri", self.uri.as_ref()),
+            ("snippet", self.snippet.as_ref()),
+            ("score", self.score.as_ref()),
+        ]
+        .into_iter()
+        .filter_map(|(key, column)| column.map(|c| (key, c.as_str())))
+    }
 }
 
 #[derive(Deserialize)]
@@ -475,6 +514,21 @@ fn tool(raw: RawTool, limits: Limits) -> Result<ToolSpec, String> {
             ));
         }
     }
+    let settings = raw
+        .settings
+        .iter()
+        .map(|(name, value)| set_local(name, value))
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Some(citation) = &raw.citation {
+        for (key, column) in citation.columns() {
+            if !is_column_name(column) {
+                return Err(format!(
+                    "citation `{key}` = \"{column}\" must be an output column's name \
+                     (letters, digits and _, not starting with a digit)"
+                ));
+            }
+        }
+    }
     // The same rows as `wrapped_sql`, numbered so their order survives the array they are
     // recorded in; the INSERT runs whether or not the outer SELECT reads it.
     let keyed_sql = raw.writes.then(|| {
@@ -496,6 +550,8 @@ fn tool(raw: RawTool, limits: Limits) -> Result<ToolSpec, String> {
         role,
         timeout_hint,
         context: raw.context,
+        settings,
+        citation: raw.citation,
         keyed_sql,
         custom_plans,
         name,
@@ -550,6 +606,85 @@ fn is_role_name(name: &str) -> bool {
         && name
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// Settings a tool may not change: who the transaction runs as and what it may do are the
+/// engine's (`role`, `writes`, `timeout_ms`), and `parley.*` carries the verified caller.
+const RESERVED_SETTINGS: [&str; 3] = ["role", "session_authorization", "statement_timeout"];
+const RESERVED_SETTING_PREFIXES: [&str; 3] = ["parley.", "transaction_", "default_transaction_"];
+
+/// One `[tool.settings]` entry as the statement that applies it for the transaction. The name
+/// is a (possibly dotted) identifier, so it is written as is; the value is a string literal
+/// Postgres reads the same whatever `standard_conforming_strings` says.
+fn set_local(name: &str, value: &toml::Value) -> Result<String, String> {
+    let ident = |part: &str| {
+        !part.is_empty()
+            && part.len() <= 63
+            && !part.starts_with(|c: char| c.is_ascii_digit())
+            && part
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    };
+    let well_formed = match name.split_once('.') {
+        Some((prefix, rest)) => ident(prefix) && ident(rest),
+        None => ident(name),
+    };
+    if !well_formed {
+        return Err(format!(
+            "setting `{name}` must be a lower-case setting name such as work_mem or \
+             hnsw.ef_search"
+        ));
+    }
+    if RESERVED_SETTINGS.contains(&name)
+        || RESERVED_SETTING_PREFIXES
+            .iter()
+            .any(|prefix| name.starts_with(prefix))
+    {
+        let instead = match name {
+            "statement_timeout" => " (use timeout_ms)",
+            "role" | "session_authorization" => " (use role)",
+            _ => "",
+        };
+        return Err(format!(
+            "setting `{name}` cannot be set by a tool{instead}: who the transaction runs as, \
+             what it may do and how long it may take are the engine's"
+        ));
+    }
+    let text = match value {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Integer(n) => n.to_string(),
+        toml::Value::Float(n) => n.to_string(),
+        toml::Value::Boolean(b) => b.to_string(),
+        _ => {
+            return Err(format!(
+                "setting `{name}` must be a string, number or boolean"
+            ));
+        }
+    };
+    if text.contains('\0') {
+        return Err(format!("setting `{name}` must not contain NUL characters"));
+    }
+    Ok(format!("SET LOCAL {name} = {}", quote_literal(&text)))
+}
+
+/// A SQL string literal for `text`, as Postgres' own `quote_literal` writes it: quotes
+/// doubled, and with a backslash the `E''` form, whose backslashes are escapes whatever
+/// `standard_conforming_strings` says.
+fn quote_literal(text: &str) -> String {
+    let quoted = text.replace('\'', "''");
+    if quoted.contains('\\') {
+        format!("E'{}'", quoted.replace('\\', "\\\\"))
+    } else {
+        format!("'{quoted}'")
+    }
+}
+
+/// An output column's name as `row_to_json` writes it for an unquoted alias.
+fn is_column_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 fn param(name: String, raw: RawParam) -> Result<ParamSpec, String> {
@@ -1125,6 +1260,80 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "tools file declares no tools and no prompts"
+        );
+    }
+
+    const SEARCH: &str = "[[tool]]\nname = \"search\"\ndescription = \"d\"\n\
+                          sql = \"SELECT 1 AS id, 'a' AS title\"\n";
+
+    #[test]
+    fn settings_become_set_local_statements_with_quoted_values() {
+        let t = parse_one(&format!(
+            "{SEARCH}settings = {{ \"hnsw.ef_search\" = \"100\", work_mem = 8192, \
+             enable_seqscan = false, application_name = \"it's a \\\\ test\" }}\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            t.settings,
+            [
+                "SET LOCAL application_name = E'it''s a \\\\ test'",
+                "SET LOCAL enable_seqscan = 'false'",
+                "SET LOCAL hnsw.ef_search = '100'",
+                "SET LOCAL work_mem = '8192'",
+            ]
+        );
+        assert!(parse_one(SEARCH).unwrap().settings.is_empty());
+    }
+
+    #[test]
+    fn settings_the_engine_owns_or_badly_named_are_refused() {
+        for name in [
+            "role",
+            "session_authorization",
+            "statement_timeout",
+            "parley.caller",
+            "transaction_read_only",
+            "default_transaction_read_only",
+        ] {
+            let err = error_of(&format!("{SEARCH}settings = {{ \"{name}\" = \"x\" }}\n"));
+            assert!(err.contains("cannot be set by a tool"), "{name}: {err}");
+        }
+        let err = error_of(&format!("{SEARCH}settings = {{ statement_timeout = 1 }}\n"));
+        assert!(err.contains("(use timeout_ms)"), "{err}");
+        for name in ["Work_mem", "a.b.c", "x; DROP TABLE t", "1x", ".x", ""] {
+            let err = error_of(&format!("{SEARCH}settings = {{ \"{name}\" = \"x\" }}\n"));
+            assert!(
+                err.contains("must be a lower-case setting name"),
+                "{name}: {err}"
+            );
+        }
+        let err = error_of(&format!("{SEARCH}settings = {{ work_mem = [1] }}\n"));
+        assert!(err.contains("must be a string, number or boolean"), "{err}");
+    }
+
+    #[test]
+    fn a_citation_names_output_columns_and_needs_an_id() {
+        let t = parse_one(&format!(
+            "{SEARCH}citation = {{ id = \"id\", title = \"title\" }}\n"
+        ))
+        .unwrap();
+        let citation = t.citation.unwrap();
+        assert_eq!(
+            serde_json::to_value(&citation).unwrap(),
+            serde_json::json!({"id": "id", "title": "title"})
+        );
+        let err = error_of(&format!("{SEARCH}citation = {{ title = \"title\" }}\n"));
+        assert!(err.contains("id"), "{err}");
+        let err = error_of(&format!(
+            "{SEARCH}citation = {{ id = \"id\", url = \"u\" }}\n"
+        ));
+        assert!(err.contains("url"), "{err}");
+        let err = error_of(&format!(
+            "{SEARCH}citation = {{ id = \"id\", title = \"t.title\" }}\n"
+        ));
+        assert!(
+            err.contains("citation `title` = \"t.title\" must be an output column's name"),
+            "{err}"
         );
     }
 }
