@@ -355,6 +355,9 @@ impl ToolError {
             ToolError::Arguments(ArgumentError::FromCaller(name)) => {
                 format!("caller-bound parameter `{name}` passed as an argument")
             }
+            ToolError::Arguments(ArgumentError::Computed(name)) => {
+                format!("server-computed parameter `{name}` passed as an argument")
+            }
             // Tool and claim names only: never a claim's value.
             ToolError::Caller(CallerError::BadClaim { tool, claim, .. }) => {
                 format!("`{tool}` cannot use the caller's `{claim}` claim")

@@ -11,7 +11,7 @@ use indexmap::IndexMap;
 use serde::Deserialize;
 use tokio_postgres::types::Type;
 
-use super::params::{CallerField, ParamSpec, ParamType, Source, SqlValue};
+use super::params::{ParamSpec, ParamType, Source, SqlValue};
 use super::sql;
 
 /// Most rows any tool may return, whatever its file says: a guard against a typo of `max_rows`.
@@ -404,11 +404,12 @@ fn tool(raw: RawTool, limits: Limits) -> Result<ToolSpec, String> {
     let Some(sql) = raw.sql else {
         return Err("needs sql: the statement the tool runs".into());
     };
-    let params = raw
+    let mut params = raw
         .params
         .into_iter()
         .map(|(name, p)| param(name.clone(), p).map_err(|e| format!("parameter `{name}`: {e}")))
         .collect::<Result<Vec<_>, _>>()?;
+    let embedded = embedding_sources(&mut params)?;
 
     let declared = sql.trim().trim_end_matches(';').trim_end();
     if declared.is_empty() {
@@ -432,8 +433,11 @@ fn tool(raw: RawTool, limits: Limits) -> Result<ToolSpec, String> {
         placeholder_params.push(index);
     }
     // The limit parameter may go unused: the wrapper applies it.
+    // So may a text that is only embedded.
     if let Some(unused) = params.iter().find(|p| {
-        !rewritten.names.contains(&p.name) && raw.limit_param.as_deref() != Some(p.name.as_str())
+        !rewritten.names.contains(&p.name)
+            && raw.limit_param.as_deref() != Some(p.name.as_str())
+            && !embedded.contains(&p.name)
     }) {
         return Err(format!(
             "parameter `{}` is declared but the sql never uses :{}",
@@ -571,6 +575,34 @@ fn tool(raw: RawTool, limits: Limits) -> Result<ToolSpec, String> {
     })
 }
 
+/// Checks that each `from = "embedding.<argument>"` names a string argument, and makes the
+/// embedding as nullable as its text. Returns the names of the texts embedded.
+fn embedding_sources(params: &mut [ParamSpec]) -> Result<Vec<String>, String> {
+    let mut embedded = Vec::new();
+    for i in 0..params.len() {
+        let Source::Embedding(text) = &params[i].source else {
+            continue;
+        };
+        let Some(source) = params.iter().find(|p| &p.name == text) else {
+            return Err(format!(
+                "parameter `{}`: from = \"embedding.{text}\" names no declared parameter",
+                params[i].name
+            ));
+        };
+        if source.source != Source::Argument || !matches!(source.ty, ParamType::String { .. }) {
+            return Err(format!(
+                "parameter `{}`: from = \"embedding.{text}\" must name a string parameter \
+                 taken as an argument",
+                params[i].name
+            ));
+        }
+        let never_null = source.required || source.default.is_some();
+        embedded.push(text.clone());
+        params[i].required = never_null;
+    }
+    Ok(embedded)
+}
+
 /// `(destructive, idempotent)` for a tool. A write's defaults are MCP's own
 /// (`destructiveHint: true`, `idempotentHint: false`): a client that is told nothing assumes
 /// the worst, and a delete tool whose author forgot the field still asks for confirmation. A
@@ -694,9 +726,16 @@ fn param(name: String, raw: RawParam) -> Result<ParamSpec, String> {
     let source = match &raw.from {
         None => Source::Argument,
         Some(from) => {
-            let field = CallerField::parse(from).ok_or_else(|| {
-                format!("from = \"{from}\" is not caller.sub or caller.claims.<claim name>")
+            let source = Source::parse(from).ok_or_else(|| {
+                format!(
+                    "from = \"{from}\" is not caller.sub, caller.claims.<claim name>, \
+                     embedding.<argument> or embedder.model"
+                )
             })?;
+            let whence = match source {
+                Source::Caller(_) => "comes from the caller's token",
+                _ => "is computed by the server",
+            };
             for (given, key) in [
                 (raw.required.is_some(), "required"),
                 (raw.default.is_some(), "default"),
@@ -704,17 +743,26 @@ fn param(name: String, raw: RawParam) -> Result<ParamSpec, String> {
             ] {
                 if given {
                     return Err(format!(
-                        "`{key}` cannot be given with `from`: the value comes from the \
-                         caller's token, and the parameter is not published to clients"
+                        "`{key}` cannot be given with `from`: the value {whence}, and the \
+                         parameter is not published to clients"
                     ));
                 }
             }
-            Source::Caller(field)
+            source
         }
     };
     let ty_name = match (&raw.ty, &source) {
+        (Some(_), Source::Embedding(_)) => {
+            return Err("an embedding takes no `type`: it is bound as float4[]; cast it in \
+                        the sql, e.g. :query_embedding::vector(384)"
+                .into());
+        }
+        (Some(ty), Source::EmbedderModel) if ty != "string" => {
+            return Err("embedder.model is a string".into());
+        }
         (Some(ty), _) => ty.as_str(),
-        (None, Source::Caller(_)) => "string",
+        (None, Source::Embedding(_)) => "vector",
+        (None, Source::Caller(_) | Source::EmbedderModel) => "string",
         (None, Source::Argument) => {
             return Err(
                 "needs a type (string, integer, number, boolean, date, timestamp, \
@@ -762,6 +810,8 @@ fn param(name: String, raw: RawParam) -> Result<ParamSpec, String> {
             min_length: raw.min_length,
             max_length: raw.max_length,
         },
+        // Only for `from = "embedding.<argument>"` (a declared `type` was refused above).
+        "vector" if matches!(source, Source::Embedding(_)) => ParamType::Vector,
         other => {
             return Err(format!(
                 "unknown type `{other}` (string, integer, number, boolean, date, timestamp, \
@@ -774,6 +824,9 @@ fn param(name: String, raw: RawParam) -> Result<ParamSpec, String> {
     }
     if matches!(ty, ParamType::StringArray { .. }) && source != Source::Argument {
         return Err("a string_array cannot come from the caller".into());
+    }
+    if matches!(ty, ParamType::Vector) && raw.max_items.is_some() {
+        return Err("max_items is for a string_array, not an embedding".into());
     }
     let bounds_used = raw.min_length.is_some()
         || raw.max_length.is_some()
@@ -799,7 +852,8 @@ fn param(name: String, raw: RawParam) -> Result<ParamSpec, String> {
         name,
         description: raw.description.map(|d| d.trim().to_owned()),
         ty,
-        // A caller-bound value is never NULL: without it the call is refused.
+        // A caller-bound value is never NULL: without it the call is refused. An embedding is
+        // NULL when its text is (see `embedding_sources`).
         required: required || source != Source::Argument,
         default: None,
         source,
@@ -819,6 +873,7 @@ fn param(name: String, raw: RawParam) -> Result<ParamSpec, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::params::CallerField;
 
     /// The feedback demo's tools file, as deployments of the demo serve it.
     const FEEDBACK_TOOLS: &str = include_str!("../../../../domains/feedback/tools.toml");
@@ -1158,7 +1213,7 @@ mod tests {
         for bad in ["caller", "caller.claims.", "user.sub", "caller.claims.a b"] {
             let err = error_of(&tool(&format!("from = \"{bad}\"")));
             assert!(
-                err.contains("is not caller.sub or caller.claims.<claim name>"),
+                err.contains("is not caller.sub, caller.claims.<claim name>, embedding.<argument> or embedder.model"),
                 "{bad}: {err}"
             );
         }
@@ -1335,5 +1390,50 @@ mod tests {
             err.contains("citation `title` = \"t.title\" must be an output column's name"),
             "{err}"
         );
+    }
+
+    const EMBEDDING_SEARCH: &str = "[[tool]]\nname = \"near\"\ndescription = \"d\"\n\
+        sql = \"SELECT id FROM t WHERE m = :model ORDER BY e::vector(384) <=> :q::vector(384)\"\n\
+        [tool.params.query]\ntype = \"string\"\nrequired = true\n\
+        [tool.params.model]\nfrom = \"embedder.model\"\n";
+
+    #[test]
+    fn an_embedding_binds_as_float4_array_and_its_text_may_go_unused_in_the_sql() {
+        let t = parse_one(&format!(
+            "{EMBEDDING_SEARCH}[tool.params.q]\nfrom = \"embedding.query\"\n"
+        ))
+        .unwrap();
+        assert_eq!(t.placeholder_types, [Type::TEXT, Type::FLOAT4_ARRAY, Type::INT8]);
+        let q = t.params.iter().find(|p| p.name == "q").unwrap();
+        assert_eq!(q.source, Source::Embedding("query".into()));
+        assert!(q.required, "the text is required, so its embedding is never NULL");
+        assert!(!t.custom_plans);
+        let model = t.params.iter().find(|p| p.name == "model").unwrap();
+        assert_eq!(model.source, Source::EmbedderModel);
+        assert_eq!(model.ty.pg_type(), Type::TEXT);
+        let schema = super::super::params::input_schema(&t.params);
+        assert_eq!(
+            schema["properties"],
+            serde_json::json!({"query": {"type": "string"}}),
+            "only the text is published"
+        );
+    }
+
+    #[test]
+    fn an_embedding_must_name_a_string_argument_and_take_no_type() {
+        let with = |q: &str| error_of(&format!("{EMBEDDING_SEARCH}[tool.params.q]\n{q}\n"));
+        assert!(
+            with("from = \"embedding.nope\"").contains("names no declared parameter"),
+            "{}",
+            with("from = \"embedding.nope\"")
+        );
+        let err = with("from = \"embedding.model\"");
+        assert!(err.contains("must name a string parameter taken as an argument"), "{err}");
+        let err = with("from = \"embedding.query\"\ntype = \"string\"");
+        assert!(err.contains("an embedding takes no `type`"), "{err}");
+        let err = with("from = \"embedding.query\"\nrequired = true");
+        assert!(err.contains("is computed by the server"), "{err}");
+        let err = with("type = \"vector\"");
+        assert!(err.contains("unknown type `vector`"), "{err}");
     }
 }
