@@ -3,12 +3,11 @@
 //! turn, the model sees each row's `cite`, and the reply's `[S<n>]` citations order the
 //! `sources` the turn returns, stores and the messages endpoint gives back.
 
-use parley_core::config::Env;
 use parley_testkit::TestDb;
-use parley_testkit::llm::{ScriptedLlm, Step};
+use parley_testkit::llm::Step;
 use serde_json::{Value, json};
 
-use crate::helpers::{JWT_SECRET, MCP_TOKEN, TestChat, input_of, spawn_chat_from, spawn_mcp_from};
+use crate::helpers::{TestChat, input_of, spawn_chat_with_tools};
 
 const NOTES_TOOLS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/notes.toml");
 
@@ -33,23 +32,7 @@ async fn notes_chat(steps: Vec<Step>) -> TestChat {
         )
         .await
         .expect("notes table");
-    let mcp = spawn_mcp_from(Env::from_pairs([
-        ("DATABASE_URL", db.readonly_url.clone()),
-        ("MCP_AUTH_TOKEN", MCP_TOKEN.to_owned()),
-        ("TOOLS_FILE", NOTES_TOOLS.to_owned()),
-    ]))
-    .await;
-    let llm = ScriptedLlm::start(steps).await;
-    let env = Env::from_pairs([
-        ("DATABASE_URL", db.url.clone()),
-        ("JWT_SECRET", JWT_SECRET.to_owned()),
-        ("MCP_URL", mcp.url.clone()),
-        ("MCP_AUTH_TOKEN", MCP_TOKEN.to_owned()),
-        ("LLM_BASE_URL", llm.base_url()),
-        ("LLM_API_KEY", "sk-test-not-a-real-key".to_owned()),
-        ("MCP_TIMEOUT_MS", "5000".to_owned()),
-    ]);
-    spawn_chat_from(env, llm, Some(mcp)).await
+    spawn_chat_with_tools(&db, NOTES_TOOLS, steps).await
 }
 
 /// Two searches in one response whose hits overlap, then a read of the note both found.
