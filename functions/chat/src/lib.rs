@@ -4,8 +4,8 @@
 //! Modules: `api` (HTTP surface, parsing at the edge), `auth` (caller identity), `turn` (the
 //! loop), `llm` (the model, two wire dialects), `mcp_client` (tools), `conversation` (memory,
 //! with its own storage errors), `replay` (stored messages back into model input), `nul` (text
-//! Postgres cannot store), `instructions` (what the model is told), `config`, `error` (the one
-//! status mapping).
+//! Postgres cannot store), `instructions` (what the model is told), `sources` (citable tool rows
+//! and the reply's citations of them), `config`, `error` (the one status mapping).
 
 pub mod api;
 pub mod auth;
@@ -17,6 +17,7 @@ pub mod llm;
 pub mod mcp_client;
 pub mod nul;
 pub mod replay;
+pub mod sources;
 pub mod turn;
 
 use std::sync::Arc;

@@ -1,11 +1,13 @@
 //! Stored messages turned back into model input: earlier turns' questions, tool calls, tool
 //! outputs (cut to a limit) and replies, in the order the model expects them, and the one text
-//! form a tool output is given to the model as, in this turn or a later one.
+//! form a tool output is given to the model as, in this turn or a later one. Source numbers
+//! (`cite` fields, `[S<n>]` citations) are the earlier turn's own and are left out.
 
 use serde_json::Value;
 
 use crate::conversation::StoredMessage;
 use crate::llm::{Item, ToolCall};
+use crate::sources;
 
 /// Turns stored messages into model input. Tool outputs of earlier turns are cut to
 /// `replay_chars` characters: the model has already used them, and a fresh call is cheap.
@@ -33,12 +35,12 @@ pub fn replay(history: &[StoredMessage], replay_chars: usize) -> Vec<Item> {
             }));
             outputs.push(Item::Output {
                 call_id: t.call_id.clone(),
-                output: truncate(&output_text(&t.output), replay_chars),
+                output: truncate(&output_text(&sources::strip_cites(&t.output)), replay_chars),
             });
         }
         items.append(&mut outputs);
         if !m.content.is_empty() {
-            items.push(Item::Assistant(m.content.clone()));
+            items.push(Item::Assistant(sources::strip_citations(&m.content)));
         }
     }
     items
@@ -95,6 +97,7 @@ mod tests {
             steps: None,
             error: None,
             cut_short: false,
+            sources: None,
             created_at: Utc::now(),
         }
     }
@@ -151,6 +154,27 @@ mod tests {
         };
         assert!(output.starts_with(&"x".repeat(100)));
         assert!(output.contains("400 more characters"));
+    }
+
+    #[test]
+    fn an_earlier_turns_source_numbers_are_not_replayed() {
+        let history = [
+            msg("user", "q", vec![]),
+            msg(
+                "assistant",
+                "It is so [S1].",
+                vec![trace("a", 1, json!({"rows": [{"id": 4, "cite": "S1"}]}))],
+            ),
+        ];
+        let items = replay(&history, 1000);
+        let Item::Output { output, .. } = &items[2] else {
+            panic!("{items:?}")
+        };
+        assert_eq!(output, r#"{"rows":[{"id":4}]}"#);
+        let Item::Assistant(reply) = &items[3] else {
+            panic!("{items:?}")
+        };
+        assert_eq!(reply, "It is so.");
     }
 
     #[test]

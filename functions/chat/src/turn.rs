@@ -1,5 +1,6 @@
 //! One chat turn: reload the history, ask the model, run every tool call it makes (several
-//! at once when it asks for several), loop up to the step limit, and record the outcome.
+//! at once when it asks for several), loop up to the step limit, and record the outcome with
+//! the sources the tools returned (see [`crate::sources`]), cited ones first.
 //!
 //! The user's message is stored before the first LLM call and the rest in one transaction
 //! after, so a failed turn still leaves the question and the error on record. A turn that
@@ -21,6 +22,7 @@ use crate::error::ApiError;
 use crate::instructions::{self, Briefing, UiContext};
 use crate::llm::{Item, LlmError, Prompt, ToolCall, ToolDef, Usage};
 use crate::mcp_client::{CallFor, Catalog, IdempotencyKey, ToolOutcome};
+use crate::sources::{Source, Sources};
 use crate::{nul, replay};
 
 /// A checked `POST /api/chat` request.
@@ -42,6 +44,8 @@ pub struct TurnResponse {
     pub steps: u32,
     /// The turn reached `TURN_DEADLINE_MS` and `reply` says so: it holds what there was.
     pub cut_short: bool,
+    /// The rows of citing tools this turn, one per source: those `reply` cites first.
+    pub sources: Vec<Source>,
 }
 
 /// How the loop ended, short of a failure.
@@ -97,6 +101,7 @@ pub async fn run(
 
     let mut usage = Usage::default();
     let mut traces: Vec<Trace> = Vec::new();
+    let mut sources = Sources::default();
     let mut steps = 0u32;
     // What the model said along the way, for a reply cut short.
     let mut said: Vec<String> = Vec::new();
@@ -151,7 +156,11 @@ before reaching an answer. The results gathered so far are in the traces; try a 
         }))
         .await;
         items.extend(reply.calls.iter().cloned().map(Item::Call));
-        for trace in results {
+        for mut trace in results {
+            // Numbered before the model sees the rows, so it can cite them.
+            if let Some(citation) = catalog.citation(&trace.name).filter(|_| !trace.is_error) {
+                sources.cite_rows(citation, &trace.name, &trace.call_id, &mut trace.output);
+            }
             items.push(Item::Output {
                 call_id: trace.call_id.clone(),
                 output: replay::output_text(&trace.output),
@@ -168,6 +177,8 @@ before reaching an answer. The results gathered so far are in the traces; try a 
                     "turn reached TURN_DEADLINE_MS; answering with what it has"
                 );
             }
+            // A reply cut short keeps what the model had said, citations included.
+            let sources = sources.for_reply(&reply);
             turn.finish(TurnRecord {
                 reply: &reply,
                 traces: &traces,
@@ -175,6 +186,7 @@ before reaching an answer. The results gathered so far are in the traces; try a 
                 steps,
                 error: None,
                 cut_short,
+                sources: &sources,
             })
             .await?;
             Ok(TurnResponse {
@@ -184,6 +196,7 @@ before reaching an answer. The results gathered so far are in the traces; try a 
                 usage,
                 steps,
                 cut_short,
+                sources,
             })
         }
         Err(e) => {
@@ -199,6 +212,8 @@ before reaching an answer. The results gathered so far are in the traces; try a 
                     steps,
                     error: Some(&error),
                     cut_short: false,
+                    // Nothing was cited, but the record shows what the tools had found.
+                    sources: &sources.for_reply(""),
                 })
                 .await
             {

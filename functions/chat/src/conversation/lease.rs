@@ -24,6 +24,7 @@ use parley_core::db::{CheckedOut, retry_once_if_stale};
 use super::{Attempt, ConversationId, StorageError, StoredMessage, Trace, window_from};
 use crate::auth::UserId;
 use crate::llm::Usage;
+use crate::sources::Source;
 
 /// How often a turn that found its conversation busy looks again: soon at first (a turn that
 /// was finishing frees it within milliseconds), then no more than five times a second.
@@ -41,6 +42,8 @@ pub struct TurnRecord<'a> {
     pub error: Option<&'a str>,
     /// The turn reached its deadline and the reply holds what it had.
     pub cut_short: bool,
+    /// What the turn's tools returned that the reply may cite, cited ones first.
+    pub sources: &'a [Source],
 }
 
 pub struct TurnStart<'a> {
@@ -277,8 +280,8 @@ const FINISH: &str = "WITH freed AS (
        RETURNING message_count),
      stored AS (
        INSERT INTO chat.messages
-         (conversation_id, seq, role, content, traces, usage, steps, error, cut_short)
-       SELECT $1, message_count, 'assistant', $2, $3, $4, $5, $6, $8 FROM freed
+         (conversation_id, seq, role, content, traces, usage, steps, error, cut_short, sources)
+       SELECT $1, message_count, 'assistant', $2, $3, $4, $5, $6, $8, $9 FROM freed
        RETURNING 1)
      SELECT EXISTS (SELECT 1 FROM stored)
        OR EXISTS (SELECT 1 FROM chat.conversations
@@ -289,7 +292,7 @@ const RELEASE: &str = "UPDATE chat.conversations SET turn_lease_until = NULL
      WHERE id = $1 AND turn_lease = $2 AND turn_lease_until IS NOT NULL";
 
 impl Turn {
-    /// Stores the assistant's side of the turn (reply, traces, usage, or the error) and frees
+    /// Stores the assistant's side of the turn (reply, traces, sources, usage, or the error) and frees
     /// the conversation in one statement: one round trip (one more to prepare it on a new
     /// connection), one commit. That commit waits for its
     /// WAL flush (as the server is configured), which also makes [`begin`]'s durable.
@@ -302,8 +305,9 @@ impl Turn {
         // From here on the lease ends by this statement or expires; Drop has nothing to do.
         self.open = false;
         let (traces, usage) = (Json(record.traces), Json(record.usage));
+        let sources = Json(record.sources);
         let steps = record.steps as i32;
-        let params: [&(dyn ToSql + Sync); 8] = [
+        let params: [&(dyn ToSql + Sync); 9] = [
             self.conversation.as_uuid(),
             &record.reply,
             &traces,
@@ -312,6 +316,7 @@ impl Turn {
             &record.error,
             &self.lease,
             &record.cut_short,
+            &sources,
         ];
         let stored = retry_once_if_stale!(self.pool, |conn| try_finish(&conn, &params).await)
             .map_err(Attempt::into_error)?;

@@ -12,11 +12,12 @@ use uuid::Uuid;
 
 use crate::auth::UserId;
 use crate::llm::Usage;
+use crate::sources::Source;
 
 /// What [`message`] reads, in every query that returns messages.
 macro_rules! columns {
     () => {
-        "seq, role, content, context, traces, usage, steps, error, cut_short, created_at"
+        "seq, role, content, context, traces, usage, steps, error, cut_short, sources, created_at"
     };
 }
 
@@ -191,6 +192,9 @@ pub struct StoredMessage {
     /// The turn reached `TURN_DEADLINE_MS`; the reply holds only what it had by then.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub cut_short: bool,
+    /// An assistant message's sources (`[]` when it had none); `None` for a user's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sources: Option<Vec<Source>>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -228,9 +232,18 @@ fn message(row: &tokio_postgres::Row) -> Result<StoredMessage, StorageError> {
     let usage: Option<Json<Usage>> = row
         .try_get("usage")
         .map_err(|e| StorageError::Failed(format!("stored usage: {e}")))?;
+    let role: String = row.get("role");
+    let sources = if role == "assistant" {
+        let stored: Json<Vec<Source>> = row
+            .try_get("sources")
+            .map_err(|e| StorageError::Failed(format!("stored sources: {e}")))?;
+        Some(stored.0)
+    } else {
+        None
+    };
     Ok(StoredMessage {
         seq: row.get("seq"),
-        role: row.get("role"),
+        role,
         content: row.get("content"),
         context: row.get("context"),
         traces: traces.0,
@@ -238,6 +251,7 @@ fn message(row: &tokio_postgres::Row) -> Result<StoredMessage, StorageError> {
         steps: row.get("steps"),
         error: row.get("error"),
         cut_short: row.get("cut_short"),
+        sources,
         created_at: row.get("created_at"),
     })
 }

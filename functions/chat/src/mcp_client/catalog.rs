@@ -1,7 +1,8 @@
 //! The tools offered to the model, built from the servers' listings: their names as the model
 //! sees them, where each call goes, whether a lost answer may be re-sent, and what the
-//! instructions say about each tool ([`ToolTraits`]) and each server ([`ServerGuidance`]).
-//! It reads listings only; it never calls a tool.
+//! instructions say about each tool ([`ToolTraits`]) and each server ([`ServerGuidance`]), and
+//! which of a tool's output columns make a source ([`Citation`]). It reads listings only; it
+//! never calls a tool.
 
 use std::collections::HashMap;
 
@@ -9,6 +10,7 @@ use rmcp::model::Tool;
 use serde_json::{Map, Value};
 
 use crate::llm::ToolDef;
+use crate::sources::{CITATION_META, Citation};
 
 /// Tool `_meta` key: `{"<ui context key>": "<parameter>"}`, the parameter that resolves what
 /// the user's screen refers to under that key.
@@ -52,6 +54,8 @@ pub struct ToolTraits {
     pub destructive: bool,
     /// `_meta["parley/context"]`, as (UI context key, parameter) pairs.
     pub context: Vec<(String, String)>,
+    /// `_meta["parley/citation"]`: its rows are sources the reply may cite.
+    pub citation: Option<Citation>,
 }
 
 /// A server's own guidance for models (its handshake's `instructions`).
@@ -86,6 +90,11 @@ impl Catalog {
             incomplete: true,
             ..Self::default()
         }
+    }
+
+    /// Which output columns of the tool the model calls `name` make a source, if any.
+    pub fn citation(&self, name: &str) -> Option<&Citation> {
+        self.routes.get(name)?.traits.citation.as_ref()
     }
 
     /// The traits of `offered` (tools of this catalog), in their order.
@@ -136,6 +145,7 @@ impl Catalog {
                     writes: !read_only,
                     destructive: !read_only && hint(|a| a.destructive_hint) != Some(false),
                     context: context_pairs(meta),
+                    citation: citation(&name, meta),
                 };
                 catalog.tools.push(ToolDef::new(
                     name.clone(),
@@ -169,6 +179,23 @@ fn context_pairs(meta: Option<&Map<String, Value>>) -> Vec<(String, String)> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// `_meta["parley/citation"]`; a malformed one is logged and ignored, so the tool is still
+/// offered, only without sources.
+fn citation(tool: &str, meta: Option<&Map<String, Value>>) -> Option<Citation> {
+    let declared = meta?.get(CITATION_META)?;
+    match Citation::from_meta(declared) {
+        Ok(citation) => Some(citation),
+        Err(why) => {
+            tracing::warn!(
+                tool,
+                why,
+                "ignoring the tool's malformed `_meta[\"parley/citation\"]`"
+            );
+            None
+        }
+    }
 }
 
 /// A first check of a call against the tool's schema: an object, required names present,
@@ -296,6 +323,16 @@ mod tests {
                     ),
                     tool("remove", (Some(false), None, Some(true)), json!({})),
                     tool("send", (Some(false), Some(false), Some(false)), json!({})),
+                    tool(
+                        "search",
+                        (Some(true), None, None),
+                        json!({CITATION_META: {"id": "doc", "title": "name"}}),
+                    ),
+                    tool(
+                        "broken",
+                        (Some(true), None, None),
+                        json!({CITATION_META: {"title": "name"}}),
+                    ),
                 ],
                 Some("Guidance."),
             )],
@@ -312,6 +349,14 @@ mod tests {
         assert!(t("remove").traits.destructive);
         assert!(t("lookup").resendable && t("create").resendable && t("remove").resendable);
         assert!(!t("send").resendable);
+        let search = catalog.citation("search").expect("a citation");
+        assert_eq!(
+            (search.id.as_str(), search.title.as_deref()),
+            ("doc", Some("name"))
+        );
+        assert_eq!(catalog.citation("broken"), None, "no `id`: ignored");
+        assert!(catalog.contains("broken"), "the tool is still offered");
+        assert_eq!(catalog.citation("lookup"), None);
         assert_eq!(
             catalog.guidance,
             [ServerGuidance {

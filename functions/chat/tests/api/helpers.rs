@@ -216,6 +216,28 @@ pub async fn spawn_mcp_from(env: Env) -> McpHandle {
     }
 }
 
+/// A chat over `db` whose mcp function serves `tools_file` (as the read-only login, the way
+/// `scripts/dev` and a deployment run it), and a model that plays `steps`.
+pub async fn spawn_chat_with_tools(db: &TestDb, tools_file: &str, steps: Vec<Step>) -> TestChat {
+    let mcp = spawn_mcp_from(Env::from_pairs([
+        ("DATABASE_URL", db.readonly_url.as_str()),
+        ("MCP_AUTH_TOKEN", MCP_TOKEN),
+        ("TOOLS_FILE", tools_file),
+    ]))
+    .await;
+    let llm = ScriptedLlm::start(steps).await;
+    let env = Env::from_pairs([
+        ("DATABASE_URL", db.url.clone()),
+        ("JWT_SECRET", JWT_SECRET.to_owned()),
+        ("MCP_URL", mcp.url.clone()),
+        ("MCP_AUTH_TOKEN", MCP_TOKEN.to_owned()),
+        ("LLM_BASE_URL", llm.base_url()),
+        ("LLM_API_KEY", "sk-test-not-a-real-key".to_owned()),
+        ("MCP_TIMEOUT_MS", "5000".to_owned()),
+    ]);
+    spawn_chat_from(env, llm, Some(mcp)).await
+}
+
 /// `env` with `MCP_CALLER_KEY` = [`CALLER_KEY`] unless it sets one (blank turns it off).
 fn with_caller_key(env: Env) -> Env {
     if env.is_present("MCP_CALLER_KEY") {

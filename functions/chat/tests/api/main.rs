@@ -8,6 +8,7 @@ mod helpers;
 mod identity;
 mod logs;
 mod secrets;
+mod sources;
 mod startup;
 mod tasks;
 mod turns;

@@ -4,36 +4,18 @@
 //! is told which tools change data.
 
 use chrono::{Datelike, Duration, Utc, Weekday};
-use parley_core::config::Env;
 use parley_testkit::TestDb;
-use parley_testkit::llm::{ScriptedLlm, Step};
+use parley_testkit::llm::Step;
 use serde_json::{Value, json};
 
-use crate::helpers::{
-    FEEDBACK_ROWS, JWT_SECRET, MCP_TOKEN, TestChat, spawn_chat_from, spawn_mcp_from,
-};
+use crate::helpers::{FEEDBACK_ROWS, TestChat, spawn_chat_with_tools};
 
 /// A chat whose mcp function serves both demo domains (as the read-only login, the way
 /// `scripts/dev` and a deployment run it), and a model that plays `steps`.
 async fn task_chat(steps: Vec<Step>) -> (TestChat, TestDb) {
     let db = TestDb::with_demo_data(FEEDBACK_ROWS).await;
-    let mcp = spawn_mcp_from(Env::from_pairs([
-        ("DATABASE_URL", db.readonly_url.clone()),
-        ("MCP_AUTH_TOKEN", MCP_TOKEN.to_owned()),
-        ("TOOLS_FILE", parley_testkit::domains::all_tools()),
-    ]))
-    .await;
-    let llm = ScriptedLlm::start(steps).await;
-    let env = Env::from_pairs([
-        ("DATABASE_URL", db.url.clone()),
-        ("JWT_SECRET", JWT_SECRET.to_owned()),
-        ("MCP_URL", mcp.url.clone()),
-        ("MCP_AUTH_TOKEN", MCP_TOKEN.to_owned()),
-        ("LLM_BASE_URL", llm.base_url()),
-        ("LLM_API_KEY", "sk-test-not-a-real-key".to_owned()),
-        ("MCP_TIMEOUT_MS", "5000".to_owned()),
-    ]);
-    (spawn_chat_from(env, llm, Some(mcp)).await, db)
+    let tools = parley_testkit::domains::all_tools();
+    (spawn_chat_with_tools(&db, &tools, steps).await, db)
 }
 
 /// Next Friday from today, as a model would work it out from the date in its instructions.
