@@ -802,6 +802,7 @@ impl ChatSql {
             steps: 1,
             error: None,
             cut_short: false,
+            sources: &[],
         })
         .await
         .map_err(|e| anyhow::anyhow!("finish: {e}"))?;
