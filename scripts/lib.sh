@@ -84,10 +84,10 @@ hold_lock() {
 
 # --- Debian packages -----------------------------------------------------------------------------
 
-# apt_install COMMAND PACKAGE: installs PACKAGE (Debian) unless COMMAND is already on PATH. Needs
-# root; otherwise says what to install and fails.
+# apt_install COMMAND PACKAGE: installs PACKAGE (Debian) unless COMMAND is already on PATH (or,
+# when COMMAND is a path, exists). Needs root; otherwise says what to install and fails.
 apt_install() {
-  command -v "$1" >/dev/null && return 0
+  if [[ $1 == */* ]]; then [[ -e $1 ]] && return 0; else command -v "$1" >/dev/null && return 0; fi
   [[ $(id -u) == 0 ]] || die "$1 is missing: install it (apt-get install $2)"
   echo "$PROG: installing $2 (apt-get)" >&2
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
