@@ -38,6 +38,13 @@ type = "string"
 required = true
 
 [[tool]]
+name = "searchable"
+description = "The collections a search may read (parley's own check, which RAISEs)."
+sql = "SELECT parley.searchable_collections(:collection, 'all-MiniLM-L6-v2@384') AS ids"
+[tool.params.collection]
+type = "string"
+
+[[tool]]
 name = "broken"
 description = "Fails with an error that is not a refusal."
 sql = "SELECT 1 / (:n - :n) AS x"
@@ -144,6 +151,12 @@ async fn a_raised_exception_reaches_the_caller_as_the_tool_error() {
     assert_eq!(
         result.content[0].as_text().expect("text").text,
         "You are not enrolled in \"maths\"; ask your tutor to add you."
+    );
+    // Parley's own enrollment check (migration 0004) speaks to the person asking.
+    assert_eq!(
+        app.tool_error("searchable", json!({"collection": "nope"}))
+            .await,
+        "there is no collection named \"nope\"; list_collections shows the ones you may read"
     );
     // Any other error keeps its generic message.
     let other = app.tool_error("broken", json!({"n": 1})).await;
