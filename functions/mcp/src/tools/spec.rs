@@ -630,7 +630,8 @@ fn effects(
 }
 
 /// A role name `SET LOCAL ROLE "name"` reaches exactly as written: Postgres folds unquoted
-/// names to lower case, so a lower-case identifier means the same quoted or not.
+/// names to lower case, so a lower-case identifier means the same quoted or not. Setting
+/// names are made of the same identifiers.
 fn is_role_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 63
@@ -649,17 +650,9 @@ const RESERVED_SETTING_PREFIXES: [&str; 3] = ["parley.", "transaction_", "defaul
 /// is a (possibly dotted) identifier, so it is written as is; the value is a string literal
 /// Postgres reads the same whatever `standard_conforming_strings` says.
 fn set_local(name: &str, value: &toml::Value) -> Result<String, String> {
-    let ident = |part: &str| {
-        !part.is_empty()
-            && part.len() <= 63
-            && !part.starts_with(|c: char| c.is_ascii_digit())
-            && part
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-    };
     let well_formed = match name.split_once('.') {
-        Some((prefix, rest)) => ident(prefix) && ident(rest),
-        None => ident(name),
+        Some((prefix, rest)) => is_role_name(prefix) && is_role_name(rest),
+        None => is_role_name(name),
     };
     if !well_formed {
         return Err(format!(

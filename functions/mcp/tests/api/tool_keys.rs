@@ -89,7 +89,7 @@ async fn tool_settings_hold_for_its_transaction_only_with_values_as_written() {
         rows["rows"][0],
         json!({"work_mem": "8MB", "application_name": "it's a \\ test", "flag": "42"})
     );
-    // Same pool, same connection: nothing stays behind after the call's transaction.
+    // Nothing stays on the pooled connection (calls in turn reuse it) after the transaction.
     let after = app.rows("plain_settings", json!({})).await;
     assert_eq!(after, before);
     assert_ne!(after["rows"][0]["work_mem"], "8MB");
