@@ -132,6 +132,23 @@ async fn a_citation_is_published_in_the_tools_meta() {
 }
 
 #[tokio::test]
+async fn a_citation_naming_a_column_the_statement_does_not_return_stops_start_up() {
+    let tools = r#"
+[[tool]]
+name = "miscited"
+description = "d"
+citation = { id = "id", title = "titel" }
+sql = "SELECT 1 AS id, 'A page' AS title"
+"#;
+    let err = app(tools).await.err().expect("start-up refused");
+    assert_eq!(
+        err,
+        "tool `miscited` does not match the database schema: citation `title` names the column \
+         `titel`, which the statement does not return (it returns id, title)"
+    );
+}
+
+#[tokio::test]
 async fn a_raised_exception_reaches_the_caller_as_the_tool_error() {
     let app = app(TOOLS).await.expect("starts");
     assert_eq!(
