@@ -191,27 +191,6 @@ async fn enroll_adds_and_removes_members_and_names_a_missing_collection() {
     assert!(failure(&missing, 1).contains("nope: no collection by that name"));
 }
 
-#[tokio::test]
-async fn a_collection_of_another_model_is_refused_with_both_names() {
-    let db = TestDb::migrated().await;
-    db.client()
-        .await
-        .batch_execute(
-            "INSERT INTO parley.collections (name, title, embedding_model, embedding_dims)
-             VALUES ('other', 'Other', 'text-embedding-3-small@1536', 1536)",
-        )
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    write(&dir, "a.md", "# A\n\nText.\n");
-    let out = parley(&["ingest", path(&dir), "--collection", "other"], &db.url);
-    let stderr = failure(&out, 1);
-    assert!(
-        stderr.contains("was embedded with text-embedding-3-small@1536, but the configured embedder is all-MiniLM-L6-v2@384"),
-        "{stderr}"
-    );
-}
-
 /// Usage mistakes exit 2 before connecting (nothing listens on the URL's port).
 #[test]
 fn usage_mistakes_exit_2_with_the_reason() {

@@ -177,12 +177,8 @@ mod tests {
     fn headings_make_the_path_and_furniture_is_gone() {
         let (title, sections) = extract(PAGE);
         assert_eq!(title.as_deref(), Some("Widgets Guide"));
-        let got: Vec<(String, &str)> = sections
-            .iter()
-            .map(|s| (s.heading.join(" / "), s.text.as_str()))
-            .collect();
         assert_eq!(
-            got,
+            super::super::outline(&sections),
             [
                 ("Widgets".into(), "Widgets are small things."),
                 (

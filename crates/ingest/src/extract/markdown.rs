@@ -107,12 +107,8 @@ mod tests {
                   | a | b |\n|---|---|\n| 1 | 2 |\n\n<div>raw</div>\n\n# Second\n\ntext\n";
         let (title, sections) = extract(md);
         assert_eq!(title.as_deref(), Some("Install Guide"));
-        let got: Vec<(String, &str)> = sections
-            .iter()
-            .map(|s| (s.heading.join(" / "), s.text.as_str()))
-            .collect();
         assert_eq!(
-            got,
+            super::super::outline(&sections),
             [
                 (String::new(), "Lead in."),
                 ("Install Guide".into(), "Read this first."),
