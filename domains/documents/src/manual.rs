@@ -1,6 +1,6 @@
 //! The PostgreSQL manual's structure, read from the HTML that Debian's `postgresql-doc-15`
 //! ships: its parts become collections (courses), and every page gets its part and its
-//! structure path (part / chapter / section titles). Reads only the pages' heads and navigation
+//! structure path (the part / chapter / section titles above it). Reads only the pages' heads and navigation
 //! headers; extracting and chunking the text is parley-ingest's job.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -117,25 +117,31 @@ pub struct Page {
     pub uri: String,
     /// The page's title, e.g. "SET TRANSACTION".
     pub title: String,
-    /// The titles from its part down to the page itself, e.g. ["Part VI. Reference",
-    /// "SQL Commands", "SET TRANSACTION"].
+    /// Where it sits: the titles of the pages above it, from its part down to its parent, e.g.
+    /// ["Part VI. Reference", "SQL Commands"] (empty for a part's own page). Like the
+    /// directories of an ingested file's uri, it leaves out the page itself, whose title is
+    /// [`Page::title`].
     pub path: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum ManualError {
     #[error(
-        "the PostgreSQL manual is not in {dir} (no index.html); install it with \
-         `apt-get install postgresql-doc-15`, or give its html directory with --manual DIR"
+        "the PostgreSQL manual is not in {} (no index.html); install it with \
+         `apt-get install postgresql-doc-15`, or give its html directory with --manual DIR",
+        dir.display()
     )]
     Missing { dir: PathBuf },
-    #[error("reading {path}: {source}")]
+    #[error("reading {}: {source}", path.display())]
     Read {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("{dir}/index.html lists no parts; is this the PostgreSQL manual's html directory?")]
+    #[error(
+        "{}/index.html lists no parts; is this the PostgreSQL manual's html directory?",
+        dir.display()
+    )]
     NoParts { dir: PathBuf },
     #[error("the manual has a part this loader does not know: {href} ({title})")]
     UnknownPart { href: String, title: String },
@@ -153,15 +159,22 @@ struct Head {
     next: Option<String>,
 }
 
+/// Fails, saying how to install the manual, when `dir` has no index.html.
+pub fn check_dir(dir: &Path) -> Result<(), ManualError> {
+    if dir.join("index.html").is_file() {
+        Ok(())
+    } else {
+        Err(ManualError::Missing {
+            dir: dir.to_owned(),
+        })
+    }
+}
+
 /// Reads the manual in `dir`: the parts from index.html's table of contents, then each page's
 /// title and Up link (its place in the tree) and Next link (the reading order).
 pub fn read(dir: &Path) -> Result<Manual, ManualError> {
+    check_dir(dir)?;
     let index_path = dir.join("index.html");
-    if !index_path.is_file() {
-        return Err(ManualError::Missing {
-            dir: dir.to_owned(),
-        });
-    }
     let index = std::fs::read_to_string(&index_path).map_err(|source| ManualError::Read {
         path: index_path.clone(),
         source,
@@ -296,7 +309,11 @@ fn assemble(
                 top: top.to_owned(),
             });
         };
-        let path = chain.iter().rev().map(|u| heads[u].title.clone()).collect();
+        let path = chain[1..]
+            .iter()
+            .rev()
+            .map(|u| heads[u].title.clone())
+            .collect();
         parts[part].pages.push(Page {
             title: heads[&uri].title.clone(),
             uri,
@@ -432,26 +449,23 @@ mod tests {
         let (part, set_transaction) = page(&manual, "sql-set-transaction.html");
         assert_eq!(part.collection, "pg-reference");
         assert_eq!(set_transaction.title, "SET TRANSACTION");
-        assert_eq!(
-            set_transaction.path,
-            ["Part VI. Reference", "SQL Commands", "SET TRANSACTION"]
-        );
+        assert_eq!(set_transaction.path, ["Part VI. Reference", "SQL Commands"]);
         let (part, isolation) = page(&manual, "transaction-iso.html");
         assert_eq!(part.collection, "pg-sql");
         assert_eq!(
             isolation.path,
-            [
-                "Part II. The SQL Language",
-                "Chapter 13. Concurrency Control",
-                "13.2. Transaction Isolation"
-            ]
+            ["Part II. The SQL Language", "Chapter 13. Concurrency Control"]
         );
+        assert_eq!(isolation.title, "13.2. Transaction Isolation");
         let (part, whatis) = page(&manual, "intro-whatis.html");
         assert_eq!(part.collection, "pg-tutorial");
-        assert_eq!(whatis.path, ["Preface", "1. What Is PostgreSQL?"]);
+        assert_eq!(whatis.path, ["Preface"]);
+        assert_eq!(whatis.title, "1. What Is PostgreSQL?");
         let (part, licence) = page(&manual, "legalnotice.html");
         assert_eq!(part.collection, "pg-appendixes");
-        assert_eq!(licence.path, ["Legal Notice"]);
+        assert!(licence.path.is_empty());
+        let (_, part_page) = page(&manual, "sql.html");
+        assert!(part_page.path.is_empty());
     }
 
     #[test]
