@@ -33,7 +33,7 @@ impl Domain {
     pub const ALL: [Domain; 3] = [Domain::Feedback, Domain::Tasks, Domain::Documents];
 
     /// What `parley demo-data` loads without `--domain`: not documents, which embeds the
-    /// whole manual (about 10,000 chunks: tens of minutes of CPU with the built-in model), and
+    /// whole manual (about 8,800 chunks: tens of minutes with the built-in model here), and
     /// which scripts/dev and the scratch databases of scripts/lib.sh do not need.
     pub const DEFAULT: [Domain; 2] = [Domain::Feedback, Domain::Tasks];
 
