@@ -2,13 +2,7 @@
 //! batches, and meaning (a paraphrase is nearer than an unrelated sentence).
 
 use parley_embed::{EmbedSettings, Embedder};
-use parley_testkit::embeddings::embedder;
-
-fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-    let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    dot / (norm(a) * norm(b))
-}
+use parley_testkit::embeddings::{cosine, embedder};
 
 #[tokio::test]
 async fn the_built_in_model_is_all_minilm_with_384_dimensions() {

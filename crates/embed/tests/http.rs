@@ -4,15 +4,9 @@
 
 use parley_core::config::Env;
 use parley_embed::{EmbedError, EmbedSettings, Embedder};
-use parley_testkit::embeddings::{EmbeddingsServer, Fault, embedder};
+use parley_testkit::embeddings::{EmbeddingsServer, Fault, cosine, embedder};
 
 const KEY: &str = "sk-embed-test-key";
-
-fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-    let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    dot / (norm(a) * norm(b))
-}
 
 /// An HTTP embedder for `server`, configured as a deployment would be, plus `extra` settings.
 fn http_embedder(server: &EmbeddingsServer, extra: &[(&str, &str)]) -> Embedder {

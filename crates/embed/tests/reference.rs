@@ -3,6 +3,7 @@
 //! point the same way. All sentences go in one batch, so padding and the 256-word-piece cut
 //! are exercised too.
 
+use parley_testkit::embeddings::cosine;
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -14,12 +15,6 @@ struct Reference {
 struct Case {
     text: String,
     vector: Vec<f32>,
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-    let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    dot / (norm(a) * norm(b))
 }
 
 #[tokio::test]

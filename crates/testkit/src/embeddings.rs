@@ -49,6 +49,13 @@ pub fn embedder() -> Embedder {
         .clone()
 }
 
+/// The cosine of the angle between two vectors: 1 when they point the same way.
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    dot / (norm(a) * norm(b))
+}
+
 /// What the [`EmbeddingsServer`] does instead of answering one request, in order.
 #[derive(Debug, Clone)]
 pub enum Fault {
