@@ -8,6 +8,7 @@
 mod cluster;
 mod db;
 pub mod domains;
+pub mod embeddings;
 pub mod keys;
 pub mod llm;
 mod moto;
@@ -17,5 +18,6 @@ pub mod raw_http;
 
 pub use cluster::TestCluster;
 pub use db::{READONLY_USER, TestDb, connect};
+pub use embeddings::model_dir;
 pub use moto::{MOTO_REGION, Moto};
 pub use proxy::TcpProxy;

@@ -55,9 +55,17 @@ pub enum ExecError {
          nothing was changed"
     )]
     Replay,
+    /// The tool's SQL refused the call with `RAISE EXCEPTION` (SQLSTATE P0001): its message
+    /// is written for the person asking (e.g. "you are not enrolled in ..."), so it is passed
+    /// on, cut to [`RAISED_MESSAGE_CHARS`].
+    #[error("{0}")]
+    Raised(String),
     #[error("the query failed (SQLSTATE {0}); the tool's declaration may need fixing")]
     Query(String),
 }
+
+/// Most characters of a `RAISE EXCEPTION` message passed on to the caller.
+pub const RAISED_MESSAGE_CHARS: usize = 500;
 
 impl From<DbError> for ExecError {
     fn from(e: DbError) -> Self {
@@ -65,6 +73,10 @@ impl From<DbError> for ExecError {
             DbError::Query(e) => match e.code() {
                 Some(c) if *c == SqlState::READ_ONLY_SQL_TRANSACTION => ExecError::ReadOnly,
                 Some(c) if *c == SqlState::INSUFFICIENT_PRIVILEGE => ExecError::PermissionDenied,
+                Some(c) if *c == SqlState::RAISE_EXCEPTION => {
+                    let message = e.as_db_error().map_or("", |db| db.message());
+                    ExecError::Raised(message.chars().take(RAISED_MESSAGE_CHARS).collect())
+                }
                 Some(c) => ExecError::Query(c.code().to_owned()),
                 None => ExecError::Query("unknown".into()),
             },
@@ -154,6 +166,10 @@ pub async fn run(
             DbError::Unavailable(_) => {
                 tracing::warn!(tool = %tool.name, error = %e, "no database connection")
             }
+            // A refusal the SQL was written to make; its message may quote the arguments.
+            _ if e.sqlstate() == Some(&SqlState::RAISE_EXCEPTION) => {
+                tracing::info!(tool = %tool.name, "the tool's SQL refused the call")
+            }
             _ => tracing::error!(tool = %tool.name, error = %e, "tool statement failed"),
         }
         ExecError::from(e)
@@ -197,6 +213,11 @@ fn begin_with(tool: &ToolSpec, read_write: bool) -> String {
     );
     if tool.custom_plans {
         begin.push_str("; SET LOCAL plan_cache_mode = force_custom_plan");
+    }
+    // Before the role: set by the login role, as the tools file's author tried them.
+    for set in &tool.settings {
+        begin.push_str("; ");
+        begin.push_str(set);
     }
     // A lower-case identifier (checked at load), so quoting names exactly that role.
     if let Some(role) = &tool.role {
@@ -463,5 +484,20 @@ mod tests {
         assert_eq!(out.truncated, Some(Truncation::MaxBytes));
         assert!(out.json.len() <= 1200);
         serde_json::from_str::<serde_json::Value>(&out.json).unwrap();
+    }
+
+    #[test]
+    fn settings_go_in_the_begin_batch_before_the_role() {
+        let file = super::super::spec::parse(
+            "[[tool]]\nname = \"t\"\ndescription = \"d\"\nsql = \"SELECT 1\"\n\
+             role = \"reader\"\nsettings = { \"hnsw.ef_search\" = 100 }\n",
+            super::super::Limits::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            begin_sql(&file.tools[0]),
+            "BEGIN READ ONLY; SET LOCAL statement_timeout = 5000; \
+             SET LOCAL hnsw.ef_search = '100'; SET LOCAL ROLE \"reader\""
+        );
     }
 }

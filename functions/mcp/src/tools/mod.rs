@@ -24,10 +24,12 @@ use serde_json::{Value, json};
 pub use exec::{ExecError, ToolOutput, Truncation};
 pub use idempotency::{IdempotencyKey, KeyError};
 pub use params::{ArgumentError, CallerError};
-pub use spec::{Limits, PromptSpec, SpecError, ToolSpec, ToolsFile};
+pub use spec::{Citation, Limits, PromptSpec, SpecError, ToolSpec, ToolsFile};
 
 /// Tool `_meta` key: UI context key -> the parameter that resolves it.
 pub const META_CONTEXT: &str = "parley/context";
+/// Tool `_meta` key: which output columns make a citable source (see [`spec::Citation`]).
+pub const META_CITATION: &str = "parley/citation";
 /// Tool `_meta` key, `true` on writes: a call carrying an idempotency key is recorded and a
 /// repeat of it replayed (the key itself travels in the call's `_meta`, see [`idempotency`]).
 pub const META_IDEMPOTENCY: &str = idempotency::META_KEY;
@@ -175,6 +177,9 @@ impl Catalog {
                     return Ok(false);
                 }
             }
+            if !check_settings(&client, tool).await? {
+                return Ok(false);
+            }
         }
         Ok(true)
     }
@@ -213,6 +218,36 @@ async fn check_statement(
     }
 }
 
+/// Applies the tool's `[tool.settings]` in a transaction rolled back at once, so an unknown
+/// setting or a value it does not take stops start-up, not the first call.
+async fn check_settings(
+    client: &deadpool_postgres::Object,
+    tool: &ToolSpec,
+) -> Result<bool, CatalogError> {
+    if tool.settings.is_empty() {
+        return Ok(true);
+    }
+    let sets = tool.settings.join("; ");
+    let outcome = client
+        .batch_execute(&format!("BEGIN READ ONLY; {sets}; ROLLBACK"))
+        .await;
+    match outcome {
+        Ok(()) => Ok(true),
+        Err(e) if parley_core::db::is_connection_error(&e) => {
+            tracing::warn!(error = %parley_core::db::pg_message(&e), "database connection lost while checking tools");
+            Ok(false)
+        }
+        Err(e) => {
+            // The failed SET left the transaction open and aborted.
+            let _ = client.batch_execute("ROLLBACK").await;
+            Err(CatalogError::Schema {
+                tool: tool.name.clone(),
+                message: format!("[tool.settings]: {}", parley_core::db::pg_message(&e)),
+            })
+        }
+    }
+}
+
 /// How a tool is published in `tools/list`.
 fn describe(spec: &ToolSpec) -> Tool {
     let mut tool = Tool::new(
@@ -237,6 +272,9 @@ fn describe(spec: &ToolSpec) -> Tool {
     }
     if spec.writes {
         meta.insert(META_IDEMPOTENCY.into(), json!(true));
+    }
+    if let Some(citation) = &spec.citation {
+        meta.insert(META_CITATION.into(), json!(citation));
     }
     if !meta.is_empty() {
         tool.meta = Some(meta.into());
@@ -317,12 +355,17 @@ impl ToolError {
             ToolError::Arguments(ArgumentError::FromCaller(name)) => {
                 format!("caller-bound parameter `{name}` passed as an argument")
             }
+            ToolError::Arguments(ArgumentError::Computed(name)) => {
+                format!("server-computed parameter `{name}` passed as an argument")
+            }
             // Tool and claim names only: never a claim's value.
             ToolError::Caller(CallerError::BadClaim { tool, claim, .. }) => {
                 format!("`{tool}` cannot use the caller's `{claim}` claim")
             }
             ToolError::Caller(e) => e.to_string(),
             ToolError::Key(e) => e.to_string(),
+            // The SQL's own message may quote what the caller sent.
+            ToolError::Exec(ExecError::Raised(_)) => "the tool's SQL refused the call".into(),
             ToolError::Exec(e) => e.to_string(),
         }
     }

@@ -3,7 +3,9 @@
 //!
 //! Every argument is checked here, so the executor only ever sees values of the declared type
 //! within the declared bounds. Parameters bound from the caller's verified token
-//! ([`Source::Caller`]) are filled in by [`bind_caller`], never from the arguments.
+//! ([`Source::Caller`]) are filled in by [`bind_caller`], those the server computes
+//! ([`Source::Embedding`], [`Source::EmbedderModel`]) by `tools::embedding`; never from the
+//! arguments.
 
 use chrono::{DateTime, NaiveDate, Utc};
 use parley_core::jwt::VerifiedClaims;
@@ -39,6 +41,9 @@ pub enum ParamType {
         min_length: Option<u64>,
         max_length: Option<u64>,
     },
+    /// An embedding the server computes ([`Source::Embedding`]), bound as `float4[]`; the SQL
+    /// casts it (`:q::vector(384)`). Never an argument.
+    Vector,
 }
 
 impl ParamType {
@@ -51,6 +56,7 @@ impl ParamType {
             ParamType::Date => Type::DATE,
             ParamType::Timestamp => Type::TIMESTAMPTZ,
             ParamType::StringArray { .. } => Type::TEXT_ARRAY,
+            ParamType::Vector => Type::FLOAT4_ARRAY,
         }
     }
 }
@@ -77,6 +83,33 @@ pub enum Source {
     /// The caller's verified token (`from = "caller.sub"` or `"caller.claims.<name>"`); absent
     /// from the input schema, and refused as an argument.
     Caller(CallerField),
+    /// The embedding of the named string argument (`from = "embedding.<argument>"`), NULL
+    /// when that argument is; absent from the input schema, and refused as an argument.
+    Embedding(String),
+    /// The embedder's model id, e.g. `all-MiniLM-L6-v2@384` (`from = "embedder.model"`), so
+    /// SQL can refuse collections embedded by another model.
+    EmbedderModel,
+}
+
+impl Source {
+    /// `from = "..."`: the caller's token, an embedding or the embedder's model; `None` for
+    /// anything else.
+    pub fn parse(from: &str) -> Option<Self> {
+        if from == "embedder.model" {
+            return Some(Source::EmbedderModel);
+        }
+        if let Some(argument) = from.strip_prefix("embedding.") {
+            let name_like =
+                !argument.is_empty() && argument.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            return name_like.then(|| Source::Embedding(argument.to_owned()));
+        }
+        CallerField::parse(from).map(Source::Caller)
+    }
+
+    /// Needs the embedder loaded at start-up.
+    pub fn needs_embedder(&self) -> bool {
+        matches!(self, Source::Embedding(_) | Source::EmbedderModel)
+    }
 }
 
 /// Which part of the caller's token a caller-bound parameter takes.
@@ -120,6 +153,7 @@ pub enum SqlValue {
     Date(NaiveDate),
     Timestamp(DateTime<Utc>),
     TextArray(Vec<String>),
+    Vector(Vec<f32>),
 }
 
 impl SqlValue {
@@ -133,6 +167,7 @@ impl SqlValue {
             SqlValue::Date(v) => v,
             SqlValue::Timestamp(v) => v,
             SqlValue::TextArray(v) => v,
+            SqlValue::Vector(v) => v,
         }
     }
 
@@ -178,6 +213,8 @@ pub enum ArgumentError {
         "parameter `{0}` is set from the caller's identity and cannot be passed as an argument"
     )]
     FromCaller(String),
+    #[error("parameter `{0}` is computed by the server and cannot be passed as an argument")]
+    Computed(String),
 }
 
 /// Why a caller-bound parameter has no value: the tool is never run with NULL in its place.
@@ -264,6 +301,10 @@ impl ParamSpec {
                 if let Some(n) = max_items {
                     put("maxItems", json!(n));
                 }
+            }
+            ParamType::Vector => {
+                put("type", json!("array"));
+                put("items", json!({"type": "number"}));
             }
         }
         if let Some(d) = &self.description {
@@ -369,6 +410,7 @@ impl ParamSpec {
                     Err(invalid(format!("must be one of: {}", values.join(", "))))
                 }
             }
+            ParamType::Vector => Err(ArgumentError::Computed(self.name.clone())),
         }
     }
 }
@@ -384,6 +426,7 @@ impl SqlValue {
             SqlValue::Date(d) => json!(d.format("%Y-%m-%d").to_string()),
             SqlValue::Timestamp(t) => json!(t.to_rfc3339()),
             SqlValue::TextArray(v) => json!(v),
+            SqlValue::Vector(v) => json!(v),
         }
     }
 }
@@ -401,7 +444,10 @@ pub fn parse_arguments(
         .iter()
         .find(|p| p.source != Source::Argument && arguments.contains_key(&p.name))
     {
-        return Err(ArgumentError::FromCaller(p.name.clone()));
+        return Err(match p.source {
+            Source::Caller(_) => ArgumentError::FromCaller(p.name.clone()),
+            _ => ArgumentError::Computed(p.name.clone()),
+        });
     }
     if let Some(name) = arguments
         .keys()
@@ -426,7 +472,7 @@ pub fn parse_arguments(
         .iter()
         .map(|p| match p.source {
             Source::Argument => p.parse(arguments.get(&p.name)),
-            Source::Caller(_) => Ok(SqlValue::Null),
+            _ => Ok(SqlValue::Null),
         })
         .collect()
 }

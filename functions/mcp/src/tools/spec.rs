@@ -11,7 +11,7 @@ use indexmap::IndexMap;
 use serde::Deserialize;
 use tokio_postgres::types::Type;
 
-use super::params::{CallerField, ParamSpec, ParamType, Source, SqlValue};
+use super::params::{ParamSpec, ParamType, Source, SqlValue};
 use super::sql;
 
 /// Most rows any tool may return, whatever its file says: a guard against a typo of `max_rows`.
@@ -76,6 +76,11 @@ pub struct ToolSpec {
     pub timeout_hint: Option<String>,
     /// UI context key -> the parameter that resolves it (tool `_meta` `parley/context`).
     pub context: IndexMap<String, String>,
+    /// `SET LOCAL` settings for the tool's transaction, already rendered as statements
+    /// (`SET LOCAL name = 'value'`); each names a different setting, so order is moot.
+    pub settings: Vec<String>,
+    /// Which output columns make a source the chat can cite (tool `_meta` `parley/citation`).
+    pub citation: Option<Citation>,
     /// For a write: [`ToolSpec::wrapped_sql`] that also records its rows in
     /// `parley.idempotency` under a key, in the same statement. Its placeholders are
     /// [`ToolSpec::placeholder_types`] followed by the tool's name and the key (both text).
@@ -173,7 +178,41 @@ struct RawTool {
     #[serde(default)]
     context: IndexMap<String, String>,
     #[serde(default)]
+    settings: IndexMap<String, toml::Value>,
+    citation: Option<Citation>,
+    #[serde(default)]
     params: IndexMap<String, RawParam>,
+}
+
+/// The output columns of a tool whose rows are sources: `id` tells sources apart, the others
+/// are shown with them. Published as the tool's `_meta["parley/citation"]`, keys as declared.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Citation {
+    pub id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snippet: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub score: Option<String>,
+}
+
+impl Citation {
+    /// Every column named, keyed by what it is for.
+    fn columns(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        [
+            ("id", Some(&self.id)),
+            ("title", self.title.as_ref()),
+            ("uri", self.uri.as_ref()),
+            ("snippet", self.snippet.as_ref()),
+            ("score", self.score.as_ref()),
+        ]
+        .into_iter()
+        .filter_map(|(key, column)| column.map(|c| (key, c.as_str())))
+    }
 }
 
 #[derive(Deserialize)]
@@ -365,11 +404,12 @@ fn tool(raw: RawTool, limits: Limits) -> Result<ToolSpec, String> {
     let Some(sql) = raw.sql else {
         return Err("needs sql: the statement the tool runs".into());
     };
-    let params = raw
+    let mut params = raw
         .params
         .into_iter()
         .map(|(name, p)| param(name.clone(), p).map_err(|e| format!("parameter `{name}`: {e}")))
         .collect::<Result<Vec<_>, _>>()?;
+    let embedded = embedding_sources(&mut params)?;
 
     let declared = sql.trim().trim_end_matches(';').trim_end();
     if declared.is_empty() {
@@ -393,8 +433,11 @@ fn tool(raw: RawTool, limits: Limits) -> Result<ToolSpec, String> {
         placeholder_params.push(index);
     }
     // The limit parameter may go unused: the wrapper applies it.
+    // So may a text that is only embedded.
     if let Some(unused) = params.iter().find(|p| {
-        !rewritten.names.contains(&p.name) && raw.limit_param.as_deref() != Some(p.name.as_str())
+        !rewritten.names.contains(&p.name)
+            && raw.limit_param.as_deref() != Some(p.name.as_str())
+            && !embedded.contains(&p.name)
     }) {
         return Err(format!(
             "parameter `{}` is declared but the sql never uses :{}",
@@ -475,6 +518,21 @@ fn tool(raw: RawTool, limits: Limits) -> Result<ToolSpec, String> {
             ));
         }
     }
+    let settings = raw
+        .settings
+        .iter()
+        .map(|(name, value)| set_local(name, value))
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Some(citation) = &raw.citation {
+        for (key, column) in citation.columns() {
+            if !is_column_name(column) {
+                return Err(format!(
+                    "citation `{key}` = \"{column}\" must be an output column's name \
+                     (letters, digits and _, not starting with a digit)"
+                ));
+            }
+        }
+    }
     // The same rows as `wrapped_sql`, numbered so their order survives the array they are
     // recorded in; the INSERT runs whether or not the outer SELECT reads it.
     let keyed_sql = raw.writes.then(|| {
@@ -496,6 +554,8 @@ fn tool(raw: RawTool, limits: Limits) -> Result<ToolSpec, String> {
         role,
         timeout_hint,
         context: raw.context,
+        settings,
+        citation: raw.citation,
         keyed_sql,
         custom_plans,
         name,
@@ -513,6 +573,34 @@ fn tool(raw: RawTool, limits: Limits) -> Result<ToolSpec, String> {
         destructive,
         idempotent,
     })
+}
+
+/// Checks that each `from = "embedding.<argument>"` names a string argument, and makes the
+/// embedding as nullable as its text. Returns the names of the texts embedded.
+fn embedding_sources(params: &mut [ParamSpec]) -> Result<Vec<String>, String> {
+    let mut embedded = Vec::new();
+    for i in 0..params.len() {
+        let Source::Embedding(text) = &params[i].source else {
+            continue;
+        };
+        let Some(source) = params.iter().find(|p| &p.name == text) else {
+            return Err(format!(
+                "parameter `{}`: from = \"embedding.{text}\" names no declared parameter",
+                params[i].name
+            ));
+        };
+        if source.source != Source::Argument || !matches!(source.ty, ParamType::String { .. }) {
+            return Err(format!(
+                "parameter `{}`: from = \"embedding.{text}\" must name a string parameter \
+                 taken as an argument",
+                params[i].name
+            ));
+        }
+        let never_null = source.required || source.default.is_some();
+        embedded.push(text.clone());
+        params[i].required = never_null;
+    }
+    Ok(embedded)
 }
 
 /// `(destructive, idempotent)` for a tool. A write's defaults are MCP's own
@@ -552,6 +640,85 @@ fn is_role_name(name: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 
+/// Settings a tool may not change: who the transaction runs as and what it may do are the
+/// engine's (`role`, `writes`, `timeout_ms`), and `parley.*` carries the verified caller.
+const RESERVED_SETTINGS: [&str; 3] = ["role", "session_authorization", "statement_timeout"];
+const RESERVED_SETTING_PREFIXES: [&str; 3] = ["parley.", "transaction_", "default_transaction_"];
+
+/// One `[tool.settings]` entry as the statement that applies it for the transaction. The name
+/// is a (possibly dotted) identifier, so it is written as is; the value is a string literal
+/// Postgres reads the same whatever `standard_conforming_strings` says.
+fn set_local(name: &str, value: &toml::Value) -> Result<String, String> {
+    let ident = |part: &str| {
+        !part.is_empty()
+            && part.len() <= 63
+            && !part.starts_with(|c: char| c.is_ascii_digit())
+            && part
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    };
+    let well_formed = match name.split_once('.') {
+        Some((prefix, rest)) => ident(prefix) && ident(rest),
+        None => ident(name),
+    };
+    if !well_formed {
+        return Err(format!(
+            "setting `{name}` must be a lower-case setting name such as work_mem or \
+             hnsw.ef_search"
+        ));
+    }
+    if RESERVED_SETTINGS.contains(&name)
+        || RESERVED_SETTING_PREFIXES
+            .iter()
+            .any(|prefix| name.starts_with(prefix))
+    {
+        let instead = match name {
+            "statement_timeout" => " (use timeout_ms)",
+            "role" | "session_authorization" => " (use role)",
+            _ => "",
+        };
+        return Err(format!(
+            "setting `{name}` cannot be set by a tool{instead}: who the transaction runs as, \
+             what it may do and how long it may take are the engine's"
+        ));
+    }
+    let text = match value {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Integer(n) => n.to_string(),
+        toml::Value::Float(n) => n.to_string(),
+        toml::Value::Boolean(b) => b.to_string(),
+        _ => {
+            return Err(format!(
+                "setting `{name}` must be a string, number or boolean"
+            ));
+        }
+    };
+    if text.contains('\0') {
+        return Err(format!("setting `{name}` must not contain NUL characters"));
+    }
+    Ok(format!("SET LOCAL {name} = {}", quote_literal(&text)))
+}
+
+/// A SQL string literal for `text`, as Postgres' own `quote_literal` writes it: quotes
+/// doubled, and with a backslash the `E''` form, whose backslashes are escapes whatever
+/// `standard_conforming_strings` says.
+fn quote_literal(text: &str) -> String {
+    let quoted = text.replace('\'', "''");
+    if quoted.contains('\\') {
+        format!("E'{}'", quoted.replace('\\', "\\\\"))
+    } else {
+        format!("'{quoted}'")
+    }
+}
+
+/// An output column's name as `row_to_json` writes it for an unquoted alias.
+fn is_column_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 fn param(name: String, raw: RawParam) -> Result<ParamSpec, String> {
     if !valid_param_name(&name) {
         return Err("names are letters, digits and _".into());
@@ -559,9 +726,16 @@ fn param(name: String, raw: RawParam) -> Result<ParamSpec, String> {
     let source = match &raw.from {
         None => Source::Argument,
         Some(from) => {
-            let field = CallerField::parse(from).ok_or_else(|| {
-                format!("from = \"{from}\" is not caller.sub or caller.claims.<claim name>")
+            let source = Source::parse(from).ok_or_else(|| {
+                format!(
+                    "from = \"{from}\" is not caller.sub, caller.claims.<claim name>, \
+                     embedding.<argument> or embedder.model"
+                )
             })?;
+            let whence = match source {
+                Source::Caller(_) => "comes from the caller's token",
+                _ => "is computed by the server",
+            };
             for (given, key) in [
                 (raw.required.is_some(), "required"),
                 (raw.default.is_some(), "default"),
@@ -569,17 +743,26 @@ fn param(name: String, raw: RawParam) -> Result<ParamSpec, String> {
             ] {
                 if given {
                     return Err(format!(
-                        "`{key}` cannot be given with `from`: the value comes from the \
-                         caller's token, and the parameter is not published to clients"
+                        "`{key}` cannot be given with `from`: the value {whence}, and the \
+                         parameter is not published to clients"
                     ));
                 }
             }
-            Source::Caller(field)
+            source
         }
     };
     let ty_name = match (&raw.ty, &source) {
+        (Some(_), Source::Embedding(_)) => {
+            return Err("an embedding takes no `type`: it is bound as float4[]; cast it in \
+                        the sql, e.g. :query_embedding::vector(384)"
+                .into());
+        }
+        (Some(ty), Source::EmbedderModel) if ty != "string" => {
+            return Err("embedder.model is a string".into());
+        }
         (Some(ty), _) => ty.as_str(),
-        (None, Source::Caller(_)) => "string",
+        (None, Source::Embedding(_)) => "vector",
+        (None, Source::Caller(_) | Source::EmbedderModel) => "string",
         (None, Source::Argument) => {
             return Err(
                 "needs a type (string, integer, number, boolean, date, timestamp, \
@@ -627,6 +810,8 @@ fn param(name: String, raw: RawParam) -> Result<ParamSpec, String> {
             min_length: raw.min_length,
             max_length: raw.max_length,
         },
+        // Only for `from = "embedding.<argument>"` (a declared `type` was refused above).
+        "vector" if matches!(source, Source::Embedding(_)) => ParamType::Vector,
         other => {
             return Err(format!(
                 "unknown type `{other}` (string, integer, number, boolean, date, timestamp, \
@@ -639,6 +824,9 @@ fn param(name: String, raw: RawParam) -> Result<ParamSpec, String> {
     }
     if matches!(ty, ParamType::StringArray { .. }) && source != Source::Argument {
         return Err("a string_array cannot come from the caller".into());
+    }
+    if matches!(ty, ParamType::Vector) && raw.max_items.is_some() {
+        return Err("max_items is for a string_array, not an embedding".into());
     }
     let bounds_used = raw.min_length.is_some()
         || raw.max_length.is_some()
@@ -664,7 +852,8 @@ fn param(name: String, raw: RawParam) -> Result<ParamSpec, String> {
         name,
         description: raw.description.map(|d| d.trim().to_owned()),
         ty,
-        // A caller-bound value is never NULL: without it the call is refused.
+        // A caller-bound value is never NULL: without it the call is refused. An embedding is
+        // NULL when its text is (see `embedding_sources`).
         required: required || source != Source::Argument,
         default: None,
         source,
@@ -684,6 +873,7 @@ fn param(name: String, raw: RawParam) -> Result<ParamSpec, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::params::CallerField;
 
     /// The feedback demo's tools file, as deployments of the demo serve it.
     const FEEDBACK_TOOLS: &str = include_str!("../../../../domains/feedback/tools.toml");
@@ -1023,7 +1213,7 @@ mod tests {
         for bad in ["caller", "caller.claims.", "user.sub", "caller.claims.a b"] {
             let err = error_of(&tool(&format!("from = \"{bad}\"")));
             assert!(
-                err.contains("is not caller.sub or caller.claims.<claim name>"),
+                err.contains("is not caller.sub, caller.claims.<claim name>, embedding.<argument> or embedder.model"),
                 "{bad}: {err}"
             );
         }
@@ -1126,5 +1316,124 @@ mod tests {
             err.to_string(),
             "tools file declares no tools and no prompts"
         );
+    }
+
+    const SEARCH: &str = "[[tool]]\nname = \"search\"\ndescription = \"d\"\n\
+                          sql = \"SELECT 1 AS id, 'a' AS title\"\n";
+
+    #[test]
+    fn settings_become_set_local_statements_with_quoted_values() {
+        let t = parse_one(&format!(
+            "{SEARCH}settings = {{ \"hnsw.ef_search\" = \"100\", work_mem = 8192, \
+             enable_seqscan = false, application_name = \"it's a \\\\ test\" }}\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            t.settings,
+            [
+                "SET LOCAL application_name = E'it''s a \\\\ test'",
+                "SET LOCAL enable_seqscan = 'false'",
+                "SET LOCAL hnsw.ef_search = '100'",
+                "SET LOCAL work_mem = '8192'",
+            ]
+        );
+        assert!(parse_one(SEARCH).unwrap().settings.is_empty());
+    }
+
+    #[test]
+    fn settings_the_engine_owns_or_badly_named_are_refused() {
+        for name in [
+            "role",
+            "session_authorization",
+            "statement_timeout",
+            "parley.caller",
+            "transaction_read_only",
+            "default_transaction_read_only",
+        ] {
+            let err = error_of(&format!("{SEARCH}settings = {{ \"{name}\" = \"x\" }}\n"));
+            assert!(err.contains("cannot be set by a tool"), "{name}: {err}");
+        }
+        let err = error_of(&format!("{SEARCH}settings = {{ statement_timeout = 1 }}\n"));
+        assert!(err.contains("(use timeout_ms)"), "{err}");
+        for name in ["Work_mem", "a.b.c", "x; DROP TABLE t", "1x", ".x", ""] {
+            let err = error_of(&format!("{SEARCH}settings = {{ \"{name}\" = \"x\" }}\n"));
+            assert!(
+                err.contains("must be a lower-case setting name"),
+                "{name}: {err}"
+            );
+        }
+        let err = error_of(&format!("{SEARCH}settings = {{ work_mem = [1] }}\n"));
+        assert!(err.contains("must be a string, number or boolean"), "{err}");
+    }
+
+    #[test]
+    fn a_citation_names_output_columns_and_needs_an_id() {
+        let t = parse_one(&format!(
+            "{SEARCH}citation = {{ id = \"id\", title = \"title\" }}\n"
+        ))
+        .unwrap();
+        let citation = t.citation.unwrap();
+        assert_eq!(
+            serde_json::to_value(&citation).unwrap(),
+            serde_json::json!({"id": "id", "title": "title"})
+        );
+        let err = error_of(&format!("{SEARCH}citation = {{ title = \"title\" }}\n"));
+        assert!(err.contains("id"), "{err}");
+        let err = error_of(&format!(
+            "{SEARCH}citation = {{ id = \"id\", url = \"u\" }}\n"
+        ));
+        assert!(err.contains("url"), "{err}");
+        let err = error_of(&format!(
+            "{SEARCH}citation = {{ id = \"id\", title = \"t.title\" }}\n"
+        ));
+        assert!(
+            err.contains("citation `title` = \"t.title\" must be an output column's name"),
+            "{err}"
+        );
+    }
+
+    const EMBEDDING_SEARCH: &str = "[[tool]]\nname = \"near\"\ndescription = \"d\"\n\
+        sql = \"SELECT id FROM t WHERE m = :model ORDER BY e::vector(384) <=> :q::vector(384)\"\n\
+        [tool.params.query]\ntype = \"string\"\nrequired = true\n\
+        [tool.params.model]\nfrom = \"embedder.model\"\n";
+
+    #[test]
+    fn an_embedding_binds_as_float4_array_and_its_text_may_go_unused_in_the_sql() {
+        let t = parse_one(&format!(
+            "{EMBEDDING_SEARCH}[tool.params.q]\nfrom = \"embedding.query\"\n"
+        ))
+        .unwrap();
+        assert_eq!(t.placeholder_types, [Type::TEXT, Type::FLOAT4_ARRAY, Type::INT8]);
+        let q = t.params.iter().find(|p| p.name == "q").unwrap();
+        assert_eq!(q.source, Source::Embedding("query".into()));
+        assert!(q.required, "the text is required, so its embedding is never NULL");
+        assert!(!t.custom_plans);
+        let model = t.params.iter().find(|p| p.name == "model").unwrap();
+        assert_eq!(model.source, Source::EmbedderModel);
+        assert_eq!(model.ty.pg_type(), Type::TEXT);
+        let schema = super::super::params::input_schema(&t.params);
+        assert_eq!(
+            schema["properties"],
+            serde_json::json!({"query": {"type": "string"}}),
+            "only the text is published"
+        );
+    }
+
+    #[test]
+    fn an_embedding_must_name_a_string_argument_and_take_no_type() {
+        let with = |q: &str| error_of(&format!("{EMBEDDING_SEARCH}[tool.params.q]\n{q}\n"));
+        assert!(
+            with("from = \"embedding.nope\"").contains("names no declared parameter"),
+            "{}",
+            with("from = \"embedding.nope\"")
+        );
+        let err = with("from = \"embedding.model\"");
+        assert!(err.contains("must name a string parameter taken as an argument"), "{err}");
+        let err = with("from = \"embedding.query\"\ntype = \"string\"");
+        assert!(err.contains("an embedding takes no `type`"), "{err}");
+        let err = with("from = \"embedding.query\"\nrequired = true");
+        assert!(err.contains("is computed by the server"), "{err}");
+        let err = with("type = \"vector\"");
+        assert!(err.contains("unknown type `vector`"), "{err}");
     }
 }

@@ -10,5 +10,6 @@ mod protocol;
 mod resilience;
 mod secrets;
 mod startup;
+mod tool_keys;
 mod tools;
 mod users;
