@@ -1,0 +1,137 @@
+//! Markdown (CommonMark with tables) to sections: headings make the heading path, code blocks
+//! are kept line for line, list items and table rows are lines. Raw HTML and YAML front
+//! matter are left out. The first level-1 heading is the title.
+
+use pulldown_cmark::{Event, HeadingLevel, Options, Parser, Tag, TagEnd};
+
+use super::Section;
+use super::text::{SectionsBuilder, collapse};
+
+pub(super) fn extract(source: &str) -> (Option<String>, Vec<Section>) {
+    let options = Options::ENABLE_TABLES
+        | Options::ENABLE_STRIKETHROUGH
+        | Options::ENABLE_YAML_STYLE_METADATA_BLOCKS;
+    let mut b = SectionsBuilder::default();
+    let mut title = None;
+    // Text being gathered for a heading or a code block, which are written whole.
+    let mut heading: Option<(u8, String)> = None;
+    let mut code: Option<String> = None;
+    let mut metadata = false;
+    let mut first_cell = false;
+    for event in Parser::new_ext(source, options) {
+        match event {
+            Event::Start(Tag::MetadataBlock(_)) => metadata = true,
+            Event::End(TagEnd::MetadataBlock(_)) => metadata = false,
+            _ if metadata => {}
+            Event::Start(Tag::Heading { level, .. }) => {
+                heading = Some((level_of(level), String::new()))
+            }
+            Event::End(TagEnd::Heading(_)) => {
+                if let Some((level, text)) = heading.take() {
+                    if level == 1 && title.is_none() {
+                        title = Some(collapse(&text)).filter(|t| !t.is_empty());
+                    }
+                    b.heading(level, &text);
+                }
+            }
+            // A fence's language tag is not text: only the block's lines are kept.
+            Event::Start(Tag::CodeBlock(_)) => code = Some(String::new()),
+            Event::End(TagEnd::CodeBlock) => {
+                if let Some(text) = code.take() {
+                    b.verbatim(&text);
+                }
+            }
+            Event::Text(t) | Event::Code(t) => {
+                if let Some((_, h)) = &mut heading {
+                    h.push_str(&t);
+                } else if let Some(c) = &mut code {
+                    c.push_str(&t);
+                } else {
+                    b.text(&t);
+                }
+            }
+            Event::SoftBreak => match &mut heading {
+                Some((_, h)) => h.push(' '),
+                None => b.text(" "),
+            },
+            Event::HardBreak => b.line_break(),
+            Event::Start(Tag::Item) => {
+                b.line_break();
+                b.raw("- ");
+            }
+            Event::End(TagEnd::Item) => b.line_break(),
+            Event::Start(Tag::TableHead | Tag::TableRow) => {
+                b.line_break();
+                first_cell = true;
+            }
+            Event::End(TagEnd::TableHead | TagEnd::TableRow) => b.line_break(),
+            Event::Start(Tag::TableCell) => {
+                if !first_cell {
+                    b.raw(" | ");
+                }
+                first_cell = false;
+                b.enter_cell();
+            }
+            Event::End(TagEnd::TableCell) => b.leave_cell(),
+            Event::Start(
+                Tag::Paragraph
+                | Tag::BlockQuote(_)
+                | Tag::List(_)
+                | Tag::Table(_)
+                | Tag::FootnoteDefinition(_),
+            )
+            | Event::End(
+                TagEnd::Paragraph
+                | TagEnd::BlockQuote(_)
+                | TagEnd::List(_)
+                | TagEnd::Table
+                | TagEnd::FootnoteDefinition,
+            )
+            | Event::Rule => b.paragraph_break(),
+            // Raw HTML, images' URLs, footnote marks, math and the rest carry no prose.
+            _ => {}
+        }
+    }
+    (title, b.finish())
+}
+
+fn level_of(level: HeadingLevel) -> u8 {
+    match level {
+        HeadingLevel::H1 => 1,
+        HeadingLevel::H2 => 2,
+        HeadingLevel::H3 => 3,
+        HeadingLevel::H4 => 4,
+        HeadingLevel::H5 => 5,
+        HeadingLevel::H6 => 6,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headings_code_lists_and_tables() {
+        let md = "---\nauthor: me\n---\nLead in.\n\n# Install *Guide*\n\nRead\nthis first.\n\n\
+                  ## Linux\n\n```sh\n  apt install x\n```\n\n- one\n- two `code`\n\n\
+                  | a | b |\n|---|---|\n| 1 | 2 |\n\n<div>raw</div>\n\n# Second\n\ntext\n";
+        let (title, sections) = extract(md);
+        assert_eq!(title.as_deref(), Some("Install Guide"));
+        let got: Vec<(String, &str)> = sections
+            .iter()
+            .map(|s| (s.heading.join(" / "), s.text.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (String::new(), "Lead in."),
+                ("Install Guide".into(), "Read this first."),
+                (
+                    "Install Guide / Linux".into(),
+                    "  apt install x\n\n- one\n- two code\n\na | b\n1 | 2"
+                ),
+                ("Second".into(), "text"),
+            ]
+        );
+    }
+}

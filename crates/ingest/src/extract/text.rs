@@ -1,0 +1,205 @@
+//! The text both structured extractors write into: inline text with its whitespace collapsed,
+//! paragraph and line breaks, verbatim blocks (code), and headings that close one section and
+//! open the next under the heading path they make. Also plain text's extraction.
+
+use super::Section;
+
+/// Builds sections from a stream of extraction events.
+#[derive(Debug, Default)]
+pub(super) struct SectionsBuilder {
+    /// Open headings, outermost first, with their levels (1-6).
+    stack: Vec<(u8, String)>,
+    sections: Vec<Section>,
+    current: String,
+    /// Whitespace seen since the last character written, written as one space before the next.
+    space: bool,
+    /// Inside a table cell, paragraph breaks would split the row: they become spaces.
+    cell_depth: usize,
+}
+
+impl SectionsBuilder {
+    /// Closes the current section and opens one under `text` at `level`; an empty heading is
+    /// ignored.
+    pub fn heading(&mut self, level: u8, text: &str) {
+        let text = collapse(text);
+        if text.is_empty() {
+            return;
+        }
+        self.close_section();
+        while self.stack.last().is_some_and(|(l, _)| *l >= level) {
+            self.stack.pop();
+        }
+        self.stack.push((level, text));
+    }
+
+    /// Inline text: runs of whitespace become one space, none at a line's start.
+    pub fn text(&mut self, text: &str) {
+        for c in text.chars() {
+            if c.is_whitespace() {
+                self.space = true;
+                continue;
+            }
+            if self.space && !self.current.is_empty() && !self.current.ends_with('\n') {
+                self.current.push(' ');
+            }
+            self.space = false;
+            self.current.push(c);
+        }
+    }
+
+    /// Text written as is, without collapsing (a list marker, a cell separator).
+    pub fn raw(&mut self, text: &str) {
+        let spaced = text.starts_with(' ');
+        if self.space && !spaced && !self.current.is_empty() && !self.current.ends_with(['\n', ' '])
+        {
+            self.current.push(' ');
+        }
+        self.space = false;
+        self.current.push_str(text);
+    }
+
+    pub fn paragraph_break(&mut self) {
+        if self.cell_depth > 0 {
+            self.space = true;
+            return;
+        }
+        self.trim_end();
+        if !self.current.is_empty() && !self.current.ends_with("\n\n") {
+            if self.current.ends_with('\n') {
+                self.current.push('\n');
+            } else {
+                self.current.push_str("\n\n");
+            }
+        }
+    }
+
+    pub fn line_break(&mut self) {
+        if self.cell_depth > 0 {
+            self.space = true;
+            return;
+        }
+        self.trim_end();
+        if !self.current.is_empty() && !self.current.ends_with('\n') {
+            self.current.push('\n');
+        }
+    }
+
+    /// A block kept line for line (code, preformatted text), as its own paragraph.
+    pub fn verbatim(&mut self, text: &str) {
+        let text = text.trim_matches('\n').trim_end();
+        if text.is_empty() {
+            return;
+        }
+        self.paragraph_break();
+        for (i, line) in text.lines().enumerate() {
+            if i > 0 {
+                self.current.push('\n');
+            }
+            self.current.push_str(line.trim_end());
+        }
+        self.paragraph_break();
+    }
+
+    pub fn enter_cell(&mut self) {
+        self.cell_depth += 1;
+    }
+
+    pub fn leave_cell(&mut self) {
+        self.cell_depth = self.cell_depth.saturating_sub(1);
+    }
+
+    pub fn finish(mut self) -> Vec<Section> {
+        self.close_section();
+        self.sections
+    }
+
+    fn close_section(&mut self) {
+        self.trim_end();
+        let text = std::mem::take(&mut self.current);
+        self.space = false;
+        // Not trim(): a section that opens with code keeps the code's indentation.
+        let text = text.trim_start_matches('\n').trim_end();
+        if !text.trim().is_empty() {
+            self.sections.push(Section {
+                heading: self.stack.iter().map(|(_, h)| h.clone()).collect(),
+                text: text.to_owned(),
+            });
+        }
+    }
+
+    fn trim_end(&mut self) {
+        let kept = self.current.trim_end_matches([' ', '\t']).len();
+        self.current.truncate(kept);
+        self.space = false;
+    }
+}
+
+/// Whitespace runs to one space, trimmed.
+pub(super) fn collapse(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Plain text: one section; lines kept, trailing spaces and runs of blank lines dropped.
+pub(super) fn plain(source: &str) -> Vec<Section> {
+    let mut text = String::with_capacity(source.len());
+    let mut blank = false;
+    for line in source.lines() {
+        let line = line.trim_end();
+        if line.is_empty() {
+            blank = !text.is_empty();
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(if blank { "\n\n" } else { "\n" });
+        }
+        blank = false;
+        text.push_str(line);
+    }
+    if text.is_empty() {
+        Vec::new()
+    } else {
+        vec![Section {
+            heading: Vec::new(),
+            text,
+        }]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headings_nest_by_level_and_empty_sections_vanish() {
+        let mut b = SectionsBuilder::default();
+        b.text("intro  text\n here");
+        b.heading(1, "Guide");
+        b.heading(2, " Setup\n ");
+        b.text("install it");
+        b.paragraph_break();
+        b.text("then run");
+        b.heading(3, "Linux");
+        b.verbatim("\n  apt install x  \n  run\n");
+        b.heading(2, "Use");
+        b.text("go");
+        let s = b.finish();
+        let got: Vec<(Vec<&str>, &str)> = s
+            .iter()
+            .map(|s| {
+                (
+                    s.heading.iter().map(String::as_str).collect(),
+                    s.text.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (vec![], "intro text here"),
+                (vec!["Guide", "Setup"], "install it\n\nthen run"),
+                (vec!["Guide", "Setup", "Linux"], "  apt install x\n  run"),
+                (vec!["Guide", "Use"], "go"),
+            ]
+        );
+    }
+}

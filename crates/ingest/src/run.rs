@@ -1,0 +1,302 @@
+//! One ingestion run: each file read, hashed and compared with the stored document; changed
+//! ones extracted and chunked; their chunks embedded in batches across documents (the model is
+//! fastest on full batches) while the previous batch is written, each document in its own
+//! transaction; then, with `prune`, documents not seen deleted. Bad files are recorded in the
+//! summary and the run goes on.
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use parley_embed::Embedder;
+use sha2::{Digest, Sha256};
+use tokio_postgres::Client;
+use tokio_postgres::types::Type;
+
+use crate::chunk::{ChunkOptions, chunk_sections};
+use crate::extract::{EXTRACTOR_VERSION, extract};
+use crate::progress::Progress;
+use crate::store::{self, Collection, NewChunk, NewDocument};
+use crate::{CollectionSpec, IngestError, IngestOptions, Skipped, SourceFile, Summary};
+
+/// Chunks gathered before one call to the embedder: two of its default batches of 32, so a
+/// run of small documents still fills the model's batches, and the write of one batch overlaps
+/// the embedding of the next.
+const EMBED_BATCH: usize = 64;
+
+/// Ingests `files` into the collection (created if new). See the crate doc.
+pub async fn ingest(
+    db: &mut Client,
+    embedder: &Embedder,
+    collection: &CollectionSpec,
+    files: Vec<SourceFile>,
+    options: &IngestOptions,
+) -> Result<Summary, IngestError> {
+    let start = Instant::now();
+    crate::check_collection_name(&collection.name)?;
+    store::check_schema(db).await?;
+    let coll =
+        store::ensure_collection(db, collection, embedder.model_id(), embedder.dims()).await?;
+    let stored = store::stored(db, &coll).await?;
+    let vector = store::vector_type(db).await?;
+
+    let mut run = Run {
+        coll,
+        vector,
+        summary: Summary::default(),
+        progress: Progress::new(options.progress, files.len()),
+        ready: None,
+    };
+    let mut seen = HashSet::new();
+    let mut batch: Vec<NewDocument> = Vec::new();
+    let mut batch_chunks = 0;
+    for file in files {
+        let uri = file.uri();
+        if !seen.insert(uri.clone()) {
+            run.skip(uri, "another file in this run has the same uri".into());
+            continue;
+        }
+        let doc = match read(&file, &uri, options) {
+            Ok(bytes) => bytes,
+            Err(reason) => {
+                run.skip(uri, reason);
+                continue;
+            }
+        };
+        let hash = content_hash(&doc, &options.chunk);
+        let path = file.structure();
+        let metadata = match &file.metadata {
+            serde_json::Value::Null => serde_json::json!({}),
+            m => m.clone(),
+        };
+        if let Some(old) = stored.get(&uri).filter(|s| s.content_hash == hash) {
+            if old.path != path || old.metadata != metadata {
+                store::update_place(db, old.id, &path, &metadata).await?;
+            }
+            run.summary.unchanged += 1;
+            run.progress.passed();
+            continue;
+        }
+        let stem = file
+            .path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| uri.clone());
+        // Discover keeps only known formats; a SourceFile made by hand may name any file.
+        let Some(format) = file.format() else {
+            run.skip(uri, "not a Markdown, HTML or text file".into());
+            continue;
+        };
+        let extracted = match extract(&doc, format, &stem) {
+            Ok(e) => e,
+            Err(e) => {
+                run.skip(uri, e.to_string());
+                continue;
+            }
+        };
+        let chunks = chunk_sections(&extracted.sections, &options.chunk);
+        let chars = i32::try_from(extracted.chars()).unwrap_or(i32::MAX);
+        batch_chunks += chunks.len();
+        batch.push(NewDocument {
+            chunks: chunks
+                .into_iter()
+                .map(|c| NewChunk {
+                    section: c.section as i32,
+                    position: c.position as i32,
+                    context: context(&extracted.title, &c.heading),
+                    heading: c.heading,
+                    text: c.text,
+                })
+                .collect(),
+            uri,
+            title: extracted.title,
+            path,
+            metadata,
+            content_hash: hash,
+            chars,
+            sections: extracted.sections,
+        });
+        if batch_chunks >= EMBED_BATCH {
+            run.flush(db, embedder, std::mem::take(&mut batch)).await?;
+            batch_chunks = 0;
+        }
+    }
+    run.flush(db, embedder, batch).await?;
+    run.flush(db, embedder, Vec::new()).await?;
+
+    if options.prune {
+        let keep: Vec<String> = seen.into_iter().collect();
+        run.summary.deleted = store::prune(db, &run.coll, &keep).await?;
+    }
+    if run.summary.added + run.summary.replaced + run.summary.deleted > 0 {
+        store::touch(db, &run.coll).await?;
+    }
+    run.progress.finish();
+    run.summary.elapsed = start.elapsed();
+    Ok(run.summary)
+}
+
+/// Documents embedded and waiting to be written.
+struct Embedded {
+    docs: Vec<NewDocument>,
+    embeddings: Vec<Vec<f32>>,
+}
+
+struct Run {
+    coll: Collection,
+    vector: Type,
+    summary: Summary,
+    progress: Progress,
+    ready: Option<Embedded>,
+}
+
+impl Run {
+    fn skip(&mut self, uri: String, reason: String) {
+        tracing::debug!(%uri, %reason, "skipped");
+        self.summary.skipped.push(Skipped { uri, reason });
+        self.progress.passed();
+    }
+
+    /// Embeds `batch` while writing the batch embedded before it; `batch` is then the one
+    /// waiting. An empty batch just writes what waits.
+    async fn flush(
+        &mut self,
+        db: &mut Client,
+        embedder: &Embedder,
+        batch: Vec<NewDocument>,
+    ) -> Result<(), IngestError> {
+        let texts: Vec<String> = batch
+            .iter()
+            .flat_map(|d| {
+                d.chunks
+                    .iter()
+                    .map(|c| format!("{}\n\n{}", c.context, c.text))
+            })
+            .collect();
+        let waiting = self.ready.take();
+        let embed = async {
+            if texts.is_empty() {
+                Ok(Vec::new())
+            } else {
+                embedder.embed(&texts).await
+            }
+        };
+        let (embeddings, written) = tokio::join!(embed, self.write(db, waiting));
+        written?;
+        let embeddings = embeddings?;
+        if embeddings.len() != texts.len() {
+            return Err(IngestError::EmbedCount {
+                expected: texts.len(),
+                got: embeddings.len(),
+            });
+        }
+        if !batch.is_empty() {
+            self.ready = Some(Embedded {
+                docs: batch,
+                embeddings,
+            });
+        }
+        Ok(())
+    }
+
+    async fn write(
+        &mut self,
+        db: &mut Client,
+        embedded: Option<Embedded>,
+    ) -> Result<(), IngestError> {
+        let Some(Embedded { docs, embeddings }) = embedded else {
+            return Ok(());
+        };
+        let mut rest = embeddings.as_slice();
+        for doc in &docs {
+            let (mine, after) = rest.split_at(doc.chunks.len());
+            rest = after;
+            let replaced = store::write_document(db, &self.coll, &self.vector, doc, mine).await?;
+            if replaced {
+                self.summary.replaced += 1;
+            } else {
+                self.summary.added += 1;
+            }
+            self.summary.chunks += doc.chunks.len() as u64;
+            self.progress.written(doc.chunks.len());
+        }
+        Ok(())
+    }
+}
+
+/// The file's bytes, or why it is skipped. Size is checked before reading, so a huge file is
+/// never loaded.
+fn read(file: &SourceFile, uri: &str, options: &IngestOptions) -> Result<Vec<u8>, String> {
+    let size = std::fs::metadata(&file.path)
+        .map_err(|e| format!("cannot read {uri}: {e}"))?
+        .len();
+    if size > options.max_document_bytes {
+        return Err(format!(
+            "larger than the limit of {} bytes ({size} bytes)",
+            options.max_document_bytes
+        ));
+    }
+    std::fs::read(&file.path).map_err(|e| format!("cannot read {uri}: {e}"))
+}
+
+/// sha256 (hex) of the extractor's version, the chunk sizes and the bytes: a change to any of
+/// them changes what the file becomes, so the document is replaced.
+pub(crate) fn content_hash(bytes: &[u8], chunk: &ChunkOptions) -> String {
+    let mut h = Sha256::new();
+    h.update(EXTRACTOR_VERSION.as_bytes());
+    h.update([0]);
+    h.update(format!("{}/{}", chunk.target_chars, chunk.overlap_chars).as_bytes());
+    h.update([0]);
+    h.update(bytes);
+    h.finalize()
+        .iter()
+        .fold(String::with_capacity(64), |mut s, b| {
+            use std::fmt::Write;
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+/// The chunk's place as one line, "Title › Heading › Subheading": weighted in full-text search
+/// and put before the chunk's text when embedding. A first heading that repeats the title (a
+/// Markdown file's `# Title`) is not said twice.
+pub(crate) fn context(title: &str, heading: &[String]) -> String {
+    let heading = match heading.first() {
+        Some(h) if h == title => &heading[1..],
+        _ => heading,
+    };
+    std::iter::once(title)
+        .chain(heading.iter().map(String::as_str))
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(" › ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn context_joins_title_and_headings_without_repeating_the_title() {
+        let h = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(context("Guide", &h(&["Guide", "Setup"])), "Guide › Setup");
+        assert_eq!(
+            context("SET TRANSACTION", &h(&["Description"])),
+            "SET TRANSACTION › Description"
+        );
+        assert_eq!(context("notes", &[]), "notes");
+    }
+
+    #[test]
+    fn the_hash_changes_with_the_bytes_and_the_chunk_sizes() {
+        let o = ChunkOptions::default();
+        let a = content_hash(b"abc", &o);
+        assert_eq!(a.len(), 64);
+        assert_eq!(a, content_hash(b"abc", &o));
+        assert_ne!(a, content_hash(b"abd", &o));
+        let smaller = ChunkOptions {
+            target_chars: 500,
+            ..o
+        };
+        assert_ne!(a, content_hash(b"abc", &smaller));
+    }
+}
