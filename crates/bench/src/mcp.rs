@@ -588,7 +588,7 @@ fn object(v: Value) -> Map<String, Value> {
 
 /// A call's checked arguments (the caller-bound ones from `user`), the row-limit placeholder
 /// and the row limit, computed exactly as the server and `tools::exec::run` do.
-fn bound_values(
+pub(crate) fn bound_values(
     spec: &ToolSpec,
     args: &Map<String, Value>,
     user: Option<&User>,
@@ -609,10 +609,10 @@ fn bound_values(
     })
 }
 
-struct FloorCall {
-    values: Vec<SqlValue>,
-    fetch: i64,
-    row_limit: u64,
+pub(crate) struct FloorCall {
+    pub(crate) values: Vec<SqlValue>,
+    pub(crate) fetch: i64,
+    pub(crate) row_limit: u64,
     /// The user's claims for `parley.caller` (`raw+tx+caller`).
     claims_json: Option<String>,
 }
@@ -719,7 +719,7 @@ impl Driver for Floor<'_> {
 }
 
 /// `tools/call` as a stateless Streamable HTTP client sends it, over a keep-alive connection.
-struct Mcp<'a> {
+pub(crate) struct Mcp<'a> {
     http: &'a reqwest::Client,
     url: String,
     /// The `params` object of each call, already serialised (without its closing brace when
@@ -732,7 +732,7 @@ struct Mcp<'a> {
 }
 
 impl<'a> Mcp<'a> {
-    fn new(
+    pub(crate) fn new(
         http: &'a reqwest::Client,
         base: &str,
         tool: &str,
@@ -788,7 +788,7 @@ impl Driver for Mcp<'_> {
     }
 }
 
-fn http_client(token: &str, concurrency: usize) -> anyhow::Result<reqwest::Client> {
+pub(crate) fn http_client(token: &str, concurrency: usize) -> anyhow::Result<reqwest::Client> {
     let mut headers = HeaderMap::new();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     headers.insert(
