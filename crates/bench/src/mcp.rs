@@ -30,7 +30,9 @@ use tokio_postgres::types::{ToSql, Type};
 use crate::measure::{self, Driver, Stats, ms};
 use crate::peers;
 use crate::server::{Server, free_port};
-use crate::setup::{Machine, connect, machine, now_nanos, prepare_database};
+use crate::setup::{
+    Machine, admin_url, command_line, connect, machine, now_nanos, prepare_database, write_json,
+};
 use crate::tasks::{self, Keys, User};
 
 /// What `tools::exec` sends, pipelined, to tell Postgres who a user's call is for.
@@ -176,10 +178,8 @@ struct Measured {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let admin_url = std::env::var("DATABASE_URL").context(
-        "DATABASE_URL is not set; point it at a Postgres superuser (scripts/bench does)",
-    )?;
+    let command = command_line();
+    let admin_url = admin_url()?;
     let concurrency = args.concurrency.max(1);
 
     let (bench_url, pg_version) =
@@ -407,9 +407,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         json["three_way"] = peers_json;
     }
     if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&json)?;
-        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("wrote {}", path.display());
+        write_json(path, &json)?;
     }
     Ok(())
 }

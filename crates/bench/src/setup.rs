@@ -90,6 +90,25 @@ pub async fn create_database(
     Ok((bench_url, client))
 }
 
+/// `DATABASE_URL`, which the benches need to be a superuser's (they create databases).
+pub fn admin_url() -> anyhow::Result<String> {
+    std::env::var("DATABASE_URL")
+        .context("DATABASE_URL is not set; point it at a Postgres superuser (scripts/bench does)")
+}
+
+/// How this run was started, for the report.
+pub fn command_line() -> String {
+    std::env::args().collect::<Vec<_>>().join(" ")
+}
+
+/// Writes a report's JSON (`--json`).
+pub fn write_json(path: &std::path::Path, json: &Value) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(json)?;
+    std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
+}
+
 pub async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
     let (client, connection) = tokio_postgres::connect(url, NoTls).await?;
     tokio::spawn(async move {

@@ -22,7 +22,9 @@ use tokio_postgres::types::ToSql;
 use crate::mcp::{Mcp, bound_values, http_client, tools_file_setting};
 use crate::measure::{self, Stats, ms, percentile};
 use crate::server::{Server, free_port, memory};
-use crate::setup::{Machine, create_database, machine, now_nanos};
+use crate::setup::{
+    Machine, admin_url, command_line, create_database, machine, now_nanos, write_json,
+};
 use branches::Branch;
 use quality::{Question, Score, Summary};
 
@@ -133,10 +135,8 @@ struct Report {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let admin_url = std::env::var("DATABASE_URL").context(
-        "DATABASE_URL is not set; point it at a Postgres superuser (scripts/bench does)",
-    )?;
+    let command = command_line();
+    let admin_url = admin_url()?;
     let concurrency = args.concurrency.max(1);
     let questions_path = args
         .questions
@@ -263,9 +263,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     print!("{}", report.text());
     if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&report.json())?;
-        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("wrote {}", path.display());
+        write_json(path, &report.json())?;
     }
     Ok(())
 }
