@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use parley_core::config::{ConfigError, Env, SecretString, in_lambda};
 use parley_core::db::DbConfig;
 use parley_core::jwt::JwtConfig;
+use parley_embed::EmbedSettings;
 
 use crate::tools::Limits;
 
@@ -51,6 +52,9 @@ pub struct McpConfig {
     pub tools_files: Vec<PathBuf>,
     /// `TOOL_MAX_ROWS`, `TOOL_MAX_RESULT_BYTES`, `TOOL_TIMEOUT_MS`
     pub limits: Limits,
+    /// `EMBEDDINGS` and `EMBEDDINGS_*`: the embedder loaded at start-up when some tool embeds
+    /// text. Read (and a bad value refused) whether or not one does.
+    pub embeddings: EmbedSettings,
 }
 
 impl McpConfig {
@@ -114,6 +118,7 @@ impl McpConfig {
                 )?,
                 timeout: env.millis("TOOL_TIMEOUT_MS", defaults.timeout, 10..=300_000)?,
             },
+            embeddings: EmbedSettings::from_env(env)?,
         })
     }
 }
@@ -258,6 +263,12 @@ mod tests {
             c.tools_files,
             [PathBuf::from("a/tools.toml"), PathBuf::from("b/tools.toml")]
         );
+    }
+
+    #[test]
+    fn a_bad_embeddings_setting_stops_start_up_naming_the_variable() {
+        let e = McpConfig::from_env(&env(&[("EMBEDDINGS", "magic")])).unwrap_err();
+        assert_eq!(e.var, "EMBEDDINGS");
     }
 
     #[test]

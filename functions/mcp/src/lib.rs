@@ -58,12 +58,18 @@ impl Application {
     }
 }
 
-/// Loads the tools, builds the pool, checks every tool statement against the database and
-/// returns the whole HTTP surface.
+/// Loads the tools (and the embedder, when a tool embeds text), builds the pool, checks every
+/// tool statement against the database and returns the whole HTTP surface.
 async fn router(config: &McpConfig, secrets: Option<Secrets>) -> Result<Router, StartupError> {
     let catalog =
         Catalog::load(&config.tools_files, config.limits).map_err(StartupError::Function)?;
     let catalog = Arc::new(catalog);
+    // The model loads on a blocking thread while the statements are checked, so a cold start
+    // pays for the longer of the two, not both.
+    let embedder = catalog.needs_embedder().then(|| {
+        let settings = config.embeddings.clone();
+        tokio::task::spawn_blocking(move || parley_embed::Embedder::from_settings(&settings))
+    });
     let pool = parley_core::db::pool_with_secrets(&config.db, secrets.as_ref())?;
     if catalog
         .check_against(&pool)
@@ -75,6 +81,20 @@ async fn router(config: &McpConfig, secrets: Option<Secrets>) -> Result<Router, 
             "tool statements checked against the database"
         );
     }
+    let embedder = match embedder {
+        None => None,
+        Some(loading) => {
+            let embedder = loading
+                .await
+                .map_err(|e| {
+                    parley_embed::EmbedError::Inference(format!("loading the model failed: {e}"))
+                })
+                .and_then(|loaded| loaded)
+                .map_err(|e| StartupError::Function(CatalogError::Embedder(e)))?;
+            tracing::info!(model = embedder.model_id(), "embedder loaded");
+            Some(embedder)
+        }
+    };
     if config.auth_token.is_none() && config.users.is_none() {
         tracing::warn!(
             "MCP_AUTH_TOKEN is not set: /mcp accepts unauthenticated requests (local development only)"
@@ -91,7 +111,7 @@ async fn router(config: &McpConfig, secrets: Option<Secrets>) -> Result<Router, 
     if config.allowed_hosts.is_none() {
         tracing::warn!("MCP_ALLOWED_HOSTS=*: the Host check is off; rely on the gateway in front");
     }
-    Ok(routes(config, catalog, pool, secrets))
+    Ok(routes(config, catalog, pool, embedder, secrets))
 }
 
 /// The whole HTTP surface: `POST /mcp`, `GET /health` and, with user tokens, the protected
@@ -100,9 +120,13 @@ fn routes(
     config: &McpConfig,
     catalog: Arc<Catalog>,
     pool: Pool,
+    embedder: Option<parley_embed::Embedder>,
     secrets: Option<Secrets>,
 ) -> Router {
-    let mcp = server::service(config, server::ParleyMcp::new(catalog, pool.clone()));
+    let mcp = server::service(
+        config,
+        server::ParleyMcp::new(catalog, pool.clone(), embedder),
+    );
     let authenticator = auth::Authenticator::new(config, secrets, reqwest::Client::new());
     // Outermost, so both the direct path and rmcp's transport (inside `mcp`) only ever see
     // requests that carry a verified `auth::Caller`.

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use deadpool_postgres::Pool;
 use indexmap::IndexMap;
 use parley_core::jwt::VerifiedClaims;
+use parley_embed::Embedder;
 use rmcp::model::{
     CallToolRequestMethod, CallToolRequestParams, CallToolResponse, CallToolResult, ConstString,
     CustomRequest, CustomResult, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
@@ -36,16 +37,18 @@ here. Each tool runs one declared SQL statement and returns JSON rows (`rows`, `
 nothing; the others change data only as their descriptions say. Prefer the most specific tool \
 and quote values exactly as returned.";
 
-/// The handler rmcp calls for each request; cheap to clone (two `Arc`s).
+/// The handler rmcp calls for each request; cheap to clone (`Arc`s).
 #[derive(Clone)]
 pub struct ParleyMcp {
     catalog: Arc<Catalog>,
     pool: Pool,
+    /// Loaded at start-up only when some tool embeds text (see `tools::embedding`).
+    embedder: Option<Embedder>,
     instructions: Arc<str>,
 }
 
 impl ParleyMcp {
-    pub fn new(catalog: Arc<Catalog>, pool: Pool) -> Self {
+    pub fn new(catalog: Arc<Catalog>, pool: Pool, embedder: Option<Embedder>) -> Self {
         let instructions = std::iter::once(INSTRUCTIONS)
             .chain(catalog.instructions().iter().map(String::as_str))
             .collect::<Vec<_>>()
@@ -53,6 +56,7 @@ impl ParleyMcp {
         Self {
             catalog,
             pool,
+            embedder,
             instructions: instructions.into(),
         }
     }
@@ -236,7 +240,8 @@ impl ParleyMcp {
         Ok(tools::to_call_result(outcome))
     }
 
-    /// Arguments checked, caller-bound values filled in, the key read, then the statement.
+    /// Arguments checked, caller-bound values filled in, the key read, texts embedded (before
+    /// any connection is taken from the pool), then the statement.
     async fn run(
         &self,
         tool: &ToolSpec,
@@ -247,6 +252,7 @@ impl ParleyMcp {
         let mut args = tools::params::parse_arguments(&tool.params, arguments)?;
         tools::params::bind_caller(&tool.name, &tool.params, &mut args, user)?;
         let key = IdempotencyKey::from_meta(meta)?;
+        tools::embedding::bind(&tool.params, &mut args, self.embedder.as_ref()).await?;
         Ok(tools::exec::run(&self.pool, tool, &args, user, key.as_ref()).await?)
     }
 }

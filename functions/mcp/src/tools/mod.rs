@@ -2,9 +2,11 @@
 //! clients, and the one place that turns a call's outcome into an MCP tool result.
 //!
 //! Submodules: `spec` (file → [`ToolSpec`]), `sql` (named parameters), `params` (argument
-//! checking and JSON Schema), `idempotency` (the key of an exactly-once write), `exec` (running
-//! against Postgres).
+//! checking and JSON Schema), `embedding` (the values the server computes: embeddings and the
+//! model id), `idempotency` (the key of an exactly-once write), `exec` (running against
+//! Postgres).
 
+pub mod embedding;
 pub mod exec;
 pub mod idempotency;
 pub mod params;
@@ -21,6 +23,7 @@ use rmcp::model::{
 };
 use serde_json::{Value, json};
 
+pub use embedding::EmbeddingError;
 pub use exec::{ExecError, ToolOutput, Truncation};
 pub use idempotency::{IdempotencyKey, KeyError};
 pub use params::{ArgumentError, CallerError};
@@ -65,6 +68,8 @@ pub enum CatalogError {
     NoTools,
     #[error("tool `{tool}` does not match the database schema: {message}")]
     Schema { tool: String, message: String },
+    #[error("the tools embed text, and the embedder cannot be loaded: {0}")]
+    Embedder(#[source] parley_embed::EmbedError),
 }
 
 impl Catalog {
@@ -137,6 +142,11 @@ impl Catalog {
 
     pub fn specs(&self) -> &[ToolSpec] {
         &self.specs
+    }
+
+    /// Some tool takes an embedding or the embedder's model id: start-up loads the embedder.
+    pub fn needs_embedder(&self) -> bool {
+        embedding::needed_by(&self.specs)
     }
 
     pub fn listed(&self) -> &[Tool] {
@@ -335,6 +345,8 @@ pub enum ToolError {
     #[error(transparent)]
     Key(#[from] KeyError),
     #[error(transparent)]
+    Embedding(#[from] EmbeddingError),
+    #[error(transparent)]
     Exec(#[from] ExecError),
 }
 
@@ -364,6 +376,9 @@ impl ToolError {
             }
             ToolError::Caller(e) => e.to_string(),
             ToolError::Key(e) => e.to_string(),
+            // The model's or the endpoint's complaint, never the text.
+            ToolError::Embedding(EmbeddingError::Failed(e)) => format!("embedding failed: {e}"),
+            ToolError::Embedding(e) => e.to_string(),
             // The SQL's own message may quote what the caller sent.
             ToolError::Exec(ExecError::Raised(_)) => "the tool's SQL refused the call".into(),
             ToolError::Exec(e) => e.to_string(),

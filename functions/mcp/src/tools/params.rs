@@ -99,8 +99,10 @@ impl Source {
             return Some(Source::EmbedderModel);
         }
         if let Some(argument) = from.strip_prefix("embedding.") {
-            let name_like =
-                !argument.is_empty() && argument.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            let name_like = !argument.is_empty()
+                && argument
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_');
             return name_like.then(|| Source::Embedding(argument.to_owned()));
         }
         CallerField::parse(from).map(Source::Caller)

@@ -753,9 +753,11 @@ fn param(name: String, raw: RawParam) -> Result<ParamSpec, String> {
     };
     let ty_name = match (&raw.ty, &source) {
         (Some(_), Source::Embedding(_)) => {
-            return Err("an embedding takes no `type`: it is bound as float4[]; cast it in \
+            return Err(
+                "an embedding takes no `type`: it is bound as float4[]; cast it in \
                         the sql, e.g. :query_embedding::vector(384)"
-                .into());
+                    .into(),
+            );
         }
         (Some(ty), Source::EmbedderModel) if ty != "string" => {
             return Err("embedder.model is a string".into());
@@ -1403,10 +1405,16 @@ mod tests {
             "{EMBEDDING_SEARCH}[tool.params.q]\nfrom = \"embedding.query\"\n"
         ))
         .unwrap();
-        assert_eq!(t.placeholder_types, [Type::TEXT, Type::FLOAT4_ARRAY, Type::INT8]);
+        assert_eq!(
+            t.placeholder_types,
+            [Type::TEXT, Type::FLOAT4_ARRAY, Type::INT8]
+        );
         let q = t.params.iter().find(|p| p.name == "q").unwrap();
         assert_eq!(q.source, Source::Embedding("query".into()));
-        assert!(q.required, "the text is required, so its embedding is never NULL");
+        assert!(
+            q.required,
+            "the text is required, so its embedding is never NULL"
+        );
         assert!(!t.custom_plans);
         let model = t.params.iter().find(|p| p.name == "model").unwrap();
         assert_eq!(model.source, Source::EmbedderModel);
@@ -1428,7 +1436,10 @@ mod tests {
             with("from = \"embedding.nope\"")
         );
         let err = with("from = \"embedding.model\"");
-        assert!(err.contains("must name a string parameter taken as an argument"), "{err}");
+        assert!(
+            err.contains("must name a string parameter taken as an argument"),
+            "{err}"
+        );
         let err = with("from = \"embedding.query\"\ntype = \"string\"");
         assert!(err.contains("an embedding takes no `type`"), "{err}");
         let err = with("from = \"embedding.query\"\nrequired = true");

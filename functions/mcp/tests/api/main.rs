@@ -5,6 +5,7 @@ mod auth;
 mod callers;
 mod connections;
 mod direct;
+mod embeddings;
 mod helpers;
 mod protocol;
 mod resilience;
