@@ -1,13 +1,17 @@
-//! The demo domains `parley demo-data` can load, each a crate under domains/ with its own schema,
-//! tools and data: loading one applies its schema, then its data, in one transaction. Parley's
-//! own schema (`parley migrate`) never includes them.
+//! The demo domains `parley demo-data` can load, each a crate under domains/ with its tools and
+//! data. Feedback and tasks have their own schemas: loading one applies its schema, then its
+//! data, in one transaction; Parley's own schema (`parley migrate`) never includes them. The
+//! documents domain lives in Parley's schema (migration 0004) and is loaded by parley-ingest,
+//! one transaction per document, after the others.
 
 use std::fmt;
 use std::time::{Duration, Instant};
 
 use parley_core::db::pg_message;
+use parley_domain_documents as documents;
 use parley_domain_feedback as feedback;
 use parley_domain_tasks as tasks;
+use parley_embed::Embedder;
 use tokio_postgres::{Client, Transaction};
 
 /// Serialises concurrent `demo-data` runs on one database. ASCII "parleydm".
@@ -20,23 +24,34 @@ pub enum Domain {
     Feedback,
     /// A personal task list per user, with write tools and row-level security.
     Tasks,
+    /// The PostgreSQL manual as courses (one collection per part), with demo enrollments; it
+    /// embeds every page, so it needs the manual and the embedding model.
+    Documents,
 }
 
 impl Domain {
-    pub const ALL: [Domain; 2] = [Domain::Feedback, Domain::Tasks];
+    pub const ALL: [Domain; 3] = [Domain::Feedback, Domain::Tasks, Domain::Documents];
+
+    /// What `parley demo-data` loads without `--domain`: not documents, which embeds the
+    /// whole manual (about 10,000 chunks: tens of minutes of CPU with the built-in model), and
+    /// which scripts/dev and the scratch databases of scripts/lib.sh do not need.
+    pub const DEFAULT: [Domain; 2] = [Domain::Feedback, Domain::Tasks];
 
     pub fn name(self) -> &'static str {
         match self {
             Domain::Feedback => "feedback",
             Domain::Tasks => "tasks",
+            Domain::Documents => "documents",
         }
     }
 
-    /// The domain's schema.sql: idempotent; it needs `parley migrate` first.
-    pub fn schema(self) -> &'static str {
+    /// The domain's schema.sql: idempotent; it needs `parley migrate` first. The documents
+    /// domain has none: its tables are Parley's own (migration 0004).
+    pub fn schema(self) -> Option<&'static str> {
         match self {
-            Domain::Feedback => feedback::SCHEMA,
-            Domain::Tasks => tasks::SCHEMA,
+            Domain::Feedback => Some(feedback::SCHEMA),
+            Domain::Tasks => Some(tasks::SCHEMA),
+            Domain::Documents => None,
         }
     }
 }
@@ -47,7 +62,7 @@ impl fmt::Display for Domain {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct DemoOptions {
     /// Feedback rows to generate (feedback domain).
     pub feedback: u64,
@@ -55,15 +70,23 @@ pub struct DemoOptions {
     pub seed: u64,
     /// The domains to load, each once, in [`Domain::ALL`]'s order whatever the order here.
     pub domains: Vec<Domain>,
+    /// Which pages of which manual (documents domain).
+    pub manual: documents::ManualOptions,
+    /// What embeds the manual's chunks; the documents domain needs one.
+    pub embedder: Option<Embedder>,
 }
 
 impl Default for DemoOptions {
+    /// [`Domain::DEFAULT`]: a program (a test, the bench) asks for documents by name, with an
+    /// embedder.
     fn default() -> Self {
         let generator = feedback::LoadOptions::default();
         DemoOptions {
             feedback: generator.feedback,
             seed: generator.seed,
-            domains: Domain::ALL.to_vec(),
+            domains: Domain::DEFAULT.to_vec(),
+            manual: documents::ManualOptions::default(),
+            embedder: None,
         }
     }
 }
@@ -73,6 +96,7 @@ impl Default for DemoOptions {
 pub struct DemoSummary {
     pub feedback: Option<feedback::LoadSummary>,
     pub tasks: Option<tasks::LoadSummary>,
+    pub documents: Option<documents::LoadSummary>,
     pub elapsed: Duration,
 }
 
@@ -93,10 +117,19 @@ pub enum DemoError {
     Feedback(#[from] feedback::LoadError),
     #[error("loading the tasks domain: {0}")]
     Tasks(#[from] tasks::LoadError),
+    #[error("loading the documents domain: {0}")]
+    Documents(#[from] documents::LoadError),
+    #[error("loading the documents domain needs an embedder (DemoOptions::embedder)")]
+    NoEmbedder,
+    #[error("loading the documents domain: {0}")]
+    EmbedSettings(#[from] parley_core::config::ConfigError),
+    #[error("loading the documents domain: {0}")]
+    Embedder(#[from] parley_embed::EmbedError),
 }
 
-/// Loads each chosen domain (its schema, then its data), each in a transaction of its own. A
-/// rerun with the same options changes nothing.
+/// Loads each chosen domain (its schema, then its data), each in a transaction of its own; the
+/// documents domain last, a transaction per document (see the module doc). A rerun with the
+/// same options changes nothing.
 pub async fn load(client: &mut Client, opts: &DemoOptions) -> Result<DemoSummary, DemoError> {
     let started = Instant::now();
     // The domains' schemas grant to Parley's roles and use its caller helpers. Roles are
@@ -115,6 +148,13 @@ pub async fn load(client: &mut Client, opts: &DemoOptions) -> Result<DemoSummary
         return Err(DemoError::NotMigrated);
     }
     let wanted = |d| opts.domains.contains(&d);
+    // Before anything is loaded: a run that would stop at the documents domain loads nothing.
+    if wanted(Domain::Documents) {
+        if opts.embedder.is_none() {
+            return Err(DemoError::NoEmbedder);
+        }
+        documents::manual::check_dir(&opts.manual.dir).map_err(documents::LoadError::from)?;
+    }
     let feedback = if wanted(Domain::Feedback) {
         let generator = feedback::LoadOptions {
             feedback: opts.feedback,
@@ -135,9 +175,16 @@ pub async fn load(client: &mut Client, opts: &DemoOptions) -> Result<DemoSummary
     } else {
         None
     };
+    let documents = if wanted(Domain::Documents) {
+        let embedder = opts.embedder.as_ref().ok_or(DemoError::NoEmbedder)?;
+        Some(documents::load(client, embedder, &opts.manual).await?)
+    } else {
+        None
+    };
     Ok(DemoSummary {
         feedback,
         tasks,
+        documents,
         elapsed: started.elapsed(),
     })
 }
@@ -158,9 +205,11 @@ async fn begin(client: &mut Client, domain: Domain) -> Result<Transaction<'_>, D
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK_KEY])
         .await
         .map_err(pg("taking the demo-data lock"))?;
-    tx.batch_execute(domain.schema())
-        .await
-        .map_err(pg("applying the schema"))?;
+    if let Some(schema) = domain.schema() {
+        tx.batch_execute(schema)
+            .await
+            .map_err(pg("applying the schema"))?;
+    }
     Ok(tx)
 }
 

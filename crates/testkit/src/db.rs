@@ -1,6 +1,7 @@
-//! `TestDb`: one uniquely named database per test, migrated, optionally with the demo domains,
-//! plus a LOGIN role in `parley_readonly` so tests can connect exactly as the MCP function does
-//! (and, with the demo domains, may switch to their write roles as the MCP function's does).
+//! `TestDb`: one uniquely named database per test, migrated, optionally with the demo domains
+//! (feedback and tasks, or a slice of the manual), plus a LOGIN role in `parley_readonly` so
+//! tests can connect exactly as the MCP function does (and, with the demo domains, may switch
+//! to their write roles as the MCP function's does).
 //! Databases are left behind on purpose (async Drop is not a thing); `scripts/test` drops them.
 
 use tokio_postgres::{Client, NoTls};
@@ -8,6 +9,7 @@ use url::Url;
 use uuid::Uuid;
 
 use parley_core::db::pg_message;
+use parley_domain_documents::ManualOptions;
 
 /// The LOGIN role `readonly_url` connects as. Roles are cluster-wide, so all test databases
 /// share it; it is a member of `parley_readonly` (created by migration 0001), and once a test
@@ -85,6 +87,35 @@ impl TestDb {
             .await
             .unwrap_or_else(|e| panic!("loading demo data into {} failed: {e}", db.name));
         grant_to_login(&connect(admin_url).await, parley_domain_tasks::WRITER_ROLE).await;
+        db
+    }
+
+    /// [`TestDb::migrated`] plus `parley demo-data --domain documents` on a slice of the manual:
+    /// `pages_per_part` pages of each part, spread over it, embedded with the built-in model.
+    /// Needs the manual (`apt-get install postgresql-doc-15`) and the model
+    /// (`scripts/model install`); panics saying so. About 10 pages a part is a few seconds.
+    pub async fn with_documents(pages_per_part: usize) -> TestDb {
+        TestDb::with_manual(ManualOptions {
+            pages_per_part: Some(pages_per_part),
+            ..ManualOptions::default()
+        })
+        .await
+    }
+
+    /// [`TestDb::migrated`] plus the documents domain with these options (e.g. a slice that
+    /// `include`s the pages a test asks about).
+    pub async fn with_manual(manual: ManualOptions) -> TestDb {
+        let db = TestDb::migrated().await;
+        let mut client = db.client().await;
+        let opts = parley_cli::demo::DemoOptions {
+            domains: vec![parley_cli::demo::Domain::Documents],
+            manual,
+            embedder: Some(crate::embeddings::embedder()),
+            ..Default::default()
+        };
+        parley_cli::demo::load(&mut client, &opts)
+            .await
+            .unwrap_or_else(|e| panic!("loading the manual into {} failed: {e}", db.name));
         db
     }
 

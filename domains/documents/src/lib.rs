@@ -3,10 +3,12 @@
 //! Parley's own schema, migration 0004) and the loader that turns the manual's parts into
 //! collections with demo enrollments. It has no schema of its own.
 
+mod load;
 pub mod manual;
 
 use std::path::PathBuf;
 
+pub use load::{ENROLLMENTS, LoadError, LoadSummary, ManualOptions, Principal, load};
 pub use manual::{DEFAULT_MANUAL_DIR, Manual, ManualError, Page, Part};
 
 /// The domain's tools file, as served by the mcp function (`TOOLS_FILE`).

@@ -333,7 +333,9 @@ fn assemble(
 fn reading_order(heads: &BTreeMap<String, Head>) -> Vec<String> {
     let mut seen = HashSet::new();
     let mut order = Vec::with_capacity(heads.len());
-    let mut at = heads.contains_key("index.html").then(|| "index.html".to_owned());
+    let mut at = heads
+        .contains_key("index.html")
+        .then(|| "index.html".to_owned());
     while let Some(uri) = at {
         if !seen.insert(uri.clone()) {
             break;
@@ -440,7 +442,11 @@ mod tests {
                 "Appendixes"
             ]
         );
-        assert!(manual.title.starts_with("PostgreSQL 15"), "{}", manual.title);
+        assert!(
+            manual.title.starts_with("PostgreSQL 15"),
+            "{}",
+            manual.title
+        );
     }
 
     #[test]
@@ -454,7 +460,10 @@ mod tests {
         assert_eq!(part.collection, "pg-sql");
         assert_eq!(
             isolation.path,
-            ["Part II. The SQL Language", "Chapter 13. Concurrency Control"]
+            [
+                "Part II. The SQL Language",
+                "Chapter 13. Concurrency Control"
+            ]
         );
         assert_eq!(isolation.title, "13.2. Transaction Isolation");
         let (part, whatis) = page(&manual, "intro-whatis.html");
@@ -477,7 +486,10 @@ mod tests {
             .take(3)
             .map(|p| p.uri.as_str())
             .collect();
-        assert_eq!(tutorial, ["preface.html", "intro-whatis.html", "history.html"]);
+        assert_eq!(
+            tutorial,
+            ["preface.html", "intro-whatis.html", "history.html"]
+        );
         assert_eq!(manual.parts[1].pages[0].uri, "sql.html");
     }
 
@@ -485,7 +497,8 @@ mod tests {
     fn a_missing_manual_names_the_package_to_install() {
         let err = read(Path::new("/nonexistent/manual")).unwrap_err();
         assert!(
-            err.to_string().contains("apt-get install postgresql-doc-15"),
+            err.to_string()
+                .contains("apt-get install postgresql-doc-15"),
             "{err}"
         );
     }

@@ -1,13 +1,20 @@
-//! `parley demo-data`: loads the demo domains (by default all of them) into the database in
-//! `DATABASE_URL`, each its schema then its data; rerunning with the same options changes
-//! nothing.
+//! `parley demo-data`: loads the demo domains (by default feedback and tasks) into the database
+//! in `DATABASE_URL`, each its schema then its data; rerunning with the same options changes
+//! nothing. The documents domain embeds the manual with the `EMBEDDINGS_*` settings' embedder.
+
+use std::path::PathBuf;
+
+use parley_core::config::Env;
+use parley_domain_documents::{DEFAULT_MANUAL_DIR, ManualOptions};
+use parley_embed::{EmbedSettings, Embedder};
 
 use super::{CmdError, secs};
-use crate::demo::{self, DemoOptions, Domain};
+use crate::demo::{self, DemoError, DemoOptions, Domain};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// A demo domain to load; repeat for several. Default: every demo domain.
+    /// A demo domain to load; repeat for several. Default: feedback and tasks (documents embeds
+    /// the whole PostgreSQL manual, which takes tens of minutes; ask for it by name).
     #[arg(long = "domain", value_enum, value_name = "NAME")]
     pub domains: Vec<Domain>,
     /// How many feedback rows to generate (at least 1; feedback domain).
@@ -16,6 +23,13 @@ pub struct Args {
     /// Seed for the feedback generator; the same seed and size always give the same rows.
     #[arg(long, default_value_t = DemoOptions::default().seed)]
     pub seed: u64,
+    /// The PostgreSQL manual's html directory (documents domain; Debian's postgresql-doc-15).
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_MANUAL_DIR)]
+    pub manual: PathBuf,
+    /// Load only this many pages of each part of the manual, spread over it: a quick demo
+    /// (documents domain). Default: every page.
+    #[arg(long, value_name = "N")]
+    pub pages_per_part: Option<usize>,
 }
 
 /// Refuses 0: loading replaces the feedback table, so `--feedback 0` would empty it without a
@@ -29,14 +43,29 @@ fn feedback_rows(raw: &str) -> Result<u64, String> {
 }
 
 pub async fn run(args: Args) -> Result<(), CmdError> {
+    let domains = if args.domains.is_empty() {
+        Domain::DEFAULT.to_vec()
+    } else {
+        args.domains
+    };
+    // Only the documents domain embeds; the model loads before anything is written.
+    let embedder = if domains.contains(&Domain::Documents) {
+        let settings = EmbedSettings::from_env(&Env::from_process()).map_err(DemoError::from)?;
+        Some(Embedder::from_settings(&settings).map_err(DemoError::from)?)
+    } else {
+        None
+    };
     let opts = DemoOptions {
         feedback: args.feedback,
         seed: args.seed,
-        domains: if args.domains.is_empty() {
-            Domain::ALL.to_vec()
-        } else {
-            args.domains
+        domains,
+        manual: ManualOptions {
+            dir: args.manual,
+            pages_per_part: args.pages_per_part,
+            progress: true,
+            ..ManualOptions::default()
         },
+        embedder,
     };
     let mut client = crate::db::connect().await?;
     let s = demo::load(&mut client, &opts).await?;
@@ -65,6 +94,24 @@ pub async fn run(args: Args) -> Result<(), CmdError> {
             t.seeded,
             parley_domain_tasks::SEED_OWNER,
             t.tasks
+        );
+    }
+    if let Some(d) = &s.documents {
+        for (collection, c) in &d.collections {
+            println!(
+                "{collection}: {} documents added, {} replaced, {} unchanged, {} deleted; {} chunks",
+                c.added, c.replaced, c.unchanged, c.deleted, c.chunks
+            );
+            for skipped in &c.skipped {
+                println!("  skipped {}: {}", skipped.uri, skipped.reason);
+            }
+        }
+        let total = d.total();
+        println!(
+            "documents: {} chunks written in {}; {} enrollments added",
+            total.chunks,
+            secs(d.elapsed),
+            d.enrolled
         );
     }
     println!("done in {}", secs(s.elapsed));
