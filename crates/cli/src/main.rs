@@ -24,6 +24,10 @@ enum Command {
     Migrate(cmd::migrate::Args),
     /// Load demo domains (schema and data): feedback, tasks, or both (the default).
     DemoData(cmd::demo_data::Args),
+    /// Ingest Markdown, HTML and text files into a document collection (embeds with EMBEDDINGS_*).
+    Ingest(cmd::ingest::Args),
+    /// Add or remove readers of a document collection: users by subject, groups by name.
+    Enroll(cmd::enroll::Args),
 }
 
 #[tokio::main]
@@ -32,6 +36,8 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Migrate(args) => cmd::migrate::run(args).await,
         Command::DemoData(args) => cmd::demo_data::run(args).await,
+        Command::Ingest(args) => cmd::ingest::run(args).await,
+        Command::Enroll(args) => cmd::enroll::run(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,6 +2,8 @@
 //! subcommand is a module here plus a variant (and match arm) in main.rs.
 
 pub mod demo_data;
+pub mod enroll;
+pub mod ingest;
 pub mod migrate;
 
 use std::process::ExitCode;
@@ -16,6 +18,12 @@ pub enum CmdError {
     Migrate(#[from] parley_core::migrate::MigrateError),
     #[error(transparent)]
     Demo(#[from] crate::demo::DemoError),
+    #[error(transparent)]
+    Ingest(#[from] parley_ingest::IngestError),
+    #[error(transparent)]
+    Embed(#[from] parley_embed::EmbedError),
+    #[error(transparent)]
+    Settings(parley_core::config::ConfigError),
 }
 
 impl CmdError {
@@ -23,6 +31,8 @@ impl CmdError {
     pub fn exit_code(&self) -> ExitCode {
         match self {
             CmdError::Connect(e) if e.is_usage() => ExitCode::from(2),
+            CmdError::Ingest(e) if e.is_usage() => ExitCode::from(2),
+            CmdError::Settings(_) => ExitCode::from(2),
             _ => ExitCode::FAILURE,
         }
     }

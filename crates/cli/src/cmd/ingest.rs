@@ -1,0 +1,81 @@
+//! `parley ingest`: Markdown, HTML and text files (directories walked) into a collection of
+//! the database in `DATABASE_URL`, embedded with the model the `EMBEDDINGS_*` settings name.
+//! Incremental: unchanged files are skipped, changed ones replaced, and with `--prune` the
+//! collection's documents no longer among the files deleted.
+
+use std::path::PathBuf;
+
+use parley_core::config::Env;
+use parley_embed::{EmbedSettings, Embedder};
+use parley_ingest::{ChunkOptions, CollectionSpec, IngestOptions};
+
+use super::CmdError;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Files or directories to ingest; directories are walked for .md, .markdown, .html, .htm,
+    /// .txt and .text files, each stored under its path relative to the directory.
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+    /// The collection to ingest into, created if new (lower-case letters, digits, '_', '.', '-').
+    #[arg(long, value_name = "NAME", value_parser = collection_name)]
+    pub collection: String,
+    /// The collection's title (default on creation: its name).
+    #[arg(long)]
+    pub title: Option<String>,
+    /// What the collection holds, for people and models choosing where to search.
+    #[arg(long)]
+    pub description: Option<String>,
+    /// Make the collection readable by every caller, not only its members.
+    #[arg(long)]
+    pub public: bool,
+    /// Delete the collection's documents that are not among these files.
+    #[arg(long)]
+    pub prune: bool,
+    /// Skip files larger than this many bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = IngestOptions::default().max_document_bytes)]
+    pub max_document_bytes: u64,
+}
+
+/// Refused before connecting, with the rule, rather than by the table's CHECK.
+fn collection_name(raw: &str) -> Result<String, String> {
+    parley_ingest::check_collection_name(raw)
+        .map(|()| raw.to_owned())
+        .map_err(|e| e.to_string())
+}
+
+pub async fn run(args: Args) -> Result<(), CmdError> {
+    let found = parley_ingest::discover_all(&args.paths)?;
+    let settings = EmbedSettings::from_env(&Env::from_process()).map_err(CmdError::Settings)?;
+    // Usage mistakes in DATABASE_URL surface before the model takes its second to load.
+    crate::db::config_from_env()?;
+    let embedder = Embedder::from_settings(&settings)?;
+    let mut client = crate::db::connect().await?;
+    let spec = CollectionSpec {
+        name: args.collection,
+        title: args.title,
+        description: args.description,
+        public: args.public.then_some(true),
+    };
+    let options = IngestOptions {
+        prune: args.prune,
+        max_document_bytes: args.max_document_bytes,
+        chunk: ChunkOptions::default(),
+        progress: true,
+    };
+    let summary =
+        parley_ingest::ingest(&mut client, &embedder, &spec, found.files, &options).await?;
+    for s in &summary.skipped {
+        println!("skipped {}: {}", s.uri, s.reason);
+    }
+    let ignored = match found.ignored {
+        0 => String::new(),
+        n => format!("; {n} files of other types ignored"),
+    };
+    println!(
+        "{} ({}): {summary}{ignored}",
+        spec.name,
+        embedder.model_id()
+    );
+    Ok(())
+}

@@ -1,0 +1,265 @@
+//! `parley ingest` and `parley enroll` as a user runs them: the built binary against a fresh
+//! migrated database and the real built-in model, checking what it prints, its exit code and
+//! the rows it leaves.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use parley_testkit::TestDb;
+
+fn parley(args: &[&str], database_url: &str) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_parley"))
+        .args(args)
+        .env_clear()
+        .env("DATABASE_URL", database_url)
+        .env("EMBEDDINGS_MODEL_DIR", parley_testkit::model_dir())
+        .output()
+        .expect("parley runs")
+}
+
+fn stdout_of(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn failure(out: &Output, code: i32) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(code), "{stderr}");
+    stderr
+}
+
+/// A directory of files for one test, removed when dropped.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(name: &str) -> Dir {
+        let dir = std::env::temp_dir().join(format!(
+            "parley-cli-{name}-{}-{:x}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Dir(dir)
+    }
+
+    fn write(&self, rel: &str, body: &str) -> &Dir {
+        let path = self.0.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, body).unwrap();
+        self
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().expect("a UTF-8 temp path")
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+async fn rows(db: &TestDb, sql: &str) -> Vec<String> {
+    db.client()
+        .await
+        .query(sql, &[])
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+#[tokio::test]
+async fn ingest_reports_what_it_did_and_a_rerun_only_what_changed() {
+    let db = TestDb::migrated().await;
+    let dir = Dir::new("ingest");
+    dir.write(
+        "guide.md",
+        "# Guide\n\nHow to start.\n\n## Next\n\nWhat follows.\n",
+    )
+    .write(
+        "ref/page.html",
+        "<title>Page</title><h1>Page</h1><p>Reference text.</p>",
+    )
+    .write("empty.txt", "")
+    .write("picture.png", "not text");
+
+    let first = stdout_of(&parley(
+        &[
+            "ingest",
+            dir.path(),
+            "--collection",
+            "docs",
+            "--title",
+            "The docs",
+            "--description",
+            "Guides and references",
+            "--public",
+        ],
+        &db.url,
+    ));
+    assert!(first.contains("skipped empty.txt: empty file\n"), "{first}");
+    assert!(
+        first.contains(
+            "docs (all-MiniLM-L6-v2@384): 2 added, 0 replaced, 0 unchanged, 0 deleted, 1 skipped; 3 chunks in "
+        ),
+        "{first}"
+    );
+    assert!(
+        first
+            .trim_end()
+            .ends_with("; 1 files of other types ignored"),
+        "{first}"
+    );
+    assert_eq!(
+        rows(
+            &db,
+            "SELECT concat_ws('|', title, description, public) FROM parley.collections"
+        )
+        .await,
+        ["The docs|Guides and references|t"]
+    );
+    assert_eq!(
+        rows(
+            &db,
+            "SELECT uri || ':' || array_to_string(path, '/') FROM parley.documents ORDER BY uri"
+        )
+        .await,
+        ["guide.md:", "ref/page.html:ref"]
+    );
+
+    std::fs::remove_file(dir.0.join("guide.md")).unwrap();
+    let again = stdout_of(&parley(
+        &["ingest", dir.path(), "--collection", "docs", "--prune"],
+        &db.url,
+    ));
+    assert!(
+        again.contains("0 added, 0 replaced, 1 unchanged, 1 deleted, 1 skipped; 0 chunks in"),
+        "{again}"
+    );
+    // Options not given leave the collection's as they were.
+    assert_eq!(
+        rows(
+            &db,
+            "SELECT concat_ws('|', title, public) FROM parley.collections"
+        )
+        .await,
+        ["The docs|t"]
+    );
+    assert_eq!(
+        rows(&db, "SELECT uri FROM parley.documents").await,
+        ["ref/page.html"]
+    );
+}
+
+#[tokio::test]
+async fn enroll_adds_and_removes_members_and_names_a_missing_collection() {
+    let db = TestDb::migrated().await;
+    let dir = Dir::new("enroll");
+    dir.write("a.md", "# A\n\nText.\n");
+    stdout_of(&parley(
+        &["ingest", dir.path(), "--collection", "course-1"],
+        &db.url,
+    ));
+
+    let added = stdout_of(&parley(
+        &[
+            "enroll",
+            "--collection",
+            "course-1",
+            "--user",
+            "student-1",
+            "--group",
+            "staff",
+            "--user",
+            "student-2",
+        ],
+        &db.url,
+    ));
+    assert_eq!(added.trim(), "course-1: 3 added, 0 were already members");
+    let removed = stdout_of(&parley(
+        &[
+            "enroll",
+            "--collection",
+            "course-1",
+            "--user",
+            "student-2",
+            "--user",
+            "nobody",
+            "--remove",
+        ],
+        &db.url,
+    ));
+    assert_eq!(removed.trim(), "course-1: 1 removed, 1 were not members");
+    assert_eq!(
+        rows(
+            &db,
+            "SELECT kind || ':' || principal FROM parley.memberships ORDER BY 1"
+        )
+        .await,
+        ["group:staff", "user:student-1"]
+    );
+
+    let missing = parley(&["enroll", "--collection", "nope", "--user", "x"], &db.url);
+    assert!(failure(&missing, 1).contains("nope: no collection by that name"));
+}
+
+#[tokio::test]
+async fn a_collection_of_another_model_is_refused_with_both_names() {
+    let db = TestDb::migrated().await;
+    db.client()
+        .await
+        .batch_execute(
+            "INSERT INTO parley.collections (name, title, embedding_model, embedding_dims)
+             VALUES ('other', 'Other', 'text-embedding-3-small@1536', 1536)",
+        )
+        .await
+        .unwrap();
+    let dir = Dir::new("mismatch");
+    dir.write("a.md", "# A\n\nText.\n");
+    let out = parley(&["ingest", dir.path(), "--collection", "other"], &db.url);
+    let stderr = failure(&out, 1);
+    assert!(
+        stderr.contains("was embedded with text-embedding-3-small@1536, but the configured embedder is all-MiniLM-L6-v2@384"),
+        "{stderr}"
+    );
+}
+
+/// Usage mistakes exit 2 before connecting (nothing listens on the URL's port).
+#[test]
+fn usage_mistakes_exit_2_with_the_reason() {
+    let nowhere = "postgres://u@127.0.0.1:9/none";
+    let dir = Dir::new("usage");
+    dir.write("a.md", "# A\n");
+
+    let bad_name = parley(&["ingest", dir.path(), "--collection", "Bad Name"], nowhere);
+    assert!(failure(&bad_name, 2).contains("is not a collection name"));
+
+    let missing = parley(&["ingest", "/no/such/dir", "--collection", "docs"], nowhere);
+    assert!(failure(&missing, 2).contains("/no/such/dir: no such file or directory"));
+
+    let no_paths = parley(&["ingest", "--collection", "docs"], nowhere);
+    assert!(failure(&no_paths, 2).contains("<PATH>"));
+
+    let no_members = parley(&["enroll", "--collection", "docs"], nowhere);
+    assert!(failure(&no_members, 2).contains("--user"));
+
+    let mut bad_setting = Command::new(env!("CARGO_BIN_EXE_parley"));
+    bad_setting
+        .args(["ingest", dir.path(), "--collection", "docs"])
+        .env_clear()
+        .env("DATABASE_URL", nowhere)
+        .env("EMBEDDINGS", "magic");
+    let out = bad_setting.output().expect("parley runs");
+    assert!(failure(&out, 2).contains("invalid setting EMBEDDINGS"));
+}

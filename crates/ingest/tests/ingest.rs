@@ -1,0 +1,458 @@
+//! Ingestion into a real, migrated Postgres with the real built-in model: what is stored for
+//! each format, incremental re-runs, bad files, a refused model, memberships, and a reader
+//! that never sees half a document while a writer replaces it.
+
+use std::path::PathBuf;
+
+use parley_ingest::{
+    CollectionSpec, IngestError, IngestOptions, Member, SourceFile, Summary, discover, enroll,
+    ingest,
+};
+use parley_testkit::TestDb;
+
+/// A directory of files for one test, removed when dropped.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(name: &str) -> Dir {
+        let dir = std::env::temp_dir().join(format!(
+            "parley-ingest-{name}-{}-{:x}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Dir(dir)
+    }
+
+    fn write(&self, rel: &str, bytes: impl AsRef<[u8]>) -> &Dir {
+        let path = self.0.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, bytes).unwrap();
+        self
+    }
+
+    fn remove(&self, rel: &str) {
+        std::fs::remove_file(self.0.join(rel)).unwrap();
+    }
+
+    fn files(&self) -> Vec<SourceFile> {
+        discover(std::slice::from_ref(&self.0)).unwrap()
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+async fn run(
+    db: &TestDb,
+    collection: &str,
+    files: Vec<SourceFile>,
+    options: &IngestOptions,
+) -> Result<Summary, IngestError> {
+    let mut client = db.client().await;
+    let embedder = parley_testkit::embeddings::embedder();
+    ingest(
+        &mut client,
+        &embedder,
+        &CollectionSpec::named(collection),
+        files,
+        options,
+    )
+    .await
+}
+
+/// uri, section, position, heading, context, text, dimensions.
+type ChunkRow = (String, i32, i32, Vec<String>, String, String, i32);
+
+fn counts(s: &Summary) -> (u64, u64, u64, u64, usize) {
+    (s.added, s.replaced, s.unchanged, s.deleted, s.skipped.len())
+}
+
+const GUIDE_MD: &str = "# Widget guide\n\nWidgets are small.\n\n## Installing\n\nRun the installer.\n\n\
+                        ```sh\nwidget install --all\n```\n\n### On Linux\n\nUse the package.\n";
+const PAGE_HTML: &str = "<html><head><title>Widget reference</title></head><body>\
+     <div class=\"navheader\">Prev Up Home Next</div><h1>Reference</h1><p>All widgets.</p>\
+     <h2>Sizes</h2><table><tr><th>Size</th><th>Grams</th></tr><tr><td>small</td><td>3</td></tr></table>\
+     <div class=\"navfooter\">Prev Next</div></body></html>";
+
+#[tokio::test]
+async fn each_format_is_stored_with_its_title_structure_sections_and_embedded_chunks() {
+    let db = TestDb::migrated().await;
+    let dir = Dir::new("formats");
+    dir.write("guide/intro.md", GUIDE_MD)
+        .write("reference.html", PAGE_HTML)
+        .write("notes.txt", "Plain notes.\n\nSecond paragraph.\n");
+
+    let summary = run(&db, "widgets", dir.files(), &IngestOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(counts(&summary), (3, 0, 0, 0, 0), "{summary:?}");
+    assert_eq!(summary.chunks, 6);
+
+    let c = db.client().await;
+    let coll = c
+        .query_one(
+            "SELECT title, public, embedding_model, embedding_dims FROM parley.collections WHERE name = 'widgets'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(coll.get::<_, String>(0), "widgets");
+    assert!(!coll.get::<_, bool>(1));
+    assert_eq!(coll.get::<_, String>(2), "all-MiniLM-L6-v2@384");
+    assert_eq!(coll.get::<_, i32>(3), 384);
+
+    let docs: Vec<(String, String, Vec<String>, serde_json::Value)> = c
+        .query(
+            "SELECT uri, title, path, metadata FROM parley.documents ORDER BY uri",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    assert_eq!(
+        docs,
+        [
+            (
+                "guide/intro.md".into(),
+                "Widget guide".into(),
+                vec!["guide".into()],
+                serde_json::json!({})
+            ),
+            (
+                "notes.txt".into(),
+                "notes".into(),
+                vec![],
+                serde_json::json!({})
+            ),
+            (
+                "reference.html".into(),
+                "Widget reference".into(),
+                vec![],
+                serde_json::json!({})
+            ),
+        ]
+    );
+
+    let chunks: Vec<ChunkRow> = c
+        .query(
+            "SELECT d.uri, c.section, c.position, c.heading, c.context, c.text, vector_dims(c.embedding)
+               FROM parley.chunks c JOIN parley.documents d ON d.id = c.document_id
+              ORDER BY d.uri, c.position",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5), r.get(6)))
+        .collect();
+    let view: Vec<(&str, i32, i32, &str)> = chunks
+        .iter()
+        .map(|(uri, section, position, _, context, _, _)| {
+            (uri.as_str(), *section, *position, context.as_str())
+        })
+        .collect();
+    assert_eq!(
+        view,
+        [
+            ("guide/intro.md", 0, 0, "Widget guide"),
+            ("guide/intro.md", 1, 1, "Widget guide › Installing"),
+            (
+                "guide/intro.md",
+                2,
+                2,
+                "Widget guide › Installing › On Linux"
+            ),
+            ("notes.txt", 0, 0, "notes"),
+            ("reference.html", 0, 0, "Widget reference › Reference"),
+            (
+                "reference.html",
+                1,
+                1,
+                "Widget reference › Reference › Sizes"
+            ),
+        ]
+    );
+    assert!(chunks.iter().all(|c| c.6 == 384));
+    let texts: Vec<&str> = chunks.iter().map(|c| c.5.as_str()).collect();
+    assert!(
+        texts.contains(&"Run the installer.\n\nwidget install --all"),
+        "{texts:?}"
+    );
+    assert!(texts.contains(&"Size | Grams\nsmall | 3"), "{texts:?}");
+    assert!(texts.iter().all(|t| !t.contains("Prev")), "{texts:?}");
+    let headings: Vec<&Vec<String>> = chunks.iter().map(|c| &c.3).collect();
+    assert_eq!(headings[2], &["Widget guide", "Installing", "On Linux"]);
+
+    // Sections are what read_document returns: the same cut, in order.
+    let sections: Vec<(i32, Vec<String>)> = c
+        .query(
+            "SELECT s.ord, s.heading FROM parley.sections s JOIN parley.documents d ON d.id = s.document_id
+              WHERE d.uri = 'reference.html' ORDER BY s.ord",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        sections,
+        [
+            (0, vec!["Reference".to_string()]),
+            (1, vec!["Reference".to_string(), "Sizes".to_string()])
+        ]
+    );
+
+    // The full-text index sees the context: the title finds the page.
+    let hit: String = c
+        .query_one(
+            "SELECT d.uri FROM parley.chunks c JOIN parley.documents d ON d.id = c.document_id
+              WHERE c.tsv @@ websearch_to_tsquery('english', 'widget reference grams')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(hit, "reference.html");
+}
+
+#[tokio::test]
+async fn a_rerun_skips_unchanged_replaces_changed_and_prunes_removed_documents() {
+    let db = TestDb::migrated().await;
+    let dir = Dir::new("incremental");
+    dir.write("a.md", "# A\n\nAlpha text.\n")
+        .write("b.md", "# B\n\nBeta text.\n")
+        .write("c.txt", "Gamma text.\n");
+    let opts = IngestOptions::default();
+    let first = run(&db, "docs", dir.files(), &opts).await.unwrap();
+    assert_eq!(counts(&first), (3, 0, 0, 0, 0));
+
+    let again = run(&db, "docs", dir.files(), &opts).await.unwrap();
+    assert_eq!(counts(&again), (0, 0, 3, 0, 0));
+    assert_eq!(again.chunks, 0);
+
+    dir.write("b.md", "# B\n\nBeta text, revised.\n")
+        .write("d.md", "# D\n\nDelta text.\n");
+    dir.remove("c.txt");
+    let without_prune = run(&db, "docs", dir.files(), &opts).await.unwrap();
+    assert_eq!(counts(&without_prune), (1, 1, 1, 0, 0));
+
+    let pruned = run(
+        &db,
+        "docs",
+        dir.files(),
+        &IngestOptions {
+            prune: true,
+            ..opts.clone()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(counts(&pruned), (0, 0, 3, 1, 0));
+
+    let c = db.client().await;
+    let uris: Vec<String> = c
+        .query("SELECT uri FROM parley.documents ORDER BY uri", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(uris, ["a.md", "b.md", "d.md"]);
+    let b: String = c
+        .query_one(
+            "SELECT string_agg(c.text, ' ') FROM parley.chunks c JOIN parley.documents d ON d.id = c.document_id
+              WHERE d.uri = 'b.md'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(b, "Beta text, revised.");
+    // Nothing left behind by the replaced and deleted documents.
+    let orphans: i64 = c
+        .query_one(
+            "SELECT (SELECT count(*) FROM parley.chunks WHERE document_id NOT IN (SELECT id FROM parley.documents))
+                  + (SELECT count(*) FROM parley.sections WHERE document_id NOT IN (SELECT id FROM parley.documents))",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(orphans, 0);
+}
+
+#[tokio::test]
+async fn bad_files_are_skipped_with_reasons_and_the_run_goes_on() {
+    let db = TestDb::migrated().await;
+    let dir = Dir::new("bad");
+    dir.write("binary.txt", b"PK\x03\x04\0\0zip")
+        .write("empty.md", "")
+        .write("huge.txt", "big ".repeat(600))
+        .write("latin1.txt", b"caf\xe9 cr\xe8me")
+        .write("only-script.html", "<html><script>x()</script></html>")
+        .write("good.md", "# Good\n\nFine.\n");
+    let opts = IngestOptions {
+        max_document_bytes: 2000,
+        ..IngestOptions::default()
+    };
+    let s = run(&db, "bad", dir.files(), &opts).await.unwrap();
+    assert_eq!(counts(&s), (1, 0, 0, 0, 5), "{s:?}");
+    let reasons: Vec<(&str, &str)> = s
+        .skipped
+        .iter()
+        .map(|k| (k.uri.as_str(), k.reason.as_str()))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            ("binary.txt", "binary file (NUL byte at offset 4)"),
+            ("empty.md", "empty file"),
+            (
+                "huge.txt",
+                "larger than the limit of 2000 bytes (2400 bytes)"
+            ),
+            ("latin1.txt", "not valid UTF-8 (at byte 3)"),
+            ("only-script.html", "no text left after extraction"),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_collection_embedded_with_another_model_is_refused_naming_both() {
+    let db = TestDb::migrated().await;
+    db.client()
+        .await
+        .batch_execute(
+            "INSERT INTO parley.collections (name, title, embedding_model, embedding_dims)
+             VALUES ('other', 'Other', 'text-embedding-3-small@1536', 1536)",
+        )
+        .await
+        .unwrap();
+    let dir = Dir::new("mismatch");
+    dir.write("a.md", "# A\n\nText.\n");
+    let err = run(&db, "other", dir.files(), &IngestOptions::default())
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, IngestError::ModelMismatch { .. }), "{msg}");
+    assert!(
+        msg.contains("text-embedding-3-small@1536") && msg.contains("all-MiniLM-L6-v2@384"),
+        "{msg}"
+    );
+    let docs: i64 = db
+        .client()
+        .await
+        .query_one("SELECT count(*) FROM parley.documents", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(docs, 0);
+}
+
+#[tokio::test]
+async fn a_reader_never_sees_half_a_document_while_it_is_replaced() {
+    let db = TestDb::migrated().await;
+    let dir = Dir::new("concurrent");
+    // Two versions, several chunks each, every chunk of a version marked with its word.
+    let version = |word: &str| {
+        (0..12)
+            .map(|i| {
+                format!(
+                    "## Part {i}\n\n{}\n",
+                    format!("{word} sentence number {i}. ").repeat(20)
+                )
+            })
+            .collect::<String>()
+    };
+    let (alpha, beta) = (version("alpha"), version("beta"));
+    dir.write("doc.md", &alpha);
+    run(&db, "live", dir.files(), &IngestOptions::default())
+        .await
+        .unwrap();
+
+    let reader = db.client().await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reading = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut reads = 0u32;
+            let mut seen = std::collections::BTreeSet::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let row = reader
+                    .query_one(
+                        "SELECT count(*), count(*) FILTER (WHERE text LIKE '%alpha%'),
+                                count(*) FILTER (WHERE text LIKE '%beta%')
+                           FROM parley.chunks c JOIN parley.documents d ON d.id = c.document_id
+                          WHERE d.uri = 'doc.md'",
+                        &[],
+                    )
+                    .await
+                    .unwrap();
+                let (all, a, b): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+                assert!(all > 0, "read {reads}: no chunks");
+                assert!(
+                    a == all || b == all,
+                    "read {reads}: {a} alpha and {b} beta of {all}"
+                );
+                seen.insert(if a == all { "alpha" } else { "beta" });
+                reads += 1;
+            }
+            (reads, seen)
+        })
+    };
+    for round in 0..6 {
+        dir.write("doc.md", if round % 2 == 0 { &beta } else { &alpha });
+        let s = run(&db, "live", dir.files(), &IngestOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(counts(&s), (0, 1, 0, 0, 0));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (reads, seen) = reading.await.expect("the reader saw only whole documents");
+    assert!(reads > 10, "only {reads} reads");
+    assert_eq!(seen.len(), 2, "the reader saw both versions: {seen:?}");
+}
+
+#[tokio::test]
+async fn enroll_adds_and_removes_users_and_groups() {
+    let db = TestDb::migrated().await;
+    let dir = Dir::new("enroll");
+    dir.write("a.md", "# A\n\nText.\n");
+    run(&db, "course-1", dir.files(), &IngestOptions::default())
+        .await
+        .unwrap();
+    let c = db.client().await;
+    let members = [
+        Member::User("student-1".into()),
+        Member::Group("staff".into()),
+    ];
+    assert_eq!(enroll(&c, "course-1", &members, false).await.unwrap(), 2);
+    assert_eq!(enroll(&c, "course-1", &members, false).await.unwrap(), 0);
+    let rows: Vec<String> = c
+        .query(
+            "SELECT kind || ':' || principal FROM parley.memberships ORDER BY 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(rows, ["group:staff", "user:student-1"]);
+    assert_eq!(
+        enroll(&c, "course-1", &members[..1], true).await.unwrap(),
+        1
+    );
+    let err = enroll(&c, "nope", &members, false).await.unwrap_err();
+    assert_eq!(err.to_string(), "nope: no collection by that name");
+}
