@@ -11,6 +11,7 @@ pub mod http;
 pub mod jwt;
 pub mod migrate;
 pub mod plain_http;
+pub mod retry;
 pub mod secrets;
 pub mod serve;
 pub mod telemetry;

@@ -5,13 +5,15 @@
 
 mod builtin;
 mod error;
+mod http;
 mod settings;
 
 use std::path::PathBuf;
 
 pub use builtin::BuiltIn;
 pub use error::EmbedError;
-pub use settings::{Backend, EmbedSettings};
+pub use http::HttpEmbedder;
+pub use settings::{Backend, EmbedSettings, HttpSettings};
 
 /// The built-in model's name, the first half of its [`Embedder::model_id`].
 pub const BUILT_IN_MODEL: &str = "all-MiniLM-L6-v2";
@@ -32,6 +34,7 @@ pub fn default_model_dir() -> PathBuf {
 #[derive(Clone)]
 pub enum Embedder {
     BuiltIn(BuiltIn),
+    Http(HttpEmbedder),
 }
 
 impl std::fmt::Debug for Embedder {
@@ -48,6 +51,19 @@ impl Embedder {
             Backend::BuiltIn { model_dir } => {
                 Ok(Embedder::BuiltIn(BuiltIn::load(model_dir, settings.batch)?))
             }
+            Backend::Http(http) => {
+                let client = reqwest::Client::builder().build().map_err(|e| {
+                    EmbedError::Inference(format!(
+                        "no HTTP client: {}",
+                        parley_core::error::chain(&e)
+                    ))
+                })?;
+                Ok(Embedder::Http(HttpEmbedder::new(
+                    http.clone(),
+                    settings.batch,
+                    client,
+                )))
+            }
         }
     }
 
@@ -56,6 +72,7 @@ impl Embedder {
     pub fn model_id(&self) -> &str {
         match self {
             Embedder::BuiltIn(model) => model.model_id(),
+            Embedder::Http(http) => http.model_id(),
         }
     }
 
@@ -63,6 +80,7 @@ impl Embedder {
     pub fn dims(&self) -> usize {
         match self {
             Embedder::BuiltIn(model) => model.dims(),
+            Embedder::Http(http) => http.dims(),
         }
     }
 
@@ -80,6 +98,7 @@ impl Embedder {
                     .await
                     .map_err(|e| EmbedError::Inference(format!("the embedding task failed: {e}")))?
             }
+            Embedder::Http(http) => http.embed(texts).await,
         }
     }
 

@@ -79,3 +79,78 @@ pub async fn bind(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::params::ParamType;
+
+    fn param(name: &str, source: Source, ty: ParamType) -> ParamSpec {
+        ParamSpec {
+            name: name.into(),
+            description: None,
+            ty,
+            required: false,
+            default: None,
+            source,
+        }
+    }
+
+    fn params() -> Vec<ParamSpec> {
+        let text = ParamType::String {
+            min_length: None,
+            max_length: None,
+        };
+        vec![
+            param("q", Source::Argument, text.clone()),
+            param("other", Source::Argument, text),
+            param("e1", Source::Embedding("q".into()), ParamType::Vector),
+            param("e2", Source::Embedding("q".into()), ParamType::Vector),
+            param("e3", Source::Embedding("other".into()), ParamType::Vector),
+            param(
+                "model",
+                Source::EmbedderModel,
+                ParamType::String {
+                    min_length: None,
+                    max_length: None,
+                },
+            ),
+        ]
+    }
+
+    #[tokio::test]
+    async fn each_text_is_embedded_once_and_a_null_text_has_a_null_embedding() {
+        let embedder = parley_testkit::embeddings::embedder();
+        let mut values = vec![
+            SqlValue::Text("a cat on a mat".into()),
+            SqlValue::Null,
+            SqlValue::Null,
+            SqlValue::Null,
+            SqlValue::Null,
+            SqlValue::Null,
+        ];
+        bind(&params(), &mut values, Some(&embedder)).await.unwrap();
+        let SqlValue::Vector(v) = &values[2] else {
+            panic!("not a vector: {:?}", values[2]);
+        };
+        assert_eq!(v.len(), 384);
+        assert_eq!(values[3], values[2], "the same text, the same vector");
+        assert_eq!(values[4], SqlValue::Null);
+        assert_eq!(values[5], SqlValue::Text("all-MiniLM-L6-v2@384".into()));
+        assert_eq!(
+            values[0],
+            SqlValue::Text("a cat on a mat".into()),
+            "untouched"
+        );
+    }
+
+    #[tokio::test]
+    async fn without_an_embedder_a_tool_that_needs_one_is_refused_and_others_run() {
+        let mut values = vec![SqlValue::Text("x".into()), SqlValue::Null];
+        let plain = &params()[..2];
+        bind(plain, &mut values, None).await.unwrap();
+        let mut values = vec![SqlValue::Null; 6];
+        let err = bind(&params(), &mut values, None).await.unwrap_err();
+        assert!(matches!(err, EmbeddingError::NoEmbedder));
+    }
+}

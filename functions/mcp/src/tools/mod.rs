@@ -187,7 +187,7 @@ impl Catalog {
                     return Ok(false);
                 }
             }
-            if !check_settings(&client, tool).await? {
+            if !check_settings(&client, tool).await? || !check_citation(&client, tool).await? {
                 return Ok(false);
             }
         }
@@ -255,6 +255,43 @@ async fn check_settings(
                 message: format!("[tool.settings]: {}", parley_core::db::pg_message(&e)),
             })
         }
+    }
+}
+
+/// A citation must name columns the statement returns: a misspelt one would give the chat
+/// sources without titles, not an error.
+async fn check_citation(
+    client: &deadpool_postgres::Object,
+    tool: &ToolSpec,
+) -> Result<bool, CatalogError> {
+    let (Some(citation), Some(sql)) = (&tool.citation, &tool.columns_sql) else {
+        return Ok(true);
+    };
+    // Prepared, never run, and not cached: only its description is wanted.
+    let statement = match client.prepare_typed(sql, &tool.placeholder_types).await {
+        Ok(statement) => statement,
+        Err(e) if parley_core::db::is_connection_error(&e) => return Ok(false),
+        Err(e) => {
+            return Err(CatalogError::Schema {
+                tool: tool.name.clone(),
+                message: parley_core::db::pg_message(&e),
+            });
+        }
+    };
+    let returned: Vec<&str> = statement.columns().iter().map(|c| c.name()).collect();
+    match citation
+        .columns()
+        .find(|(_, column)| !returned.contains(column))
+    {
+        None => Ok(true),
+        Some((key, column)) => Err(CatalogError::Schema {
+            tool: tool.name.clone(),
+            message: format!(
+                "citation `{key}` names the column `{column}`, which the statement does not \
+                 return (it returns {})",
+                returned.join(", ")
+            ),
+        }),
     }
 }
 

@@ -81,6 +81,9 @@ pub struct ToolSpec {
     pub settings: Vec<String>,
     /// Which output columns make a source the chat can cite (tool `_meta` `parley/citation`).
     pub citation: Option<Citation>,
+    /// For a tool with a citation: the statement's rows as columns (placeholders as in
+    /// [`ToolSpec::wrapped_sql`]), prepared at start-up to check the columns it names.
+    pub columns_sql: Option<String>,
     /// For a write: [`ToolSpec::wrapped_sql`] that also records its rows in
     /// `parley.idempotency` under a key, in the same statement. Its placeholders are
     /// [`ToolSpec::placeholder_types`] followed by the tool's name and the key (both text).
@@ -202,7 +205,7 @@ pub struct Citation {
 
 impl Citation {
     /// Every column named, keyed by what it is for.
-    fn columns(&self) -> impl Iterator<Item = (&'static str, &str)> {
+    pub fn columns(&self) -> impl Iterator<Item = (&'static str, &str)> {
         [
             ("id", Some(&self.id)),
             ("title", self.title.as_ref()),
@@ -533,6 +536,13 @@ fn tool(raw: RawTool, limits: Limits) -> Result<ToolSpec, String> {
             }
         }
     }
+    let columns_sql = raw.citation.as_ref().map(|_| {
+        format!(
+            "WITH tool_rows AS (\n{}\n) SELECT * FROM tool_rows LIMIT ${}",
+            rewritten.sql,
+            placeholder_types.len()
+        )
+    });
     // The same rows as `wrapped_sql`, numbered so their order survives the array they are
     // recorded in; the INSERT runs whether or not the outer SELECT reads it.
     let keyed_sql = raw.writes.then(|| {
@@ -556,6 +566,7 @@ fn tool(raw: RawTool, limits: Limits) -> Result<ToolSpec, String> {
         context: raw.context,
         settings,
         citation: raw.citation,
+        columns_sql,
         keyed_sql,
         custom_plans,
         name,
@@ -630,7 +641,8 @@ fn effects(
 }
 
 /// A role name `SET LOCAL ROLE "name"` reaches exactly as written: Postgres folds unquoted
-/// names to lower case, so a lower-case identifier means the same quoted or not.
+/// names to lower case, so a lower-case identifier means the same quoted or not. Setting
+/// names are made of the same identifiers.
 fn is_role_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 63
@@ -649,17 +661,9 @@ const RESERVED_SETTING_PREFIXES: [&str; 3] = ["parley.", "transaction_", "defaul
 /// is a (possibly dotted) identifier, so it is written as is; the value is a string literal
 /// Postgres reads the same whatever `standard_conforming_strings` says.
 fn set_local(name: &str, value: &toml::Value) -> Result<String, String> {
-    let ident = |part: &str| {
-        !part.is_empty()
-            && part.len() <= 63
-            && !part.starts_with(|c: char| c.is_ascii_digit())
-            && part
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-    };
     let well_formed = match name.split_once('.') {
-        Some((prefix, rest)) => ident(prefix) && ident(rest),
-        None => ident(name),
+        Some((prefix, rest)) => is_role_name(prefix) && is_role_name(rest),
+        None => is_role_name(name),
     };
     if !well_formed {
         return Err(format!(

@@ -1,6 +1,6 @@
-//! Parameters the server computes: `from = "embedding.<argument>"` (the built-in model's vector
-//! of a text, bound as `float4[]`) and `from = "embedder.model"`, over a real pgvector table,
-//! the real model and both request paths.
+//! Parameters the server computes: `from = "embedding.<argument>"` (a text's vector, bound as
+//! `float4[]`) and `from = "embedder.model"`, over a real pgvector table, the real built-in
+//! model (also behind a local OpenAI-compatible server) and both request paths.
 
 use parley_testkit::TestDb;
 use serde_json::{Value, json};
@@ -208,4 +208,34 @@ async fn the_model_is_loaded_only_when_a_tool_embeds_and_a_missing_one_stops_sta
         .await
         .expect("no tool embeds: the model is not needed");
     assert_eq!(app.rows("one", json!({})).await["rows"][0]["one"], 1);
+}
+
+#[tokio::test]
+async fn an_http_embedder_serves_the_same_search_and_its_failure_is_a_tool_error() {
+    use parley_testkit::embeddings::{EmbeddingsServer, Fault};
+    let server =
+        EmbeddingsServer::with_faults(vec![Fault::Status(500, "model overloaded".into())]).await;
+    let options = Options {
+        tools_toml: Some(TOOLS.into()),
+        extra_env: env(&[
+            ("EMBEDDINGS", "http"),
+            ("EMBEDDINGS_URL", &server.base_url()),
+            ("EMBEDDINGS_MODEL", "all-MiniLM-L6-v2"),
+            ("EMBEDDINGS_DIMENSIONS", "384"),
+            ("EMBEDDINGS_MAX_RETRIES", "0"),
+        ]),
+        ..Options::default()
+    };
+    let app = spawn_on(passages_db().await, options)
+        .await
+        .expect("starts with the http embedder");
+    let query = json!({"query": "a kitten napping on a rug"});
+    assert_eq!(
+        app.tool_error("nearest", query.clone()).await,
+        "the text could not be embedded right now; try again in a few seconds"
+    );
+    let rows = app.rows("nearest", query).await;
+    assert_eq!(ids(&rows)[0], 1, "{rows}");
+    assert_eq!(rows["rows"][0]["model"], "all-MiniLM-L6-v2@384");
+    assert_eq!(server.requests().len(), 2, "one request per call");
 }

@@ -38,6 +38,13 @@ type = "string"
 required = true
 
 [[tool]]
+name = "searchable"
+description = "The collections a search may read (parley's own check, which RAISEs)."
+sql = "SELECT parley.searchable_collections(:collection, 'all-MiniLM-L6-v2@384') AS ids"
+[tool.params.collection]
+type = "string"
+
+[[tool]]
 name = "broken"
 description = "Fails with an error that is not a refusal."
 sql = "SELECT 1 / (:n - :n) AS x"
@@ -82,7 +89,7 @@ async fn tool_settings_hold_for_its_transaction_only_with_values_as_written() {
         rows["rows"][0],
         json!({"work_mem": "8MB", "application_name": "it's a \\ test", "flag": "42"})
     );
-    // Same pool, same connection: nothing stays behind after the call's transaction.
+    // Nothing stays on the pooled connection (calls in turn reuse it) after the transaction.
     let after = app.rows("plain_settings", json!({})).await;
     assert_eq!(after, before);
     assert_ne!(after["rows"][0]["work_mem"], "8MB");
@@ -125,6 +132,23 @@ async fn a_citation_is_published_in_the_tools_meta() {
 }
 
 #[tokio::test]
+async fn a_citation_naming_a_column_the_statement_does_not_return_stops_start_up() {
+    let tools = r#"
+[[tool]]
+name = "miscited"
+description = "d"
+citation = { id = "id", title = "titel" }
+sql = "SELECT 1 AS id, 'A page' AS title"
+"#;
+    let err = app(tools).await.err().expect("start-up refused");
+    assert_eq!(
+        err,
+        "tool `miscited` does not match the database schema: citation `title` names the column \
+         `titel`, which the statement does not return (it returns id, title)"
+    );
+}
+
+#[tokio::test]
 async fn a_raised_exception_reaches_the_caller_as_the_tool_error() {
     let app = app(TOOLS).await.expect("starts");
     assert_eq!(
@@ -144,6 +168,12 @@ async fn a_raised_exception_reaches_the_caller_as_the_tool_error() {
     assert_eq!(
         result.content[0].as_text().expect("text").text,
         "You are not enrolled in \"maths\"; ask your tutor to add you."
+    );
+    // Parley's own enrollment check (migration 0004) speaks to the person asking.
+    assert_eq!(
+        app.tool_error("searchable", json!({"collection": "nope"}))
+            .await,
+        "there is no collection named \"nope\"; list_collections shows the ones you may read"
     );
     // Any other error keeps its generic message.
     let other = app.tool_error("broken", json!({"n": 1})).await;

@@ -1,0 +1,391 @@
+//! One JSON POST to an HTTP API (an LLM, an embeddings server) with retries: 429,
+//! 500/502/503/504, timeouts and transport failures are retried with capped exponential backoff
+//! and full jitter (or the server's `Retry-After`), within a number of retries and a budget of
+//! waiting, and never past the caller's deadline. Bodies are read in chunks up to a cap, so a
+//! runaway server cannot take the instance's memory. What a body means is the caller's
+//! business; nothing here knows an API's shapes beyond where error messages usually are.
+
+use std::time::Duration;
+
+use reqwest::header::HeaderMap;
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::Value;
+use tokio::time::Instant;
+
+/// The first backoff ceiling callers use unless they have reason not to (tests use a tiny one);
+/// it doubles with each retry up to [`MAX_BACKOFF`].
+pub const BASE_BACKOFF: Duration = Duration::from_millis(250);
+pub const MAX_BACKOFF: Duration = Duration::from_secs(8);
+
+/// How much of an error body goes into [`PostError`]'s `detail` and the log.
+pub const DETAIL_CHARS: usize = 200;
+
+/// How much of an error status's body is read: its message is near the start, and only
+/// [`DETAIL_CHARS`] of it are kept.
+const ERROR_BODY_BYTES: usize = 64 * 1024;
+
+/// How one caller retries: its settings, read once at start-up.
+#[derive(Debug, Clone)]
+pub struct RetryPolicy {
+    /// Whose server this is, for the log lines ("LLM", "embeddings").
+    pub service: &'static str,
+    /// One attempt, start to end of body.
+    pub timeout: Duration,
+    /// Retries after the first attempt.
+    pub max_retries: u32,
+    /// Total time one call may spend waiting between retries; a `Retry-After` longer than what
+    /// is left ends the retries, and zero turns retries off.
+    pub retry_budget: Duration,
+    /// The largest 2xx body read; a larger one is [`PostError::TooLarge`].
+    pub max_response_bytes: usize,
+    /// The first backoff ceiling (normally [`BASE_BACKOFF`]).
+    pub base_backoff: Duration,
+}
+
+/// Why a POST failed, after the retries allowed. `detail`s are excerpts of the server's own
+/// message with the API key (and anything that looks like one) blanked out.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PostError {
+    /// Still 429 after the retries allowed.
+    #[error("rate limited (HTTP 429)")]
+    RateLimited { retry_after: Option<Duration> },
+    /// 401 or 403: the key is missing or refused. Not transient, so never retried.
+    #[error("credentials refused (HTTP {status})")]
+    Unauthorized {
+        status: u16,
+        /// Whether a key was sent at all.
+        key_set: bool,
+        detail: String,
+    },
+    /// Another error status (after retries for 5xx).
+    #[error("HTTP {status}")]
+    Status { status: u16, detail: String },
+    /// A 2xx body larger than the policy's `max_response_bytes`; reading stopped there.
+    #[error("the response is larger than {limit} bytes")]
+    TooLarge { limit: usize },
+    /// The caller's deadline came before an answer.
+    #[error("the deadline was reached before an answer")]
+    DeadlineReached,
+    /// No answer within the policy's `timeout` (after retries).
+    #[error("no answer in time")]
+    Timeout,
+    /// Connection refused, reset, DNS... (after retries). Never holds the URL.
+    #[error("unreachable: {0}")]
+    Transport(String),
+}
+
+/// A failed attempt: the error to report if it is the last one, and whether another may help.
+struct Failure {
+    error: PostError,
+    retryable: bool,
+    /// What the server asked for in `Retry-After`, if anything.
+    retry_after: Option<Duration>,
+}
+
+/// The body of a 2xx answer to a POST of `body` (JSON) to `url`, by `deadline`: each
+/// attempt's timeout is cut to the time left, and no retry starts past it. `api_key`, when
+/// given, goes as `Authorization: Bearer`.
+pub async fn post_json(
+    http: &reqwest::Client,
+    policy: &RetryPolicy,
+    api_key: Option<&SecretString>,
+    url: url::Url,
+    body: Vec<u8>,
+    deadline: Instant,
+) -> Result<bytes::Bytes, PostError> {
+    // Serialized once by the caller; each attempt shares the same bytes.
+    let body = bytes::Bytes::from(body);
+    let mut waited = Duration::ZERO;
+    let mut retries = 0u32;
+    let service = policy.service;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(PostError::DeadlineReached);
+        }
+        let timeout = policy.timeout.min(left);
+        let attempt = attempt(http, policy, api_key, url.clone(), body.clone(), timeout);
+        let failure = match attempt.await {
+            Ok(bytes) => return Ok(bytes),
+            Err(failure) => failure,
+        };
+        if matches!(failure.error, PostError::Timeout) && timeout < policy.timeout {
+            // What ran out was the caller's time, not the policy's timeout.
+            return Err(PostError::DeadlineReached);
+        }
+        let wait = failure
+            .retry_after
+            .unwrap_or_else(|| backoff(policy.base_backoff, retries));
+        let remaining = policy.retry_budget.saturating_sub(waited);
+        // A spent budget means no more retries, even ones that would not wait at all: a budget
+        // of zero turns retries off.
+        let give_up = !failure.retryable
+            || retries >= policy.max_retries
+            || remaining.is_zero()
+            || wait > remaining
+            || Instant::now() + wait >= deadline;
+        let detail = match &failure.error {
+            PostError::Status { detail, .. } => detail.as_str(),
+            _ => "",
+        };
+        if give_up {
+            tracing::warn!(service, error = %failure.error, detail, retries, "request failed");
+            return Err(failure.error);
+        }
+        tracing::warn!(
+            service,
+            error = %failure.error,
+            detail,
+            retry = retries + 1,
+            wait_ms = wait.as_millis() as u64,
+            "request failed; retrying"
+        );
+        tokio::time::sleep(wait).await;
+        waited += wait;
+        retries += 1;
+    }
+}
+
+async fn attempt(
+    http: &reqwest::Client,
+    policy: &RetryPolicy,
+    api_key: Option<&SecretString>,
+    url: url::Url,
+    body: bytes::Bytes,
+    timeout: Duration,
+) -> Result<bytes::Bytes, Failure> {
+    let mut request = http
+        .post(url)
+        .timeout(timeout)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body);
+    if let Some(key) = api_key {
+        // reqwest marks the header sensitive, so it stays out of its debug output too.
+        request = request.bearer_auth(key.expose_secret());
+    }
+    let mut response = request.send().await.map_err(transport)?;
+    let status = response.status();
+    let retry_after = retry_after(response.headers());
+    let key = api_key.map(|k| k.expose_secret());
+    if status.is_success() {
+        let limit = policy.max_response_bytes;
+        return match read_capped(&mut response, limit).await.map_err(transport)? {
+            Some(bytes) => Ok(bytes),
+            None => Err(Failure {
+                error: PostError::TooLarge { limit },
+                retryable: false,
+                retry_after: None,
+            }),
+        };
+    }
+    // Only the start of an error body is read: the message is there.
+    let bytes = read_capped(&mut response, ERROR_BODY_BYTES)
+        .await
+        .map_err(transport)?
+        .unwrap_or_default();
+    let code = status.as_u16();
+    let error = match code {
+        429 => PostError::RateLimited { retry_after },
+        401 | 403 => PostError::Unauthorized {
+            status: code,
+            key_set: api_key.is_some(),
+            detail: detail(&bytes, key),
+        },
+        _ => PostError::Status {
+            status: code,
+            detail: detail(&bytes, key),
+        },
+    };
+    Err(Failure {
+        error,
+        retryable: matches!(code, 429 | 500 | 502 | 503 | 504),
+        retry_after,
+    })
+}
+
+/// The body, read chunk by chunk, or `None` as soon as it is known to exceed `limit` bytes: a
+/// larger one is never held in memory.
+async fn read_capped(
+    response: &mut reqwest::Response,
+    limit: usize,
+) -> Result<Option<bytes::Bytes>, reqwest::Error> {
+    if response
+        .content_length()
+        .is_some_and(|length| length > limit as u64)
+    {
+        return Ok(None);
+    }
+    let mut body = bytes::BytesMut::new();
+    while let Some(chunk) = response.chunk().await? {
+        if body.len() + chunk.len() > limit {
+            return Ok(None);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Some(body.freeze()))
+}
+
+fn transport(e: reqwest::Error) -> Failure {
+    // A request that cannot even be built will not build better the next time.
+    let retryable = !e.is_builder();
+    let error = if e.is_timeout() {
+        PostError::Timeout
+    } else {
+        // The URL stays out: a base URL may carry credentials in its query or user info.
+        PostError::Transport(crate::error::chain(&e.without_url()))
+    };
+    Failure {
+        error,
+        retryable,
+        retry_after: None,
+    }
+}
+
+/// Full jitter: a uniformly random wait up to a ceiling that doubles with each retry, so many
+/// instances throttled at once do not come back in lockstep.
+fn backoff(base: Duration, retries: u32) -> Duration {
+    let ceiling = base
+        .saturating_mul(2u32.saturating_pow(retries))
+        .min(MAX_BACKOFF);
+    let millis = u64::try_from(ceiling.as_millis()).unwrap_or(u64::MAX);
+    Duration::from_millis(rand::random_range(0..=millis))
+}
+
+/// `Retry-After` as seconds or an HTTP-date; `retry-after-ms` (sent by Azure OpenAI and some
+/// gateways) wins because it is more precise.
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
+        && let Ok(wait) = Duration::try_from_secs_f64(ms / 1000.0)
+    {
+        return Some(wait);
+    }
+    let value = header("retry-after")?;
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let date = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+    // A date in the past means "now".
+    Some(
+        (date.to_utc() - chrono::Utc::now())
+            .to_std()
+            .unwrap_or(Duration::ZERO),
+    )
+}
+
+/// The server's own explanation of an error status: `error.message` in OpenAI's shape,
+/// `detail` or `message` in others', else the start of the body.
+fn detail(bytes: &[u8], key: Option<&str>) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let message = serde_json::from_str::<Value>(&text).ok().and_then(|json| {
+        [
+            json.pointer("/error/message"),
+            json.get("error"),
+            json.get("detail"),
+            json.get("message"),
+        ]
+        .into_iter()
+        .flatten()
+        .find_map(|v| v.as_str().map(str::to_owned))
+    });
+    excerpt(message.as_deref().unwrap_or(&text), key)
+}
+
+/// A short, single-line excerpt of a server's text with anything that looks like an API key
+/// blanked out: OpenAI's 401 message quotes the key it was given (partly masked, but still).
+pub fn excerpt(text: &str, key: Option<&str>) -> String {
+    let key = key.filter(|k| !k.is_empty());
+    let words: Vec<&str> = text
+        .split_whitespace()
+        .map(|word| {
+            let secret = word.contains("sk-") || key.is_some_and(|k| word.contains(k));
+            if secret { "[redacted]" } else { word }
+        })
+        .collect();
+    let line = words.join(" ");
+    match line.char_indices().nth(DETAIL_CHARS) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None => line,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_is_read_as_seconds_an_http_date_or_milliseconds() {
+        let headers = |pairs: &[(&'static str, &str)]| {
+            let mut map = HeaderMap::new();
+            for (name, value) in pairs {
+                map.insert(*name, value.parse().unwrap());
+            }
+            map
+        };
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", "7")])),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(
+            retry_after(&headers(&[(
+                "retry-after",
+                "Sun, 06 Nov 1994 08:49:37 GMT"
+            )])),
+            Some(Duration::ZERO)
+        );
+        let soon = (chrono::Utc::now() + chrono::Duration::seconds(30))
+            .format("%a, %d %b %Y %H:%M:%S GMT")
+            .to_string();
+        let wait = retry_after(&headers(&[("retry-after", &soon)])).unwrap();
+        assert!(
+            wait > Duration::from_secs(20) && wait <= Duration::from_secs(30),
+            "{wait:?}"
+        );
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", "2"), ("retry-after-ms", "150")])),
+            Some(Duration::from_millis(150))
+        );
+        assert_eq!(retry_after(&headers(&[("retry-after", "soon")])), None);
+        assert_eq!(retry_after(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn backoff_stays_under_a_ceiling_that_doubles_up_to_the_cap() {
+        for retries in 0..40 {
+            let ceiling = BASE_BACKOFF
+                .saturating_mul(2u32.saturating_pow(retries))
+                .min(MAX_BACKOFF);
+            assert!(backoff(BASE_BACKOFF, retries) <= ceiling);
+        }
+    }
+
+    #[test]
+    fn error_details_prefer_the_json_message_and_are_cut_short() {
+        assert_eq!(
+            detail(
+                br#"{"error":{"message":"model not found","type":"x"}}"#,
+                None
+            ),
+            "model not found"
+        );
+        assert_eq!(detail(br#"{"detail":"Not Found"}"#, None), "Not Found");
+        assert_eq!(
+            detail(b"upstream\n  connect error", None),
+            "upstream connect error"
+        );
+        let long = "x".repeat(1000);
+        assert_eq!(
+            detail(long.as_bytes(), None).chars().count(),
+            DETAIL_CHARS + 1
+        );
+        assert_eq!(
+            detail(b"key abc123 rejected", Some("abc123")),
+            "key [redacted] rejected"
+        );
+    }
+}
