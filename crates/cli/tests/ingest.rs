@@ -2,7 +2,6 @@
 //! migrated database and the real built-in model, checking what it prints, its exit code and
 //! the rows it leaves.
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use parley_testkit::TestDb;
@@ -33,39 +32,15 @@ fn failure(out: &Output, code: i32) -> String {
     stderr
 }
 
-/// A directory of files for one test, removed when dropped.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let dir = std::env::temp_dir().join(format!(
-            "parley-cli-{name}-{}-{:x}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        Dir(dir)
-    }
-
-    fn write(&self, rel: &str, body: &str) -> &Dir {
-        let path = self.0.join(rel);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, body).unwrap();
-        self
-    }
-
-    fn path(&self) -> &str {
-        self.0.to_str().expect("a UTF-8 temp path")
-    }
+/// Writes `body` at `rel` under `dir`, making the directories between.
+fn write(dir: &tempfile::TempDir, rel: &str, body: &str) {
+    let path = dir.path().join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, body).unwrap();
 }
 
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+fn path(dir: &tempfile::TempDir) -> &str {
+    dir.path().to_str().expect("a UTF-8 temp path")
 }
 
 async fn rows(db: &TestDb, sql: &str) -> Vec<String> {
@@ -82,22 +57,24 @@ async fn rows(db: &TestDb, sql: &str) -> Vec<String> {
 #[tokio::test]
 async fn ingest_reports_what_it_did_and_a_rerun_only_what_changed() {
     let db = TestDb::migrated().await;
-    let dir = Dir::new("ingest");
-    dir.write(
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        &dir,
         "guide.md",
         "# Guide\n\nHow to start.\n\n## Next\n\nWhat follows.\n",
-    )
-    .write(
+    );
+    write(
+        &dir,
         "ref/page.html",
         "<title>Page</title><h1>Page</h1><p>Reference text.</p>",
-    )
-    .write("empty.txt", "")
-    .write("picture.png", "not text");
+    );
+    write(&dir, "empty.txt", "");
+    write(&dir, "picture.png", "not text");
 
     let first = stdout_of(&parley(
         &[
             "ingest",
-            dir.path(),
+            path(&dir),
             "--collection",
             "docs",
             "--title",
@@ -138,9 +115,9 @@ async fn ingest_reports_what_it_did_and_a_rerun_only_what_changed() {
         ["guide.md:", "ref/page.html:ref"]
     );
 
-    std::fs::remove_file(dir.0.join("guide.md")).unwrap();
+    std::fs::remove_file(dir.path().join("guide.md")).unwrap();
     let again = stdout_of(&parley(
-        &["ingest", dir.path(), "--collection", "docs", "--prune"],
+        &["ingest", path(&dir), "--collection", "docs", "--prune"],
         &db.url,
     ));
     assert!(
@@ -165,10 +142,10 @@ async fn ingest_reports_what_it_did_and_a_rerun_only_what_changed() {
 #[tokio::test]
 async fn enroll_adds_and_removes_members_and_names_a_missing_collection() {
     let db = TestDb::migrated().await;
-    let dir = Dir::new("enroll");
-    dir.write("a.md", "# A\n\nText.\n");
+    let dir = tempfile::tempdir().unwrap();
+    write(&dir, "a.md", "# A\n\nText.\n");
     stdout_of(&parley(
-        &["ingest", dir.path(), "--collection", "course-1"],
+        &["ingest", path(&dir), "--collection", "course-1"],
         &db.url,
     ));
 
@@ -214,35 +191,14 @@ async fn enroll_adds_and_removes_members_and_names_a_missing_collection() {
     assert!(failure(&missing, 1).contains("nope: no collection by that name"));
 }
 
-#[tokio::test]
-async fn a_collection_of_another_model_is_refused_with_both_names() {
-    let db = TestDb::migrated().await;
-    db.client()
-        .await
-        .batch_execute(
-            "INSERT INTO parley.collections (name, title, embedding_model, embedding_dims)
-             VALUES ('other', 'Other', 'text-embedding-3-small@1536', 1536)",
-        )
-        .await
-        .unwrap();
-    let dir = Dir::new("mismatch");
-    dir.write("a.md", "# A\n\nText.\n");
-    let out = parley(&["ingest", dir.path(), "--collection", "other"], &db.url);
-    let stderr = failure(&out, 1);
-    assert!(
-        stderr.contains("was embedded with text-embedding-3-small@1536, but the configured embedder is all-MiniLM-L6-v2@384"),
-        "{stderr}"
-    );
-}
-
 /// Usage mistakes exit 2 before connecting (nothing listens on the URL's port).
 #[test]
 fn usage_mistakes_exit_2_with_the_reason() {
     let nowhere = "postgres://u@127.0.0.1:9/none";
-    let dir = Dir::new("usage");
-    dir.write("a.md", "# A\n");
+    let dir = tempfile::tempdir().unwrap();
+    write(&dir, "a.md", "# A\n");
 
-    let bad_name = parley(&["ingest", dir.path(), "--collection", "Bad Name"], nowhere);
+    let bad_name = parley(&["ingest", path(&dir), "--collection", "Bad Name"], nowhere);
     assert!(failure(&bad_name, 2).contains("is not a collection name"));
 
     let missing = parley(&["ingest", "/no/such/dir", "--collection", "docs"], nowhere);
@@ -256,7 +212,7 @@ fn usage_mistakes_exit_2_with_the_reason() {
 
     let mut bad_setting = Command::new(env!("CARGO_BIN_EXE_parley"));
     bad_setting
-        .args(["ingest", dir.path(), "--collection", "docs"])
+        .args(["ingest", path(&dir), "--collection", "docs"])
         .env_clear()
         .env("DATABASE_URL", nowhere)
         .env("EMBEDDINGS", "magic");

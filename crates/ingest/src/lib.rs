@@ -49,7 +49,8 @@ impl CollectionSpec {
 /// How a run treats its files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IngestOptions {
-    /// Delete the collection's documents that this run did not see.
+    /// Delete the collection's documents that this run did not see. A file the run saw but
+    /// skipped (now empty, binary, too big) keeps its stored document.
     pub prune: bool,
     /// Files larger than this are skipped (not read).
     pub max_document_bytes: u64,

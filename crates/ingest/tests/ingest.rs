@@ -2,8 +2,6 @@
 //! each format, incremental re-runs, bad files, a refused model, memberships, and a reader
 //! that never sees half a document while a writer replaces it.
 
-use std::path::PathBuf;
-
 use parley_ingest::{
     CollectionSpec, IngestError, IngestOptions, Member, SourceFile, Summary, discover, enroll,
     ingest,
@@ -11,41 +9,26 @@ use parley_ingest::{
 use parley_testkit::TestDb;
 
 /// A directory of files for one test, removed when dropped.
-struct Dir(PathBuf);
+struct Dir(tempfile::TempDir);
 
 impl Dir {
-    fn new(name: &str) -> Dir {
-        let dir = std::env::temp_dir().join(format!(
-            "parley-ingest-{name}-{}-{:x}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        Dir(dir)
+    fn new() -> Dir {
+        Dir(tempfile::tempdir().expect("a temporary directory"))
     }
 
     fn write(&self, rel: &str, bytes: impl AsRef<[u8]>) -> &Dir {
-        let path = self.0.join(rel);
+        let path = self.0.path().join(rel);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, bytes).unwrap();
         self
     }
 
     fn remove(&self, rel: &str) {
-        std::fs::remove_file(self.0.join(rel)).unwrap();
+        std::fs::remove_file(self.0.path().join(rel)).unwrap();
     }
 
     fn files(&self) -> Vec<SourceFile> {
-        discover(std::slice::from_ref(&self.0)).unwrap()
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        discover(&[self.0.path().to_path_buf()]).unwrap()
     }
 }
 
@@ -84,7 +67,7 @@ const PAGE_HTML: &str = "<html><head><title>Widget reference</title></head><body
 #[tokio::test]
 async fn each_format_is_stored_with_its_title_structure_sections_and_embedded_chunks() {
     let db = TestDb::migrated().await;
-    let dir = Dir::new("formats");
+    let dir = Dir::new();
     dir.write("guide/intro.md", GUIDE_MD)
         .write("reference.html", PAGE_HTML)
         .write("notes.txt", "Plain notes.\n\nSecond paragraph.\n");
@@ -228,7 +211,7 @@ async fn each_format_is_stored_with_its_title_structure_sections_and_embedded_ch
 #[tokio::test]
 async fn a_rerun_skips_unchanged_replaces_changed_and_prunes_removed_documents() {
     let db = TestDb::migrated().await;
-    let dir = Dir::new("incremental");
+    let dir = Dir::new();
     dir.write("a.md", "# A\n\nAlpha text.\n")
         .write("b.md", "# B\n\nBeta text.\n")
         .write("c.txt", "Gamma text.\n");
@@ -294,7 +277,7 @@ async fn a_rerun_skips_unchanged_replaces_changed_and_prunes_removed_documents()
 #[tokio::test]
 async fn bad_files_are_skipped_with_reasons_and_the_run_goes_on() {
     let db = TestDb::migrated().await;
-    let dir = Dir::new("bad");
+    let dir = Dir::new();
     dir.write("binary.txt", b"PK\x03\x04\0\0zip")
         .write("empty.md", "")
         .write("huge.txt", "big ".repeat(600))
@@ -338,7 +321,7 @@ async fn a_collection_embedded_with_another_model_is_refused_naming_both() {
         )
         .await
         .unwrap();
-    let dir = Dir::new("mismatch");
+    let dir = Dir::new();
     dir.write("a.md", "# A\n\nText.\n");
     let err = run(&db, "other", dir.files(), &IngestOptions::default())
         .await
@@ -362,7 +345,7 @@ async fn a_collection_embedded_with_another_model_is_refused_naming_both() {
 #[tokio::test]
 async fn a_reader_never_sees_half_a_document_while_it_is_replaced() {
     let db = TestDb::migrated().await;
-    let dir = Dir::new("concurrent");
+    let dir = Dir::new();
     // Two versions, several chunks each, every chunk of a version marked with its word.
     let version = |word: &str| {
         (0..12)
@@ -426,7 +409,7 @@ async fn a_reader_never_sees_half_a_document_while_it_is_replaced() {
 #[tokio::test]
 async fn enroll_adds_and_removes_users_and_groups() {
     let db = TestDb::migrated().await;
-    let dir = Dir::new("enroll");
+    let dir = Dir::new();
     dir.write("a.md", "# A\n\nText.\n");
     run(&db, "course-1", dir.files(), &IngestOptions::default())
         .await

@@ -146,14 +146,10 @@ fn children(el: ElementRef<'_>, b: &mut SectionsBuilder, first_h1: &mut Option<S
     }
 }
 
+/// h1-h6 as 1-6.
 fn heading_level(name: &str) -> Option<u8> {
-    match name {
-        "h1" => Some(1),
-        "h2" => Some(2),
-        "h3" => Some(3),
-        "h4" => Some(4),
-        "h5" => Some(5),
-        "h6" => Some(6),
+    match name.as_bytes() {
+        [b'h', d @ b'1'..=b'6'] => Some(d - b'0'),
         _ => None,
     }
 }
@@ -181,12 +177,8 @@ mod tests {
     fn headings_make_the_path_and_furniture_is_gone() {
         let (title, sections) = extract(PAGE);
         assert_eq!(title.as_deref(), Some("Widgets Guide"));
-        let got: Vec<(String, &str)> = sections
-            .iter()
-            .map(|s| (s.heading.join(" / "), s.text.as_str()))
-            .collect();
         assert_eq!(
-            got,
+            super::super::outline(&sections),
             [
                 ("Widgets".into(), "Widgets are small things."),
                 (

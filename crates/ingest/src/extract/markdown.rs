@@ -2,7 +2,7 @@
 //! are kept line for line, list items and table rows are lines. Raw HTML and YAML front
 //! matter are left out. The first level-1 heading is the title.
 
-use pulldown_cmark::{Event, HeadingLevel, Options, Parser, Tag, TagEnd};
+use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
 
 use super::Section;
 use super::text::{SectionsBuilder, collapse};
@@ -23,8 +23,9 @@ pub(super) fn extract(source: &str) -> (Option<String>, Vec<Section>) {
             Event::Start(Tag::MetadataBlock(_)) => metadata = true,
             Event::End(TagEnd::MetadataBlock(_)) => metadata = false,
             _ if metadata => {}
+            // HeadingLevel::H1 is 1, through H6, 6.
             Event::Start(Tag::Heading { level, .. }) => {
-                heading = Some((level_of(level), String::new()))
+                heading = Some((level as u8, String::new()))
             }
             Event::End(TagEnd::Heading(_)) => {
                 if let Some((level, text)) = heading.take() {
@@ -95,17 +96,6 @@ pub(super) fn extract(source: &str) -> (Option<String>, Vec<Section>) {
     (title, b.finish())
 }
 
-fn level_of(level: HeadingLevel) -> u8 {
-    match level {
-        HeadingLevel::H1 => 1,
-        HeadingLevel::H2 => 2,
-        HeadingLevel::H3 => 3,
-        HeadingLevel::H4 => 4,
-        HeadingLevel::H5 => 5,
-        HeadingLevel::H6 => 6,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,12 +107,8 @@ mod tests {
                   | a | b |\n|---|---|\n| 1 | 2 |\n\n<div>raw</div>\n\n# Second\n\ntext\n";
         let (title, sections) = extract(md);
         assert_eq!(title.as_deref(), Some("Install Guide"));
-        let got: Vec<(String, &str)> = sections
-            .iter()
-            .map(|s| (s.heading.join(" / "), s.text.as_str()))
-            .collect();
         assert_eq!(
-            got,
+            super::super::outline(&sections),
             [
                 (String::new(), "Lead in."),
                 ("Install Guide".into(), "Read this first."),

@@ -95,6 +95,15 @@ pub fn extract(bytes: &[u8], format: Format, stem: &str) -> Result<Extracted, Ex
     Ok(Extracted { title, sections })
 }
 
+/// Sections as (heading path joined by " / ", text), for tests' expectations.
+#[cfg(test)]
+fn outline(sections: &[Section]) -> Vec<(String, &str)> {
+    sections
+        .iter()
+        .map(|s| (s.heading.join(" / "), s.text.as_str()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
