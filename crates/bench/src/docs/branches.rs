@@ -277,10 +277,10 @@ GROUP BY id ORDER BY score DESC";
 
     #[test]
     fn unwraps_the_row_wrapper() {
-        let (p, inner, s) =
-            unwrap("WITH tool_rows AS (\nSELECT 1\n) SELECT row_to_json(tool_rows)::text FROM tool_rows LIMIT $3")
-                .unwrap();
+        let wrapped = "WITH tool_rows AS (\nSELECT 1\n) SELECT row_to_json(tool_rows)::text \
+                       FROM tool_rows LIMIT $3";
+        let (p, inner, s) = unwrap(wrapped).unwrap();
         assert_eq!(inner, "SELECT 1");
-        assert_eq!(format!("{p}{inner}{s}").len(), 88);
+        assert_eq!(format!("{p}{inner}{s}"), wrapped);
     }
 }
