@@ -163,10 +163,8 @@ impl Serial {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let admin_url = std::env::var("DATABASE_URL").context(
-        "DATABASE_URL is not set; point it at a Postgres superuser (scripts/bench does)",
-    )?;
+    let command = setup::command_line();
+    let admin_url = setup::admin_url()?;
     let concurrency = args.concurrency.max(1);
     let (bench_url, pg_version) =
         setup::prepare_database(&admin_url, &args.database, args.feedback).await?;
@@ -417,9 +415,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     print!("{}", report.text());
     if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&report.json())?;
-        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("wrote {}", path.display());
+        setup::write_json(path, &report.json())?;
     }
     Ok(())
 }

@@ -1,8 +1,9 @@
 //! `parley-bench`: rerunnable loopback benchmarks of Parley's functions, one subcommand per
-//! function (`mcp`, `chat`). Results go to stdout as a plain-text table,
-//! progress to stderr.
+//! function (`mcp`, `chat`) and one for documents end to end (`docs`). Results go to stdout as
+//! a plain-text table, progress to stderr.
 
 mod chat;
+mod docs;
 mod mcp;
 mod measure;
 mod peers;
@@ -30,6 +31,10 @@ enum Command {
     /// Chat turns with one tool call each against an instant LLM: the chat function's own time
     /// per turn, MCP requests per turn, throughput and memory.
     Chat(chat::Args),
+    /// Documents: ingestion of the PostgreSQL manual, query embedding, search_documents
+    /// latency at the manual's size and at 1M synthetic chunks, mcp cold start with the model,
+    /// and retrieval quality (recall@5, MRR@10) of hybrid search against its branches alone.
+    Docs(docs::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -43,5 +48,6 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Mcp(args) => runtime.block_on(mcp::run(args)),
         Command::Chat(args) => runtime.block_on(chat::run(args)),
+        Command::Docs(args) => runtime.block_on(docs::run(args)),
     }
 }

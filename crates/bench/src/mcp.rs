@@ -30,7 +30,9 @@ use tokio_postgres::types::{ToSql, Type};
 use crate::measure::{self, Driver, Stats, ms};
 use crate::peers;
 use crate::server::{Server, free_port};
-use crate::setup::{Machine, connect, machine, now_nanos, prepare_database};
+use crate::setup::{
+    Machine, admin_url, command_line, connect, machine, now_nanos, prepare_database, write_json,
+};
 use crate::tasks::{self, Keys, User};
 
 /// What `tools::exec` sends, pipelined, to tell Postgres who a user's call is for.
@@ -176,10 +178,8 @@ struct Measured {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let admin_url = std::env::var("DATABASE_URL").context(
-        "DATABASE_URL is not set; point it at a Postgres superuser (scripts/bench does)",
-    )?;
+    let command = command_line();
+    let admin_url = admin_url()?;
     let concurrency = args.concurrency.max(1);
 
     let (bench_url, pg_version) =
@@ -407,9 +407,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         json["three_way"] = peers_json;
     }
     if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&json)?;
-        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("wrote {}", path.display());
+        write_json(path, &json)?;
     }
     Ok(())
 }
@@ -588,7 +586,7 @@ fn object(v: Value) -> Map<String, Value> {
 
 /// A call's checked arguments (the caller-bound ones from `user`), the row-limit placeholder
 /// and the row limit, computed exactly as the server and `tools::exec::run` do.
-fn bound_values(
+pub(crate) fn bound_values(
     spec: &ToolSpec,
     args: &Map<String, Value>,
     user: Option<&User>,
@@ -609,10 +607,10 @@ fn bound_values(
     })
 }
 
-struct FloorCall {
-    values: Vec<SqlValue>,
-    fetch: i64,
-    row_limit: u64,
+pub(crate) struct FloorCall {
+    pub(crate) values: Vec<SqlValue>,
+    pub(crate) fetch: i64,
+    pub(crate) row_limit: u64,
     /// The user's claims for `parley.caller` (`raw+tx+caller`).
     claims_json: Option<String>,
 }
@@ -719,7 +717,7 @@ impl Driver for Floor<'_> {
 }
 
 /// `tools/call` as a stateless Streamable HTTP client sends it, over a keep-alive connection.
-struct Mcp<'a> {
+pub(crate) struct Mcp<'a> {
     http: &'a reqwest::Client,
     url: String,
     /// The `params` object of each call, already serialised (without its closing brace when
@@ -732,7 +730,7 @@ struct Mcp<'a> {
 }
 
 impl<'a> Mcp<'a> {
-    fn new(
+    pub(crate) fn new(
         http: &'a reqwest::Client,
         base: &str,
         tool: &str,
@@ -788,7 +786,7 @@ impl Driver for Mcp<'_> {
     }
 }
 
-fn http_client(token: &str, concurrency: usize) -> anyhow::Result<reqwest::Client> {
+pub(crate) fn http_client(token: &str, concurrency: usize) -> anyhow::Result<reqwest::Client> {
     let mut headers = HeaderMap::new();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     headers.insert(

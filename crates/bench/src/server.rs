@@ -22,6 +22,13 @@ impl Server {
     /// [`Server::start`] on `port` (from [`free_port`]), for a server whose settings name its
     /// own URL.
     pub async fn start_on(bin: &Path, port: u16, env: &[(&str, String)]) -> anyhow::Result<Self> {
+        let mut server = Self::spawn_on(bin, port, env)?;
+        server.wait_ready().await?;
+        Ok(server)
+    }
+
+    /// Starts `bin` with `env` on `port` without waiting for it: for timing start-up itself.
+    pub fn spawn_on(bin: &Path, port: u16, env: &[(&str, String)]) -> anyhow::Result<Self> {
         if !bin.is_file() {
             bail!(
                 "{} not found; build it with `cargo build --release -p parley-mcp -p parley-chat` \
@@ -44,12 +51,10 @@ impl Server {
         let child = command
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
-        let mut server = Server {
+        Ok(Server {
             child,
             base: format!("http://127.0.0.1:{port}"),
-        };
-        server.wait_ready().await?;
-        Ok(server)
+        })
     }
 
     pub fn pid(&self) -> u32 {
@@ -82,22 +87,12 @@ impl Server {
 
     /// (VmRSS, VmHWM) in KiB: resident memory now and its peak over the process's life.
     pub fn memory(&self) -> anyhow::Result<(u64, u64)> {
-        let path = format!("/proc/{}/status", self.pid());
-        let status = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|rest| {
-                    rest.trim()
-                        .trim_end_matches("kB")
-                        .trim()
-                        .parse::<u64>()
-                        .ok()
-                })
-                .with_context(|| format!("no {name} in {path}"))
-        };
-        Ok((field("VmRSS:")?, field("VmHWM:")?))
+        memory(&format!("/proc/{}/status", self.pid()))
+    }
+
+    /// Whether the process has exited (with its status), without waiting.
+    pub fn exited(&mut self) -> anyhow::Result<Option<std::process::ExitStatus>> {
+        self.child.try_wait().context("checking the server process")
     }
 
     /// CPU time (user + system) the process has used so far, at clock-tick resolution (10 ms).
@@ -135,4 +130,23 @@ impl Drop for Server {
 pub fn free_port() -> anyhow::Result<u16> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("finding a free port")?;
     Ok(listener.local_addr()?.port())
+}
+
+/// (VmRSS, VmHWM) in KiB from a `/proc/<pid>/status` file (`/proc/self/status` for the bench).
+pub fn memory(path: &str) -> anyhow::Result<(u64, u64)> {
+    let status = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| {
+                rest.trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
+            .with_context(|| format!("no {name} in {path}"))
+    };
+    Ok((field("VmRSS:")?, field("VmHWM:")?))
 }

@@ -6,13 +6,46 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use tokio_postgres::NoTls;
 
-/// Creates (if needed), migrates and loads the bench database (every demo domain); returns its URL and the
-/// server's version.
+/// Creates (if needed), migrates and loads the bench database (every demo domain); returns its
+/// URL and the server's version.
 pub async fn prepare_database(
     admin_url: &str,
     name: &str,
     feedback: u64,
 ) -> anyhow::Result<(String, String)> {
+    let (bench_url, mut client) = create_database(admin_url, name).await?;
+    eprintln!(
+        "loading the demo domains, {feedback} feedback rows (skipped when already loaded)..."
+    );
+    let options = parley_cli::demo::DemoOptions {
+        feedback,
+        ..Default::default()
+    };
+    let summary = parley_cli::demo::load(&mut client, &options)
+        .await
+        .context("loading demo data")?;
+    if let Some(feedback) = &summary.feedback {
+        eprintln!(
+            "feedback: {} rows ({} in {:.1} s)",
+            feedback.feedback,
+            if feedback.reloaded {
+                "loaded"
+            } else {
+                "already there, checked"
+            },
+            summary.elapsed.as_secs_f64()
+        );
+    }
+    let version: String = client.query_one("SHOW server_version", &[]).await?.get(0);
+    Ok((bench_url, version))
+}
+
+/// Creates database `name` next to the one `admin_url` names (a superuser's) if missing, and
+/// migrates it; returns its URL and a connection to it.
+pub async fn create_database(
+    admin_url: &str,
+    name: &str,
+) -> anyhow::Result<(String, tokio_postgres::Client)> {
     // The name is spliced into CREATE DATABASE, so only plain identifiers are accepted.
     if name.is_empty()
         || !name
@@ -54,30 +87,26 @@ pub async fn prepare_database(
     if !applied.is_empty() {
         eprintln!("applied migrations: {}", applied.join(", "));
     }
-    eprintln!(
-        "loading the demo domains, {feedback} feedback rows (skipped when already loaded)..."
-    );
-    let options = parley_cli::demo::DemoOptions {
-        feedback,
-        ..Default::default()
-    };
-    let summary = parley_cli::demo::load(&mut client, &options)
-        .await
-        .context("loading demo data")?;
-    if let Some(feedback) = &summary.feedback {
-        eprintln!(
-            "feedback: {} rows ({} in {:.1} s)",
-            feedback.feedback,
-            if feedback.reloaded {
-                "loaded"
-            } else {
-                "already there, checked"
-            },
-            summary.elapsed.as_secs_f64()
-        );
-    }
-    let version: String = client.query_one("SHOW server_version", &[]).await?.get(0);
-    Ok((bench_url, version))
+    Ok((bench_url, client))
+}
+
+/// `DATABASE_URL`, which the benches need to be a superuser's (they create databases).
+pub fn admin_url() -> anyhow::Result<String> {
+    std::env::var("DATABASE_URL")
+        .context("DATABASE_URL is not set; point it at a Postgres superuser (scripts/bench does)")
+}
+
+/// How this run was started, for the report.
+pub fn command_line() -> String {
+    std::env::args().collect::<Vec<_>>().join(" ")
+}
+
+/// Writes a report's JSON (`--json`).
+pub fn write_json(path: &std::path::Path, json: &Value) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(json)?;
+    std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
 }
 
 pub async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {

@@ -1,0 +1,286 @@
+//! The retrieval baselines, derived from `search_documents`' own SQL so they cannot drift from
+//! it: the tool's hybrid query with one of its two branches emptied. The vector branch is the
+//! top-level CTE whose body orders by `<=>`, the full-text branch the one that matches with
+//! `@@` (and has no `<=>`); emptying one leaves the tool's fusion, relevance threshold,
+//! caller filter and output exactly as shipped, fed by the other branch alone.
+
+use std::ops::Range;
+
+use anyhow::{Context, bail};
+
+/// One branch of the hybrid query, to keep while the other is emptied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Branch {
+    Vector,
+    FullText,
+}
+
+impl Branch {
+    pub fn name(self) -> &'static str {
+        match self {
+            Branch::Vector => "vector only",
+            Branch::FullText => "full-text only",
+        }
+    }
+}
+
+/// A top-level CTE: its name and the byte range of its body (inside the parentheses).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cte {
+    pub name: String,
+    pub body: Range<usize>,
+}
+
+/// `sql` (a tool's SQL) with the branch other than `keep` replaced by an empty set of the same
+/// columns.
+pub fn only(sql: &str, keep: Branch) -> anyhow::Result<String> {
+    let ctes = ctes(sql)?;
+    let vector: Vec<&Cte> = ctes
+        .iter()
+        .filter(|c| sql[c.body.clone()].contains("<=>"))
+        .collect();
+    let text: Vec<&Cte> = ctes
+        .iter()
+        .filter(|c| {
+            let body = &sql[c.body.clone()];
+            body.contains("@@") && !body.contains("<=>")
+        })
+        .collect();
+    let (&[vector], &[text]) = (vector.as_slice(), text.as_slice()) else {
+        bail!(
+            "search_documents' SQL should have one top-level CTE ordering by <=> (the vector \
+             branch) and one matching with @@ (the full-text branch); found {} and {} among {:?}",
+            vector.len(),
+            text.len(),
+            ctes.iter().map(|c| &c.name).collect::<Vec<_>>()
+        );
+    };
+    let emptied = match keep {
+        Branch::Vector => text,
+        Branch::FullText => vector,
+    };
+    let body = &sql[emptied.body.clone()];
+    Ok(format!(
+        "{}SELECT * FROM (\n{body}\n) AS branch_left_out WHERE false{}",
+        &sql[..emptied.body.start],
+        &sql[emptied.body.end..]
+    ))
+}
+
+/// The declared SQL inside `ToolSpec::wrapped_sql` (`WITH tool_rows AS (<sql>) SELECT ...`),
+/// with the wrapper's prefix and suffix, so a changed SQL can be wrapped the same way.
+pub fn unwrap(wrapped: &str) -> anyhow::Result<(&str, &str, &str)> {
+    const PREFIX: &str = "WITH tool_rows AS (\n";
+    const SUFFIX: &str = "\n) SELECT row_to_json(tool_rows)::text FROM tool_rows LIMIT $";
+    let inner_end = wrapped
+        .rfind(SUFFIX)
+        .context("ToolSpec::wrapped_sql no longer ends as the bench expects")?;
+    if !wrapped.starts_with(PREFIX) {
+        bail!("ToolSpec::wrapped_sql no longer starts as the bench expects");
+    }
+    Ok((
+        PREFIX,
+        &wrapped[PREFIX.len()..inner_end],
+        &wrapped[inner_end..],
+    ))
+}
+
+/// The top-level CTEs of a statement starting `WITH [RECURSIVE]`.
+pub fn ctes(sql: &str) -> anyhow::Result<Vec<Cte>> {
+    let tokens = tokens(sql);
+    let word = |i: usize, w: &str| {
+        tokens
+            .get(i)
+            .is_some_and(|t| sql[t.clone()].eq_ignore_ascii_case(w))
+    };
+    let is = |i: usize, s: &str| tokens.get(i).is_some_and(|t| &sql[t.clone()] == s);
+    // The token after the parenthesis opened at token `i` closes.
+    let close = |i: usize| -> anyhow::Result<usize> {
+        let mut depth = 0usize;
+        for (j, t) in tokens.iter().enumerate().skip(i) {
+            match &sql[t.clone()] {
+                "(" => depth += 1,
+                ")" => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return Ok(j);
+                    }
+                }
+                _ => {}
+            }
+        }
+        bail!("unbalanced parentheses in the tool's SQL")
+    };
+    let mut i = 0;
+    if !word(i, "with") {
+        bail!("search_documents' SQL does not start with WITH (its branches should be CTEs)");
+    }
+    i += 1;
+    if word(i, "recursive") {
+        i += 1;
+    }
+    let mut out = Vec::new();
+    loop {
+        let name = tokens.get(i).context("the tool's SQL ends inside WITH")?;
+        let name = sql[name.clone()].trim_matches('"').to_owned();
+        i += 1;
+        if is(i, "(") {
+            i = close(i)? + 1;
+        }
+        if !word(i, "as") {
+            bail!("expected AS after the CTE name {name}");
+        }
+        i += 1;
+        if word(i, "not") {
+            i += 1;
+        }
+        if word(i, "materialized") {
+            i += 1;
+        }
+        if !is(i, "(") {
+            bail!("expected ( after {name} AS");
+        }
+        let end = close(i)?;
+        out.push(Cte {
+            name,
+            body: tokens[i].end..tokens[end].start,
+        });
+        i = end + 1;
+        if !is(i, ",") {
+            return Ok(out);
+        }
+        i += 1;
+    }
+}
+
+/// Byte ranges of words, parentheses, commas and other punctuation; strings, quoted names and
+/// comments are single tokens (or skipped), so their contents never count as structure.
+fn tokens(sql: &str) -> Vec<Range<usize>> {
+    let b = sql.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        let start = i;
+        if c.is_ascii_whitespace() {
+            i += 1;
+            continue;
+        }
+        if c == b'-' && b.get(i + 1) == Some(&b'-') {
+            while i < b.len() && b[i] != b'\n' {
+                i += 1;
+            }
+            continue;
+        }
+        if c == b'/' && b.get(i + 1) == Some(&b'*') {
+            i += 2;
+            while i < b.len() && !(b[i] == b'*' && b.get(i + 1) == Some(&b'/')) {
+                i += 1;
+            }
+            i += 2;
+            continue;
+        }
+        if c == b'\'' || c == b'"' {
+            i += 1;
+            while i < b.len() {
+                if b[i] == c {
+                    if b.get(i + 1) == Some(&c) {
+                        i += 2;
+                        continue;
+                    }
+                    break;
+                }
+                i += 1;
+            }
+            i = (i + 1).min(b.len());
+        } else if c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80 {
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] >= 0x80) {
+                i += 1;
+            }
+        } else {
+            i += 1;
+        }
+        out.push(start..i);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HYBRID: &str = "WITH scope AS (SELECT parley.searchable_collections($2, $3) AS ids),
+vec AS MATERIALIZED (
+  SELECT c.id, row_number() OVER (ORDER BY c.embedding::vector(384) <=> $4::vector(384)) AS r
+  FROM parley.chunks c, scope WHERE c.collection_id = ANY (scope.ids) -- a ( in a comment
+  ORDER BY c.embedding::vector(384) <=> $4::vector(384) LIMIT 40
+),
+fts (id, r) AS (
+  SELECT c.id, row_number() OVER (ORDER BY ts_rank_cd(c.tsv, q) DESC)
+  FROM parley.chunks c, websearch_to_tsquery('english', $1) q WHERE c.tsv @@ q AND ')' <> '('
+)
+SELECT id, sum(1.0 / (60 + r)) AS score FROM (SELECT * FROM vec UNION ALL SELECT * FROM fts) f
+GROUP BY id ORDER BY score DESC";
+
+    #[test]
+    fn finds_top_level_ctes_past_comments_strings_and_column_lists() {
+        let names: Vec<String> = ctes(HYBRID).unwrap().into_iter().map(|c| c.name).collect();
+        assert_eq!(names, ["scope", "vec", "fts"]);
+    }
+
+    #[test]
+    fn vector_only_empties_the_full_text_branch_and_keeps_the_rest() {
+        let sql = only(HYBRID, Branch::Vector).unwrap();
+        let fts = &ctes(&sql).unwrap()[2];
+        assert!(sql[fts.body.clone()].starts_with("SELECT * FROM (\n"));
+        assert!(sql[fts.body.clone()].ends_with(") AS branch_left_out WHERE false"));
+        let vec = &ctes(&sql).unwrap()[1];
+        assert_eq!(
+            &sql[vec.body.clone()],
+            &HYBRID[ctes(HYBRID).unwrap()[1].body.clone()]
+        );
+        assert!(sql.ends_with("GROUP BY id ORDER BY score DESC"));
+    }
+
+    #[test]
+    fn full_text_only_empties_the_vector_branch() {
+        let sql = only(HYBRID, Branch::FullText).unwrap();
+        let vec = &ctes(&sql).unwrap()[1];
+        assert!(sql[vec.body.clone()].ends_with("WHERE false"));
+        assert!(!sql[ctes(&sql).unwrap()[2].body.clone()].ends_with("WHERE false"));
+    }
+
+    #[test]
+    fn sql_without_both_branches_is_refused() {
+        let err = only("WITH a AS (SELECT 1) SELECT * FROM a", Branch::Vector).unwrap_err();
+        assert!(err.to_string().contains("found 0 and 0"), "{err}");
+        assert!(only("SELECT 1", Branch::Vector).is_err());
+    }
+
+    #[test]
+    fn the_shipped_search_documents_has_both_branches() {
+        let catalog = parley_mcp::tools::Catalog::load(
+            &[parley_domain_documents::tools_path()],
+            parley_mcp::tools::Limits::default(),
+        )
+        .unwrap();
+        let spec = catalog.get("search_documents").unwrap();
+        let (_, inner, _) = unwrap(&spec.wrapped_sql).unwrap();
+        let vector = only(inner, Branch::Vector).unwrap();
+        let text = only(inner, Branch::FullText).unwrap();
+        assert_ne!(vector, text);
+        // Each keeps its own branch whole and empties the other.
+        assert!(vector.contains("<=>") && text.contains("@@"));
+        assert_eq!(vector.matches("WHERE false").count(), 1);
+        assert_eq!(text.matches("WHERE false").count(), 1);
+    }
+
+    #[test]
+    fn unwraps_the_row_wrapper() {
+        let wrapped = "WITH tool_rows AS (\nSELECT 1\n) SELECT row_to_json(tool_rows)::text \
+                       FROM tool_rows LIMIT $3";
+        let (p, inner, s) = unwrap(wrapped).unwrap();
+        assert_eq!(inner, "SELECT 1");
+        assert_eq!(format!("{p}{inner}{s}"), wrapped);
+    }
+}
