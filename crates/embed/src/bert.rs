@@ -50,7 +50,10 @@ impl Bert {
         if config.hidden_act != "gelu" {
             candle_core::bail!("hidden_act {:?} is not supported", config.hidden_act);
         }
-        if config.hidden_size % config.num_attention_heads != 0 {
+        if !config
+            .hidden_size
+            .is_multiple_of(config.num_attention_heads)
+        {
             candle_core::bail!("hidden_size is not a multiple of num_attention_heads");
         }
         let hidden = config.hidden_size;
