@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config};
 use tokenizers::{Encoding, Tokenizer, TruncationParams};
 
+use crate::bert::{Bert, Config};
 use crate::{BUILT_IN_MODEL, EmbedError};
 
 /// sentence-transformers' `max_seq_length` for this model (its `sentence_bert_config.json`),
@@ -28,7 +28,7 @@ pub struct BuiltIn {
 }
 
 struct Model {
-    bert: BertModel,
+    bert: Bert,
     tokenizer: Tokenizer,
     batch: usize,
 }
@@ -67,8 +67,7 @@ impl BuiltIn {
         let weights = read("model.safetensors")?;
         let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &Device::Cpu)
             .map_err(|e| fail(format!("model.safetensors: {e}")))?;
-        let bert =
-            BertModel::load(vb, &config).map_err(|e| fail(format!("model.safetensors: {e}")))?;
+        let bert = Bert::load(vb, &config).map_err(|e| fail(format!("model.safetensors: {e}")))?;
         Ok(BuiltIn {
             inner: Arc::new(Model {
                 bert,
@@ -130,11 +129,10 @@ impl Model {
             mask.extend(std::iter::repeat_n(1u32, own.len()));
             mask.extend(std::iter::repeat_n(0u32, width - own.len()));
         }
-        let device = &self.bert.device;
-        let ids = Tensor::from_vec(ids, (rows, width), device)?;
-        let mask = Tensor::from_vec(mask, (rows, width), device)?;
-        let types = ids.zeros_like()?;
-        let hidden = self.bert.forward(&ids, &types, Some(&mask))?; // (rows, width, 384)
+        let padded = encodings.iter().any(|e| e.get_ids().len() < width);
+        let ids = Tensor::from_vec(ids, (rows, width), &Device::Cpu)?;
+        let mask = Tensor::from_vec(mask, (rows, width), &Device::Cpu)?;
+        let hidden = self.bert.forward(&ids, padded.then_some(&mask))?; // (rows, width, 384)
         // Mean over the real word pieces only: padding must not pull the average.
         let mask = mask.to_dtype(DType::F32)?.unsqueeze(2)?; // (rows, width, 1)
         let summed = hidden.broadcast_mul(&mask)?.sum(1)?; // (rows, 384)

@@ -3,6 +3,7 @@
 //! built once at start-up from [`EmbedSettings`]; every vector it returns has [`Embedder::dims`]
 //! numbers. It knows no database: what a vector is stored as is the caller's business.
 
+mod bert;
 mod builtin;
 mod error;
 mod http;
