@@ -254,9 +254,38 @@ pub fn in_lambda(env: &Env) -> bool {
     env.is_set("AWS_LAMBDA_RUNTIME_API")
 }
 
+/// The base URL of an HTTP API (an LLM's, an embeddings server's) from `var`'s value `raw`:
+/// http(s) only, ending in a slash, because `Url::join` replaces the last path segment
+/// otherwise (`.../v1` joined with `embeddings` would lose the `v1`). Messages leave the value
+/// out: a URL may carry credentials.
+pub fn api_base_url(var: &str, raw: &str) -> Result<url::Url, ConfigError> {
+    let mut url =
+        url::Url::parse(raw).map_err(|e| ConfigError::new(var, format!("is not a URL: {e}")))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(ConfigError::new(var, "must be an http(s) URL"));
+    }
+    if !url.path().ends_with('/') {
+        let path = format!("{}/", url.path());
+        url.set_path(&path);
+    }
+    Ok(url)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_api_base_url_ends_in_a_slash_and_is_http() {
+        let url = api_base_url("X_URL", "https://api.example.com/v1").unwrap();
+        assert_eq!(
+            url.join("embeddings").unwrap().as_str(),
+            "https://api.example.com/v1/embeddings"
+        );
+        let err = api_base_url("X_URL", "ftp://api.example.com").unwrap_err();
+        assert_eq!(err.var, "X_URL");
+        assert!(api_base_url("X_URL", "not a url").is_err());
+    }
 
     #[test]
     fn a_missing_required_setting_names_the_variable() {

@@ -78,17 +78,7 @@ impl EmbedSettings {
 impl HttpSettings {
     fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let raw: String = env.required("EMBEDDINGS_URL")?;
-        // The message leaves the value out: a URL may carry credentials.
-        let mut url = url::Url::parse(&raw)
-            .map_err(|e| ConfigError::new("EMBEDDINGS_URL", format!("is not a URL: {e}")))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(ConfigError::new("EMBEDDINGS_URL", "must be an http(s) URL"));
-        }
-        // `join` replaces the last path segment unless the path ends in a slash.
-        if !url.path().ends_with('/') {
-            let path = format!("{}/", url.path());
-            url.set_path(&path);
-        }
+        let url = parley_core::config::api_base_url("EMBEDDINGS_URL", &raw)?;
         Ok(Self {
             url,
             model: env.required("EMBEDDINGS_MODEL")?,

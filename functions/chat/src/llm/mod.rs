@@ -67,16 +67,7 @@ impl LlmConfig {
         let raw_base = env
             .get("LLM_BASE_URL")
             .unwrap_or("https://api.openai.com/v1");
-        let mut base_url = url::Url::parse(raw_base)
-            .map_err(|e| ConfigError::new("LLM_BASE_URL", format!("is not a URL: {e}")))?;
-        if !matches!(base_url.scheme(), "http" | "https") {
-            return Err(ConfigError::new("LLM_BASE_URL", "must be an http(s) URL"));
-        }
-        // `join` replaces the last path segment unless the path ends in a slash.
-        if !base_url.path().ends_with('/') {
-            let path = format!("{}/", base_url.path());
-            base_url.set_path(&path);
-        }
+        let base_url = parley_core::config::api_base_url("LLM_BASE_URL", raw_base)?;
         Ok(Self {
             api,
             base_url,
