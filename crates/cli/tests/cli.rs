@@ -1,6 +1,10 @@
 //! The `parley` command as a user runs it: the binary, its exit code and what it prints.
 
+mod common;
+
 use std::process::{Command, Output};
+
+use common::stdout_of;
 
 fn parley(args: &[&str], database_url: &str) -> Output {
     Command::new(env!("CARGO_BIN_EXE_parley"))
@@ -115,16 +119,6 @@ fn query(url: &str, sql: &str) -> Vec<String> {
             })
             .collect()
     })
-}
-
-fn stdout_of(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "exit {:?}: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[test]

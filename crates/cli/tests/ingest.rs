@@ -2,7 +2,11 @@
 //! migrated database and the real built-in model, checking what it prints, its exit code and
 //! the rows it leaves.
 
+mod common;
+
 use std::process::{Command, Output};
+
+use common::stdout_of;
 
 use parley_testkit::TestDb;
 
@@ -14,16 +18,6 @@ fn parley(args: &[&str], database_url: &str) -> Output {
         .env("EMBEDDINGS_MODEL_DIR", parley_testkit::model_dir())
         .output()
         .expect("parley runs")
-}
-
-fn stdout_of(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "exit {:?}: {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn failure(out: &Output, code: i32) -> String {
