@@ -195,22 +195,26 @@ impl Layer {
     }
 }
 
-/// A dense layer, its weight in PyTorch's (out, in) layout.
+/// A dense layer. The weight is kept transposed, (in, out) row-major, which is the
+/// column-major (out, in) matrix the `gemm` kernels read without repacking it.
 struct Linear {
-    weight: Tensor,
+    weight_t: Tensor,
     bias: Tensor,
 }
 
 /// Up to this many word pieces, a dense layer multiplies weight × inputᵀ rather than
-/// input × weightᵀ: for a 12-word-piece query that took a third less time (one measurement,
-/// on this crate's benchmark); for chunk batches of thousands of word pieces the usual order
-/// was as fast. Where between the two the crossover lies was not measured.
+/// input × weightᵀ. With few word pieces the product is dominated by reading the weight, and
+/// `gemm` packs a left operand that is not column-major on every call: the weight, kept
+/// column-major, is then read once and never copied. For chunk batches of thousands of word
+/// pieces the usual order was as fast. Where between the two the crossover lies was not
+/// measured.
 const FEW_WORD_PIECES: usize = 64;
 
 impl Linear {
+    /// `weight` in PyTorch's (out, in) layout.
     fn new(weight: &Tensor, bias: Tensor) -> Result<Linear> {
         Ok(Linear {
-            weight: weight.contiguous()?,
+            weight_t: weight.t()?.contiguous()?,
             bias,
         })
     }
@@ -226,9 +230,9 @@ impl Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let product = if x.dim(0)? <= FEW_WORD_PIECES {
             // A transposed view; the bias addition writes it out contiguous.
-            self.weight.matmul(&x.t()?)?.t()?
+            self.weight_t.t()?.matmul(&x.t()?)?.t()?
         } else {
-            x.matmul(&self.weight.t()?)?
+            x.matmul(&self.weight_t)?
         };
         product.broadcast_add(&self.bias)
     }
