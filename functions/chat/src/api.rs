@@ -1,5 +1,6 @@
-//! The HTTP surface: `POST /api/chat`, `GET /api/conversations`,
-//! `GET /api/conversations/{id}/messages` and `GET /health`.
+//! The HTTP surface: `POST /api/chat` (JSON, or streamed by [`crate::stream`]),
+//! `GET /api/conversations`, `GET /api/conversations/{id}/messages`, `GET /health`, and the
+//! OpenAI-compatible routes of [`crate::openai`].
 //!
 //! Wire structs are parsed here into checked domain values (parse, don't validate), so the
 //! turn loop never sees an empty message, an oversize context or a malformed id.
@@ -9,6 +10,8 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -20,7 +23,8 @@ use crate::conversation::{self, ConversationId, PageCursor, StorageError};
 use crate::error::ApiError;
 use crate::instructions::UiContext;
 use crate::nul;
-use crate::turn::{self, TurnRequest, TurnResponse};
+use crate::turn::{self, Progress, TurnRequest, TurnResponse};
+use crate::{openai, stream};
 
 pub fn router(state: AppState) -> Router {
     let body_limit = state.limits.max_body_bytes;
@@ -32,6 +36,8 @@ pub fn router(state: AppState) -> Router {
             get(conversation_messages),
         )
         .route("/health", get(health))
+        .route("/v1/models", get(openai::models))
+        .route("/v1/chat/completions", post(openai::completions))
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)
 }
@@ -54,27 +60,13 @@ const MAX_TOOL_NAMES: usize = 64;
 impl ChatBody {
     fn parse(bytes: &[u8], limits: &Limits) -> Result<TurnRequest, ApiError> {
         let body: ChatBody = parse_json(bytes)?;
-        // Postgres text cannot hold NUL; refuse it here rather than fail when storing.
-        if body.message.contains('\0') || body.context.as_ref().is_some_and(nul::has_nul) {
+        if body.context.as_ref().is_some_and(nul::has_nul) {
             return Err(invalid(
                 "invalid_characters",
                 "`message` and `context` must not contain NUL characters",
             ));
         }
-        let message = body.message.trim();
-        if message.is_empty() {
-            return Err(invalid("message_empty", "`message` must not be empty"));
-        }
-        let chars = message.chars().count();
-        if chars > limits.max_message_chars {
-            return Err(invalid(
-                "message_too_long",
-                format!(
-                    "`message` has {chars} characters; the limit is {}",
-                    limits.max_message_chars
-                ),
-            ));
-        }
+        let message = checked_message(&body.message, limits)?;
         let context = match body.context {
             None | Some(Value::Null) => None,
             Some(Value::Object(map)) => {
@@ -117,12 +109,39 @@ impl ChatBody {
             ));
         }
         Ok(TurnRequest {
-            message: message.to_owned(),
+            message,
             context,
             conversation,
             tools: body.tools,
+            prior: Vec::new(),
         })
     }
+}
+
+/// The user's message, trimmed: not empty, not too long, no NUL (Postgres text cannot hold
+/// one; refused here rather than failing when stored).
+pub(crate) fn checked_message(raw: &str, limits: &Limits) -> Result<String, ApiError> {
+    if raw.contains('\0') {
+        return Err(invalid(
+            "invalid_characters",
+            "`message` and `context` must not contain NUL characters",
+        ));
+    }
+    let message = raw.trim();
+    if message.is_empty() {
+        return Err(invalid("message_empty", "`message` must not be empty"));
+    }
+    let chars = message.chars().count();
+    if chars > limits.max_message_chars {
+        return Err(invalid(
+            "message_too_long",
+            format!(
+                "`message` has {chars} characters; the limit is {}",
+                limits.max_message_chars
+            ),
+        ));
+    }
+    Ok(message.to_owned())
 }
 
 fn invalid(code: &'static str, message: impl Into<String>) -> ApiError {
@@ -134,7 +153,7 @@ fn invalid(code: &'static str, message: impl Into<String>) -> ApiError {
 
 /// Bad JSON is 400; JSON of the wrong shape (types, unknown or missing fields) is 422, with the
 /// path of the offending field.
-fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let parsed: Result<T, _> = serde_path_to_error::deserialize(&mut de);
     let trailing = parsed.is_ok().then(|| de.end()).and_then(Result::err);
@@ -166,7 +185,10 @@ fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiErro
     })
 }
 
-fn body_bytes(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, ApiError> {
+pub(crate) fn body_bytes(
+    body: Result<Bytes, BytesRejection>,
+    limit: usize,
+) -> Result<Bytes, ApiError> {
     body.map_err(|rejection| match rejection {
         BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => {
             ApiError::TooLarge { limit }
@@ -178,14 +200,20 @@ fn body_bytes(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes
     })
 }
 
+/// The turn as one JSON response, or streamed when the client accepts `text/event-stream`.
 async fn chat(
     State(state): State<AppState>,
     user: User,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<TurnResponse>, ApiError> {
+) -> Result<Response, ApiError> {
     let bytes = body_bytes(body, state.limits.max_body_bytes)?;
     let request = ChatBody::parse(&bytes, &state.limits)?;
-    Ok(Json(turn::run(&state, &user, request).await?))
+    if stream::wanted(&headers) {
+        return Ok(stream::respond(state, user, request).await);
+    }
+    let response: TurnResponse = turn::run(&state, &user, request, Progress::none()).await?;
+    Ok(Json(response).into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -256,6 +284,7 @@ mod tests {
             max_steps: 8,
             max_calls_per_step: 16,
             turn_deadline: Duration::from_secs(25),
+            stream_turn_deadline: Duration::from_secs(300),
             max_message_chars: 10,
             max_body_bytes: 1024,
             max_context_bytes: 64,

@@ -33,6 +33,9 @@ pub struct Limits {
     /// `TURN_DEADLINE_MS`: when a turn stops and answers with what it has, marked cut short
     /// (default 25000: the template's 28 s Lambda timeout less 3 s to store the reply).
     pub turn_deadline: Duration,
+    /// `STREAM_TURN_DEADLINE_MS`: the same for a streamed turn (default 300000): a stream
+    /// shows progress as it goes and its route (a Function URL) has no 29 s gateway limit.
+    pub stream_turn_deadline: Duration,
     /// `MAX_MESSAGE_CHARS`: longest accepted user message (default 4000).
     pub max_message_chars: usize,
     /// `CHAT_MAX_BODY_BYTES`: request body limit (default 65536).
@@ -83,6 +86,9 @@ pub struct ChatConfig {
     pub caller_key: Option<SecretString>,
     /// `ASSISTANT_NAME`: what the model calls itself (default `Parley`, 1-64 characters).
     pub assistant_name: AssistantName,
+    /// `ASSISTANT_MODEL_ID`: the model name the OpenAI-compatible endpoint lists and accepts
+    /// (default `parley`; 1-64 letters, digits, `.`, `_`, `-`, `:` or `/`).
+    pub model_id: String,
     pub limits: Limits,
 }
 
@@ -123,6 +129,18 @@ impl Default for AssistantName {
     }
 }
 
+fn model_id(env: &Env) -> Result<String, ConfigError> {
+    let id = env.get("ASSISTANT_MODEL_ID").unwrap_or("parley").trim();
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "._-:/".contains(c);
+    if id.is_empty() || id.len() > 64 || !id.chars().all(allowed) {
+        return Err(ConfigError::new(
+            "ASSISTANT_MODEL_ID",
+            "must be 1 to 64 letters, digits, `.`, `_`, `-`, `:` or `/`",
+        ));
+    }
+    Ok(id.to_owned())
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawServer {
@@ -140,6 +158,7 @@ impl ChatConfig {
             mcp_servers: mcp_servers(env)?,
             caller_key: assertion::key_from_env(env)?,
             assistant_name: AssistantName::from_env(env)?,
+            model_id: model_id(env)?,
             limits: Limits {
                 history: env.limit("HISTORY_LIMIT", 20, 0..=500)? as usize,
                 replay_chars: env.limit("TOOL_OUTPUT_REPLAY_CHARS", 2000, 100..=1_000_000)?
@@ -149,6 +168,11 @@ impl ChatConfig {
                 turn_deadline: env.millis(
                     "TURN_DEADLINE_MS",
                     Duration::from_secs(25),
+                    100..=900_000,
+                )?,
+                stream_turn_deadline: env.millis(
+                    "STREAM_TURN_DEADLINE_MS",
+                    Duration::from_secs(300),
                     100..=900_000,
                 )?,
                 max_message_chars: env.limit("MAX_MESSAGE_CHARS", 4000, 1..=100_000)? as usize,

@@ -22,6 +22,9 @@ pub enum ApiError {
     /// Well-formed but unacceptable values (empty message, unknown tool, ...).
     #[error("{message}")]
     Invalid { code: &'static str, message: String },
+    /// Something the request names does not exist (a model, for the OpenAI endpoint).
+    #[error("{message}")]
+    NotFound { code: &'static str, message: String },
     #[error("request body is larger than {limit} bytes")]
     TooLarge { limit: usize },
     #[error(transparent)]
@@ -42,6 +45,11 @@ impl ApiError {
         format!("{code}: {message}")
     }
 
+    /// Whether the client would be told 5xx: the failure is ours or upstream's, not theirs.
+    pub fn is_server_error(&self) -> bool {
+        self.public_parts().0.is_server_error()
+    }
+
     /// Status, code, message and `Retry-After`: what the client sees, never internals.
     fn public_parts(&self) -> (StatusCode, &'static str, String, Option<Duration>) {
         let mut retry_after: Option<Duration> = None;
@@ -52,6 +60,7 @@ impl ApiError {
             ApiError::Invalid { code, message } => {
                 (StatusCode::UNPROCESSABLE_ENTITY, *code, message.clone())
             }
+            ApiError::NotFound { code, message } => (StatusCode::NOT_FOUND, *code, message.clone()),
             ApiError::TooLarge { .. } => (
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "payload_too_large",

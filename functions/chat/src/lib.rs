@@ -5,7 +5,9 @@
 //! loop), `llm` (the model, two wire dialects), `mcp_client` (tools), `conversation` (memory,
 //! with its own storage errors), `replay` (stored messages back into model input), `nul` (text
 //! Postgres cannot store), `instructions` (what the model is told), `sources` (citable tool rows
-//! and the reply's citations of them), `config`, `error` (the one status mapping).
+//! and the reply's citations of them), `stream` (a turn as server-sent events in the AI SDK's
+//! UI message stream protocol), `openai` (the OpenAI-compatible endpoint), `config`, `error`
+//! (the one status mapping).
 
 pub mod api;
 pub mod auth;
@@ -16,8 +18,10 @@ pub mod instructions;
 pub mod llm;
 pub mod mcp_client;
 pub mod nul;
+pub mod openai;
 pub mod replay;
 pub mod sources;
+pub mod stream;
 pub mod turn;
 
 use std::sync::Arc;
@@ -47,6 +51,8 @@ pub struct AppState {
     pub limits: Arc<Limits>,
     /// `ASSISTANT_NAME`, for the instructions.
     pub assistant: Arc<AssistantName>,
+    /// `ASSISTANT_MODEL_ID`, the model of the OpenAI-compatible endpoint.
+    pub model_id: Arc<str>,
 }
 
 impl FromRef<AppState> for Arc<Authenticator> {
@@ -104,6 +110,7 @@ fn router(config: &ChatConfig, secrets: Option<Secrets>) -> Result<Router, Start
         auth,
         limits: Arc::new(config.limits.clone()),
         assistant: Arc::new(config.assistant_name.clone()),
+        model_id: Arc::from(config.model_id.as_str()),
     };
     Ok(parley_core::serve::traced(api::router(state)))
 }

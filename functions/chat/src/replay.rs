@@ -97,6 +97,7 @@ mod tests {
             steps: None,
             error: None,
             cut_short: false,
+            interrupted: false,
             sources: None,
             created_at: Utc::now(),
         }

@@ -6,10 +6,16 @@
 //! after, so a failed turn still leaves the question and the error on record. A turn that
 //! reaches `TURN_DEADLINE_MS` stops there and stores what it has, marked cut short, so the
 //! client gets an answer before the platform's own timeout ends the invocation.
+//!
+//! A streamed turn ([`Progress::channel`]) also reports what happens as it happens
+//! ([`TurnEvent`]): the model's text as it is written, each tool call and its output. If the
+//! client goes away, the turn stops calling the model and tools and stores what it has, marked
+//! interrupted.
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use serde::Serialize;
@@ -33,6 +39,9 @@ pub struct TurnRequest {
     pub conversation: Option<ConversationId>,
     /// Narrows the tools offered to the model to these names.
     pub tools: Option<Vec<String>>,
+    /// What a stateless client (the OpenAI-compatible endpoint) says came before, for a new
+    /// conversation: the model sees it ahead of the question; it is not stored.
+    pub prior: Vec<Item>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -46,20 +55,117 @@ pub struct TurnResponse {
     pub cut_short: bool,
     /// The rows of citing tools this turn, one per source: those `reply` cites first.
     pub sources: Vec<Source>,
+    /// The client of a streamed turn went away and `reply` holds what there was.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
+}
+
+/// What a streamed turn reports as it goes, in order. A turn's events are `Started`, then per
+/// model response `StepStarted`, its `TextDelta`s, then for a response with tool calls one
+/// `ToolInput` per call and one `ToolOutput` per call, and `StepFinished`. The outcome (the
+/// [`TurnResponse`] or the error) is [`run`]'s return value, not an event.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TurnEvent {
+    Started {
+        conversation_id: ConversationId,
+    },
+    StepStarted {
+        step: u32,
+    },
+    TextDelta(String),
+    ToolInput {
+        call_id: String,
+        name: String,
+        /// The arguments as JSON, or as the text the model wrote when that is not JSON.
+        args: Value,
+    },
+    /// The output as the model sees it (citing tools' rows carry their `cite` ids).
+    ToolOutput {
+        call_id: String,
+        output: Value,
+        is_error: bool,
+    },
+    StepFinished,
+}
+
+/// Where a turn reports its [`TurnEvent`]s: nowhere for the JSON route, a channel for a
+/// streamed one. The channel's receiver being dropped is how the turn learns that its client
+/// went away (the response body holding it was dropped).
+#[derive(Debug)]
+pub struct Progress {
+    // Unbounded: text deltas are reported from a synchronous callback, and a turn's events are
+    // bounded by `LLM_MAX_RESPONSE_BYTES` and the tools' output caps.
+    tx: Option<mpsc::UnboundedSender<TurnEvent>>,
+}
+
+impl Progress {
+    /// A turn nobody watches: it runs as the JSON route always has.
+    pub fn none() -> Progress {
+        Progress { tx: None }
+    }
+
+    /// A streamed turn, and the receiving end of its events.
+    pub fn channel() -> (Progress, mpsc::UnboundedReceiver<TurnEvent>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Progress { tx: Some(tx) }, rx)
+    }
+
+    fn is_streamed(&self) -> bool {
+        self.tx.is_some()
+    }
+
+    fn send(&self, event: TurnEvent) {
+        if let Some(tx) = &self.tx {
+            // A client gone is noticed by `is_gone`, at the next point the turn can stop.
+            let _ = tx.send(event);
+        }
+    }
+
+    fn is_gone(&self) -> bool {
+        self.tx.as_ref().is_some_and(|tx| tx.is_closed())
+    }
+
+    /// Resolves when the client has gone away; never for a turn nobody watches.
+    async fn gone(&self) {
+        match &self.tx {
+            Some(tx) => tx.closed().await,
+            None => std::future::pending().await,
+        }
+    }
 }
 
 /// How the loop ended, short of a failure.
 struct Ending {
     reply: String,
     cut_short: bool,
+    interrupted: bool,
+}
+
+impl Ending {
+    fn answered(reply: String) -> Ending {
+        Ending {
+            reply,
+            cut_short: false,
+            interrupted: false,
+        }
+    }
 }
 
 pub async fn run(
     state: &AppState,
     user: &User,
     request: TurnRequest,
+    progress: Progress,
 ) -> Result<TurnResponse, ApiError> {
-    let deadline = Instant::now() + state.limits.turn_deadline;
+    let limits = &state.limits;
+    let budget = if progress.is_streamed() {
+        limits.stream_turn_deadline
+    } else {
+        limits.turn_deadline
+    };
+    let deadline = Instant::now() + budget;
+    // The lease outlasts the deadline by as much for a streamed turn as for any other.
+    let lease = limits.turn_lease + budget.saturating_sub(limits.turn_deadline);
     // Names this turn in its tool calls' idempotency keys.
     let turn_id = uuid::Uuid::new_v4();
     // Listing is an MCP request too: a server that hangs must not take the whole turn.
@@ -82,13 +188,17 @@ pub async fn run(
                 .limits
                 .turn_lock_wait
                 .min(deadline.saturating_duration_since(Instant::now())),
-            lease: state.limits.turn_lease,
+            lease,
         },
     )
     .await?;
     let conversation_id = turn.conversation;
+    progress.send(TurnEvent::Started { conversation_id });
 
     let mut items = replay::replay(&turn.history, state.limits.replay_chars);
+    if turn.history.is_empty() {
+        items.extend(request.prior);
+    }
     items.push(Item::User(request.message.clone()));
     let traits = catalog.traits(&tools);
     let instructions = instructions::build(&Briefing {
@@ -106,17 +216,65 @@ pub async fn run(
     // What the model said along the way, for a reply cut short.
     let mut said: Vec<String> = Vec::new();
     let outcome = loop {
+        if progress.is_gone() {
+            break Ok(Ending {
+                reply: String::new(),
+                cut_short: false,
+                interrupted: true,
+            });
+        }
         let prompt = Prompt {
             instructions: &instructions,
             items: &items,
             tools: &tools,
         };
-        let mut reply = match state.llm.respond(prompt, deadline).await {
+        progress.send(TurnEvent::StepStarted { step: steps + 1 });
+        // The text of this response as streamed so far: what an interrupted or cut-short
+        // streamed turn keeps.
+        let mut streamed = String::new();
+        let answer = if progress.is_streamed() {
+            let mut on_text = |delta: &str| {
+                streamed.push_str(delta);
+                progress.send(TurnEvent::TextDelta(delta.to_owned()));
+            };
+            tokio::select! {
+                answer = state.llm.respond_streaming(prompt, deadline, &mut on_text) => Some(answer),
+                // Dropping the request stops the model's work on it.
+                () = progress.gone() => None,
+            }
+        } else {
+            Some(state.llm.respond(prompt, deadline).await)
+        };
+        let Some(answer) = answer else {
+            break Ok(Ending {
+                reply: streamed,
+                cut_short: false,
+                interrupted: true,
+            });
+        };
+        let mut reply = match answer {
             Ok(r) => r,
+            Err(LlmError::DeadlineReached) if progress.is_streamed() => {
+                // The client has seen the text so far: the note continues it, and the stored
+                // reply is exactly what was streamed.
+                let mut note = cut_short_note(budget, !traces.is_empty());
+                if !streamed.is_empty() {
+                    note.insert_str(0, "\n\n");
+                }
+                progress.send(TurnEvent::TextDelta(note.clone()));
+                progress.send(TurnEvent::StepFinished);
+                streamed.push_str(&note);
+                break Ok(Ending {
+                    reply: streamed,
+                    cut_short: true,
+                    interrupted: false,
+                });
+            }
             Err(LlmError::DeadlineReached) => {
                 break Ok(Ending {
-                    reply: cut_short_reply(state, &said, !traces.is_empty()),
+                    reply: cut_short_reply(budget, &said, !traces.is_empty()),
                     cut_short: true,
+                    interrupted: false,
                 });
             }
             Err(e) => break Err(e),
@@ -124,24 +282,39 @@ pub async fn run(
         nul::clean_reply(&mut reply);
         usage += reply.usage;
         if reply.calls.is_empty() {
-            break Ok(Ending {
-                reply: reply.text.unwrap_or_default(),
-                cut_short: false,
-            });
+            progress.send(TurnEvent::StepFinished);
+            break Ok(Ending::answered(reply.text.unwrap_or_default()));
         }
         if steps == state.limits.max_steps {
-            break Ok(Ending {
-                reply: format!(
-                    "I stopped after {steps} rounds of tool calls, the most one turn may use, \
+            let text = format!(
+                "I stopped after {steps} rounds of tool calls, the most one turn may use, \
 before reaching an answer. The results gathered so far are in the traces; try a narrower question."
-                ),
-                cut_short: false,
-            });
+            );
+            // Streamed, the note follows whatever the model wrote in this step, and the reply
+            // is the step's whole text, as it was streamed.
+            let note = if streamed.is_empty() {
+                text
+            } else {
+                format!("\n\n{text}")
+            };
+            progress.send(TurnEvent::TextDelta(note.clone()));
+            progress.send(TurnEvent::StepFinished);
+            streamed.push_str(&note);
+            break Ok(Ending::answered(streamed));
         }
         steps += 1;
         if let Some(text) = reply.text.filter(|t| !t.trim().is_empty()) {
             said.push(text.clone());
             items.push(Item::Assistant(text));
+        }
+        for call in &reply.calls {
+            progress.send(TurnEvent::ToolInput {
+                call_id: call.call_id.clone(),
+                name: call.name.clone(),
+                args: parse_arguments(&call.arguments)
+                    .map(Value::Object)
+                    .unwrap_or_else(|_| Value::String(call.arguments.clone())),
+            });
         }
         let cap = state.limits.max_calls_per_step;
         let results = futures::future::join_all(reply.calls.iter().enumerate().map(|(i, call)| {
@@ -161,21 +334,34 @@ before reaching an answer. The results gathered so far are in the traces; try a 
             if let Some(citation) = catalog.citation(&trace.name).filter(|_| !trace.is_error) {
                 sources.cite_rows(citation, &trace.name, &trace.call_id, &mut trace.output);
             }
+            progress.send(TurnEvent::ToolOutput {
+                call_id: trace.call_id.clone(),
+                output: trace.output.clone(),
+                is_error: trace.is_error,
+            });
             items.push(Item::Output {
                 call_id: trace.call_id.clone(),
                 output: replay::output_text(&trace.output),
             });
             traces.push(trace);
         }
+        progress.send(TurnEvent::StepFinished);
     };
 
     match outcome {
-        Ok(Ending { reply, cut_short }) => {
+        Ok(Ending {
+            reply,
+            cut_short,
+            interrupted,
+        }) => {
             if cut_short {
                 tracing::warn!(
                     steps,
-                    "turn reached TURN_DEADLINE_MS; answering with what it has"
+                    "turn reached its deadline; answering with what it has"
                 );
+            }
+            if interrupted {
+                tracing::info!(steps, "the client went away; storing what the turn had");
             }
             // A reply cut short keeps what the model had said, citations included.
             let sources = sources.for_reply(&reply);
@@ -186,6 +372,7 @@ before reaching an answer. The results gathered so far are in the traces; try a 
                 steps,
                 error: None,
                 cut_short,
+                interrupted,
                 sources: &sources,
             })
             .await?;
@@ -197,6 +384,7 @@ before reaching an answer. The results gathered so far are in the traces; try a 
                 steps,
                 cut_short,
                 sources,
+                interrupted,
             })
         }
         Err(e) => {
@@ -212,6 +400,7 @@ before reaching an answer. The results gathered so far are in the traces; try a 
                     steps,
                     error: Some(&error),
                     cut_short: false,
+                    interrupted: false,
                     // Nothing was cited, but the record shows what the tools had found.
                     sources: &sources.for_reply(""),
                 })
@@ -226,10 +415,10 @@ before reaching an answer. The results gathered so far are in the traces; try a 
 
 /// The honest reply of a turn that ran out of time: it says so, and keeps what the model had
 /// already said.
-fn cut_short_reply(state: &AppState, said: &[String], has_traces: bool) -> String {
+fn cut_short_reply(budget: std::time::Duration, said: &[String], has_traces: bool) -> String {
     let mut reply = format!(
         "I ran out of time before I could finish: one turn may take {} s. ",
-        state.limits.turn_deadline.as_secs_f64()
+        budget.as_secs_f64()
     );
     if has_traces {
         reply.push_str("The tool results gathered so far are in the traces. ");
@@ -241,6 +430,20 @@ fn cut_short_reply(state: &AppState, said: &[String], has_traces: bool) -> Strin
     }
     reply.push_str("Ask again, perhaps more narrowly, to continue.");
     reply
+}
+
+/// The same for a streamed turn, whose client has already seen what the model said: the note
+/// that ends the reply.
+fn cut_short_note(budget: std::time::Duration, has_traces: bool) -> String {
+    let mut note = format!(
+        "(I ran out of time before I could finish: one turn may take {} s. ",
+        budget.as_secs_f64()
+    );
+    if has_traces {
+        note.push_str("The tool results gathered so far are above. ");
+    }
+    note.push_str("Ask again, perhaps more narrowly, to continue.)");
+    note
 }
 
 /// The catalog's tools, or only the ones the request names (each must exist).

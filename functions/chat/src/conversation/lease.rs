@@ -42,6 +42,8 @@ pub struct TurnRecord<'a> {
     pub error: Option<&'a str>,
     /// The turn reached its deadline and the reply holds what it had.
     pub cut_short: bool,
+    /// The client of a streamed turn went away; the reply holds what the turn had.
+    pub interrupted: bool,
     /// What the turn's tools returned that the reply may cite, cited ones first.
     pub sources: &'a [Source],
 }
@@ -280,8 +282,9 @@ const FINISH: &str = "WITH freed AS (
        RETURNING message_count),
      stored AS (
        INSERT INTO chat.messages
-         (conversation_id, seq, role, content, traces, usage, steps, error, cut_short, sources)
-       SELECT $1, message_count, 'assistant', $2, $3, $4, $5, $6, $8, $9 FROM freed
+         (conversation_id, seq, role, content, traces, usage, steps, error, cut_short, sources,
+          interrupted)
+       SELECT $1, message_count, 'assistant', $2, $3, $4, $5, $6, $8, $9, $10 FROM freed
        RETURNING 1)
      SELECT EXISTS (SELECT 1 FROM stored)
        OR EXISTS (SELECT 1 FROM chat.conversations
@@ -307,7 +310,7 @@ impl Turn {
         let (traces, usage) = (Json(record.traces), Json(record.usage));
         let sources = Json(record.sources);
         let steps = record.steps as i32;
-        let params: [&(dyn ToSql + Sync); 9] = [
+        let params: [&(dyn ToSql + Sync); 10] = [
             self.conversation.as_uuid(),
             &record.reply,
             &traces,
@@ -317,6 +320,7 @@ impl Turn {
             &self.lease,
             &record.cut_short,
             &sources,
+            &record.interrupted,
         ];
         let stored = retry_once_if_stale!(self.pool, |conn| try_finish(&conn, &params).await)
             .map_err(Attempt::into_error)?;

@@ -17,7 +17,8 @@ use crate::sources::Source;
 /// What [`message`] reads, in every query that returns messages.
 macro_rules! columns {
     () => {
-        "seq, role, content, context, traces, usage, steps, error, cut_short, sources, created_at"
+        "seq, role, content, context, traces, usage, steps, error, cut_short, interrupted, sources, \
+         created_at"
     };
 }
 
@@ -192,6 +193,9 @@ pub struct StoredMessage {
     /// The turn reached `TURN_DEADLINE_MS`; the reply holds only what it had by then.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub cut_short: bool,
+    /// The client of a streamed turn went away first; the reply holds only what it had.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
     /// An assistant message's sources (`[]` when it had none); `None` for a user's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sources: Option<Vec<Source>>,
@@ -251,6 +255,7 @@ fn message(row: &tokio_postgres::Row) -> Result<StoredMessage, StorageError> {
         steps: row.get("steps"),
         error: row.get("error"),
         cut_short: row.get("cut_short"),
+        interrupted: row.get("interrupted"),
         sources,
         created_at: row.get("created_at"),
     })

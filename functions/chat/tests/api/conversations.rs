@@ -409,6 +409,7 @@ async fn a_turn_that_outlives_its_lease_is_taken_over_and_its_late_answer_is_not
         steps: 0,
         error: None,
         cut_short: false,
+        interrupted: false,
         sources: &[],
     };
     let first = conversation::begin(&pool, start(None, "start"))

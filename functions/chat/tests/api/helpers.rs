@@ -401,6 +401,46 @@ impl TestChat {
         body["messages"].as_array().expect("messages").clone()
     }
 
+    /// `POST path` with `body` as `user` and `Accept: text/event-stream`; the response is
+    /// returned unread, to be read as it arrives.
+    pub async fn post_streamed(&self, user: &str, path: &str, body: Value) -> reqwest::Response {
+        self.http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(token(user))
+            .header("accept", "text/event-stream")
+            .json(&body)
+            .send()
+            .await
+            .expect("request sent")
+    }
+
+    /// `POST path` with `body` as `user`, plus extra headers; status, headers and JSON body.
+    pub async fn post_json(
+        &self,
+        user: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Value,
+    ) -> (u16, reqwest::header::HeaderMap, Value) {
+        let mut request = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(token(user))
+            .json(&body);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.send().await.expect("request sent");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.text().await.expect("body");
+        (
+            status,
+            headers,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
     pub fn mcp(&self) -> &McpHandle {
         self.mcp.as_ref().expect("this chat has an mcp function")
     }
@@ -409,4 +449,23 @@ impl TestChat {
 /// The `input` (Responses) of the n-th request the model received.
 pub fn input_of(request: &Value) -> Vec<Value> {
     request["input"].as_array().expect("input array").clone()
+}
+
+/// The `data:` payloads of a server-sent event stream, each parsed as JSON (`[DONE]` as the
+/// string "[DONE]"). Panics on anything that is not a well-formed `data:` frame.
+pub fn sse_data(text: &str) -> Vec<Value> {
+    text.split("\n\n")
+        .filter(|frame| !frame.trim().is_empty())
+        .map(|frame| {
+            let data = frame
+                .strip_prefix("data: ")
+                .unwrap_or_else(|| panic!("not a data frame: {frame:?}"));
+            assert!(!data.contains('\n'), "a frame of one line: {frame:?}");
+            if data == "[DONE]" {
+                Value::String(data.to_owned())
+            } else {
+                serde_json::from_str(data).unwrap_or_else(|e| panic!("{e}: {data}"))
+            }
+        })
+        .collect()
 }

@@ -1,0 +1,531 @@
+//! The OpenAI-compatible surface: `GET /v1/models` and `POST /v1/chat/completions`, streamed or
+//! not, so chat front ends that speak the OpenAI API (Open WebUI, LibreChat, editor plugins)
+//! can talk to Parley. The assistant runs its tools itself; clients see them in the text.
+//!
+//! The last user message is the question. The conversation is kept server-side: its id comes
+//! from the `x-parley-conversation-id` header or a `conversation_id` field and is returned in
+//! the same header. Without one a new conversation starts, seeded with the earlier messages the
+//! client sent, as stateless OpenAI clients expect.
+
+use std::convert::Infallible;
+
+use axum::Json;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::api::{body_bytes, checked_message, parse_json};
+use crate::auth::User;
+use crate::conversation::{ConversationId, Trace};
+use crate::error::ApiError;
+use crate::llm::{Item, Usage};
+use crate::stream::{self, Update};
+use crate::turn::{self, Progress, TurnEvent, TurnRequest, TurnResponse};
+
+/// The header a client sends, and gets back, to keep talking in one conversation.
+pub const CONVERSATION_HEADER: &str = "x-parley-conversation-id";
+
+/// Most earlier messages taken from a request that names no conversation.
+const MAX_PRIOR_MESSAGES: usize = 50;
+
+/// `GET /v1/models`: the assistant is the one model.
+pub async fn models(State(state): State<AppState>, _user: User) -> Json<Value> {
+    Json(json!({
+        "object": "list",
+        "data": [model(&state)],
+    }))
+}
+
+fn model(state: &AppState) -> Value {
+    json!({
+        "id": state.model_id,
+        "object": "model",
+        "created": 0,
+        "owned_by": "parley",
+    })
+}
+
+#[derive(Debug, Deserialize)]
+struct CompletionBody {
+    model: String,
+    messages: Vec<WireMessage>,
+    #[serde(default)]
+    stream: bool,
+    #[serde(default)]
+    stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    conversation_id: Option<String>,
+    // Sampling settings, `user`, `tools` and the rest are accepted and ignored: the assistant's
+    // own settings and tools apply.
+}
+
+#[derive(Debug, Deserialize)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: bool,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireMessage {
+    role: String,
+    #[serde(default)]
+    content: Option<Content>,
+}
+
+/// Message content: a string, or parts of which only text is understood.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Content {
+    Text(String),
+    Parts(Vec<Value>),
+}
+
+impl Content {
+    fn text(&self) -> Result<String, ApiError> {
+        match self {
+            Content::Text(text) => Ok(text.clone()),
+            Content::Parts(parts) => {
+                let mut text = String::new();
+                for part in parts {
+                    match (part["type"].as_str(), part["text"].as_str()) {
+                        (Some("text"), Some(t)) => {
+                            if !text.is_empty() {
+                                text.push('\n');
+                            }
+                            text.push_str(t);
+                        }
+                        (kind, _) => {
+                            return Err(invalid(
+                                "unsupported_content",
+                                format!(
+                                    "only text content is understood, not `{}`",
+                                    kind.unwrap_or("?")
+                                ),
+                            ));
+                        }
+                    }
+                }
+                Ok(text)
+            }
+        }
+    }
+}
+
+/// A checked completion request.
+struct Completion {
+    turn: TurnRequest,
+    stream: bool,
+    include_usage: bool,
+}
+
+impl Completion {
+    fn parse(bytes: &[u8], headers: &HeaderMap, state: &AppState) -> Result<Completion, ApiError> {
+        let body: CompletionBody = parse_json(bytes)?;
+        if *body.model != *state.model_id {
+            return Err(ApiError::NotFound {
+                code: "model_not_found",
+                message: format!(
+                    "the model `{}` does not exist; this server's is `{}`",
+                    body.model, state.model_id
+                ),
+            });
+        }
+        let Some((last, earlier)) = body.messages.split_last() else {
+            return Err(invalid("messages_empty", "`messages` must not be empty"));
+        };
+        if last.role != "user" {
+            return Err(invalid(
+                "last_message_not_user",
+                "the last of `messages` must be the user's question",
+            ));
+        }
+        let question = last
+            .content
+            .as_ref()
+            .map(Content::text)
+            .transpose()?
+            .unwrap_or_default();
+        let message = checked_message(&question, &state.limits)?;
+        let raw_id = headers
+            .get(CONVERSATION_HEADER)
+            .map(|v| {
+                v.to_str()
+                    .map(str::to_owned)
+                    .map_err(|_| invalid("invalid_conversation_id", "not a UUID"))
+            })
+            .transpose()?
+            .or(body.conversation_id);
+        let conversation = raw_id
+            .map(|raw| {
+                ConversationId::parse(raw.trim()).ok_or_else(|| {
+                    invalid(
+                        "invalid_conversation_id",
+                        format!("`{CONVERSATION_HEADER}` / `conversation_id` must be a UUID"),
+                    )
+                })
+            })
+            .transpose()?;
+        // A stored conversation has its own history; a new one starts from what the client
+        // says came before.
+        let prior = match conversation {
+            Some(_) => Vec::new(),
+            None => prior_items(earlier)?,
+        };
+        Ok(Completion {
+            turn: TurnRequest {
+                message,
+                context: None,
+                conversation,
+                tools: None,
+                prior,
+            },
+            stream: body.stream,
+            include_usage: body.stream_options.is_some_and(|o| o.include_usage),
+        })
+    }
+}
+
+/// Earlier user and assistant messages as the model's items; the assistant's tool blocks
+/// (which this endpoint wrote) are left out, and system messages too: the assistant's own
+/// instructions apply.
+fn prior_items(earlier: &[WireMessage]) -> Result<Vec<Item>, ApiError> {
+    let start = earlier.len().saturating_sub(MAX_PRIOR_MESSAGES);
+    let mut items = Vec::new();
+    for message in &earlier[start..] {
+        let Some(content) = &message.content else {
+            continue;
+        };
+        let text = content.text()?;
+        if text.contains('\0') {
+            return Err(invalid(
+                "invalid_characters",
+                "messages must not contain NUL characters",
+            ));
+        }
+        match message.role.as_str() {
+            "user" => items.push(Item::User(text)),
+            "assistant" => {
+                let said = strip_tool_blocks(&text);
+                if !said.trim().is_empty() {
+                    items.push(Item::Assistant(said));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(items)
+}
+
+fn invalid(code: &'static str, message: impl Into<String>) -> ApiError {
+    ApiError::Invalid {
+        code,
+        message: message.into(),
+    }
+}
+
+/// `POST /v1/chat/completions`.
+pub async fn completions(
+    State(state): State<AppState>,
+    user: User,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let bytes = body_bytes(body, state.limits.max_body_bytes)?;
+    let completion = Completion::parse(&bytes, &headers, &state)?;
+    let model = state.model_id.to_string();
+    if completion.stream {
+        let (conversation, updates) = stream::begin(state, user, completion.turn).await?;
+        return Ok(streamed(
+            updates,
+            conversation,
+            model,
+            completion.include_usage,
+        ));
+    }
+    let response = turn::run(&state, &user, completion.turn, Progress::none()).await?;
+    let mut content = String::new();
+    for trace in &response.traces {
+        content.push_str(&tool_block(trace));
+    }
+    content.push_str(&response.reply);
+    let body = json!({
+        "id": completion_id(),
+        "object": "chat.completion",
+        "created": now(),
+        "model": model,
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": content},
+            "finish_reason": finish_reason(&response),
+        }],
+        "usage": usage(&response.usage),
+        "conversation_id": response.conversation_id,
+        "parley": parley_fields(&response),
+    });
+    Ok(with_conversation(
+        Json(body).into_response(),
+        response.conversation_id,
+    ))
+}
+
+/// The streamed answer: `chat.completion.chunk`s whose content is the reply as it is written,
+/// with each tool call as a block once its output is in.
+fn streamed(
+    updates: stream::Updates,
+    conversation: Option<ConversationId>,
+    model: String,
+    include_usage: bool,
+) -> Response {
+    let mut chunks = Chunks {
+        id: completion_id(),
+        created: now(),
+        model,
+        include_usage,
+        started: false,
+        at_line_start: true,
+        pending: Vec::new(),
+    };
+    let frames = updates.map(move |update| Ok::<Bytes, Infallible>(chunks.encode(update)));
+    let response = stream::event_stream(Body::from_stream(frames), false);
+    match conversation {
+        Some(id) => with_conversation(response, id),
+        None => response,
+    }
+}
+
+/// The state of one streamed completion.
+struct Chunks {
+    id: String,
+    created: i64,
+    model: String,
+    include_usage: bool,
+    /// The first chunk (the role) has gone out.
+    started: bool,
+    /// The content so far ends a line, so a block can start on its own.
+    at_line_start: bool,
+    /// Calls whose output is not in yet: id, name, arguments.
+    pending: Vec<(String, String, Value)>,
+}
+
+impl Chunks {
+    fn chunk(&self, delta: Value, finish: Option<&str>) -> Value {
+        json!({
+            "id": self.id, "object": "chat.completion.chunk", "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        })
+    }
+
+    fn content(&mut self, out: &mut String, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        self.at_line_start = text.ends_with('\n');
+        frame(out, &self.chunk(json!({"content": text}), None));
+    }
+
+    fn encode(&mut self, update: Update) -> Bytes {
+        let mut out = String::new();
+        if !std::mem::replace(&mut self.started, true) {
+            frame(
+                &mut out,
+                &self.chunk(json!({"role": "assistant", "content": ""}), None),
+            );
+        }
+        match update {
+            Update::Event(TurnEvent::TextDelta(text)) => self.content(&mut out, &text),
+            Update::Event(TurnEvent::ToolInput {
+                call_id,
+                name,
+                args,
+            }) => self.pending.push((call_id, name, args)),
+            Update::Event(TurnEvent::ToolOutput {
+                call_id,
+                output,
+                is_error,
+            }) => {
+                if let Some(i) = self.pending.iter().position(|(id, ..)| *id == call_id) {
+                    let (call_id, name, args) = self.pending.remove(i);
+                    let mut block = String::new();
+                    if !self.at_line_start {
+                        block.push_str("\n\n");
+                    }
+                    block.push_str(&details(&call_id, &name, &args, &output, is_error));
+                    self.content(&mut out, &block);
+                }
+            }
+            Update::Event(
+                TurnEvent::Started { .. } | TurnEvent::StepStarted { .. } | TurnEvent::StepFinished,
+            ) => {}
+            Update::Done(Ok(response)) => {
+                let mut last = self.chunk(json!({}), Some(finish_reason(&response)));
+                last["parley"] = parley_fields(&response);
+                frame(&mut out, &last);
+                if self.include_usage {
+                    let mut usage_chunk = self.chunk(json!({}), None);
+                    usage_chunk["choices"] = json!([]);
+                    usage_chunk["usage"] = usage(&response.usage);
+                    frame(&mut out, &usage_chunk);
+                }
+                out.push_str("data: [DONE]\n\n");
+            }
+            Update::Done(Err(e)) => {
+                // OpenAI's own mid-stream error shape, which its clients raise.
+                frame(
+                    &mut out,
+                    &json!({"error": {"message": e.public_summary(), "type": "server_error",
+                                      "param": null, "code": null}}),
+                );
+                tracing::error!(error = %e, "streamed completion failed");
+                out.push_str("data: [DONE]\n\n");
+            }
+        }
+        Bytes::from(out)
+    }
+}
+
+/// The conversation id goes back in the header a client sends it in.
+fn with_conversation(mut response: Response, id: ConversationId) -> Response {
+    if let Ok(value) = HeaderValue::from_str(&id.to_string()) {
+        response.headers_mut().insert(CONVERSATION_HEADER, value);
+    }
+    response
+}
+
+fn frame(out: &mut String, value: &Value) {
+    out.push_str("data: ");
+    out.push_str(&value.to_string());
+    out.push_str("\n\n");
+}
+
+/// A tool call as Open WebUI writes its own into a message: a `<details type="tool_calls">`
+/// element whose attributes hold the arguments and result as escaped JSON, which Open WebUI
+/// shows as a collapsible tool call and other clients show as a line of HTML or text.
+fn tool_block(trace: &Trace) -> String {
+    details(
+        &trace.call_id,
+        &trace.name,
+        &trace.args,
+        &trace.output,
+        trace.is_error,
+    )
+}
+
+fn details(call_id: &str, name: &str, args: &Value, output: &Value, is_error: bool) -> String {
+    let result = if is_error {
+        json!({"error": output})
+    } else {
+        output.clone()
+    };
+    format!(
+        "<details type=\"tool_calls\" done=\"true\" id=\"{}\" name=\"{}\" arguments=\"{}\" \
+         result=\"{}\">\n<summary>Tool Executed</summary>\n</details>\n",
+        escape(call_id),
+        escape(name),
+        escape(&args.to_string()),
+        escape(&json!(result.to_string()).to_string()),
+    )
+}
+
+/// What [`details`] wrote, taken back out of an assistant message a client replays.
+fn strip_tool_blocks(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("<details type=\"tool_calls\"") {
+        out.push_str(&rest[..start]);
+        match rest[start..].find("</details>") {
+            Some(end) => rest = &rest[start + end + "</details>".len()..],
+            None => {
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    out.trim().to_owned()
+}
+
+/// HTML attribute escaping, as Python's `html.escape` (which Open WebUI uses).
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#x27;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn finish_reason(response: &TurnResponse) -> &'static str {
+    if response.cut_short { "length" } else { "stop" }
+}
+
+fn usage(usage: &Usage) -> Value {
+    json!({
+        "prompt_tokens": usage.input_tokens,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": usage.total_tokens,
+    })
+}
+
+/// What only Parley knows about the answer, under one key clients ignore.
+fn parley_fields(response: &TurnResponse) -> Value {
+    json!({
+        "conversation_id": response.conversation_id,
+        "steps": response.steps,
+        "cut_short": response.cut_short,
+        "interrupted": response.interrupted,
+        "sources": response.sources,
+    })
+}
+
+fn completion_id() -> String {
+    format!("chatcmpl-{}", uuid::Uuid::new_v4().simple())
+}
+
+fn now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_blocks_escape_their_json_and_come_back_out_of_replayed_messages() {
+        let block = details(
+            "call_1",
+            "lad_by_ref",
+            &json!({"ref": "Leeds \"LS\""}),
+            &json!([{"name": "<b>"}]),
+            false,
+        );
+        assert!(
+            block.contains("arguments=\"{&quot;ref&quot;:&quot;Leeds \\&quot;LS\\&quot;&quot;}\"")
+        );
+        assert!(!block.contains("<b>"));
+        let replayed = format!("{block}\nLeeds has 3 complaints.");
+        assert_eq!(strip_tool_blocks(&replayed), "Leeds has 3 complaints.");
+    }
+
+    #[test]
+    fn only_text_content_is_understood() {
+        let parts = Content::Parts(vec![
+            json!({"type": "text", "text": "a"}),
+            json!({"type": "text", "text": "b"}),
+        ]);
+        assert_eq!(parts.text().unwrap(), "a\nb");
+        let image = Content::Parts(vec![json!({"type": "image_url", "image_url": {}})]);
+        assert!(image.text().is_err());
+    }
+}

@@ -1,0 +1,406 @@
+//! A streamed turn: `POST /api/chat` with `Accept: text/event-stream` answers with the turn's
+//! [`TurnEvent`]s as they happen, as server-sent events in the AI SDK's UI message stream
+//! protocol (v1), so a front end built on the AI SDK's `useChat` reads it unchanged.
+//!
+//! The turn runs in its own task and the response body holds the receiving end of its events:
+//! a client that goes away drops the body, which is how the turn learns to stop.
+
+use std::convert::Infallible;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+use tracing::Instrument;
+
+use crate::AppState;
+use crate::auth::User;
+use crate::conversation::ConversationId;
+use crate::error::ApiError;
+use crate::sources::Source;
+use crate::turn::{self, Progress, TurnEvent, TurnRequest, TurnResponse};
+
+/// The header that names the protocol, and its version.
+pub const PROTOCOL_HEADER: &str = "x-vercel-ai-ui-message-stream";
+
+/// Whether the request asks for the stream (`Accept: text/event-stream`).
+pub fn wanted(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|v| {
+            v.split(';')
+                .next()
+                .is_some_and(|t| t.trim().eq_ignore_ascii_case("text/event-stream"))
+        })
+}
+
+/// A streamed turn as it happens: its events, then its outcome.
+pub type Updates = futures::stream::BoxStream<'static, Update>;
+
+pub enum Update {
+    Event(TurnEvent),
+    Done(Result<TurnResponse, ApiError>),
+}
+
+/// Starts the turn in its own task and returns its updates once it has begun (its
+/// conversation claimed and the question stored). What fails before that (an unknown
+/// conversation, one busy with another turn, an unknown tool) is returned as the error, so the
+/// route answers with its status as the JSON route would; what fails after arrives as
+/// [`Update::Done`]. Dropping the updates tells the turn its client went away.
+/// Also returns the conversation's id, which the first event carries.
+pub async fn begin(
+    state: AppState,
+    user: User,
+    request: TurnRequest,
+) -> Result<(Option<ConversationId>, Updates), ApiError> {
+    let (progress, mut events) = Progress::channel();
+    let (done_tx, done_rx) = oneshot::channel();
+    tokio::spawn(
+        async move {
+            let outcome = turn::run(&state, &user, request, progress).await;
+            let _ = done_tx.send(outcome);
+        }
+        .instrument(tracing::Span::current()),
+    );
+    let done = async move {
+        done_rx.await.unwrap_or_else(|_| {
+            Err(ApiError::Internal(
+                "the turn's task ended without an outcome".into(),
+            ))
+        })
+    };
+    let Some(first) = events.recv().await else {
+        // The turn ended before its first event: it never began.
+        let response = done.await?;
+        let id = response.conversation_id;
+        let updates = futures::stream::once(async move { Update::Done(Ok(response)) }).boxed();
+        return Ok((Some(id), updates));
+    };
+    let conversation = match &first {
+        TurnEvent::Started { conversation_id } => Some(*conversation_id),
+        _ => None,
+    };
+    let events = futures::stream::once(std::future::ready(first))
+        .chain(futures::stream::poll_fn(move |cx| events.poll_recv(cx)))
+        .map(Update::Event);
+    let updates = events
+        .chain(futures::stream::once(done).map(Update::Done))
+        .boxed();
+    Ok((conversation, updates))
+}
+
+/// The response headers of an event stream; `protocol` adds the UI message stream's own.
+pub fn event_stream(body: Body, protocol: bool) -> Response {
+    let mut response = Response::new(body);
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    // Proxies (nginx and its kin) would otherwise buffer the stream.
+    headers.insert(
+        header::HeaderName::from_static("x-accel-buffering"),
+        HeaderValue::from_static("no"),
+    );
+    if protocol {
+        headers.insert(
+            header::HeaderName::from_static(PROTOCOL_HEADER),
+            HeaderValue::from_static("v1"),
+        );
+    }
+    response
+}
+
+/// `POST /api/chat`, streamed: the turn's updates as UI message stream parts.
+pub async fn respond(state: AppState, user: User, request: TurnRequest) -> Response {
+    let updates = match begin(state, user, request).await {
+        Ok((_, updates)) => updates,
+        Err(e) => return e.into_response(),
+    };
+    let mut encoder = Encoder::default();
+    let frames = updates.map(move |update| Ok::<Bytes, Infallible>(encoder.encode(update)));
+    event_stream(Body::from_stream(frames), true)
+}
+
+/// Turns events into the protocol's parts. It keeps what the protocol needs that the events
+/// leave implicit: whether a text part is open, and its id.
+#[derive(Debug, Default)]
+struct Encoder {
+    /// The open text part's id.
+    text: Option<String>,
+    texts: u32,
+    step_open: bool,
+}
+
+impl Encoder {
+    fn encode(&mut self, item: Update) -> Bytes {
+        let mut out = String::new();
+        match item {
+            Update::Event(event) => self.event(event, &mut out),
+            Update::Done(Ok(response)) => {
+                self.close_step(&mut out);
+                for source in &response.sources {
+                    frame(&mut out, &source_part(source));
+                }
+                frame(
+                    &mut out,
+                    &json!({"type": "finish", "messageMetadata": metadata(&response)}),
+                );
+                out.push_str("data: [DONE]\n\n");
+            }
+            Update::Done(Err(e)) => {
+                self.close_step(&mut out);
+                frame(
+                    &mut out,
+                    &json!({"type": "error", "errorText": e.public_summary()}),
+                );
+                // The status line went out with the first byte; the log keeps the details.
+                if e.is_server_error() {
+                    tracing::error!(error = %e, "streamed turn failed");
+                } else {
+                    tracing::info!(error = %e, "streamed turn refused");
+                }
+                out.push_str("data: [DONE]\n\n");
+            }
+        }
+        Bytes::from(out)
+    }
+
+    fn event(&mut self, event: TurnEvent, out: &mut String) {
+        match event {
+            TurnEvent::Started { conversation_id } => frame(
+                out,
+                &json!({
+                    "type": "start",
+                    "messageId": format!("msg_{}", uuid::Uuid::new_v4().simple()),
+                    "messageMetadata": {"conversationId": conversation_id},
+                }),
+            ),
+            TurnEvent::StepStarted { .. } => {
+                self.step_open = true;
+                frame(out, &json!({"type": "start-step"}));
+            }
+            TurnEvent::TextDelta(delta) => {
+                let id = match &self.text {
+                    Some(id) => id.clone(),
+                    None => {
+                        self.texts += 1;
+                        let id = format!("text_{}", self.texts);
+                        frame(out, &json!({"type": "text-start", "id": id}));
+                        self.text = Some(id.clone());
+                        id
+                    }
+                };
+                frame(
+                    out,
+                    &json!({"type": "text-delta", "id": id, "delta": delta}),
+                );
+            }
+            TurnEvent::ToolInput {
+                call_id,
+                name,
+                args,
+            } => {
+                self.close_text(out);
+                frame(
+                    out,
+                    &json!({
+                        "type": "tool-input-available",
+                        "toolCallId": call_id,
+                        "toolName": name,
+                        "input": args,
+                        "dynamic": true,
+                    }),
+                );
+            }
+            TurnEvent::ToolOutput {
+                call_id,
+                output,
+                is_error,
+            } => {
+                let part = if is_error {
+                    let text = match output {
+                        Value::String(text) => text,
+                        other => other.to_string(),
+                    };
+                    json!({"type": "tool-output-error", "toolCallId": call_id,
+                           "errorText": text, "dynamic": true})
+                } else {
+                    json!({"type": "tool-output-available", "toolCallId": call_id,
+                           "output": output, "dynamic": true})
+                };
+                frame(out, &part);
+            }
+            TurnEvent::StepFinished => self.close_step(out),
+        }
+    }
+
+    fn close_text(&mut self, out: &mut String) {
+        if let Some(id) = self.text.take() {
+            frame(out, &json!({"type": "text-end", "id": id}));
+        }
+    }
+
+    fn close_step(&mut self, out: &mut String) {
+        self.close_text(out);
+        if std::mem::take(&mut self.step_open) {
+            frame(out, &json!({"type": "finish-step"}));
+        }
+    }
+}
+
+/// One server-sent event: `data: <json>` and a blank line (JSON never holds a raw newline).
+fn frame(out: &mut String, part: &Value) {
+    out.push_str("data: ");
+    out.push_str(&part.to_string());
+    out.push_str("\n\n");
+}
+
+/// A source with a web address is a `source-url`; one known by a path inside a collection
+/// (`sql-set-transaction.html`) is a `source-document` naming that file.
+fn source_part(source: &Source) -> Value {
+    let title = source.title.clone().unwrap_or_else(|| source.id.clone());
+    match source.uri.as_deref() {
+        Some(uri) if uri.starts_with("https://") || uri.starts_with("http://") => json!({
+            "type": "source-url", "sourceId": source.id, "url": uri, "title": title,
+        }),
+        uri => {
+            let mut part = json!({
+                "type": "source-document", "sourceId": source.id,
+                "mediaType": "text/plain", "title": title,
+            });
+            if let Some(uri) = uri {
+                part["filename"] = json!(uri);
+            }
+            part
+        }
+    }
+}
+
+/// What `finish` tells the client about the turn: what the JSON response says besides the
+/// reply and traces, which the stream has already carried.
+fn metadata(response: &TurnResponse) -> Value {
+    json!({
+        "conversationId": response.conversation_id,
+        "usage": response.usage,
+        "steps": response.steps,
+        "cutShort": response.cut_short,
+        "interrupted": response.interrupted,
+        "sources": response.sources,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(bytes: &Bytes) -> Vec<Value> {
+        std::str::from_utf8(bytes)
+            .unwrap()
+            .split("\n\n")
+            .filter(|f| !f.is_empty())
+            .map(|f| {
+                let data = f.strip_prefix("data: ").expect("a data line");
+                if data == "[DONE]" {
+                    json!("[DONE]")
+                } else {
+                    serde_json::from_str(data).unwrap()
+                }
+            })
+            .collect()
+    }
+
+    fn types(encoder: &mut Encoder, events: Vec<TurnEvent>) -> Vec<String> {
+        events
+            .into_iter()
+            .flat_map(|e| parts(&encoder.encode(Update::Event(e))))
+            .map(|p| p["type"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn text_parts_open_once_and_close_before_tools_and_at_the_step_end() {
+        let mut encoder = Encoder::default();
+        let got = types(
+            &mut encoder,
+            vec![
+                TurnEvent::StepStarted { step: 1 },
+                TurnEvent::TextDelta("Let me ".into()),
+                TurnEvent::TextDelta("check.".into()),
+                TurnEvent::ToolInput {
+                    call_id: "c1".into(),
+                    name: "t".into(),
+                    args: json!({}),
+                },
+                TurnEvent::ToolOutput {
+                    call_id: "c1".into(),
+                    output: json!("boom"),
+                    is_error: true,
+                },
+                TurnEvent::StepFinished,
+                TurnEvent::StepStarted { step: 2 },
+                TurnEvent::TextDelta("Done.".into()),
+                TurnEvent::StepFinished,
+            ],
+        );
+        assert_eq!(
+            got,
+            [
+                "start-step",
+                "text-start",
+                "text-delta",
+                "text-delta",
+                "text-end",
+                "tool-input-available",
+                "tool-output-error",
+                "finish-step",
+                "start-step",
+                "text-start",
+                "text-delta",
+                "text-end",
+                "finish-step"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_accept_header_chooses_the_stream() {
+        let mut headers = axum::http::HeaderMap::new();
+        assert!(!wanted(&headers));
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream;q=0.9"),
+        );
+        assert!(wanted(&headers));
+        headers.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        assert!(!wanted(&headers));
+    }
+
+    #[test]
+    fn sources_with_web_addresses_are_urls_and_the_rest_documents() {
+        let source = |uri: Option<&str>| Source {
+            id: "S1".into(),
+            title: Some("SET TRANSACTION".into()),
+            uri: uri.map(str::to_owned),
+            snippet: None,
+            score: None,
+            tool: "search_documents".into(),
+            call_id: "c1".into(),
+            cited: true,
+        };
+        assert_eq!(
+            source_part(&source(Some("https://example.org/a")))["type"],
+            "source-url"
+        );
+        let doc = source_part(&source(Some("sql-set-transaction.html")));
+        assert_eq!(doc["type"], "source-document");
+        assert_eq!(doc["filename"], "sql-set-transaction.html");
+        assert!(source_part(&source(None)).get("filename").is_none());
+    }
+}
