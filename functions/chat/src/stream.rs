@@ -148,9 +148,13 @@ impl Encoder {
                 for source in &response.sources {
                     frame(&mut out, &source_part(source));
                 }
+                // `length`: the turn was cut short at its deadline, as a model's answer is at its
+                // token limit.
+                let reason = if response.cut_short { "length" } else { "stop" };
                 frame(
                     &mut out,
-                    &json!({"type": "finish", "messageMetadata": metadata(&response)}),
+                    &json!({"type": "finish", "finishReason": reason,
+                            "messageMetadata": metadata(&response)}),
                 );
                 out.push_str("data: [DONE]\n\n");
             }

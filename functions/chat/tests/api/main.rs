@@ -2,6 +2,7 @@
 //! real mcp function over HTTP, and a scripted OpenAI-compatible LLM (the only stand-in).
 
 mod callers;
+mod clients;
 mod connections;
 mod conversations;
 mod helpers;

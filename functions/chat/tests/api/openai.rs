@@ -4,6 +4,7 @@
 use parley_testkit::llm::Step;
 use serde_json::{Value, json};
 
+use crate::clients;
 use crate::helpers::{input_of, spawn_chat, sse_data};
 
 const CONVERSATION: &str = "x-parley-conversation-id";
@@ -189,4 +190,41 @@ async fn refusals_name_the_problem() {
     assert_eq!(status, 422);
     assert_eq!(body["error"]["code"], "invalid_conversation_id");
     assert!(chat.llm.requests().is_empty());
+}
+
+/// The official `openai` Python package as the client (tests/interop/openai_client.py): the
+/// model list, a completion, the same conversation streamed by its header, a wrong model.
+#[tokio::test]
+async fn the_official_openai_client_lists_completes_and_streams() {
+    let chat = spawn_chat(vec![
+        Step::call("lad_by_ref", r#"{"ref":"Leeds"}"#),
+        Step::text("Leeds is E08000035."),
+        Step::text("It is in West Yorkshire, in the north of England."),
+    ])
+    .await;
+    let out = clients::python(
+        "openai_client.py",
+        &[&chat.base, &crate::helpers::token("alice")],
+    )
+    .await;
+    assert_eq!(out["models"], json!(["parley"]));
+    let first = &out["first"];
+    let content = first["content"].as_str().unwrap();
+    assert!(content.contains("name=\"lad_by_ref\""), "{content}");
+    assert!(content.ends_with("Leeds is E08000035."), "{content}");
+    assert_eq!(first["finish_reason"], "stop");
+    assert_eq!(first["total_tokens"], 240);
+    let conversation = first["conversation"].as_str().unwrap();
+
+    let second = &out["second"];
+    assert_eq!(
+        second["content"],
+        "It is in West Yorkshire, in the north of England."
+    );
+    assert!(second["pieces"].as_u64().unwrap() > 1, "{second}");
+    assert_eq!(second["finish_reason"], "stop");
+    assert_eq!(second["total_tokens"], 120);
+    assert_eq!(out["wrong_model"], 404);
+    // Both turns are in the one conversation, kept by the server.
+    assert_eq!(chat.messages("alice", conversation).await.len(), 4);
 }

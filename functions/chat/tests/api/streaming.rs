@@ -7,6 +7,7 @@ use std::time::Duration;
 use parley_testkit::llm::Step;
 use serde_json::{Value, json};
 
+use crate::clients;
 use crate::helpers::{Options, TestChat, spawn, spawn_chat, sse_data};
 
 fn call(name: &str, args: &str) -> (String, String) {
@@ -239,4 +240,50 @@ async fn refusals_before_the_turn_begins_are_plain_json_errors_with_their_status
         .await;
     assert_eq!(response.status(), 422);
     assert!(chat.llm.requests().is_empty());
+}
+
+/// The AI SDK's own reader (tests/interop/ui_stream.mjs under Node 22) reads a streamed turn
+/// with parallel tool calls and folds it into the message `useChat` would show.
+#[tokio::test]
+async fn the_ai_sdks_reader_folds_the_stream_into_the_stored_turn() {
+    let reply = "Leeds is E08000035 and Bristol E06000023. ".repeat(10);
+    let chat = spawn_chat(vec![
+        Step::Calls(vec![
+            call("lad_by_ref", r#"{"ref":"Leeds"}"#),
+            call("lad_by_ref", r#"{"ref":"Bristol"}"#),
+        ]),
+        Step::Text(reply.clone()),
+    ])
+    .await;
+    let out = clients::node(
+        "ui_stream.mjs",
+        &[
+            &format!("{}/api/chat", chat.base),
+            &crate::helpers::token("alice"),
+            &json!({"message": "Compare Leeds and Bristol"}).to_string(),
+        ],
+    )
+    .await;
+    assert_eq!(out["status"], 200);
+    assert_eq!(out["protocol"], "v1");
+    let message = &out["message"];
+    assert_eq!(message["role"], "assistant");
+    let parts = message["parts"].as_array().unwrap();
+    let kinds: Vec<&str> = parts.iter().map(|p| p["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["step-start", "dynamic-tool", "dynamic-tool", "step-start", "text"]
+    );
+    for tool in &parts[1..3] {
+        assert_eq!(tool["toolName"], "lad_by_ref");
+        assert_eq!(tool["state"], "output-available");
+    }
+    assert_eq!(parts[2]["output"]["rows"][0]["code"], "E06000023");
+    assert_eq!(parts[4]["text"], reply);
+    assert_eq!(parts[4]["state"], "done");
+    let metadata = &message["metadata"];
+    let conversation = metadata["conversationId"].as_str().unwrap();
+    assert_eq!(metadata["usage"]["total_tokens"], 240);
+    let stored = chat.messages("alice", conversation).await;
+    assert_eq!(stored[1]["content"], reply);
 }
