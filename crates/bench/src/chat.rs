@@ -9,6 +9,11 @@
 //! HTTP and JWT, its Postgres work (conversation, lease, history, storing the turn), building the
 //! prompts and reading the answers, the MCP client, and the loopback hops to the LLM and the
 //! proxy (tens of µs each; counted against the chat, not subtracted).
+//!
+//! Then streamed turns (`Accept: text/event-stream`) with the LLM writing its reply word by
+//! word at a fixed pace: time to the first byte and to the first text delta, how long after the
+//! model's first word the delta reached the client, against the same turns not streamed; and
+//! the chat's CPU per turn streamed and not, with the model writing as fast as it can.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -64,6 +69,15 @@ pub struct Args {
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Streamed turns measured (and as many not streamed), one at a time; 0 skips them.
+    #[arg(long, default_value_t = 100)]
+    stream_turns: usize,
+    /// Words the model adds to its reply in the streamed turns, one per event.
+    #[arg(long, default_value_t = 100)]
+    stream_words: usize,
+    /// Milliseconds between two words as the model writes them (the paced runs).
+    #[arg(long, default_value_t = 10)]
+    word_interval_ms: u64,
 }
 
 /// One measured turn, one at a time: client total and what the stubs measured meanwhile.
@@ -386,6 +400,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             r.rps
         );
     }
+    let streamed = if args.stream_turns > 0 {
+        Some(streamed(&args, &client, &stubs, &chat).await?)
+    } else {
+        None
+    };
     let (end_rss, peak_rss) = chat.memory()?;
     drop(chat);
     drop(mcp);
@@ -401,6 +420,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         cold,
         warm_extra,
         rss: (idle_rss, end_rss, peak_rss),
+        streamed,
         durability: format!(
             "fsync = {}, synchronous_commit = {}",
             durability[0],
@@ -531,6 +551,60 @@ impl Client {
     }
 }
 
+/// What a streamed turn's client saw.
+struct StreamedTurn {
+    first_byte: Duration,
+    first_delta: Duration,
+    first_delta_at: Instant,
+    total: Duration,
+}
+
+impl Client {
+    /// Turn `i` streamed: read as it arrives, timed at the response headers, the first
+    /// `text-delta` and `[DONE]`. Anything but one tool output and a `finish` fails it.
+    async fn streamed_turn(&self, i: usize) -> anyhow::Result<StreamedTurn> {
+        let (code, name) = &self.districts[i % self.districts.len()];
+        let body = json!({
+            "message": format!("How is public feedback in district: {code}? (bench turn {i})"),
+            "context": {"district": {"code": code, "label": name}},
+        });
+        let started = Instant::now();
+        let mut response = self
+            .http
+            .post(&self.url)
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .body(body.to_string())
+            .send()
+            .await?;
+        let first_byte = started.elapsed();
+        if !response.status().is_success() {
+            bail!("HTTP {}: {}", response.status(), response.text().await?);
+        }
+        let mut text = String::new();
+        let mut first_delta_at = None;
+        while let Some(chunk) = response.chunk().await? {
+            text.push_str(std::str::from_utf8(&chunk)?);
+            if first_delta_at.is_none() && text.contains("\"type\":\"text-delta\"") {
+                first_delta_at = Some(Instant::now());
+            }
+        }
+        let total = started.elapsed();
+        let first_delta_at = first_delta_at.with_context(|| format!("no text delta in {text}"))?;
+        if !text.contains("\"type\":\"tool-output-available\"")
+            || !text.contains("\"type\":\"finish\"")
+            || !text.ends_with("data: [DONE]\n\n")
+        {
+            bail!("the streamed turn did not run its tool and finish: {text}");
+        }
+        Ok(StreamedTurn {
+            first_byte,
+            first_delta: first_delta_at.duration_since(started),
+            first_delta_at,
+            total,
+        })
+    }
+}
+
 /// Fresh-conversation turns for [`measure::run`].
 struct Fresh<'a>(&'a Client);
 
@@ -556,6 +630,164 @@ struct Report<'a> {
     rss: (u64, u64, u64),
     /// The server's `fsync` and the chat sessions' `synchronous_commit`.
     durability: String,
+    streamed: Option<Streamed>,
+}
+
+/// Streamed turns against the same turns as JSON.
+struct Streamed {
+    n: usize,
+    words: usize,
+    interval: Duration,
+    /// Request sent → response headers.
+    first_byte: Vec<Duration>,
+    /// Request sent → the first `text-delta` read.
+    first_delta: Vec<Duration>,
+    /// The model's first word sent → the first `text-delta` read.
+    delta_lag: Vec<Duration>,
+    total: Vec<Duration>,
+    json_total: Vec<Duration>,
+    /// The chat's CPU per turn, model writing at full speed: (JSON, streamed).
+    cpu: (Duration, Duration),
+}
+
+/// The issue's targets for streaming.
+const DELTA_LAG_TARGET: Duration = Duration::from_millis(2);
+const STREAM_CPU_TARGET: f64 = 0.10;
+
+/// Streamed turns and JSON ones, alternating, the model writing at `--word-interval-ms`; then
+/// the chat's CPU per turn for each, with the model writing as fast as it can.
+async fn streamed(
+    args: &Args,
+    client: &Client,
+    stubs: &Stubs,
+    chat: &Server,
+) -> anyhow::Result<Streamed> {
+    let meter = &*stubs.meter;
+    let interval = Duration::from_millis(args.word_interval_ms);
+    stubs.pace.set(args.stream_words, interval);
+    let n = args.stream_turns;
+    let mut out = Streamed {
+        n,
+        words: args.stream_words,
+        interval,
+        first_byte: Vec::with_capacity(n),
+        first_delta: Vec::with_capacity(n),
+        delta_lag: Vec::with_capacity(n),
+        total: Vec::with_capacity(n),
+        json_total: Vec::with_capacity(n),
+        cpu: (Duration::ZERO, Duration::ZERO),
+    };
+    let offset = 5000;
+    for i in 0..n {
+        meter.take();
+        let turn = client
+            .streamed_turn(offset + i)
+            .await
+            .with_context(|| format!("streamed turn {i}"))?;
+        let w = checked(meter.take())?;
+        let first_word = w
+            .first_word
+            .context("the stub LLM streamed no word to the chat")?;
+        out.first_byte.push(turn.first_byte);
+        out.first_delta.push(turn.first_delta);
+        out.delta_lag
+            .push(turn.first_delta_at.saturating_duration_since(first_word));
+        out.total.push(turn.total);
+        let (total, _) = client.turn(offset + n + i, None).await?;
+        out.json_total.push(total);
+    }
+    for v in [
+        &mut out.first_byte,
+        &mut out.first_delta,
+        &mut out.delta_lag,
+        &mut out.total,
+        &mut out.json_total,
+    ] {
+        v.sort_unstable();
+    }
+    // CPU: the same words, written at once, so the chat's work is all there is to measure.
+    stubs.pace.set(args.stream_words, Duration::ZERO);
+    let before = chat.cpu_time()?;
+    for i in 0..n {
+        client.turn(offset + 2 * n + i, None).await?;
+    }
+    let json_cpu = chat.cpu_time()?.saturating_sub(before) / n.max(1) as u32;
+    let before = chat.cpu_time()?;
+    for i in 0..n {
+        client.streamed_turn(offset + 3 * n + i).await?;
+    }
+    let streamed_cpu = chat.cpu_time()?.saturating_sub(before) / n.max(1) as u32;
+    meter.take();
+    out.cpu = (json_cpu, streamed_cpu);
+    stubs.pace.set(0, Duration::ZERO);
+    Ok(out)
+}
+
+impl Streamed {
+    fn overhead(&self) -> f64 {
+        let (json, streamed) = self.cpu;
+        streamed.as_secs_f64() / json.as_secs_f64().max(1e-9) - 1.0
+    }
+
+    fn text(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "\nstreamed turns (Accept: text/event-stream), {} of each, one at a time; the model writes \
+             {} words after its sentence, one every {} ms:",
+            self.n,
+            self.words,
+            self.interval.as_millis()
+        );
+        let row = |out: &mut String, label: &str, v: &[Duration]| {
+            let _ = writeln!(
+                out,
+                "  {:<46} p50 {:>9.3} ms  p99 {:>9.3} ms",
+                label,
+                ms(percentile(v, 50.0)),
+                ms(percentile(v, 99.0))
+            );
+        };
+        row(out, "streamed: time to first byte", &self.first_byte);
+        row(out, "streamed: time to first text delta", &self.first_delta);
+        row(out, "streamed: first delta after the model's first word", &self.delta_lag);
+        row(out, "streamed: whole turn", &self.total);
+        row(out, "not streamed: whole turn", &self.json_total);
+        let lag = percentile(&self.delta_lag, 50.0);
+        let _ = writeln!(
+            out,
+            "target first delta within 2 ms of the model's first token (p50): {:.3} ms, {}",
+            ms(lag),
+            if lag <= DELTA_LAG_TARGET { "met" } else { "MISSED" }
+        );
+        let overhead = self.overhead();
+        let _ = writeln!(
+            out,
+            "chat CPU per turn, the model writing at once: {:.3} ms not streamed, {:.3} ms streamed \
+             ({:+.1}%; target <= +10%: {})",
+            ms(self.cpu.0),
+            ms(self.cpu.1),
+            overhead * 100.0,
+            if overhead <= STREAM_CPU_TARGET { "met" } else { "MISSED" }
+        );
+    }
+
+    fn json(&self) -> Value {
+        let stats = |v: &[Duration]| {
+            json!({"p50_us": micros(percentile(v, 50.0)), "p99_us": micros(percentile(v, 99.0))})
+        };
+        json!({
+            "turns": self.n,
+            "words": self.words,
+            "word_interval_ms": self.interval.as_millis() as u64,
+            "first_byte": stats(&self.first_byte),
+            "first_text_delta": stats(&self.first_delta),
+            "first_delta_after_first_word": stats(&self.delta_lag),
+            "streamed_total": stats(&self.total),
+            "json_total": stats(&self.json_total),
+            "chat_cpu_us_per_turn": {"json": micros(self.cpu.0), "streamed": micros(self.cpu.1)},
+            "cpu_overhead": (self.overhead() * 1000.0).round() / 1000.0,
+        })
+    }
 }
 
 /// The issue's target for the chat function's own time per turn (p50).
@@ -674,6 +906,9 @@ impl Report<'_> {
             mib(end),
             mib(peak)
         );
+        if let Some(streamed) = &self.streamed {
+            streamed.text(&mut out);
+        }
         out
     }
 
@@ -717,6 +952,7 @@ impl Report<'_> {
                 "mcp_requests": self.cold.mcp_kinds,
             },
             "chat_rss_kib": { "idle": idle, "end": end, "peak": peak },
+            "streamed": self.streamed.as_ref().map(Streamed::json),
         })
     }
 }
@@ -798,6 +1034,7 @@ impl ChatSql {
             steps: 1,
             error: None,
             cut_short: false,
+            interrupted: false,
             sources: &[],
         })
         .await

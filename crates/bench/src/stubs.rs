@@ -5,9 +5,14 @@
 //!
 //! They run on their own runtime thread, so the bench's client never delays their answers, and
 //! measure into a shared [`Meter`] that the bench reads and resets around each turn.
+//!
+//! For the streamed turns the LLM can also write like a model: a reply of [`Pace`]'s words,
+//! one every interval, streamed as Responses API events when the request says `stream: true`
+//! (and, not streamed, sent whole after the same time). It notes when it sent the first word,
+//! so the bench can tell how long the chat took to pass it on.
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -35,6 +40,31 @@ pub struct Window {
     pub mcp_kinds: Vec<String>,
     /// Answers the LLM could not give (a request it did not expect); any fails the run.
     pub llm_errors: Vec<String>,
+    /// When the LLM handed the first word of a streamed reply to its connection.
+    pub first_word: Option<Instant>,
+}
+
+/// How the LLM writes its text replies: `words` words after the sentence (0: the sentence
+/// alone), one every `interval`.
+#[derive(Debug, Default)]
+pub struct Pace {
+    words: AtomicUsize,
+    interval_us: AtomicU64,
+}
+
+impl Pace {
+    pub fn set(&self, words: usize, interval: Duration) {
+        self.words.store(words, Ordering::Relaxed);
+        self.interval_us
+            .store(interval.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    fn get(&self) -> (usize, Duration) {
+        (
+            self.words.load(Ordering::Relaxed),
+            Duration::from_micros(self.interval_us.load(Ordering::Relaxed)),
+        )
+    }
 }
 
 #[derive(Debug, Default)]
@@ -56,6 +86,7 @@ impl Meter {
 /// The running stubs. Their thread ends with the process.
 pub struct Stubs {
     pub meter: Arc<Meter>,
+    pub pace: Arc<Pace>,
     /// `LLM_BASE_URL` for the chat function.
     pub llm_base: String,
     /// `MCP_URL` for the chat function: the proxy's `/mcp`.
@@ -66,6 +97,8 @@ impl Stubs {
     /// Starts the LLM and a proxy to `mcp_base` (e.g. `http://127.0.0.1:PORT`).
     pub fn start(mcp_base: &str) -> anyhow::Result<Self> {
         let meter = Arc::new(Meter::default());
+        let pace = Arc::new(Pace::default());
+        let llm_pace = pace.clone();
         let llm_listener = listener()?;
         let proxy_listener = listener()?;
         let llm_addr = llm_listener.local_addr()?;
@@ -87,6 +120,7 @@ impl Stubs {
                         .route("/v1/responses", post(respond))
                         .with_state(Arc::new(Llm {
                             meter: llm_meter,
+                            pace: llm_pace,
                             responses: AtomicU64::new(0),
                         }));
                     let http = reqwest::Client::builder()
@@ -111,6 +145,7 @@ impl Stubs {
             .context("starting the stubs' thread")?;
         Ok(Self {
             meter,
+            pace,
             llm_base: format!("http://{llm_addr}/v1"),
             mcp_url: format!("http://{proxy_addr}/mcp"),
         })
@@ -126,6 +161,7 @@ fn listener() -> anyhow::Result<TcpListener> {
 
 struct Llm {
     meter: Arc<Meter>,
+    pace: Arc<Pace>,
     /// Numbers response and call ids, so they never repeat within a conversation.
     responses: AtomicU64,
 }
@@ -137,7 +173,18 @@ struct Llm {
 async fn respond(State(llm): State<Arc<Llm>>, body: Bytes) -> Response {
     let started = Instant::now();
     let n = llm.responses.fetch_add(1, Ordering::Relaxed) + 1;
-    let answer = answer(&body, n);
+    let (words, interval) = llm.pace.get();
+    let answer = answer(&body, n, words);
+    let streamed = serde_json::from_slice::<Value>(&body).is_ok_and(|r| r["stream"] == true);
+    if let (Ok(answer), true) = (&answer, streamed) {
+        return stream(llm.clone(), answer.clone(), interval, started);
+    }
+    if let Ok(answer) = &answer
+        && let Some(text) = reply_text(answer)
+    {
+        // A model takes as long to write a reply it does not stream.
+        tokio::time::sleep(interval * text.split(' ').count() as u32).await;
+    }
     let response = match &answer {
         Ok(v) => (
             [(
@@ -163,7 +210,77 @@ async fn respond(State(llm): State<Arc<Llm>>, body: Bytes) -> Response {
     response
 }
 
-fn answer(body: &[u8], n: u64) -> Result<Value, String> {
+/// The text of a reply (`None` for a tool call).
+fn reply_text(answer: &Value) -> Option<&str> {
+    answer["output"][0]["content"][0]["text"].as_str()
+}
+
+/// `answer` as the Responses API streams it: the text word by word, one every `interval`, then
+/// `response.completed` with the whole response. The LLM's time is counted to the last event.
+fn stream(llm: Arc<Llm>, answer: Value, interval: Duration, started: Instant) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
+    tokio::spawn(async move {
+        let event = |v: Value| Bytes::from(format!("event: {}\ndata: {v}\n\n", v["type"].as_str().unwrap_or("")));
+        let mut created = answer.clone();
+        created["status"] = json!("in_progress");
+        created["output"] = json!([]);
+        let _ = tx
+            .send(event(json!({"type": "response.created", "response": created})))
+            .await;
+        if let Some(text) = reply_text(&answer) {
+            let item = &answer["output"][0];
+            let _ = tx
+                .send(event(json!({"type": "response.output_item.added", "output_index": 0,
+                    "item": {"type": "message", "id": item["id"], "status": "in_progress",
+                             "role": "assistant", "content": []}})))
+                .await;
+            for (i, word) in text.split_inclusive(' ').enumerate() {
+                tokio::time::sleep(interval).await;
+                let sent = tx
+                    .send(event(json!({"type": "response.output_text.delta",
+                        "item_id": item["id"], "output_index": 0, "content_index": 0,
+                        "delta": word})))
+                    .await;
+                if i == 0 {
+                    llm.meter.lock().first_word = Some(Instant::now());
+                }
+                if sent.is_err() {
+                    return;
+                }
+            }
+            let _ = tx
+                .send(event(json!({"type": "response.output_item.done", "output_index": 0,
+                    "item": item})))
+                .await;
+        } else {
+            for (i, item) in answer["output"].as_array().into_iter().flatten().enumerate() {
+                let _ = tx
+                    .send(event(json!({"type": "response.output_item.done",
+                        "output_index": i, "item": item})))
+                    .await;
+            }
+        }
+        let _ = tx
+            .send(event(json!({"type": "response.completed", "response": answer})))
+            .await;
+        let mut w = llm.meter.lock();
+        w.llm_requests += 1;
+        w.llm += started.elapsed();
+    });
+    let body = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok::<Bytes, std::convert::Infallible>(b), rx))
+    });
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        )],
+        Body::from_stream(body),
+    )
+        .into_response()
+}
+
+fn answer(body: &[u8], n: u64, words: usize) -> Result<Value, String> {
     let request: Value =
         serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
     let offered = request["tools"]
@@ -184,13 +301,16 @@ fn answer(body: &[u8], n: u64) -> Result<Value, String> {
         if !name.is_string() {
             return Err(format!("the tool output has no district: {result}"));
         }
-        let text = format!(
+        let mut text = format!(
             "{} has {} feedback items, {} of them open, with an average rating of {}.",
             name.as_str().unwrap_or_default(),
             feedback["total"],
             feedback["open"],
             feedback["average_rating"]
         );
+        for i in 0..words {
+            text.push_str(if i % 2 == 0 { " more" } else { " words" });
+        }
         json!([{
             "type": "message",
             "id": format!("msg_{n}"),
