@@ -2,8 +2,9 @@
 //! 500/502/503/504, timeouts and transport failures are retried with capped exponential backoff
 //! and full jitter (or the server's `Retry-After`), within a number of retries and a budget of
 //! waiting, and never past the caller's deadline. Bodies are read in chunks up to a cap, so a
-//! runaway server cannot take the instance's memory. What a body means is the caller's
-//! business; nothing here knows an API's shapes beyond where error messages usually are.
+//! runaway server cannot take the instance's memory; a streamed answer ([`post_stream`]) is
+//! retried only until its first bytes arrive. What a body means is the caller's business;
+//! nothing here knows an API's shapes beyond where error messages usually are.
 
 use std::time::Duration;
 
@@ -95,6 +96,68 @@ pub async fn post_json(
 ) -> Result<bytes::Bytes, PostError> {
     // Serialized once by the caller; each attempt shares the same bytes.
     let body = bytes::Bytes::from(body);
+    with_retries(policy, deadline, |timeout| {
+        let request = post(http, api_key, url.clone(), body.clone()).timeout(timeout);
+        read_whole(request, policy, api_key)
+    })
+    .await
+}
+
+/// A 2xx answer being streamed, its first bytes already read.
+#[derive(Debug)]
+pub struct Streaming {
+    response: reqwest::Response,
+    first: Option<bytes::Bytes>,
+}
+
+impl Streaming {
+    /// The response's status and headers.
+    pub fn response(&self) -> &reqwest::Response {
+        &self.response
+    }
+
+    /// The next piece of the body as it arrives, `None` at its end. No timeout applies: the
+    /// caller decides how long a silence it accepts.
+    pub async fn chunk(&mut self) -> Result<Option<bytes::Bytes>, reqwest::Error> {
+        match self.first.take() {
+            Some(first) => Ok(Some(first)),
+            None => self.response.chunk().await,
+        }
+    }
+}
+
+/// A POST whose 2xx answer is a stream (server-sent events), sent with `Accept:
+/// text/event-stream`. Retried as [`post_json`] is until the first bytes of a 2xx body arrive,
+/// with the policy's `timeout` as the time to those bytes; from there on the answer is the
+/// caller's, because a retry would repeat what it has already been given.
+pub async fn post_stream(
+    http: &reqwest::Client,
+    policy: &RetryPolicy,
+    api_key: Option<&SecretString>,
+    url: url::Url,
+    body: Vec<u8>,
+    deadline: Instant,
+) -> Result<Streaming, PostError> {
+    let body = bytes::Bytes::from(body);
+    with_retries(policy, deadline, |timeout| {
+        let request = post(http, api_key, url.clone(), body.clone())
+            .header(reqwest::header::ACCEPT, "text/event-stream");
+        open_stream(request, api_key, timeout)
+    })
+    .await
+}
+
+/// Runs `attempt` (given the time it may take) until it succeeds, fails for good, or the
+/// retries, their budget or the deadline run out.
+async fn with_retries<T, A, F>(
+    policy: &RetryPolicy,
+    deadline: Instant,
+    mut attempt: A,
+) -> Result<T, PostError>
+where
+    A: FnMut(Duration) -> F,
+    F: Future<Output = Result<T, Failure>>,
+{
     let mut waited = Duration::ZERO;
     let mut retries = 0u32;
     let service = policy.service;
@@ -104,9 +167,8 @@ pub async fn post_json(
             return Err(PostError::DeadlineReached);
         }
         let timeout = policy.timeout.min(left);
-        let attempt = attempt(http, policy, api_key, url.clone(), body.clone(), timeout);
-        let failure = match attempt.await {
-            Ok(bytes) => return Ok(bytes),
+        let failure = match attempt(timeout).await {
+            Ok(answer) => return Ok(answer),
             Err(failure) => failure,
         };
         if matches!(failure.error, PostError::Timeout) && timeout < policy.timeout {
@@ -146,38 +208,75 @@ pub async fn post_json(
     }
 }
 
-async fn attempt(
+/// The POST of `body` (JSON) to `url`, with the key as a bearer token when there is one.
+fn post(
     http: &reqwest::Client,
-    policy: &RetryPolicy,
     api_key: Option<&SecretString>,
     url: url::Url,
     body: bytes::Bytes,
-    timeout: Duration,
-) -> Result<bytes::Bytes, Failure> {
-    let mut request = http
+) -> reqwest::RequestBuilder {
+    let request = http
         .post(url)
-        .timeout(timeout)
         .header(reqwest::header::CONTENT_TYPE, "application/json")
         .body(body);
-    if let Some(key) = api_key {
+    match api_key {
         // reqwest marks the header sensitive, so it stays out of its debug output too.
-        request = request.bearer_auth(key.expose_secret());
+        Some(key) => request.bearer_auth(key.expose_secret()),
+        None => request,
     }
+}
+
+/// One attempt read whole, up to the policy's cap.
+async fn read_whole(
+    request: reqwest::RequestBuilder,
+    policy: &RetryPolicy,
+    api_key: Option<&SecretString>,
+) -> Result<bytes::Bytes, Failure> {
+    let mut response = send(request, api_key).await?;
+    let limit = policy.max_response_bytes;
+    match read_capped(&mut response, limit).await.map_err(transport)? {
+        Some(bytes) => Ok(bytes),
+        None => Err(Failure {
+            error: PostError::TooLarge { limit },
+            retryable: false,
+            retry_after: None,
+        }),
+    }
+}
+
+/// One attempt at a stream: a 2xx and its first bytes within `timeout`. The policy's cap on
+/// the bytes read is the caller's to keep, as it reads on.
+async fn open_stream(
+    request: reqwest::RequestBuilder,
+    api_key: Option<&SecretString>,
+    timeout: Duration,
+) -> Result<Streaming, Failure> {
+    let opening = async {
+        let mut response = send(request, api_key).await?;
+        let first = response.chunk().await.map_err(transport)?;
+        Ok(Streaming { response, first })
+    };
+    tokio::time::timeout(timeout, opening)
+        .await
+        .unwrap_or(Err(Failure {
+            error: PostError::Timeout,
+            retryable: true,
+            retry_after: None,
+        }))
+}
+
+/// The response to `request` if its status is a 2xx, else the failure it is.
+async fn send(
+    request: reqwest::RequestBuilder,
+    api_key: Option<&SecretString>,
+) -> Result<reqwest::Response, Failure> {
     let mut response = request.send().await.map_err(transport)?;
     let status = response.status();
+    if status.is_success() {
+        return Ok(response);
+    }
     let retry_after = retry_after(response.headers());
     let key = api_key.map(|k| k.expose_secret());
-    if status.is_success() {
-        let limit = policy.max_response_bytes;
-        return match read_capped(&mut response, limit).await.map_err(transport)? {
-            Some(bytes) => Ok(bytes),
-            None => Err(Failure {
-                error: PostError::TooLarge { limit },
-                retryable: false,
-                retry_after: None,
-            }),
-        };
-    }
     // Only the start of an error body is read: the message is there.
     let bytes = read_capped(&mut response, ERROR_BODY_BYTES)
         .await

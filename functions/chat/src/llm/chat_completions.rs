@@ -15,7 +15,9 @@ use super::{
 };
 
 /// The request body, serialized straight from borrowed parts (no intermediate JSON tree).
-pub(super) fn request(config: &LlmConfig, prompt: Prompt<'_>) -> Vec<u8> {
+/// `stream` asks for the answer as server-sent chunks, with the usage in a last chunk of its
+/// own (without `include_usage` a stream reports none).
+pub(super) fn request(config: &LlmConfig, prompt: Prompt<'_>, stream: bool) -> Vec<u8> {
     let mut messages = Vec::with_capacity(prompt.items.len() + 1);
     if !prompt.instructions.is_empty() {
         messages.push(Message::text("system", prompt.instructions));
@@ -69,8 +71,17 @@ pub(super) fn request(config: &LlmConfig, prompt: Prompt<'_>) -> Vec<u8> {
         max_completion_tokens,
         temperature: config.temperature,
         top_p: config.top_p,
+        stream: stream.then_some(true),
+        stream_options: stream.then_some(StreamOptions {
+            include_usage: true,
+        }),
     };
     serde_json::to_vec(&body).expect("a request body always serializes")
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
 }
 
 #[derive(Serialize)]
@@ -89,6 +100,10 @@ struct Body<'a> {
     temperature: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     top_p: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
 }
 
 #[derive(Serialize)]
@@ -259,6 +274,45 @@ pub(super) fn parse(answer: Answer) -> Result<Reply, LlmError> {
     })
 }
 
+/// One tool call put together from a stream's deltas: `(id, name, arguments)`, any of them
+/// possibly empty.
+pub(super) type StreamedCall = (String, String, String);
+
+/// What a stream of chunks added up to, read as [`parse`] reads a whole answer, so a streamed
+/// reply and a whole one are checked alike (a call needs a name, an answer cut off before any
+/// output is an error, ids are made unique).
+pub(super) fn assembled(
+    content: String,
+    refusal: String,
+    calls: Vec<StreamedCall>,
+    finish_reason: Option<String>,
+    usage: Option<WireUsage>,
+) -> Result<Reply, LlmError> {
+    let tool_calls = calls
+        .into_iter()
+        .map(|(id, name, args)| WireCall {
+            id: Some(id),
+            function: Some(WireFunction {
+                name: Some(name),
+                // A call streamed without argument deltas has no arguments, as one sent whole
+                // without the field.
+                arguments: (!args.is_empty()).then_some(Value::String(args)),
+            }),
+        })
+        .collect();
+    parse(Answer {
+        choices: vec![Choice {
+            message: Some(WireMessage {
+                content: Some(Content::Text(content)),
+                refusal: Some(Content::Text(refusal)),
+                tool_calls: Some(tool_calls),
+            }),
+            finish_reason,
+        }],
+        usage,
+    })
+}
+
 impl Content {
     fn text(self) -> Option<String> {
         let text = match self {
@@ -297,7 +351,7 @@ mod tests {
 
     /// The request body as the server receives it.
     fn sent(config: &LlmConfig, prompt: Prompt<'_>) -> Value {
-        serde_json::from_slice(&request(config, prompt)).unwrap()
+        serde_json::from_slice(&request(config, prompt, false)).unwrap()
     }
 
     #[test]

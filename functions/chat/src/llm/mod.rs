@@ -7,6 +7,7 @@ mod chat_completions;
 mod fixtures;
 mod responses;
 mod retry;
+mod stream;
 
 use std::time::Duration;
 
@@ -34,7 +35,8 @@ pub struct LlmConfig {
     /// `LLM_API_KEY`, else `OPENAI_API_KEY`; sent as `Authorization: Bearer`. Optional because
     /// local servers (Ollama, vLLM) often need none.
     pub api_key: Option<SecretString>,
-    /// `LLM_TIMEOUT_MS`: one HTTP request to the LLM, start to end of body (default 60000).
+    /// `LLM_TIMEOUT_MS`: one HTTP request to the LLM, start to end of body (default 60000). A
+    /// streamed answer has it as the time to its first bytes and as the longest silence after.
     pub timeout: Duration,
     /// `LLM_MAX_RETRIES`: retries after a 429, a 5xx or a transport failure (default 3).
     pub max_retries: u32,
@@ -47,8 +49,8 @@ pub struct LlmConfig {
     /// default applies otherwise (OpenAI's reasoning models refuse any value but their own).
     pub temperature: Option<f64>,
     pub top_p: Option<f64>,
-    /// `LLM_MAX_RESPONSE_BYTES`: the largest response body read (default 4 MiB); a larger one
-    /// is a failed turn, not a full instance.
+    /// `LLM_MAX_RESPONSE_BYTES`: the largest response body read (default 4 MiB), a stream's
+    /// events all counted; a larger one is a failed turn, not a full instance.
     pub max_response_bytes: usize,
 }
 
@@ -322,18 +324,31 @@ until it is"
         prompt: Prompt<'_>,
         deadline: tokio::time::Instant,
     ) -> Result<Reply, LlmError> {
-        let (path, body) = self.request(prompt);
-        let url = self
-            .config
-            .base_url
-            .join(path)
-            .map_err(|e| LlmError::Transport(e.to_string()))?;
-        let bytes = retry::post_json(&self.http, &self.config, url, body, deadline).await?;
-        let key = self.config.api_key.as_ref().map(|k| k.expose_secret());
-        match self.config.api {
-            LlmApi::Responses => responses::parse(decode(&bytes, key)?),
-            LlmApi::ChatCompletions => chat_completions::parse(decode(&bytes, key)?),
-        }
+        let (path, body) = self.request(prompt, false);
+        let bytes =
+            retry::post_json(&self.http, &self.config, self.url(path)?, body, deadline).await?;
+        self.parse(&bytes)
+    }
+
+    /// The same request as [`Llm::respond`] with `stream: true` (Chat Completions also sends
+    /// `stream_options: {"include_usage": true}`). Each text delta is handed to `on_text` as it
+    /// arrives; tool-call arguments are assembled from their deltas; the returned `Reply` is
+    /// what `respond` would have returned for the same answer, its text all the deltas joined.
+    /// Retries (429/5xx/transport) only happen before the first bytes of a 2xx stream; after
+    /// that a failure is an error. `LLM_TIMEOUT_MS` is the time to those first bytes and the
+    /// longest silence allowed after them; `LLM_MAX_RESPONSE_BYTES` caps the whole stream. At
+    /// `deadline` it returns [`LlmError::DeadlineReached`]; the text delivered through
+    /// `on_text` so far is the caller's to keep.
+    pub async fn respond_streaming(
+        &self,
+        prompt: Prompt<'_>,
+        deadline: tokio::time::Instant,
+        on_text: &mut (dyn FnMut(&str) + Send),
+    ) -> Result<Reply, LlmError> {
+        let (path, body) = self.request(prompt, true);
+        let opened =
+            retry::post_stream(&self.http, &self.config, self.url(path)?, body, deadline).await?;
+        stream::read(self, opened, deadline, on_text).await
     }
 
     /// TEMPORARY (lead's branch only, replaced by the llm-stream helper's real one): the
@@ -352,14 +367,38 @@ until it is"
     }
 
     /// The path under `LLM_BASE_URL` and the JSON body of one request in this dialect.
-    fn request(&self, prompt: Prompt<'_>) -> (&'static str, Vec<u8>) {
+    fn request(&self, prompt: Prompt<'_>, stream: bool) -> (&'static str, Vec<u8>) {
         match self.config.api {
-            LlmApi::Responses => ("responses", responses::request(&self.config, prompt)),
+            LlmApi::Responses => (
+                "responses",
+                responses::request(&self.config, prompt, stream),
+            ),
             LlmApi::ChatCompletions => (
                 "chat/completions",
-                chat_completions::request(&self.config, prompt),
+                chat_completions::request(&self.config, prompt, stream),
             ),
         }
+    }
+
+    fn url(&self, path: &str) -> Result<url::Url, LlmError> {
+        self.config
+            .base_url
+            .join(path)
+            .map_err(|e| LlmError::Transport(e.to_string()))
+    }
+
+    /// A whole answer's body, read in this dialect.
+    fn parse(&self, body: &[u8]) -> Result<Reply, LlmError> {
+        let key = self.api_key();
+        match self.config.api {
+            LlmApi::Responses => responses::parse(decode(body, key)?),
+            LlmApi::ChatCompletions => chat_completions::parse(decode(body, key)?),
+        }
+    }
+
+    /// The key as text, to blank it out of what a server quotes back.
+    fn api_key(&self) -> Option<&str> {
+        self.config.api_key.as_ref().map(|k| k.expose_secret())
     }
 }
 
@@ -510,7 +549,7 @@ mod tests {
                 }
             );
             assert_eq!(llm.paths(), vec![path]);
-            let sent: Value = serde_json::from_slice(&client.request(prompt).1).unwrap();
+            let sent: Value = serde_json::from_slice(&client.request(prompt, false).1).unwrap();
             assert_eq!(llm.requests(), vec![sent]);
         }
     }

@@ -12,7 +12,8 @@ use super::{
 };
 
 /// The request body, serialized straight from borrowed parts (no intermediate JSON tree).
-pub(super) fn request(config: &LlmConfig, prompt: Prompt<'_>) -> Vec<u8> {
+/// `stream` asks for the answer as server-sent events.
+pub(super) fn request(config: &LlmConfig, prompt: Prompt<'_>, stream: bool) -> Vec<u8> {
     let body = Body {
         model: &config.model,
         instructions: prompt.instructions,
@@ -24,6 +25,7 @@ pub(super) fn request(config: &LlmConfig, prompt: Prompt<'_>) -> Vec<u8> {
         max_output_tokens: config.max_output_tokens,
         temperature: config.temperature,
         top_p: config.top_p,
+        stream: stream.then_some(true),
     };
     serde_json::to_vec(&body).expect("a request body always serializes")
 }
@@ -43,6 +45,8 @@ struct Body<'a> {
     temperature: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     top_p: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<bool>,
 }
 
 #[derive(Serialize)]
@@ -260,7 +264,7 @@ mod tests {
 
     /// The request body as the server receives it.
     fn sent(config: &LlmConfig, prompt: Prompt<'_>) -> Value {
-        serde_json::from_slice(&request(config, prompt)).unwrap()
+        serde_json::from_slice(&request(config, prompt, false)).unwrap()
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! One JSON POST to the LLM server with retries, by `parley_core::retry`'s policy (429, 5xx,
 //! timeouts and transport failures retried with backoff or `Retry-After`), within
 //! `LLM_MAX_RETRIES` and the `LLM_RETRY_BUDGET_MS` of waiting, and never past the turn's
-//! deadline; bodies capped at `LLM_MAX_RESPONSE_BYTES`. Here only the LLM's own errors.
+//! deadline; bodies capped at `LLM_MAX_RESPONSE_BYTES`; a streamed answer retried only until
+//! its first bytes. Here only the LLM's own errors.
 
 use std::time::Duration;
 
@@ -26,17 +27,36 @@ pub(super) async fn post_json(
     body: Vec<u8>,
     deadline: Instant,
 ) -> Result<bytes::Bytes, LlmError> {
-    let policy = RetryPolicy {
+    let policy = policy(config);
+    retry::post_json(http, &policy, config.api_key.as_ref(), url, body, deadline)
+        .await
+        .map_err(LlmError::from)
+}
+
+/// A 2xx answer to one POST asking for a stream, its first bytes read: retried as
+/// [`post_json`] is until then, and never after.
+pub(super) async fn post_stream(
+    http: &reqwest::Client,
+    config: &LlmConfig,
+    url: url::Url,
+    body: Vec<u8>,
+    deadline: Instant,
+) -> Result<retry::Streaming, LlmError> {
+    let policy = policy(config);
+    retry::post_stream(http, &policy, config.api_key.as_ref(), url, body, deadline)
+        .await
+        .map_err(LlmError::from)
+}
+
+fn policy(config: &LlmConfig) -> RetryPolicy {
+    RetryPolicy {
         service: "LLM",
         timeout: config.timeout,
         max_retries: config.max_retries,
         retry_budget: config.retry_budget,
         max_response_bytes: config.max_response_bytes,
         base_backoff: BASE_BACKOFF,
-    };
-    retry::post_json(http, &policy, config.api_key.as_ref(), url, body, deadline)
-        .await
-        .map_err(LlmError::from)
+    }
 }
 
 impl From<PostError> for LlmError {
