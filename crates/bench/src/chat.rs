@@ -749,7 +749,11 @@ impl Streamed {
         };
         row(out, "streamed: time to first byte", &self.first_byte);
         row(out, "streamed: time to first text delta", &self.first_delta);
-        row(out, "streamed: first delta after the model's first word", &self.delta_lag);
+        row(
+            out,
+            "streamed: first delta after the model's first word",
+            &self.delta_lag,
+        );
         row(out, "streamed: whole turn", &self.total);
         row(out, "not streamed: whole turn", &self.json_total);
         let lag = percentile(&self.delta_lag, 50.0);
@@ -757,7 +761,11 @@ impl Streamed {
             out,
             "target first delta within 2 ms of the model's first token (p50): {:.3} ms, {}",
             ms(lag),
-            if lag <= DELTA_LAG_TARGET { "met" } else { "MISSED" }
+            if lag <= DELTA_LAG_TARGET {
+                "met"
+            } else {
+                "MISSED"
+            }
         );
         let overhead = self.overhead();
         let _ = writeln!(
@@ -767,14 +775,16 @@ impl Streamed {
             ms(self.cpu.0),
             ms(self.cpu.1),
             overhead * 100.0,
-            if overhead <= STREAM_CPU_TARGET { "met" } else { "MISSED" }
+            if overhead <= STREAM_CPU_TARGET {
+                "met"
+            } else {
+                "MISSED"
+            }
         );
     }
 
     fn json(&self) -> Value {
-        let stats = |v: &[Duration]| {
-            json!({"p50_us": micros(percentile(v, 50.0)), "p99_us": micros(percentile(v, 99.0))})
-        };
+        let stats = |v: &[Duration]| json!({"p50_us": micros(percentile(v, 50.0)), "p99_us": micros(percentile(v, 99.0))});
         json!({
             "turns": self.n,
             "words": self.words,

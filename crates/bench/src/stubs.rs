@@ -220,19 +220,28 @@ fn reply_text(answer: &Value) -> Option<&str> {
 fn stream(llm: Arc<Llm>, answer: Value, interval: Duration, started: Instant) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
     tokio::spawn(async move {
-        let event = |v: Value| Bytes::from(format!("event: {}\ndata: {v}\n\n", v["type"].as_str().unwrap_or("")));
+        let event = |v: Value| {
+            Bytes::from(format!(
+                "event: {}\ndata: {v}\n\n",
+                v["type"].as_str().unwrap_or("")
+            ))
+        };
         let mut created = answer.clone();
         created["status"] = json!("in_progress");
         created["output"] = json!([]);
         let _ = tx
-            .send(event(json!({"type": "response.created", "response": created})))
+            .send(event(
+                json!({"type": "response.created", "response": created}),
+            ))
             .await;
         if let Some(text) = reply_text(&answer) {
             let item = &answer["output"][0];
             let _ = tx
-                .send(event(json!({"type": "response.output_item.added", "output_index": 0,
+                .send(event(
+                    json!({"type": "response.output_item.added", "output_index": 0,
                     "item": {"type": "message", "id": item["id"], "status": "in_progress",
-                             "role": "assistant", "content": []}})))
+                             "role": "assistant", "content": []}}),
+                ))
                 .await;
             for (i, word) in text.split_inclusive(' ').enumerate() {
                 tokio::time::sleep(interval).await;
@@ -249,11 +258,18 @@ fn stream(llm: Arc<Llm>, answer: Value, interval: Duration, started: Instant) ->
                 }
             }
             let _ = tx
-                .send(event(json!({"type": "response.output_item.done", "output_index": 0,
-                    "item": item})))
+                .send(event(
+                    json!({"type": "response.output_item.done", "output_index": 0,
+                    "item": item}),
+                ))
                 .await;
         } else {
-            for (i, item) in answer["output"].as_array().into_iter().flatten().enumerate() {
+            for (i, item) in answer["output"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
                 let _ = tx
                     .send(event(json!({"type": "response.output_item.done",
                         "output_index": i, "item": item})))
@@ -261,14 +277,18 @@ fn stream(llm: Arc<Llm>, answer: Value, interval: Duration, started: Instant) ->
             }
         }
         let _ = tx
-            .send(event(json!({"type": "response.completed", "response": answer})))
+            .send(event(
+                json!({"type": "response.completed", "response": answer}),
+            ))
             .await;
         let mut w = llm.meter.lock();
         w.llm_requests += 1;
         w.llm += started.elapsed();
     });
     let body = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok::<Bytes, std::convert::Infallible>(b), rx))
+        rx.recv()
+            .await
+            .map(|b| (Ok::<Bytes, std::convert::Infallible>(b), rx))
     });
     (
         [(

@@ -351,21 +351,6 @@ until it is"
         stream::read(self, opened, deadline, on_text).await
     }
 
-    /// TEMPORARY (lead's branch only, replaced by the llm-stream helper's real one): the
-    /// whole answer, then its text as one delta.
-    pub async fn respond_streaming(
-        &self,
-        prompt: Prompt<'_>,
-        deadline: tokio::time::Instant,
-        on_text: &mut (dyn FnMut(&str) + Send),
-    ) -> Result<Reply, LlmError> {
-        let reply = self.respond(prompt, deadline).await?;
-        if let Some(text) = &reply.text {
-            on_text(text);
-        }
-        Ok(reply)
-    }
-
     /// The path under `LLM_BASE_URL` and the JSON body of one request in this dialect.
     fn request(&self, prompt: Prompt<'_>, stream: bool) -> (&'static str, Vec<u8>) {
         match self.config.api {

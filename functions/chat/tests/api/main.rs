@@ -12,7 +12,7 @@ mod openai;
 mod secrets;
 mod sources;
 mod startup;
-// TEMP mod streaming;
+mod streaming;
 mod tasks;
 mod turns;
 mod validation;

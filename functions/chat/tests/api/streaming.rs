@@ -136,7 +136,11 @@ async fn the_first_text_arrives_while_the_model_is_still_writing_and_a_client_th
     // reached it before the answer was complete.
     let chat = spawn_chat(vec![Step::Stall("Leeds is a city in".into())]).await;
     let response = chat
-        .post_streamed("alice", "/api/chat", json!({"message": "Tell me about Leeds"}))
+        .post_streamed(
+            "alice",
+            "/api/chat",
+            json!({"message": "Tell me about Leeds"}),
+        )
         .await;
     assert_eq!(response.status(), 200);
     let (parts, response) = read_until(response, |p| p["type"] == "text-delta").await;
@@ -272,7 +276,13 @@ async fn the_ai_sdks_reader_folds_the_stream_into_the_stored_turn() {
     let kinds: Vec<&str> = parts.iter().map(|p| p["type"].as_str().unwrap()).collect();
     assert_eq!(
         kinds,
-        ["step-start", "dynamic-tool", "dynamic-tool", "step-start", "text"]
+        [
+            "step-start",
+            "dynamic-tool",
+            "dynamic-tool",
+            "step-start",
+            "text"
+        ]
     );
     for tool in &parts[1..3] {
         assert_eq!(tool["toolName"], "lad_by_ref");
