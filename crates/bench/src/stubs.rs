@@ -24,6 +24,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use axum::serve::ListenerExt;
 use serde_json::{Value, json};
 
 /// The tool every turn calls.
@@ -133,8 +134,13 @@ impl Stubs {
                         upstream,
                     }));
                     let serve = |listener: TcpListener, router: Router| async move {
+                        // Without TCP_NODELAY each small SSE event would wait for the
+                        // previous one's ACK (Nagle), tens of ms the chat did not cause.
                         let listener = tokio::net::TcpListener::from_std(listener)
-                            .expect("registering a stub's listener");
+                            .expect("registering a stub's listener")
+                            .tap_io(|tcp| {
+                                let _ = tcp.set_nodelay(true);
+                            });
                         if let Err(e) = axum::serve(listener, router).await {
                             eprintln!("error: a bench stub stopped: {e}");
                         }
@@ -243,8 +249,10 @@ fn stream(llm: Arc<Llm>, answer: Value, interval: Duration, started: Instant) ->
                              "role": "assistant", "content": []}}),
                 ))
                 .await;
+            // On a fixed schedule, so the timer's granularity does not add up word by word.
+            let writing = tokio::time::Instant::now();
             for (i, word) in text.split_inclusive(' ').enumerate() {
-                tokio::time::sleep(interval).await;
+                tokio::time::sleep_until(writing + interval * (i as u32 + 1)).await;
                 let sent = tx
                     .send(event(json!({"type": "response.output_text.delta",
                         "item_id": item["id"], "output_index": 0, "content_index": 0,
