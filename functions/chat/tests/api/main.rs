@@ -7,6 +7,7 @@ mod conversations;
 mod helpers;
 mod identity;
 mod logs;
+mod page;
 mod secrets;
 mod sources;
 mod startup;
