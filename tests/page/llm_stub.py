@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The scripted model of tests/page/run: an OpenAI Responses API stand-in (standard library only).
 
-Usage: llm_stub.py PORT_FILE   (binds 127.0.0.1:0, writes the port to PORT_FILE, serves forever)
+Usage: llm_stub.py PORT LOG   (serves 127.0.0.1:PORT until killed)
 
 `POST /v1/responses`, per turn (the items after the request's last user message):
 - no `function_call_output` yet: one `function_call` of `list_lads {"upper_tier": "Kent",
@@ -10,17 +10,15 @@ Usage: llm_stub.py PORT_FILE   (binds 127.0.0.1:0, writes the port to PORT_FILE,
   `javascript:` link that the page must show as text, never run.
 A request with `"stream": true` is answered as the Responses API streams: the text in small
 deltas PACE_S apart (so a page can be seen filling in), then `response.completed` with the
-whole response. Each request is appended as one JSON line to PORT_FILE.requests.
+whole response. Each request is appended as one JSON line to LOG.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import socket
 import sys
 import time
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 USAGE = {"input_tokens": 1200, "output_tokens": 80, "total_tokens": 1280}
@@ -104,20 +102,18 @@ class Handler(BaseHTTPRequestHandler):
 
     def send_json(self, status: int, payload: dict) -> None:
         data = json.dumps(payload).encode()
-        self.wfile.write(
-            (
-                f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
-                "content-type: application/json\r\n"
-                f"content-length: {len(data)}\r\n\r\n"
-            ).encode()
-            + data
-        )
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def send_stream(self, response: dict) -> None:
-        self.wfile.write(
-            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
-            b"connection: close\r\n\r\n"
-        )
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("connection", "close")
+        self.end_headers()
         self.close_connection = True
         events = [{"type": "response.created", "response": {**response, "status": "in_progress", "output": []}}]
         for item in response["output"]:
@@ -140,13 +136,8 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main() -> None:
-    port_file = sys.argv[1]
-    Handler.log_path = port_file + ".requests"
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    with open(port_file + ".tmp", "w", encoding="utf-8") as f:
-        f.write(str(server.server_address[1]))
-    os.replace(port_file + ".tmp", port_file)
-    server.serve_forever()
+    Handler.log_path = sys.argv[2]
+    ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
 
 
 if __name__ == "__main__":
