@@ -437,16 +437,37 @@ class ReplyView {
   sources(sources) {
     if (!sources?.length) return;
     const list = el("ol", { class: "sources" });
+    const prefix = `source-${++replies}-`;
     for (const s of sources) {
       const href = s.uri && /^https?:/i.test(s.uri) ? safeUrl(s.uri) : null;
       const title = s.title || s.uri || s.id;
-      list.append(el("li", { id: null },
+      list.append(el("li", { id: prefix + s.id, tabindex: -1 },
         el("span", { class: "source-id" }, `[${s.id}]`), " ",
         href ? el("a", { href, rel: "noopener noreferrer nofollow", target: "_blank" }, title) : el("span", {}, title),
         s.uri && !href ? el("span", { class: "source-uri" }, ` (${s.uri})`) : null,
         s.snippet ? el("div", { class: "snippet" }, s.snippet) : null));
     }
     this.footer.append(el("section", { class: "sources-box", "aria-label": "Sources" }, el("h4", {}, "Sources"), list));
+    this.linkCitations(prefix, new Set(sources.map((s) => s.id)));
+  }
+
+  /** Each `[S1]` of the reply's text (outside code and links) becomes a link to its source. */
+  linkCitations(prefix, ids) {
+    for (const md of this.parts.querySelectorAll(".markdown")) {
+      const walker = document.createTreeWalker(md, NodeFilter.SHOW_TEXT);
+      const texts = [];
+      while (walker.nextNode()) {
+        if (!walker.currentNode.parentElement.closest("code, pre, a")) texts.push(walker.currentNode);
+      }
+      for (const node of texts) {
+        const pieces = node.data.split(/(\[S\d+\])/);
+        if (pieces.length === 1) continue;
+        node.replaceWith(...pieces.map((piece) => {
+          const id = /^\[(S\d+)\]$/.exec(piece)?.[1];
+          return id && ids.has(id) ? el("a", { href: `#${prefix}${id}`, class: "cite", "data-cite": prefix + id }, piece) : piece;
+        }));
+      }
+    }
   }
 
   meta({ usage, steps, cutShort, interrupted }) {
@@ -475,6 +496,8 @@ class ReplyView {
     if (turn.error) this.error(turn.error);
   }
 }
+
+let replies = 0; // numbers each reply's source ids apart
 
 const fmt = (n) => (typeof n === "number" ? n.toLocaleString("en") : "?");
 
@@ -851,6 +874,15 @@ async function start() {
     closeSidebar();
   });
   $("more-conversations").addEventListener("click", () => loadConversations(false));
+  // A citation moves to its source without touching the address (which names the conversation).
+  $("messages").addEventListener("click", (event) => {
+    const cite = event.target.closest("a[data-cite]");
+    if (!cite) return;
+    event.preventDefault();
+    const source = document.getElementById(cite.dataset.cite);
+    source?.scrollIntoView({ block: "nearest" });
+    source?.focus({ preventScroll: true });
+  });
   $("conversations").addEventListener("click", (event) => {
     const link = event.target.closest("a[data-id]");
     if (!link) return;
