@@ -132,6 +132,8 @@ venv_aws() {
 # cargo-lambda, and ziglang: the linker `cargo lambda build` (and so `sam build`) uses.
 venv_lambda() { venv_install lambda bin/cargo-lambda lambda --version -- -r tests/lambda/requirements.txt; }
 venv_interop() { venv_install interop bin/python -c 'import mcp' -- -r tests/interop/requirements.txt; }
+# Playwright for the page's browser test; it drives Debian's chromium, never a browser of its own.
+venv_page() { venv_install page bin/python -c 'import playwright.sync_api' -- -r tests/page/requirements.txt; }
 venv_moto() { venv_install moto test -x bin/moto_server -- "moto[server]==$MOTO_VERSION"; }
 VENVS=$ROOT/.parley # venv NAME is $VENVS/venv-NAME
 

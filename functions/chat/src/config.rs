@@ -16,6 +16,7 @@ use serde::Deserialize;
 
 use crate::auth::AuthConfig;
 use crate::llm::LlmConfig;
+use crate::page::ContextOptions;
 
 /// Limits of one turn; each is a named setting.
 #[derive(Debug, Clone)]
@@ -90,6 +91,8 @@ pub struct ChatConfig {
     /// (default `parley`; 1-64 letters, digits, `.`, `_`, `-`, `:` or `/`).
     pub model_id: String,
     pub limits: Limits,
+    /// `PAGE_CONTEXT_OPTIONS`: the page's context picker (`page::ContextOptions`); unset, none.
+    pub page_context_options: Option<ContextOptions>,
 }
 
 /// The assistant's name as the instructions give it: 1-64 characters, none of them control
@@ -151,6 +154,8 @@ struct RawServer {
 
 impl ChatConfig {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        // Read first: the page's context options must fit it.
+        let max_context_bytes = env.limit("MAX_CONTEXT_BYTES", 8192, 0..=1024 * 1024)? as usize;
         let config = Self {
             db: DbConfig::from_env(env)?,
             llm: LlmConfig::from_env(env)?,
@@ -181,7 +186,7 @@ impl ChatConfig {
                     64 * 1024,
                     1024..=10 * 1024 * 1024,
                 )? as usize,
-                max_context_bytes: env.limit("MAX_CONTEXT_BYTES", 8192, 0..=1024 * 1024)? as usize,
+                max_context_bytes,
                 turn_lock_wait: env.millis(
                     "TURN_LOCK_WAIT_MS",
                     Duration::from_secs(60),
@@ -199,6 +204,7 @@ impl ChatConfig {
                 )?,
                 page_max: env.limit("CONVERSATIONS_PAGE_MAX", 100, 1..=1000)? as u32,
             },
+            page_context_options: ContextOptions::from_env(env, max_context_bytes)?,
         };
         // A lease shorter than a turn may run lets a second turn take the conversation over
         // while the first is still working: the first one's reply is then lost (409).

@@ -1,5 +1,6 @@
 //! Parley's chat function: `POST /api/chat` runs an LLM tool-calling loop over MCP tools,
-//! keeps the conversation in Postgres and returns the reply with a trace of every tool call.
+//! keeps the conversation in Postgres and returns the reply with a trace of every tool call;
+//! `page` serves a chat page for people at `GET /`.
 //!
 //! Modules: `api` (HTTP surface, parsing at the edge), `auth` (caller identity), `turn` (the
 //! loop), `llm` (the model, two wire dialects), `mcp_client` (tools), `conversation` (memory,
@@ -19,6 +20,7 @@ pub mod llm;
 pub mod mcp_client;
 pub mod nul;
 pub mod openai;
+pub mod page;
 pub mod replay;
 pub mod sources;
 pub mod stream;
@@ -112,5 +114,10 @@ fn router(config: &ChatConfig, secrets: Option<Secrets>) -> Result<Router, Start
         assistant: Arc::new(config.assistant_name.clone()),
         model_id: Arc::from(config.model_id.as_str()),
     };
-    Ok(parley_core::serve::traced(api::router(state)))
+    let page = page::router(
+        config.assistant_name.as_str(),
+        config.auth.mode,
+        config.page_context_options.as_ref(),
+    );
+    Ok(parley_core::serve::traced(api::router(state).merge(page)))
 }

@@ -9,6 +9,7 @@ mod helpers;
 mod identity;
 mod logs;
 mod openai;
+mod page;
 mod secrets;
 mod sources;
 mod startup;

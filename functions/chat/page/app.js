@@ -1,0 +1,918 @@
+// Parley's chat page (served by functions/chat/src/page.rs; no framework, no build step).
+//
+// It talks only to this origin's API: GET api/page (settings), GET api/conversations,
+// GET api/conversations/{id}/messages and POST api/chat, whose reply it reads as the AI SDK UI
+// message stream (v1) when the server streams, else as the JSON response. Everything a model or
+// a tool wrote is put on the page as text nodes or built elements, never as HTML: there is no
+// innerHTML here, and the Content-Security-Policy allows no inline script besides.
+
+const TOKEN_KEY = "parley.token";
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+const $ = (id) => document.getElementById(id);
+
+/** An element with attributes (`null`/`false` leaves one out) and children (strings are text). */
+export function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name === "class") node.className = value;
+    else node.setAttribute(name, value === true ? "" : String(value));
+  }
+  node.append(...children.filter((c) => c !== null && c !== undefined && c !== false));
+  return node;
+}
+
+// --- Markdown ------------------------------------------------------------------------------
+// A small CommonMark-ish subset: paragraphs, headings, fenced code, block quotes, lists (nested
+// by indentation), GitHub tables, rules; inline code, strong, emphasis, strikethrough, links and
+// bare URLs. It builds DOM nodes, so text can never become markup; links keep only http(s) and
+// mailto addresses, and images become links (the page loads nothing from elsewhere).
+
+/** `text` as Markdown, in a fragment. */
+export function renderMarkdown(text) {
+  const fragment = document.createDocumentFragment();
+  blocks(String(text).replace(/\r\n?/g, "\n").split("\n"), fragment);
+  return fragment;
+}
+
+const FENCE = /^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)/;
+const HEADING = /^ {0,3}(#{1,6})(?:\s+(.*?))?(?:\s+#+)?\s*$/;
+const RULE = /^ {0,3}([-*_])(?:\s*\1){2,}\s*$/;
+const QUOTE = /^ {0,3}> ?/;
+const ITEM = /^( *)([-*+]|\d{1,9}[.)])(?:\s+|$)/;
+const TABLE_DELIMITER = /^\s*\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*$/;
+
+function blocks(lines, out) {
+  let i = 0;
+  while (i < lines.length) {
+    const line = lines[i];
+    if (!line.trim()) {
+      i++;
+      continue;
+    }
+    let m;
+    if ((m = FENCE.exec(line))) {
+      const fence = m[1];
+      const body = [];
+      i++;
+      while (i < lines.length && !lines[i].trimStart().startsWith(fence)) body.push(lines[i++]);
+      i++; // the closing fence, or past the end
+      const code = el("code", m[2] ? { class: `language-${m[2].replace(/[^\w-]/g, "")}` } : {}, body.join("\n"));
+      out.append(el("pre", {}, code));
+      continue;
+    }
+    if ((m = HEADING.exec(line))) {
+      // Levels 1-6 become h3-h6: the page's own headings stay above the reply's.
+      const h = el(`h${Math.min(m[1].length + 2, 6)}`);
+      inline(m[2] || "", h);
+      out.append(h);
+      i++;
+      continue;
+    }
+    if (RULE.test(line)) {
+      out.append(el("hr"));
+      i++;
+      continue;
+    }
+    if (QUOTE.test(line)) {
+      const body = [];
+      while (i < lines.length && lines[i].trim() && QUOTE.test(lines[i])) body.push(lines[i++].replace(QUOTE, ""));
+      const quote = el("blockquote");
+      blocks(body, quote);
+      out.append(quote);
+      continue;
+    }
+    if (ITEM.test(line)) {
+      i = list(lines, i, out);
+      continue;
+    }
+    if (line.includes("|") && i + 1 < lines.length && TABLE_DELIMITER.test(lines[i + 1])) {
+      const header = cells(line);
+      const align = cells(lines[i + 1]).map((c) =>
+        c.startsWith(":") && c.endsWith(":") ? "center" : c.endsWith(":") ? "right" : c.startsWith(":") ? "left" : null);
+      if (align.length === header.length) {
+        i = table(lines, i, header, align, out);
+        continue;
+      }
+    }
+    const para = [];
+    while (i < lines.length && lines[i].trim() && !startsBlock(lines, i)) para.push(lines[i++].trim());
+    if (!para.length) para.push(lines[i++].trim()); // a line no block rule took after all
+    const p = el("p");
+    inline(para.join("\n"), p);
+    out.append(p);
+  }
+}
+
+function startsBlock(lines, i) {
+  const line = lines[i];
+  return FENCE.test(line) || HEADING.test(line) || RULE.test(line) || QUOTE.test(line) || ITEM.test(line) ||
+    (line.includes("|") && i + 1 < lines.length && TABLE_DELIMITER.test(lines[i + 1]));
+}
+
+/** A list starting at `lines[i]`: its items are the lines at its first marker's indentation. */
+function list(lines, i, out) {
+  const first = ITEM.exec(lines[i]);
+  const indent = first[1].length;
+  const ordered = /\d/.test(first[2]);
+  const node = ordered ? el("ol", parseInt(first[2], 10) !== 1 ? { start: parseInt(first[2], 10) } : {}) : el("ul");
+  let item = null;
+  let loose = false;
+  const flush = () => {
+    if (!item) return;
+    const li = el("li");
+    const body = el("div");
+    blocks(item, body);
+    // A tight item's one paragraph is shown without paragraph spacing.
+    if (!loose && body.childNodes.length && body.firstChild.tagName === "P") {
+      body.firstChild.replaceWith(...body.firstChild.childNodes);
+    }
+    li.append(...body.childNodes);
+    node.append(li);
+    item = null;
+  };
+  while (i < lines.length) {
+    const line = lines[i];
+    const m = ITEM.exec(line);
+    if (m && m[1].length === indent && /\d/.test(m[2]) === ordered) {
+      flush();
+      item = [line.slice(m[0].length)];
+      i++;
+      continue;
+    }
+    if (!line.trim()) {
+      // A blank line ends the list unless the next line is still inside it.
+      const next = lines[i + 1];
+      if (next === undefined || (!/^\s/.test(next) && !(ITEM.test(next) && ITEM.exec(next)[1].length === indent))) break;
+      loose = true;
+      item.push("");
+      i++;
+      continue;
+    }
+    const leading = line.length - line.trimStart().length;
+    if (leading > indent) {
+      item.push(line.slice(Math.min(leading, indent + 2 + (ordered ? 1 : 0))));
+      i++;
+      continue;
+    }
+    if (m || startsBlock(lines, i)) break;
+    item.push(line.trim()); // a lazy continuation of the item's paragraph
+    i++;
+  }
+  flush();
+  out.append(node);
+  return i;
+}
+
+/** The cells of a table row: split at `|` outside code spans, `\|` kept as a pipe. */
+function cells(row) {
+  const out = [];
+  let cell = "";
+  let code = false;
+  const s = row.trim().replace(/^\|/, "").replace(/(?<!\\)\|$/, "");
+  for (let i = 0; i < s.length; i++) {
+    const c = s[i];
+    if (c === "\\" && s[i + 1] === "|") {
+      cell += "|";
+      i++;
+    } else if (c === "`") {
+      code = !code;
+      cell += c;
+    } else if (c === "|" && !code) {
+      out.push(cell.trim());
+      cell = "";
+    } else {
+      cell += c;
+    }
+  }
+  out.push(cell.trim());
+  return out;
+}
+
+function table(lines, i, header, align, out) {
+  const row = (values, tag) => el("tr", {}, ...header.map((_, col) => {
+    const cell = el(tag, align[col] ? { style: null, class: `align-${align[col]}` } : {});
+    inline(values[col] ?? "", cell);
+    return cell;
+  }));
+  const head = el("thead", {}, row(header, "th"));
+  const body = el("tbody");
+  i += 2;
+  while (i < lines.length && lines[i].trim() && lines[i].includes("|")) body.append(row(cells(lines[i++]), "td"));
+  out.append(el("div", { class: "table-wrap" }, el("table", {}, head, body)));
+  return i;
+}
+
+const ESCAPABLE = "\\`*_{}[]()#+-.!|~<>";
+
+/** Inline Markdown of `text` appended to `out`. */
+function inline(text, out) {
+  let plain = "";
+  const flush = () => {
+    if (plain) out.append(plain);
+    plain = "";
+  };
+  let i = 0;
+  while (i < text.length) {
+    const c = text[i];
+    const rest = text.slice(i);
+    if (c === "\\" && ESCAPABLE.includes(text[i + 1] ?? "")) {
+      plain += text[i + 1];
+      i += 2;
+      continue;
+    }
+    if (c === "\n") {
+      flush();
+      out.append(el("br"));
+      i++;
+      continue;
+    }
+    if (c === "`") {
+      const run = /^`+/.exec(rest)[0];
+      const end = text.indexOf(run, i + run.length);
+      if (end > 0) {
+        flush();
+        let code = text.slice(i + run.length, end);
+        if (/^ .* $/.test(code)) code = code.slice(1, -1);
+        out.append(el("code", {}, code));
+        i = end + run.length;
+        continue;
+      }
+      plain += run;
+      i += run.length;
+      continue;
+    }
+    const emphasis = /^(\*\*|__|~~|\*|_)/.exec(rest);
+    if (emphasis) {
+      const mark = emphasis[1];
+      const before = text[i - 1] ?? " ";
+      const after = text[i + mark.length] ?? " ";
+      const end = findClosing(text, mark, i + mark.length);
+      // `_` inside a word (snake_case) is not emphasis; nor is a mark before a space.
+      const opens = !/\s/.test(after) && !(mark[0] === "_" && /\w/.test(before));
+      if (opens && end > i + mark.length) {
+        flush();
+        const tag = mark === "~~" ? "del" : mark.length === 2 ? "strong" : "em";
+        const node = el(tag);
+        inline(text.slice(i + mark.length, end), node);
+        out.append(node);
+        i = end + mark.length;
+        continue;
+      }
+      plain += mark;
+      i += mark.length;
+      continue;
+    }
+    const image = c === "!" && text[i + 1] === "[";
+    if (c === "[" || image) {
+      const link = parseLink(text, image ? i + 1 : i);
+      if (link) {
+        flush();
+        const href = safeUrl(link.url);
+        const node = href ? el("a", { href, rel: "noopener noreferrer nofollow", target: "_blank" }) : el("span");
+        if (image) node.append(link.label || link.url);
+        else inline(link.label, node);
+        out.append(node);
+        i = link.end;
+        continue;
+      }
+    }
+    if (c === "<") {
+      const auto = /^<((?:https?:\/\/|mailto:)[^\s<>]+)>/.exec(rest);
+      if (auto && safeUrl(auto[1])) {
+        flush();
+        out.append(el("a", { href: safeUrl(auto[1]), rel: "noopener noreferrer nofollow", target: "_blank" }, auto[1]));
+        i += auto[0].length;
+        continue;
+      }
+    }
+    if ((c === "h" || c === "H") && !/\w/.test(text[i - 1] ?? " ")) {
+      const bare = /^https?:\/\/[^\s<>]*[^\s<>.,:;"')\]]/i.exec(rest);
+      if (bare && safeUrl(bare[0])) {
+        flush();
+        out.append(el("a", { href: safeUrl(bare[0]), rel: "noopener noreferrer nofollow", target: "_blank" }, bare[0]));
+        i += bare[0].length;
+        continue;
+      }
+    }
+    plain += c;
+    i++;
+  }
+  flush();
+}
+
+/** Where `mark` closes emphasis opened before `from`: not after a space, not inside code. */
+function findClosing(text, mark, from) {
+  let i = from;
+  while (i < text.length) {
+    if (text[i] === "\\") {
+      i += 2;
+      continue;
+    }
+    if (text[i] === "`") {
+      const run = /^`+/.exec(text.slice(i))[0];
+      const end = text.indexOf(run, i + run.length);
+      i = end > 0 ? end + run.length : i + run.length;
+      continue;
+    }
+    if (text.startsWith(mark, i) && !/\s/.test(text[i - 1])) {
+      const after = text[i + mark.length] ?? " ";
+      if (!(mark[0] === "_" && /\w/.test(after))) return i;
+    }
+    i++;
+  }
+  return -1;
+}
+
+/** `[label](url "title")` at `i`: its label, URL and where it ends, or null. */
+function parseLink(text, i) {
+  let depth = 0;
+  let j = i;
+  for (; j < text.length; j++) {
+    if (text[j] === "\\") j++;
+    else if (text[j] === "[") depth++;
+    else if (text[j] === "]" && --depth === 0) break;
+  }
+  if (j >= text.length || text[j + 1] !== "(") return null;
+  const m = /^\(\s*(<[^<>\n]*>|[^\s()]*(?:\([^\s()]*\)[^\s()]*)*)(?:\s+"[^"]*")?\s*\)/.exec(text.slice(j + 1));
+  if (!m) return null;
+  return { label: text.slice(i + 1, j), url: m[1].replace(/^<|>$/g, ""), end: j + 1 + m[0].length };
+}
+
+/** The address if it is an http(s) or mailto one (relative ones resolve against the page). */
+export function safeUrl(raw) {
+  try {
+    const url = new URL(raw, document.baseURI);
+    return ["http:", "https:", "mailto:"].includes(url.protocol) ? url.href : null;
+  } catch {
+    return null;
+  }
+}
+
+// --- the server-sent event stream ----------------------------------------------------------
+
+/** The `data` of each event of an SSE body, as strings, in order. */
+export async function* sseData(body) {
+  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  let cr = ""; // a chunk's last "\r", which may be half of a "\r\n"
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    const text = cr + value;
+    cr = text.endsWith("\r") ? "\r" : "";
+    buffer += text.slice(0, text.length - cr.length).replace(/\r\n?/g, "\n");
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const event = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      const data = event.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(l[5] === " " ? 6 : 5));
+      if (data.length) yield data.join("\n");
+    }
+  }
+}
+
+/** The stream's parts (JSON objects) until `data: [DONE]`. */
+export async function* uiMessageParts(body) {
+  for await (const data of sseData(body)) {
+    if (data === "[DONE]") return;
+    yield JSON.parse(data);
+  }
+}
+
+// --- one assistant reply, as it arrives or as stored ---------------------------------------
+
+class ReplyView {
+  constructor() {
+    this.parts = el("div", { class: "parts" });
+    this.footer = el("div", { class: "reply-footer" });
+    this.node = el("li", { class: "message assistant" }, el("span", { class: "who" }, state.info?.assistant ?? "Assistant"), this.parts, this.footer);
+    this.texts = new Map(); // text part id -> {text, node}
+    this.tools = new Map(); // toolCallId -> view
+    this.text = "";
+  }
+
+  textStart(id) {
+    const node = el("div", { class: "markdown" });
+    this.texts.set(id, { text: "", node });
+    this.parts.append(node);
+  }
+
+  textDelta(id, delta) {
+    if (!this.texts.has(id)) this.textStart(id);
+    const part = this.texts.get(id);
+    part.text += delta;
+    this.text += delta;
+    // Rendered again whole: a delta may close a table row or an emphasis it opened earlier.
+    part.node.replaceChildren(renderMarkdown(part.text));
+  }
+
+  /** A reply known whole (JSON answer, stored message). */
+  fullText(text) {
+    this.textStart("reply");
+    this.textDelta("reply", text);
+  }
+
+  toolInput(id, name, input) {
+    const status = el("span", { class: "tool-status" }, "running…");
+    const output = el("div", { class: "tool-output" });
+    const details = el("details", { class: "tool", "data-tool": name },
+      el("summary", {}, el("span", { class: "tool-name" }, name), " ", status),
+      el("h4", {}, "Arguments"), el("pre", { class: "json" }, pretty(input)),
+      el("h4", {}, "Output"), output);
+    this.tools.set(id, { details, status, output });
+    this.parts.append(details);
+  }
+
+  toolOutput(id, output, isError) {
+    const view = this.tools.get(id);
+    if (!view) return;
+    view.details.classList.add(isError ? "failed" : "done");
+    view.status.textContent = isError ? "failed" : describeOutput(output);
+    view.output.replaceChildren(isError ? el("pre", { class: "error" }, typeof output === "string" ? output : pretty(output)) : renderOutput(output));
+  }
+
+  /** `sources` as the API returns them, or the stream's `source-url`/`source-document` parts. */
+  sources(sources) {
+    if (!sources?.length) return;
+    const list = el("ol", { class: "sources" });
+    const prefix = `source-${++replies}-`;
+    for (const s of sources) {
+      const href = s.uri && /^https?:/i.test(s.uri) ? safeUrl(s.uri) : null;
+      const title = s.title || s.uri || s.id;
+      list.append(el("li", { id: prefix + s.id, tabindex: -1 },
+        el("span", { class: "source-id" }, `[${s.id}]`), " ",
+        href ? el("a", { href, rel: "noopener noreferrer nofollow", target: "_blank" }, title) : el("span", {}, title),
+        s.uri && !href ? el("span", { class: "source-uri" }, ` (${s.uri})`) : null,
+        s.snippet ? el("div", { class: "snippet" }, s.snippet) : null));
+    }
+    this.footer.append(el("section", { class: "sources-box", "aria-label": "Sources" }, el("h4", {}, "Sources"), list));
+    this.linkCitations(prefix, new Set(sources.map((s) => s.id)));
+  }
+
+  /** Each `[S1]` of the reply's text (outside code and links) becomes a link to its source. */
+  linkCitations(prefix, ids) {
+    for (const md of this.parts.querySelectorAll(".markdown")) {
+      const walker = document.createTreeWalker(md, NodeFilter.SHOW_TEXT);
+      const texts = [];
+      while (walker.nextNode()) {
+        if (!walker.currentNode.parentElement.closest("code, pre, a")) texts.push(walker.currentNode);
+      }
+      for (const node of texts) {
+        const pieces = node.data.split(/(\[S\d+\])/);
+        if (pieces.length === 1) continue;
+        node.replaceWith(...pieces.map((piece) => {
+          const id = /^\[(S\d+)\]$/.exec(piece)?.[1];
+          return id && ids.has(id) ? el("a", { href: `#${prefix}${id}`, class: "cite", "data-cite": prefix + id }, piece) : piece;
+        }));
+      }
+    }
+  }
+
+  meta({ usage, steps, cutShort, interrupted }) {
+    const bits = [];
+    if (usage) bits.push(`${fmt(usage.input_tokens)} tokens in, ${fmt(usage.output_tokens)} out`);
+    if (steps) bits.push(`${steps} tool step${steps === 1 ? "" : "s"}`);
+    if (cutShort) bits.push("cut short at the time limit");
+    if (interrupted) bits.push("interrupted");
+    if (bits.length) this.footer.append(el("p", { class: "usage" }, bits.join(" · ")));
+  }
+
+  error(message) {
+    this.footer.append(el("p", { class: "error", role: "alert" }, message));
+  }
+
+  /** The JSON `TurnResponse`, or a stored assistant message (same fields, `content`). */
+  whole(turn) {
+    for (const t of turn.traces ?? []) {
+      this.toolInput(t.call_id, t.name, t.args);
+      this.toolOutput(t.call_id, t.output, t.is_error);
+    }
+    const text = turn.reply ?? turn.content ?? "";
+    if (text) this.fullText(text);
+    this.sources(turn.sources);
+    this.meta({ usage: turn.usage, steps: turn.steps, cutShort: turn.cut_short, interrupted: turn.interrupted });
+    if (turn.error) this.error(turn.error);
+  }
+}
+
+let replies = 0; // numbers each reply's source ids apart
+
+const fmt = (n) => (typeof n === "number" ? n.toLocaleString("en") : "?");
+
+function pretty(value) {
+  return typeof value === "string" ? value : JSON.stringify(value, null, 2);
+}
+
+/** The rows of a tool's output when it is a list of objects (alone or as `rows`). */
+function rowsOf(output) {
+  const rows = Array.isArray(output) ? output : Array.isArray(output?.rows) ? output.rows : null;
+  return rows && rows.every((r) => r && typeof r === "object" && !Array.isArray(r)) ? rows : null;
+}
+
+function describeOutput(output) {
+  const rows = rowsOf(output);
+  if (!rows) return "done";
+  const n = output?.row_count ?? rows.length;
+  return `${n} row${n === 1 ? "" : "s"}${output?.truncated ? " (truncated)" : ""}`;
+}
+
+/** A tool's output: rows as a table (and the rest as JSON), anything else as JSON. */
+function renderOutput(output) {
+  const rows = rowsOf(output);
+  if (!rows || !rows.length) return el("pre", { class: "json" }, pretty(output));
+  const columns = [...new Set(rows.flatMap((r) => Object.keys(r)))];
+  const cell = (v) => (v === null || v === undefined ? "" : typeof v === "object" ? JSON.stringify(v) : String(v));
+  const table = el("table", { class: "rows" },
+    el("thead", {}, el("tr", {}, ...columns.map((c) => el("th", { scope: "col" }, c)))),
+    el("tbody", {}, ...rows.map((r) => el("tr", {}, ...columns.map((c) => el("td", {}, cell(r[c])))))));
+  const fragment = document.createDocumentFragment();
+  fragment.append(el("div", { class: "table-wrap" }, table));
+  if (!Array.isArray(output)) {
+    const rest = { ...output };
+    delete rest.rows;
+    if (Object.keys(rest).length) fragment.append(el("pre", { class: "json small" }, JSON.stringify(rest)));
+  }
+  return fragment;
+}
+
+// --- the page ------------------------------------------------------------------------------
+
+const state = {
+  info: null,
+  token: sessionStorage.getItem(TOKEN_KEY),
+  conversation: null, // the open conversation's id, null for a new one
+  cursor: null,
+  abort: null,
+};
+
+class HttpError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+/** A call of this origin's API (relative, so a path prefix in front of the page works too). */
+async function api(path, init = {}) {
+  const headers = new Headers(init.headers);
+  if (state.token) headers.set("Authorization", `Bearer ${state.token}`);
+  const response = await fetch(path, { ...init, headers });
+  if (!response.ok) {
+    let code = "http_error";
+    let message = `${response.status} ${response.statusText}`;
+    try {
+      const body = await response.json();
+      code = body.error?.code ?? code;
+      message = body.error?.message ?? message;
+    } catch {
+      // not the API's JSON error: keep the status line
+    }
+    if (response.status === 401 && state.info?.auth === "token") signOut(`The token was refused: ${message}`);
+    throw new HttpError(response.status, code, message);
+  }
+  return response;
+}
+
+function setStatus(text) {
+  $("status").textContent = text;
+}
+
+function showSignIn(message = "") {
+  $("app").hidden = true;
+  $("sign-out").hidden = true;
+  $("sidebar-toggle").hidden = true;
+  $("sign-in").hidden = false;
+  $("sign-in-error").textContent = message;
+  $("token").focus();
+}
+
+function signOut(message = "") {
+  sessionStorage.removeItem(TOKEN_KEY);
+  state.token = null;
+  state.abort?.abort();
+  showSignIn(message);
+}
+
+async function signIn(event) {
+  event.preventDefault();
+  const token = $("token").value.trim().replace(/^Bearer\s+/i, "");
+  if (!token) return;
+  state.token = token;
+  try {
+    await api("api/conversations?limit=1");
+  } catch (e) {
+    state.token = null;
+    $("sign-in-error").textContent = e.status === 401 ? `The token was refused: ${e.message}` : e.message;
+    return;
+  }
+  sessionStorage.setItem(TOKEN_KEY, token);
+  $("token").value = "";
+  await showApp();
+}
+
+async function showApp() {
+  $("sign-in").hidden = true;
+  $("app").hidden = false;
+  $("sign-out").hidden = state.info.auth !== "token";
+  $("sidebar-toggle").hidden = false;
+  await loadConversations(true);
+  const id = location.hash.slice(1);
+  if (UUID.test(id)) await openConversation(id);
+  else newConversation();
+}
+
+async function loadConversations(reset) {
+  if (reset) state.cursor = null;
+  let page;
+  try {
+    const cursor = state.cursor ? `&cursor=${encodeURIComponent(state.cursor)}` : "";
+    page = await (await api(`api/conversations?limit=30${cursor}`)).json();
+  } catch (e) {
+    setStatus(`Could not load your conversations: ${e.message}`);
+    return;
+  }
+  const list = $("conversations");
+  if (reset) list.replaceChildren();
+  for (const c of page.conversations) {
+    list.append(el("li", {}, el("a", {
+      href: `#${c.id}`, "data-id": c.id, "aria-current": c.id === state.conversation ? "page" : null,
+    }, el("span", { class: "title" }, c.title || "Untitled"),
+    el("time", { datetime: c.updated_at }, new Date(c.updated_at).toLocaleString()))));
+  }
+  state.cursor = page.next_cursor;
+  $("more-conversations").hidden = !state.cursor;
+}
+
+function markCurrent() {
+  for (const a of $("conversations").querySelectorAll("a")) {
+    if (a.dataset.id === state.conversation) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
+}
+
+function newConversation() {
+  state.abort?.abort();
+  state.conversation = null;
+  if (location.hash) history.replaceState(null, "", location.pathname + location.search);
+  $("messages").replaceChildren();
+  $("conversation-title").textContent = "New conversation";
+  markCurrent();
+  setStatus("");
+  $("message").focus();
+}
+
+async function openConversation(id) {
+  state.abort?.abort();
+  const messages = $("messages");
+  messages.setAttribute("aria-busy", "true");
+  try {
+    const body = await (await api(`api/conversations/${encodeURIComponent(id)}/messages`)).json();
+    state.conversation = id;
+    messages.replaceChildren(...body.messages.map(renderStored));
+    const title = $("conversations").querySelector(`a[data-id="${id}"] .title`);
+    $("conversation-title").textContent = title ? title.textContent : "Conversation";
+    setStatus("");
+  } catch (e) {
+    if (e.status === 404) newConversation();
+    setStatus(`Could not open the conversation: ${e.message}`);
+  } finally {
+    messages.removeAttribute("aria-busy");
+    markCurrent();
+    closeSidebar();
+    scrollDown();
+  }
+}
+
+function renderStored(m) {
+  if (m.role === "user") return userMessage(m.content, m.context);
+  const view = new ReplyView();
+  view.whole(m);
+  return view.node;
+}
+
+function userMessage(text, context) {
+  return el("li", { class: "message user" },
+    el("span", { class: "who" }, "You"),
+    el("div", { class: "text" }, text),
+    context ? el("p", { class: "context" }, describeContext(context)) : null);
+}
+
+/** A context as the picker named it, else as JSON. */
+function describeContext(context) {
+  const options = state.info?.context_options;
+  const json = canonical(context);
+  const match = options?.options.find((o) => canonical(o.context) === json);
+  return match ? `${options.label}: ${match.label}` : `Context: ${JSON.stringify(context)}`;
+}
+
+/** JSON with every object's keys sorted: Postgres (jsonb) gives them back in its own order. */
+function canonical(value) {
+  return JSON.stringify(value, (_, v) => (v && typeof v === "object" && !Array.isArray(v)
+    ? Object.fromEntries(Object.entries(v).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
+    : v));
+}
+
+function chosenContext() {
+  const options = state.info?.context_options;
+  const index = $("context-picker").value;
+  return options && index !== "" ? options.options[Number(index)].context : null;
+}
+
+async function send(event) {
+  event?.preventDefault();
+  const box = $("message");
+  const message = box.value.trim();
+  if (!message || state.abort) return;
+  const context = chosenContext();
+  const body = { message };
+  if (state.conversation) body.conversation_id = state.conversation;
+  if (context) body.context = context;
+
+  const messages = $("messages");
+  messages.append(userMessage(message, context));
+  const view = new ReplyView();
+  view.node.setAttribute("aria-busy", "true");
+  messages.append(view.node);
+  box.value = "";
+  scrollDown();
+  const abort = new AbortController();
+  state.abort = abort;
+  busy(true);
+  setStatus("Working…");
+  try {
+    const response = await api("api/chat", {
+      method: "POST",
+      headers: { "Content-Type": "application/json", Accept: "text/event-stream, application/json;q=0.9" },
+      body: JSON.stringify(body),
+      signal: abort.signal,
+    });
+    const type = response.headers.get("content-type") ?? "";
+    if (type.startsWith("text/event-stream")) {
+      await readStream(response.body, view);
+    } else {
+      // A server without the streaming route answers with the whole turn as JSON.
+      const turn = await response.json();
+      adopt(turn.conversation_id);
+      view.whole(turn);
+    }
+    setStatus("");
+  } catch (e) {
+    if (abort.signal.aborted) {
+      view.error("Stopped.");
+      setStatus("Stopped.");
+    } else {
+      view.error(e instanceof HttpError ? `${e.code}: ${e.message}` : `The reply broke off: ${e.message}`);
+      setStatus("The turn failed.");
+    }
+  } finally {
+    view.node.removeAttribute("aria-busy");
+    state.abort = null;
+    busy(false);
+    scrollDown();
+    await loadConversations(true);
+    markCurrent();
+  }
+}
+
+/** A streamed reply, part by part (AI SDK UI message stream v1). */
+async function readStream(body, view) {
+  const sources = [];
+  let ended = false;
+  for await (const part of uiMessageParts(body)) {
+    switch (part.type) {
+      case "start":
+        adopt(part.messageMetadata?.conversationId);
+        break;
+      case "text-start":
+        view.textStart(part.id);
+        break;
+      case "text-delta":
+        view.textDelta(part.id, part.delta);
+        scrollDown();
+        break;
+      case "tool-input-available":
+        view.toolInput(part.toolCallId, part.toolName, part.input);
+        setStatus(`Running ${part.toolName}…`);
+        scrollDown();
+        break;
+      case "tool-output-available":
+        view.toolOutput(part.toolCallId, part.output, false);
+        break;
+      case "tool-output-error":
+        view.toolOutput(part.toolCallId, part.errorText, true);
+        break;
+      case "source-url":
+        sources.push({ id: part.sourceId, title: part.title, uri: part.url });
+        break;
+      case "source-document":
+        sources.push({ id: part.sourceId, title: part.title, uri: part.filename });
+        break;
+      case "finish": {
+        const meta = part.messageMetadata ?? {};
+        adopt(meta.conversationId);
+        view.sources(meta.sources?.length ? meta.sources : sources);
+        view.meta(meta);
+        ended = true;
+        break;
+      }
+      case "error":
+        view.error(part.errorText);
+        ended = true;
+        break;
+      default:
+        break; // start-step, finish-step, text-end and parts this page does not show
+    }
+  }
+  if (!ended) view.error("The reply broke off before it finished.");
+}
+
+/** The conversation a turn belongs to becomes the open one (a new one gets its id here). */
+function adopt(id) {
+  if (!id || id === state.conversation) return;
+  state.conversation = id;
+  history.replaceState(null, "", `#${id}`);
+}
+
+/** While a reply comes, Stop replaces Send; the message box keeps the focus. */
+function busy(on) {
+  const stopHadFocus = document.activeElement === $("stop");
+  $("send").hidden = on;
+  $("stop").hidden = !on;
+  if (!on && stopHadFocus) $("message").focus();
+}
+
+function scrollDown() {
+  const messages = $("messages");
+  messages.scrollTop = messages.scrollHeight;
+}
+
+function closeSidebar() {
+  $("sidebar").classList.remove("open");
+  $("sidebar-toggle").setAttribute("aria-expanded", "false");
+}
+
+function setUpPicker() {
+  const options = state.info.context_options;
+  if (!options) return;
+  $("picker-label").textContent = options.label;
+  const select = $("context-picker");
+  select.replaceChildren(el("option", { value: "" }, "None"),
+    ...options.options.map((o, i) => el("option", { value: i }, o.label)));
+  $("picker").hidden = false;
+}
+
+async function start() {
+  $("sign-in-form").addEventListener("submit", signIn);
+  $("sign-out").addEventListener("click", () => signOut());
+  $("composer").addEventListener("submit", send);
+  $("stop").addEventListener("click", () => state.abort?.abort());
+  $("new-conversation").addEventListener("click", () => {
+    newConversation();
+    closeSidebar();
+  });
+  $("more-conversations").addEventListener("click", () => loadConversations(false));
+  // A citation moves to its source without touching the address (which names the conversation).
+  $("messages").addEventListener("click", (event) => {
+    const cite = event.target.closest("a[data-cite]");
+    if (!cite) return;
+    event.preventDefault();
+    const source = document.getElementById(cite.dataset.cite);
+    source?.scrollIntoView({ block: "nearest" });
+    source?.focus({ preventScroll: true });
+  });
+  $("conversations").addEventListener("click", (event) => {
+    const link = event.target.closest("a[data-id]");
+    if (!link) return;
+    event.preventDefault();
+    history.replaceState(null, "", `#${link.dataset.id}`);
+    openConversation(link.dataset.id);
+  });
+  $("sidebar-toggle").addEventListener("click", () => {
+    const open = $("sidebar").classList.toggle("open");
+    $("sidebar-toggle").setAttribute("aria-expanded", String(open));
+  });
+  $("message").addEventListener("keydown", (event) => {
+    // Enter sends; Shift+Enter (and Enter while an input method composes) is a new line.
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      $("composer").requestSubmit();
+    }
+  });
+  try {
+    state.info = await (await fetch("api/page")).json();
+  } catch (e) {
+    document.body.append(el("p", { class: "error", role: "alert" }, `This service did not answer: ${e.message}`));
+    return;
+  }
+  $("assistant").textContent = state.info.assistant;
+  document.title = state.info.assistant;
+  setUpPicker();
+  if (state.info.auth === "token" && !state.token) showSignIn();
+  else await showApp();
+  document.body.dataset.ready = "true";
+}
+
+start();

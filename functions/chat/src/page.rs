@@ -1,0 +1,328 @@
+//! The chat page for people: `GET /` and its two assets, compiled into the binary from `page/`
+//! (no files on disk, no server of its own, no request leaves for another host), and
+//! `GET /api/page`, what the page must know before its first API call.
+//!
+//! Nothing here reads a token: the page is the same for everyone, and what `/api/page` tells
+//! (the assistant's name, whether to ask for a token, the picker's options) is settings, not
+//! data. The page itself then calls the API with the caller's token like any other client.
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodRouter, get};
+use bytes::Bytes;
+use parley_core::config::{ConfigError, Env};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use crate::auth::AuthMode;
+
+/// What the browser may load and run: this origin only, no inline script or style, never
+/// inside another site's frame. The Markdown the page renders is built as DOM nodes, not HTML,
+/// so this is a second wall, not the first.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
+style-src 'self'; img-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; \
+form-action 'self'; frame-ancestors 'none'";
+
+/// The routes: `GET /`, `GET /assets/app.js`, `GET /assets/app.css` (HEAD too) and
+/// `GET /api/page`, whose answer is fixed at start-up: `assistant` is `ASSISTANT_NAME`.
+pub fn router(assistant: &str, auth: AuthMode, context_options: Option<&ContextOptions>) -> Router {
+    let info = json!({
+        "assistant": assistant,
+        "auth": match auth {
+            AuthMode::Jwt => "token",
+            AuthMode::Disabled => "none",
+        },
+        "context_options": context_options,
+    })
+    .to_string();
+    let file = |body: &'static str, content_type| {
+        Asset::new(Bytes::from_static(body.as_bytes()), content_type)
+    };
+    Router::new()
+        .route("/", file(INDEX_HTML, "text/html; charset=utf-8").route())
+        .route(
+            "/assets/app.js",
+            file(APP_JS, "text/javascript; charset=utf-8").route(),
+        )
+        .route(
+            "/assets/app.css",
+            file(APP_CSS, "text/css; charset=utf-8").route(),
+        )
+        .route(
+            "/api/page",
+            Asset::new(Bytes::from(info), "application/json").route(),
+        )
+}
+
+const INDEX_HTML: &str = include_str!("../page/index.html");
+const APP_JS: &str = include_str!("../page/app.js");
+const APP_CSS: &str = include_str!("../page/app.css");
+
+/// One fixed response body, with the validator browsers revalidate it by.
+#[derive(Clone)]
+struct Asset {
+    body: Bytes,
+    content_type: HeaderValue,
+    etag: HeaderValue,
+}
+
+impl Asset {
+    fn new(body: Bytes, content_type: &'static str) -> Self {
+        let etag = format!("\"{:016x}\"", fnv1a(&body));
+        Self {
+            body,
+            content_type: HeaderValue::from_static(content_type),
+            // Quotes and hex digits only: always a valid header value.
+            etag: HeaderValue::try_from(etag).expect("a quoted hex string is a header value"),
+        }
+    }
+
+    /// `GET` (and so `HEAD`) of this asset.
+    fn route<S: Clone + Send + Sync + 'static>(self) -> MethodRouter<S> {
+        get(move |request: HeaderMap| std::future::ready(self.serve(&request)))
+    }
+
+    /// The body, or 304 when the browser already holds this version. `no-cache` makes it ask
+    /// every time (a deployment changes the files under the same names), and the ETag keeps
+    /// that question to a few hundred bytes.
+    fn serve(&self, request: &HeaderMap) -> Response {
+        let held = request
+            .get_all(header::IF_NONE_MATCH)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(|tag| tag.trim().trim_start_matches("W/"))
+            .any(|tag| tag == "*" || tag.as_bytes() == self.etag.as_bytes());
+        let headers = [
+            (header::ETAG, self.etag.clone()),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+            ),
+            (
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            ),
+            (
+                header::REFERRER_POLICY,
+                HeaderValue::from_static("no-referrer"),
+            ),
+        ];
+        if held {
+            return (StatusCode::NOT_MODIFIED, headers).into_response();
+        }
+        let content_type: [(HeaderName, HeaderValue); 1] =
+            [(header::CONTENT_TYPE, self.content_type.clone())];
+        (headers, content_type, self.body.clone()).into_response()
+    }
+}
+
+/// FNV-1a, 64 bits: the assets' ETags only need to change when a file does.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
+        (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// `PAGE_CONTEXT_OPTIONS`: a picker on the page whose choice is sent as the turn's `context`,
+/// as a map or a list front end would send what its user is looking at. Absent, no picker.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ContextOptions {
+    /// What the picker is called on the page ("District").
+    pub label: String,
+    pub options: Vec<ContextOption>,
+}
+
+/// One choice of the picker.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ContextOption {
+    pub label: String,
+    /// Sent as `context` as it is: a non-empty object without NUL characters, no larger than
+    /// `MAX_CONTEXT_BYTES` serialized, so the chat never refuses it.
+    pub context: Map<String, Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOptions {
+    label: String,
+    options: Vec<RawOption>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOption {
+    label: String,
+    context: Map<String, Value>,
+}
+
+impl ContextOptions {
+    pub const SETTING: &str = "PAGE_CONTEXT_OPTIONS";
+    /// More would not fit a picker anyone could use.
+    const MAX_OPTIONS: usize = 500;
+    const MAX_LABEL_CHARS: usize = 64;
+
+    /// The setting, if set; `max_context_bytes` is `MAX_CONTEXT_BYTES`.
+    pub fn from_env(env: &Env, max_context_bytes: usize) -> Result<Option<Self>, ConfigError> {
+        env.get(Self::SETTING)
+            .map(|raw| Self::parse(raw, max_context_bytes))
+            .transpose()
+    }
+
+    pub fn parse(raw: &str, max_context_bytes: usize) -> Result<Self, ConfigError> {
+        let bad = |problem: String| ConfigError::new(Self::SETTING, problem);
+        let mut de = serde_json::Deserializer::from_str(raw);
+        let parsed: RawOptions = serde_path_to_error::deserialize(&mut de)
+            .map_err(|e| {
+                bad(format!(
+                    "must be JSON {{\"label\", \"options\": [{{\"label\", \"context\": {{...}}}}]}}: \
+                     {} at `{}`",
+                    e.inner(),
+                    e.path()
+                ))
+            })
+            .and_then(|p| de.end().map(|()| p).map_err(|e| bad(e.to_string())))?;
+        let label = Self::label(&parsed.label).ok_or_else(|| {
+            bad("`label` must be 1 to 64 characters without control characters".into())
+        })?;
+        if parsed.options.is_empty() || parsed.options.len() > Self::MAX_OPTIONS {
+            return Err(bad(format!(
+                "`options` must list 1 to {} choices",
+                Self::MAX_OPTIONS
+            )));
+        }
+        let mut options: Vec<ContextOption> = Vec::with_capacity(parsed.options.len());
+        for (i, option) in parsed.options.into_iter().enumerate() {
+            let at = format!("options[{i}]");
+            let label = Self::label(&option.label).ok_or_else(|| {
+                bad(format!(
+                    "`{at}.label` must be 1 to 64 characters without control characters"
+                ))
+            })?;
+            if options.iter().any(|o| o.label == label) {
+                return Err(bad(format!("`{at}.label` {label:?} is used twice")));
+            }
+            let context = option.context;
+            if context.is_empty() {
+                return Err(bad(format!("`{at}.context` is empty")));
+            }
+            if context
+                .iter()
+                .any(|(key, value)| key.contains('\0') || crate::nul::has_nul(value))
+            {
+                return Err(bad(format!("`{at}.context` holds a NUL character")));
+            }
+            // As `POST /api/chat` measures it.
+            let size = Value::Object(context.clone()).to_string().len();
+            if size > max_context_bytes {
+                return Err(bad(format!(
+                    "`{at}.context` is {size} bytes serialized, more than MAX_CONTEXT_BYTES \
+                     ({max_context_bytes}): every turn sent with it would be refused"
+                )));
+            }
+            options.push(ContextOption { label, context });
+        }
+        Ok(Self { label, options })
+    }
+
+    /// A label as shown: trimmed, 1-64 characters, none of them control characters.
+    fn label(raw: &str) -> Option<String> {
+        let label = raw.trim();
+        let chars = label.chars().count();
+        ((1..=Self::MAX_LABEL_CHARS).contains(&chars) && !label.chars().any(char::is_control))
+            .then(|| label.to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(raw: &str) -> Result<ContextOptions, String> {
+        ContextOptions::parse(raw, 200).map_err(|e| {
+            assert_eq!(e.var, "PAGE_CONTEXT_OPTIONS");
+            e.problem
+        })
+    }
+
+    #[test]
+    fn options_are_read_into_labels_and_context_objects() {
+        let options = parse(
+            r#"{"label": " District ", "options": [
+                {"label": "Leeds", "context": {"district": {"code": "E08000035", "label": "Leeds"}}},
+                {"label": "York", "context": {"district": "York"}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(options.label, "District");
+        assert_eq!(options.options.len(), 2);
+        assert_eq!(
+            Value::Object(options.options[0].context.clone()),
+            json!({"district": {"code": "E08000035", "label": "Leeds"}})
+        );
+        // What `/api/page` sends is the setting's own shape.
+        assert_eq!(
+            serde_json::to_value(&options).unwrap()["options"][1],
+            json!({"label": "York", "context": {"district": "York"}})
+        );
+    }
+
+    #[test]
+    fn malformed_options_stop_start_up_saying_where() {
+        for (raw, says) in [
+            ("[1]", "must be JSON"),
+            (r#"{"label": "D"}"#, "missing field `options`"),
+            (
+                r#"{"label": "D", "options": [], "x": 1}"#,
+                "unknown field `x`",
+            ),
+            (
+                r#"{"label": "D", "options": [{"label": "A", "context": [1]}]}"#,
+                "at `options[0].context`",
+            ),
+            (r#"{"label": "D", "options": []}"#, "1 to 500 choices"),
+            (
+                r#"{"label": "", "options": [{"label": "A", "context": {"a": 1}}]}"#,
+                "`label` must be",
+            ),
+            (
+                r#"{"label": "D", "options": [{"label": "A\nB", "context": {"a": 1}}]}"#,
+                "`options[0].label` must be",
+            ),
+            (
+                r#"{"label": "D", "options": [{"label": "A", "context": {"a": 1}},
+                    {"label": "A", "context": {"a": 2}}]}"#,
+                "`options[1].label` \"A\" is used twice",
+            ),
+            (
+                r#"{"label": "D", "options": [{"label": "A", "context": {}}]}"#,
+                "`options[0].context` is empty",
+            ),
+            (
+                r#"{"label": "D", "options": [{"label": "A", "context": {"a": "\u0000"}}]}"#,
+                "NUL",
+            ),
+            (
+                r#"{"label": "D", "options": [{"label": "A", "context": {"a": 1}}]} x"#,
+                "trailing characters",
+            ),
+        ] {
+            let problem = parse(raw).unwrap_err();
+            assert!(problem.contains(says), "{raw}: {problem}");
+        }
+        let big = format!(
+            r#"{{"label": "D", "options": [{{"label": "A", "context": {{"a": "{}"}}}}]}}"#,
+            "x".repeat(300)
+        );
+        let problem = parse(&big).unwrap_err();
+        assert!(problem.contains("MAX_CONTEXT_BYTES (200)"), "{problem}");
+    }
+
+    #[test]
+    fn etags_follow_the_content() {
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_ne!(fnv1a(b"a"), fnv1a(b"b"));
+    }
+}

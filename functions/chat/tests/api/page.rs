@@ -1,0 +1,136 @@
+//! The chat page's routes: `GET /` and its assets (types, CSP, revalidation) and `GET /api/page`
+//! (the settings the page starts from). What the page does is tests/page/run's, in a browser.
+
+use serde_json::json;
+
+use crate::helpers::{Options, TestChat, spawn};
+
+async fn chat(extra_env: Vec<(&'static str, String)>) -> TestChat {
+    spawn(Options {
+        mcp_down: true,
+        extra_env,
+        ..Options::default()
+    })
+    .await
+}
+
+fn header<'a>(response: &'a reqwest::Response, name: &str) -> &'a str {
+    response
+        .headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_else(|| panic!("no {name} header"))
+}
+
+#[tokio::test]
+async fn the_page_and_its_assets_are_served_without_a_token_under_a_strict_policy() {
+    let app = chat(vec![]).await;
+    let http = reqwest::Client::new();
+    for (path, content_type, holds) in [
+        ("/", "text/html; charset=utf-8", "assets/app.js"),
+        (
+            "/assets/app.js",
+            "text/javascript; charset=utf-8",
+            "renderMarkdown",
+        ),
+        ("/assets/app.css", "text/css; charset=utf-8", ".messages"),
+    ] {
+        let response = http
+            .get(format!("{}{path}", app.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        assert_eq!(header(&response, "content-type"), content_type);
+        let csp = header(&response, "content-security-policy");
+        assert!(csp.starts_with("default-src 'self';"), "{csp}");
+        assert!(csp.contains("script-src 'self';"), "{csp}");
+        assert!(!csp.contains("unsafe-inline"), "{csp}");
+        assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+        assert_eq!(header(&response, "x-content-type-options"), "nosniff");
+        assert_eq!(header(&response, "cache-control"), "no-cache");
+        let etag = header(&response, "etag").to_owned();
+        assert!(response.text().await.unwrap().contains(holds), "{path}");
+
+        // The browser's copy is still good: 304, no body.
+        let again = http
+            .get(format!("{}{path}", app.base))
+            .header("if-none-match", &etag)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(again.status(), 304, "{path}");
+        assert_eq!(header(&again, "etag"), etag);
+        assert!(again.text().await.unwrap().is_empty());
+        let stale = http
+            .get(format!("{}{path}", app.base))
+            .header("if-none-match", "\"0000000000000000\"")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(stale.status(), 200, "{path}");
+    }
+    let head = http.head(format!("{}/", app.base)).send().await.unwrap();
+    assert_eq!(head.status(), 200);
+
+    // The page's script is loaded from this origin only, never inline.
+    let html = http
+        .get(format!("{}/", app.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(html.contains(r#"<script type="module" src="assets/app.js"></script>"#));
+    assert_eq!(html.matches("<script").count(), 1, "{html}");
+    assert!(!html.contains("http://") && !html.contains("https://"));
+}
+
+#[tokio::test]
+async fn api_page_says_how_to_sign_in_and_offers_no_picker_by_default() {
+    let app = chat(vec![("ASSISTANT_NAME", "Taskbot".into())]).await;
+    let (status, body) = app.get(None, "/api/page").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        body,
+        json!({"assistant": "Taskbot", "auth": "token", "context_options": null})
+    );
+
+    let local = chat(vec![("CHAT_AUTH", "none".into())]).await;
+    let (_, body) = local.get(None, "/api/page").await;
+    assert_eq!(body["auth"], "none");
+    assert_eq!(body["assistant"], "Parley");
+}
+
+#[tokio::test]
+async fn api_page_offers_the_configured_context_options() {
+    let options = json!({"label": "Project", "options": [
+        {"label": "Apollo", "context": {"project": {"code": "P-0023", "label": "Apollo"}}},
+        {"label": "Gemini", "context": {"project": "Gemini"}},
+    ]});
+    let app = chat(vec![("PAGE_CONTEXT_OPTIONS", options.to_string())]).await;
+    let (status, body) = app.get(None, "/api/page").await;
+    assert_eq!(status, 200);
+    assert_eq!(body["context_options"], options);
+}
+
+#[tokio::test]
+async fn a_bad_context_options_setting_stops_start_up_naming_it() {
+    let env = parley_core::config::Env::from_pairs([
+        ("DATABASE_URL", "postgres://u@localhost/db"),
+        ("CHAT_AUTH", "none"),
+        ("MCP_URL", "http://127.0.0.1:3001/mcp"),
+        ("LISTEN_ADDR", "127.0.0.1:0"),
+        (
+            "PAGE_CONTEXT_OPTIONS",
+            r#"{"label": "District", "options": [{"label": "Leeds", "context": "Leeds"}]}"#,
+        ),
+    ]);
+    let Err(e) = parley_chat::Application::build(env).await else {
+        panic!("started with a bad PAGE_CONTEXT_OPTIONS");
+    };
+    let text = e.to_string();
+    assert!(text.contains("PAGE_CONTEXT_OPTIONS"), "{text}");
+    assert!(text.contains("options[0].context"), "{text}");
+}

@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""The chat page in a real browser: Debian's Chromium, driven by Playwright (tests/page/run).
+
+Environment: PARLEY_CHAT_URL (the chat function, with the page at /), PARLEY_TOKEN (a valid
+bearer token for it), PARLEY_LLM_LOG (the scripted model's request log), CHROMIUM (the
+browser's path), SCREENSHOTS (a directory). Prints one ok:/FAIL: line per check; exits 1 if any
+check failed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from playwright.sync_api import Page, expect, sync_playwright
+
+BASE = os.environ["PARLEY_CHAT_URL"].rstrip("/") + "/"
+TOKEN = os.environ["PARLEY_TOKEN"]
+LLM_LOG = Path(os.environ["PARLEY_LLM_LOG"])
+SHOTS = Path(os.environ["SCREENSHOTS"])
+QUESTION = "Which districts are in Kent?"
+
+failed = 0
+
+
+def check(name: str, fn) -> None:
+    global failed
+    try:
+        detail = fn()
+        print(f"ok: {name}" + (f" ({detail})" if detail else ""), flush=True)
+    except Exception as e:  # noqa: BLE001 - every failure is reported as one line
+        failed += 1
+        print(f"FAIL: {name}: {type(e).__name__}: {str(e)[:600]}", flush=True)
+        traceback.print_exc(file=sys.stderr)
+
+
+# Markdown in, the HTML the page's renderer builds out (read back with innerHTML).
+MARKDOWN_CASES = [
+    ("**bold** and *em* and `co<de>`", "<p><strong>bold</strong> and <em>em</em> and <code>co&lt;de&gt;</code></p>"),
+    ("<img src=x onerror=alert(1)>", "<p>&lt;img src=x onerror=alert(1)&gt;</p>"),
+    ("<script>alert(1)</script>", "<p>&lt;script&gt;alert(1)&lt;/script&gt;</p>"),
+    ("[x](javascript:alert(1))", "<p><span>x</span></p>"),
+    ('[x](https://example.org/a "t")',
+     '<p><a href="https://example.org/a" rel="noopener noreferrer nofollow" target="_blank">x</a></p>'),
+    ("![pic](https://example.org/p.png)",
+     '<p><a href="https://example.org/p.png" rel="noopener noreferrer nofollow" target="_blank">pic</a></p>'),
+    # Not a link (a quote ends the address): the URL alone is linked, the rest stays text.
+    ('[x](https://e.org/" onclick="alert(1))',
+     '<p>[x](<a href="https://e.org/" rel="noopener noreferrer nofollow" target="_blank">https://e.org/</a>'
+     '" onclick="alert(1))</p>'),
+    ("snake_case_name stays", "<p>snake_case_name stays</p>"),
+    ("| a | b |\n|---|--:|\n| 1 | <i>2</i> |",
+     '<div class="table-wrap"><table><thead><tr><th>a</th><th class="align-right">b</th></tr></thead>'
+     '<tbody><tr><td>1</td><td class="align-right">&lt;i&gt;2&lt;/i&gt;</td></tr></tbody></table></div>'),
+    ("- one\n- two\n  - nested", "<ul><li>one</li><li>two<ul><li>nested</li></ul></li></ul>"),
+    ("1. first\n2. second", "<ol><li>first</li><li>second</li></ol>"),
+    ("```html\n<b>x</b>\n```", '<pre><code class="language-html">&lt;b&gt;x&lt;/b&gt;</code></pre>'),
+    ("# Title", "<h3>Title</h3>"),
+    ("> quoted *text*", "<blockquote><p>quoted <em>text</em></p></blockquote>"),
+    ("see https://example.org/x.", '<p>see <a href="https://example.org/x" rel="noopener noreferrer nofollow" target="_blank">https://example.org/x</a>.</p>'),
+    ("a\\*b\\* ~~gone~~", "<p>a*b* <del>gone</del></p>"),
+    ("line one\nline two", "<p>line one<br>line two</p>"),
+]
+
+
+def markdown_renderer(page: Page) -> str:
+    results = page.evaluate(
+        """async (cases) => {
+            const { renderMarkdown } = await import(new URL("assets/app.js", document.baseURI).href);
+            return cases.map((md) => {
+                const div = document.createElement("div");
+                div.append(renderMarkdown(md));
+                return div.innerHTML;
+            });
+        }""",
+        [md for md, _ in MARKDOWN_CASES],
+    )
+    for (md, want), got in zip(MARKDOWN_CASES, results):
+        assert got == want, f"{md!r}\n  got  {got}\n  want {want}"
+    assert page.evaluate("window.__pwned") is None, "a rendered string ran script"
+    return f"{len(MARKDOWN_CASES)} cases, nothing injected"
+
+
+def llm_requests() -> list[dict]:
+    if not LLM_LOG.exists():
+        return []
+    return [json.loads(line) for line in LLM_LOG.read_text().splitlines() if line.strip()]
+
+
+def main() -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=os.environ["CHROMIUM"],
+            args=["--no-sandbox", "--disable-dev-shm-usage"],
+        )
+        # Any request to another origin is a failure of "no external requests".
+        outside: list[str] = []
+        context = browser.new_context(viewport={"width": 1280, "height": 1180})
+        context.route(
+            "**/*",
+            lambda route: (route.continue_() if route.request.url.startswith(BASE) or route.request.url.startswith("data:")
+                           else (outside.append(route.request.url), route.abort())),
+        )
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        chat_types: list[str] = []
+        page.on(
+            "response",
+            lambda r: chat_types.append(r.headers.get("content-type", "")) if r.url.endswith("/api/chat") else None,
+        )
+
+        def sign_in() -> str:
+            page.goto(BASE)
+            expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+            page.get_by_label("Access token").fill("not-a-token")
+            page.get_by_role("button", name="Sign in").click()
+            expect(page.locator("#sign-in-error")).to_contain_text("The token was refused")
+            page.get_by_label("Access token").fill(TOKEN)
+            page.keyboard.press("Tab")
+            page.get_by_role("button", name="Sign in").click()
+            expect(page.get_by_label("Message", exact=True)).to_be_visible()
+            expect(page.get_by_label("Message", exact=True)).to_be_focused()
+            return "a bad token is refused, the good one opens the chat with the message box focused"
+
+        check("sign in with a token", sign_in)
+
+        def picker() -> str:
+            select = page.get_by_label("District")
+            expect(select).to_be_visible()
+            select.select_option(label="Leeds")
+            return "District picker from PAGE_CONTEXT_OPTIONS, Leeds chosen"
+
+        check("context picker", picker)
+
+        def ask() -> str:
+            box = page.get_by_label("Message", exact=True)
+            box.click()
+            page.keyboard.type("Which districts")
+            page.keyboard.press("Shift+Enter")
+            assert box.input_value() == "Which districts\n", repr(box.input_value())
+            page.keyboard.press("Backspace")
+            page.keyboard.type(" are in Kent?")
+            page.keyboard.press("Enter")
+            expect(page.locator(".message.user .text")).to_have_text(QUESTION)
+            expect(page.locator(".message.user .context")).to_have_text("District: Leeds")
+            return "Shift+Enter is a new line, Enter sends"
+
+        check("type a question", ask)
+
+        # Text lengths of the reply as the page showed them, to see it fill in.
+        page.evaluate(
+            """() => {
+                window.__lengths = [];
+                new MutationObserver(() => {
+                    const md = document.querySelector(".message.assistant .markdown");
+                    if (md) window.__lengths.push(md.textContent.length);
+                }).observe(document.getElementById("messages"), {subtree: true, childList: true, characterData: true});
+            }"""
+        )
+
+        def tool_call() -> str:
+            tool = page.locator("details.tool[data-tool=list_lads]")
+            expect(tool).to_be_visible(timeout=30_000)
+            expect(tool.locator(".tool-status")).to_have_text("3 rows (truncated)", timeout=30_000)
+            tool.locator("summary").click()
+            expect(tool.locator("pre.json").first).to_contain_text('"upper_tier": "Kent"')
+            table = tool.locator("table.rows")
+            expect(table.locator("th").first).to_have_text("code")
+            expect(table.locator("tbody tr")).to_have_count(3)
+            expect(table.locator("tbody")).to_contain_text("Ashford")
+            return "list_lads shown with its arguments and a 3-row output table"
+
+        check("the tool call, expandable to its arguments and output table", tool_call)
+
+        def answer() -> str:
+            reply = page.locator(".message.assistant .markdown").last
+            expect(reply).to_contain_text("and <b>code</b>.", timeout=30_000)
+            expect(reply.locator("strong")).to_have_text("3 districts")
+            expect(reply.locator("table tbody tr")).to_have_count(3)
+            expect(reply.locator("a[href^='https://geoportal']")).to_have_count(1)
+            assert reply.locator("img, script").count() == 0, "markup in the reply became elements"
+            assert reply.locator("a[href^='javascript']").count() == 0
+            expect(reply).to_contain_text('<img src=x onerror="window.__pwned=1">')
+            assert page.evaluate("window.__pwned") is None, "the reply ran script"
+            expect(page.locator(".message.assistant .usage")).to_contain_text("2,400 tokens in, 160 out")
+            expect(page.get_by_label("Message", exact=True)).to_be_enabled()
+            return "Markdown table, emphasis and link rendered; HTML shown as text; token usage"
+
+        check("the answer, rendered as Markdown", answer)
+
+        def streamed() -> str:
+            types = ",".join(chat_types)
+            lengths = page.evaluate("window.__lengths")
+            final = page.locator(".message.assistant .markdown").last.text_content() or ""
+            if "text/event-stream" in types:
+                partial = [n for n in lengths if 0 < n < len(final)]
+                assert partial, f"the reply never showed partly: {lengths[:20]}"
+                return f"text/event-stream; {len(set(partial))} partial lengths before the whole {len(final)}"
+            assert types.startswith("application/json"), types
+            return "the server answered JSON (no streaming route yet): read by the page's fallback"
+
+        check("the reply as it arrives", streamed)
+
+        def context_sent() -> str:
+            requests = llm_requests()
+            assert requests, "the model got no request"
+            instructions = requests[0].get("instructions") or json.dumps(requests[0])
+            assert "E08000035" in instructions, "the district's code is not in the model's instructions"
+            return "the model was told about district Leeds (E08000035)"
+
+        check("the picker's context reaches the turn", context_sent)
+
+        page.screenshot(path=str(SHOTS / "chat-desktop.png"), full_page=True)
+
+        def reload() -> str:
+            conversation = page.evaluate("location.hash.slice(1)")
+            assert len(conversation) == 36, f"no conversation id in the address: {conversation!r}"
+            page.goto(BASE)
+            link = page.locator(f"#conversations a[data-id='{conversation}']")
+            expect(link).to_contain_text(QUESTION[:20])
+            page.get_by_role("button", name="New conversation").click()
+            expect(page.locator(".message")).to_have_count(0)
+            link.click()
+            expect(link).to_have_attribute("aria-current", "page")
+            expect(page.locator(".message.user .text")).to_have_text(QUESTION)
+            expect(page.locator(".message.assistant .markdown table tbody tr")).to_have_count(3)
+            expect(page.locator("details.tool[data-tool=list_lads] table.rows tbody tr")).to_have_count(3)
+            page.reload()
+            expect(page.locator(".message.assistant .markdown")).to_contain_text("Kent has 3 districts")
+            return "listed after a reload, opened with its tool table; the address reopens it"
+
+        check("reload and find the conversation", reload)
+
+        check("the Markdown renderer escapes and renders", lambda: markdown_renderer(page))
+
+        def follow_up() -> str:
+            page.get_by_label("Message", exact=True).fill("And in Kent again?")
+            page.get_by_label("Message", exact=True).press("Enter")
+            expect(page.locator(".message.assistant")).to_have_count(2, timeout=30_000)
+            expect(page.locator(".message.assistant .usage")).to_have_count(2, timeout=30_000)
+            conversation = page.evaluate("location.hash.slice(1)")
+            items = page.locator("#conversations a")
+            expect(items.first).to_have_attribute("data-id", conversation)
+            return "the second turn joins the same conversation"
+
+        check("a follow-up in the same conversation", follow_up)
+
+        def phone() -> str:
+            phone = browser.new_context(viewport={"width": 375, "height": 740}, is_mobile=True, has_touch=True)
+            phone.add_init_script(f"sessionStorage.setItem('parley.token', {json.dumps(TOKEN)})")
+            tab = phone.new_page()
+            conversation = page.evaluate("location.hash.slice(1)")
+            tab.goto(BASE + "#" + conversation)
+            expect(tab.locator(".message.assistant .markdown").first).to_contain_text("Kent has")
+            expect(tab.locator("#sidebar")).to_be_hidden()
+            overflow = tab.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+            assert overflow <= 0, f"the page is {overflow}px wider than the phone"
+            tab.screenshot(path=str(SHOTS / "chat-phone.png"))
+            tab.get_by_role("button", name="Conversations", exact=True).click()
+            expect(tab.locator("#sidebar")).to_be_visible()
+            tab.screenshot(path=str(SHOTS / "chat-phone-conversations.png"))
+            phone.close()
+            return "375 px wide, no sideways scrolling; the conversations open from a button"
+
+        check("readable on a phone", phone)
+
+        def clean() -> str:
+            assert not outside, f"requests left the origin: {outside}"
+            assert not [e for e in errors if "401" not in e], f"browser errors: {errors}"
+            return "no request to another origin, no script errors"
+
+        check("nothing external, no errors", clean)
+        browser.close()
+    print(f"page: screenshots in {SHOTS}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(1 if failed else 0)
