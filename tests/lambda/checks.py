@@ -458,10 +458,18 @@ def start_function(checks: Checks, procs: list[subprocess.Popen], bin_dir: str, 
     return proc
 
 
+def llm_requests(work: Path) -> list[dict]:
+    """What the chat has sent the stub LLM so far (start_llm_stub's log)."""
+    path = work / "llm.requests"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
 def event_stream_turn(checks: Checks, name: str, status: int, headers: dict[str, str],
-                      chunks: sse.Chunks, done_at: float, prelude_at: float | None = None) -> None:
+                      chunks: sse.Chunks, done_at: float, llm_streamed: bool,
+                      prelude_at: float | None = None) -> None:
     """One streamed turn's checks: the UI message stream's headers and parts (the stub's turn: a
-    lad_by_ref call, then its reply), and its text arriving over time, not all at the end.
+    lad_by_ref call, then its reply), in more than one piece, and, when the chat asked the stub
+    LLM to stream (`llm_streamed`), its text arriving over the stub's pace, not all at the end.
     Skipped while the route answers `Accept: text/event-stream` with something else."""
     content_type = headers.get("content-type", "")
     if status == 200 and not content_type.startswith("text/event-stream"):
@@ -491,10 +499,13 @@ def event_stream_turn(checks: Checks, name: str, status: int, headers: dict[str,
     # piece reaches the caller that long before the last, times the pieces between them.
     spread = deltas[-1][0] - deltas[0][0] if deltas else 0.0
     least = LLM_PACE * (len(text) // 4 - 1) / 2
-    if spread < least:
+    if not llm_streamed:
+        checks.skip(f"{name}: when the text arrives: the chat asked the stub LLM for whole "
+                    "answers (no \"stream\": true), so there was no pace to follow")
+    elif spread < least:
         problems.append(f"the text deltas arrived within {spread * 1000:.0f} ms of each other, "
                         f"less than {least * 1000:.0f} ms: not streamed")
-    if deltas and deltas[0][0] >= done_at - LLM_PACE:
+    if llm_streamed and deltas and deltas[0][0] >= done_at - LLM_PACE:
         problems.append("the first text delta arrived with the end of the response")
     if prelude_at is not None and deltas and prelude_at >= deltas[0][0]:
         problems.append("the prelude did not arrive before the first text delta")
@@ -537,13 +548,15 @@ def run_streaming_watch(checks: Checks, cargo_lambda: str, bin_dir: str, setting
                               "-H", "Accept: text/event-stream", "-d", json.dumps(TURN)),
                  lambda a: error_is(401, "unauthorized")(a) and a.headers.get("content-type") == "application/json")
     name = f"{STREAMING}: POST /lambda-url/chat/api/chat, Accept: text/event-stream"
+    asked = len(llm_requests(work))
     try:
         answer = sse.post_timed(f"{url}/api/chat", dict(user, Accept="text/event-stream"), json.dumps(TURN))
     except OSError as e:
         checks.fail(f"{name}: {e}")
         return
     done_at = answer.chunks[-1][0] if answer.chunks else answer.sent_at
-    event_stream_turn(checks, name, answer.status, answer.headers, answer.chunks, done_at)
+    event_stream_turn(checks, name, answer.status, answer.headers, answer.chunks, done_at,
+                      any(r.get("stream") is True for r in llm_requests(work)[asked:]))
 
 
 def header_args(headers: dict[str, str]) -> list[str]:
@@ -565,14 +578,15 @@ def run_runtime_api(checks: Checks, bin_dir: str, buffered: dict[str, str], stre
             log = work / f"runtime-api-{mode}.log"
             proc = start_function(checks, procs, bin_dir, "chat", STREAM_FUNCTION, api.address, settings, log)
             try:
-                runtime_api_checks(checks, api, mode, user, log)
+                runtime_api_checks(checks, api, mode, user, log, work)
             finally:
                 stop(proc)  # the next mode's process must be the only one asking for events
     finally:
         api.close()
 
 
-def runtime_api_checks(checks: Checks, api: RuntimeApi, mode: str, user: dict[str, str], log: Path) -> None:
+def runtime_api_checks(checks: Checks, api: RuntimeApi, mode: str, user: dict[str, str], log: Path,
+                       work: Path) -> None:
     where = f"{mode} mode, Runtime API emulator"
 
     def invoke(event: dict, timeout: float = 60) -> Callable[[], Invocation]:
@@ -609,6 +623,7 @@ def runtime_api_checks(checks: Checks, api: RuntimeApi, mode: str, user: dict[st
         return
     name = f"{where}: POST /api/chat, Accept: text/event-stream"
     marks = [log_size(p) for p in checks.logs]
+    asked = len(llm_requests(work))
     try:
         i = api.invoke(function_url_event("POST", "/api/chat", dict(user, accept="text/event-stream"),
                                           json.dumps(TURN)), 60)
@@ -622,7 +637,8 @@ def runtime_api_checks(checks: Checks, api: RuntimeApi, mode: str, user: dict[st
         checks.show_log_errors(marks)
         return
     event_stream_turn(checks, name, status, headers, [(c.at, c.data) for c in i.body_chunks()],
-                      i.done_at, prelude_at=i.chunks[0].at)
+                      i.done_at, any(r.get("stream") is True for r in llm_requests(work)[asked:]),
+                      prelude_at=i.chunks[0].at)
 
 
 # --- the run -------------------------------------------------------------------------------------
