@@ -10,6 +10,13 @@ Usage: llm_stub.py PORT_FILE   (binds 127.0.0.1:0, writes the port to PORT_FILE,
 - any other request gets the assistant message `hello from the stub`, followed by the first
   district code found in the tool output (`hello from the stub (E08000035)`), if there was one.
 
+A request with `"stream": true` gets the same answer as the Responses API streams it, as
+server-sent events (`response.created`, the output items with their
+`response.function_call_arguments.*` or `response.output_text.delta` events, then
+`response.completed` carrying the whole response), one HTTP chunk per event. The text comes in
+pieces of 4 characters, each sent `Handler.pace` seconds after the one before (default
+`LLM_STUB_PACE_MS`, else 40 ms), so a test can see it arrive over time.
+
 Every request is appended as one JSON line to PORT_FILE.requests, so the test can see what the
 chat function sent. Anything else answers 404.
 """
@@ -21,6 +28,8 @@ import os
 import re
 import socket
 import sys
+import time
+from collections.abc import Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -64,9 +73,38 @@ def reply(body: dict) -> dict:
     }
 
 
+def stream_events(response: dict) -> Iterator[tuple[str, dict]]:
+    """`response` as the Responses API streams it: (event name, data) pairs. Each text delta
+    comes after an empty pair, `("", {})`: the place `Handler.stream` pauses."""
+    yield "response.created", {"response": dict(response, status="in_progress", output=[])}
+    for index, item in enumerate(response["output"]):
+        if item["type"] == "function_call":
+            yield "response.output_item.added", {"output_index": index, "item": dict(item, arguments="")}
+            where = {"item_id": item["id"], "output_index": index}
+            yield "response.function_call_arguments.delta", dict(where, delta=item["arguments"])
+            yield "response.function_call_arguments.done", dict(where, arguments=item["arguments"])
+            yield "response.output_item.done", {"output_index": index, "item": item}
+            continue
+        text = item["content"][0]["text"]
+        item = dict(item, id=f"msg_stub_{index}", status="completed")
+        where = {"item_id": item["id"], "output_index": index, "content_index": 0}
+        yield "response.output_item.added", {
+            "output_index": index, "item": dict(item, content=[], status="in_progress")}
+        yield "response.content_part.added", dict(where, part={"type": "output_text", "text": ""})
+        for start in range(0, len(text), 4):
+            yield "", {}  # the pause
+            yield "response.output_text.delta", dict(where, delta=text[start:start + 4])
+        yield "response.output_text.done", dict(where, text=text)
+        yield "response.content_part.done", dict(where, part={"type": "output_text", "text": text})
+        yield "response.output_item.done", {"output_index": index, "item": item}
+    yield "response.completed", {"response": response}
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     log_path = ""
+    # Seconds before each streamed text piece.
+    pace = int(os.environ.get("LLM_STUB_PACE_MS") or 40) / 1000
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
         length = int(self.headers.get("content-length") or 0)
@@ -81,7 +119,10 @@ class Handler(BaseHTTPRequestHandler):
             return
         with open(self.log_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(body) + "\n")
-        self.send(200, reply(body))
+        if body.get("stream") is True:
+            self.stream(reply(body))
+        else:
+            self.send(200, reply(body))
 
     def setup(self) -> None:
         super().setup()
@@ -99,6 +140,25 @@ class Handler(BaseHTTPRequestHandler):
         ).encode()
         self.log_request(status)
         self.wfile.write(head + data)
+
+    def stream(self, response: dict) -> None:
+        """`response` as server-sent events, one chunk each (chunked transfer encoding)."""
+        self.log_request(200)
+        self.wfile.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
+            b"transfer-encoding: chunked\r\n\r\n"
+        )
+        sequence = 0
+        for name, data in stream_events(response):
+            if not name:
+                time.sleep(self.pace)
+                continue
+            payload = json.dumps({"type": name, "sequence_number": sequence, **data})
+            frame = f"event: {name}\ndata: {payload}\n\n"
+            sequence += 1
+            raw = frame.encode()
+            self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
+        self.wfile.write(b"0\r\n\r\n")
 
     def log_message(self, fmt: str, *args: object) -> None:
         sys.stderr.write("llm-stub: " + (fmt % args) + "\n")

@@ -1,7 +1,8 @@
 //! One router, two runtimes: under Lambda (`AWS_LAMBDA_RUNTIME_API` set) the router is the
-//! Lambda handler via lambda_http; otherwise it is served as plain HTTP on `LISTEN_ADDR`.
+//! Lambda handler via lambda_http, its responses buffered or streamed
+//! (`LAMBDA_RESPONSE_STREAMING`); otherwise it is served as plain HTTP on `LISTEN_ADDR`.
 //!
-//! Both paths run the same `Router`, so tests of the plain server test what Lambda runs.
+//! Every path runs the same `Router`, so tests of the plain server test what Lambda runs.
 
 use std::fmt::Display;
 use std::net::SocketAddr;
@@ -149,7 +150,7 @@ impl Bound {
             Listener::Http(listener, limits) => {
                 Some(tokio::spawn(serve(listener, self.router, limits)))
             }
-            Listener::Lambda => None,
+            Listener::Lambda(_) => None,
         }
     }
 }
@@ -158,16 +159,48 @@ impl Bound {
 /// on a listener bound before serving, so a port of 0 is known to tests before the first request.
 #[derive(Debug)]
 pub enum Listener {
-    Lambda,
+    Lambda(LambdaResponseMode),
     Http(TcpListener, HttpLimits),
+}
+
+/// How the Lambda runtime hands a response back (`LAMBDA_RESPONSE_STREAMING`).
+///
+/// The front door decides which one works: API Gateway's HTTP API and a Function URL with
+/// `InvokeMode: BUFFERED` read one JSON document per invocation and cannot read a streamed
+/// one; a Function URL with `InvokeMode: RESPONSE_STREAM` (or a REST API integration with
+/// `responseTransferMode: STREAM`) reads the streamed form and passes the body on as it is
+/// written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LambdaResponseMode {
+    /// `lambda_http::run`: the whole response is collected, then returned as one
+    /// proxy-integration document, so a server-sent-events body reaches the caller at the end.
+    Buffered,
+    /// `lambda_http::run_with_streaming_response`: a JSON prelude with the status and headers,
+    /// then the body's chunks as the router yields them, to the Runtime API in
+    /// `Lambda-Runtime-Function-Response-Mode: streaming`.
+    Streaming,
+}
+
+impl LambdaResponseMode {
+    /// `LAMBDA_RESPONSE_STREAMING` (`true`/`false`, default `false`). Read whether or not the
+    /// process runs under Lambda, so a misspelt value stops start-up on a laptop too.
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        Ok(if env.flag("LAMBDA_RESPONSE_STREAMING", false)? {
+            LambdaResponseMode::Streaming
+        } else {
+            LambdaResponseMode::Buffered
+        })
+    }
 }
 
 impl Listener {
     /// Binds `LISTEN_ADDR` (default `default_addr`: `127.0.0.1:3001` for mcp, `127.0.0.1:3000`
     /// for chat) unless this process runs under Lambda.
+    /// Under Lambda, `LAMBDA_RESPONSE_STREAMING` picks the [`LambdaResponseMode`].
     pub async fn bind(env: &Env, default_addr: &str) -> Result<Self, ServeError> {
+        let mode = LambdaResponseMode::from_env(env)?;
         if in_lambda(env) {
-            return Ok(Listener::Lambda);
+            return Ok(Listener::Lambda(mode));
         }
         let default: SocketAddr = default_addr
             .parse()
@@ -183,7 +216,7 @@ impl Listener {
     /// The bound address; `None` under Lambda.
     pub fn local_addr(&self) -> Option<SocketAddr> {
         match self {
-            Listener::Lambda => None,
+            Listener::Lambda(_) => None,
             Listener::Http(listener, _) => listener.local_addr().ok(),
         }
     }
@@ -191,11 +224,15 @@ impl Listener {
     /// Serves `router` until the process is told to stop.
     pub async fn serve(self, router: Router) -> Result<(), ServeError> {
         match self {
-            Listener::Lambda => {
-                tracing::info!("serving as an AWS Lambda function");
-                lambda_http::run(router)
-                    .await
-                    .map_err(|e| ServeError::Lambda(e.to_string()))
+            Listener::Lambda(mode) => {
+                tracing::info!(response_mode = ?mode, "serving as an AWS Lambda function");
+                let outcome = match mode {
+                    LambdaResponseMode::Buffered => lambda_http::run(router).await,
+                    LambdaResponseMode::Streaming => {
+                        lambda_http::run_with_streaming_response(router).await
+                    }
+                };
+                outcome.map_err(|e| ServeError::Lambda(e.to_string()))
             }
             Listener::Http(listener, limits) => {
                 if let Ok(addr) = listener.local_addr() {
@@ -355,6 +392,45 @@ mod tests {
         assert_eq!(
             body["error"]["message"],
             "GET is not served at /api/chat; the Allow header lists what is"
+        );
+    }
+
+    #[tokio::test]
+    async fn lambda_response_streaming_picks_the_mode_and_a_bad_value_stops_start_up() {
+        let lambda = |streaming: Option<&str>| {
+            let mut pairs = vec![("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001")];
+            pairs.extend(streaming.map(|v| ("LAMBDA_RESPONSE_STREAMING", v)));
+            Env::from_pairs(pairs)
+        };
+        for (value, mode) in [
+            (None, LambdaResponseMode::Buffered),
+            (Some(""), LambdaResponseMode::Buffered),
+            (Some("false"), LambdaResponseMode::Buffered),
+            (Some("true"), LambdaResponseMode::Streaming),
+            (Some("TRUE"), LambdaResponseMode::Streaming),
+        ] {
+            let bound = Listener::bind(&lambda(value), "127.0.0.1:0").await.unwrap();
+            assert!(
+                matches!(bound, Listener::Lambda(m) if m == mode),
+                "{value:?}: {bound:?}"
+            );
+        }
+
+        let err = Listener::bind(&lambda(Some("streaming")), "127.0.0.1:0")
+            .await
+            .unwrap_err();
+        assert!(err.is_bad_setting());
+        assert_eq!(
+            err.to_string(),
+            "invalid setting LAMBDA_RESPONSE_STREAMING: must be true or false"
+        );
+
+        // Checked outside Lambda too, where it has no effect: a typo shows on the first run.
+        let plain = Env::from_pairs([("LAMBDA_RESPONSE_STREAMING", "yes please")]);
+        let err = Listener::bind(&plain, "127.0.0.1:0").await.unwrap_err();
+        assert!(
+            err.to_string().contains("LAMBDA_RESPONSE_STREAMING"),
+            "{err}"
         );
     }
 
