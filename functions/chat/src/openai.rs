@@ -291,7 +291,15 @@ fn streamed(
         at_line_start: true,
         pending: Vec::new(),
     };
-    let frames = updates.map(move |update| Ok::<Bytes, Infallible>(chunks.encode(update)));
+    let frames = updates
+        .ready_chunks(stream::READY_CHUNK)
+        .map(move |updates| {
+            let mut out = Vec::new();
+            for update in updates {
+                out.extend_from_slice(&chunks.encode(update));
+            }
+            Ok::<Bytes, Infallible>(Bytes::from(out))
+        });
     let response = stream::event_stream(Body::from_stream(frames), false);
     match conversation {
         Some(id) => with_conversation(response, id),
