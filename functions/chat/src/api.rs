@@ -144,7 +144,7 @@ pub(crate) fn checked_message(raw: &str, limits: &Limits) -> Result<String, ApiE
     Ok(message.to_owned())
 }
 
-fn invalid(code: &'static str, message: impl Into<String>) -> ApiError {
+pub(crate) fn invalid(code: &'static str, message: impl Into<String>) -> ApiError {
     ApiError::Invalid {
         code,
         message: message.into(),

@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::AppState;
-use crate::api::{body_bytes, checked_message, parse_json};
+use crate::api::{body_bytes, checked_message, invalid, parse_json};
 use crate::auth::User;
 use crate::conversation::{ConversationId, Trace};
 use crate::error::ApiError;
@@ -220,13 +220,6 @@ fn prior_items(earlier: &[WireMessage]) -> Result<Vec<Item>, ApiError> {
         }
     }
     Ok(items)
-}
-
-fn invalid(code: &'static str, message: impl Into<String>) -> ApiError {
-    ApiError::Invalid {
-        code,
-        message: message.into(),
-    }
 }
 
 /// `POST /v1/chat/completions`.

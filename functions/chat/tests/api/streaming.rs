@@ -14,6 +14,17 @@ fn call(name: &str, args: &str) -> (String, String) {
     (name.to_owned(), args.to_owned())
 }
 
+/// A model that looks up Leeds and Bristol at once, then answers `reply`.
+fn two_lookups_then(reply: &str) -> Vec<Step> {
+    vec![
+        Step::Calls(vec![
+            call("lad_by_ref", r#"{"ref":"Leeds"}"#),
+            call("lad_by_ref", r#"{"ref":"Bristol"}"#),
+        ]),
+        Step::Text(reply.to_owned()),
+    ]
+}
+
 fn types(parts: &[Value]) -> Vec<&str> {
     parts
         .iter()
@@ -67,14 +78,7 @@ async fn read_until(
 #[tokio::test]
 async fn a_turn_with_parallel_calls_and_a_long_reply_streams_as_ui_message_parts() {
     let long_reply = "Leeds and Bristol, compared. ".repeat(40);
-    let chat = spawn_chat(vec![
-        Step::Calls(vec![
-            call("lad_by_ref", r#"{"ref":"Leeds"}"#),
-            call("lad_by_ref", r#"{"ref":"Bristol"}"#),
-        ]),
-        Step::Text(long_reply.clone()),
-    ])
-    .await;
+    let chat = spawn_chat(two_lookups_then(&long_reply)).await;
     let (headers, parts) = stream_all(&chat, json!({"message": "Compare Leeds and Bristol"})).await;
     assert_eq!(headers["content-type"], "text/event-stream");
     assert_eq!(headers["x-vercel-ai-ui-message-stream"], "v1");
@@ -251,14 +255,7 @@ async fn refusals_before_the_turn_begins_are_plain_json_errors_with_their_status
 #[tokio::test]
 async fn the_ai_sdks_reader_folds_the_stream_into_the_stored_turn() {
     let reply = "Leeds is E08000035 and Bristol E06000023. ".repeat(10);
-    let chat = spawn_chat(vec![
-        Step::Calls(vec![
-            call("lad_by_ref", r#"{"ref":"Leeds"}"#),
-            call("lad_by_ref", r#"{"ref":"Bristol"}"#),
-        ]),
-        Step::Text(reply.clone()),
-    ])
-    .await;
+    let chat = spawn_chat(two_lookups_then(&reply)).await;
     let out = clients::node(
         "ui_stream.mjs",
         &[
