@@ -114,11 +114,25 @@ impl Progress {
         self.tx.is_some()
     }
 
-    fn send(&self, event: TurnEvent) {
+    /// Reports the event `event` builds; a turn nobody watches builds none (tool outputs are
+    /// cloned into their events).
+    fn send(&self, event: impl FnOnce() -> TurnEvent) {
         if let Some(tx) = &self.tx {
             // A client gone is noticed by `is_gone`, at the next point the turn can stop.
-            let _ = tx.send(event);
+            let _ = tx.send(event());
         }
+    }
+
+    /// Ends a step with `note` after the text streamed in it, and reports that ending: the
+    /// step's whole text is then what the client saw, and what is stored as the reply.
+    fn end_step_with(&self, streamed: &mut String, note: &str) {
+        let start = streamed.len();
+        if !streamed.is_empty() {
+            streamed.push_str("\n\n");
+        }
+        streamed.push_str(note);
+        self.send(|| TurnEvent::TextDelta(streamed[start..].to_owned()));
+        self.send(|| TurnEvent::StepFinished);
     }
 
     fn is_gone(&self) -> bool {
@@ -193,7 +207,7 @@ pub async fn run(
     )
     .await?;
     let conversation_id = turn.conversation;
-    progress.send(TurnEvent::Started { conversation_id });
+    progress.send(|| TurnEvent::Started { conversation_id });
 
     let mut items = replay::replay(&turn.history, state.limits.replay_chars);
     if turn.history.is_empty() {
@@ -228,14 +242,14 @@ pub async fn run(
             items: &items,
             tools: &tools,
         };
-        progress.send(TurnEvent::StepStarted { step: steps + 1 });
+        progress.send(|| TurnEvent::StepStarted { step: steps + 1 });
         // The text of this response as streamed so far: what an interrupted or cut-short
         // streamed turn keeps.
         let mut streamed = String::new();
         let answer = if progress.is_streamed() {
             let mut on_text = |delta: &str| {
                 streamed.push_str(delta);
-                progress.send(TurnEvent::TextDelta(delta.to_owned()));
+                progress.send(|| TurnEvent::TextDelta(delta.to_owned()));
             };
             tokio::select! {
                 answer = state.llm.respond_streaming(prompt, deadline, &mut on_text) => Some(answer),
@@ -255,15 +269,8 @@ pub async fn run(
         let mut reply = match answer {
             Ok(r) => r,
             Err(LlmError::DeadlineReached) if progress.is_streamed() => {
-                // The client has seen the text so far: the note continues it, and the stored
-                // reply is exactly what was streamed.
-                let mut note = cut_short_note(budget, !traces.is_empty());
-                if !streamed.is_empty() {
-                    note.insert_str(0, "\n\n");
-                }
-                progress.send(TurnEvent::TextDelta(note.clone()));
-                progress.send(TurnEvent::StepFinished);
-                streamed.push_str(&note);
+                // The client has seen the text so far: the note continues it.
+                progress.end_step_with(&mut streamed, &cut_short_note(budget, !traces.is_empty()));
                 break Ok(Ending {
                     reply: streamed,
                     cut_short: true,
@@ -282,7 +289,7 @@ pub async fn run(
         nul::clean_reply(&mut reply);
         usage += reply.usage;
         if reply.calls.is_empty() {
-            progress.send(TurnEvent::StepFinished);
+            progress.send(|| TurnEvent::StepFinished);
             break Ok(Ending::answered(reply.text.unwrap_or_default()));
         }
         if steps == state.limits.max_steps {
@@ -290,16 +297,8 @@ pub async fn run(
                 "I stopped after {steps} rounds of tool calls, the most one turn may use, \
 before reaching an answer. The results gathered so far are in the traces; try a narrower question."
             );
-            // Streamed, the note follows whatever the model wrote in this step, and the reply
-            // is the step's whole text, as it was streamed.
-            let note = if streamed.is_empty() {
-                text
-            } else {
-                format!("\n\n{text}")
-            };
-            progress.send(TurnEvent::TextDelta(note.clone()));
-            progress.send(TurnEvent::StepFinished);
-            streamed.push_str(&note);
+            // Streamed, the note follows whatever the model wrote in this step.
+            progress.end_step_with(&mut streamed, &text);
             break Ok(Ending::answered(streamed));
         }
         steps += 1;
@@ -308,7 +307,7 @@ before reaching an answer. The results gathered so far are in the traces; try a 
             items.push(Item::Assistant(text));
         }
         for call in &reply.calls {
-            progress.send(TurnEvent::ToolInput {
+            progress.send(|| TurnEvent::ToolInput {
                 call_id: call.call_id.clone(),
                 name: call.name.clone(),
                 args: parse_arguments(&call.arguments)
@@ -334,7 +333,7 @@ before reaching an answer. The results gathered so far are in the traces; try a 
             if let Some(citation) = catalog.citation(&trace.name).filter(|_| !trace.is_error) {
                 sources.cite_rows(citation, &trace.name, &trace.call_id, &mut trace.output);
             }
-            progress.send(TurnEvent::ToolOutput {
+            progress.send(|| TurnEvent::ToolOutput {
                 call_id: trace.call_id.clone(),
                 output: trace.output.clone(),
                 is_error: trace.is_error,
@@ -345,7 +344,7 @@ before reaching an answer. The results gathered so far are in the traces; try a 
             });
             traces.push(trace);
         }
-        progress.send(TurnEvent::StepFinished);
+        progress.send(|| TurnEvent::StepFinished);
     };
 
     match outcome {
