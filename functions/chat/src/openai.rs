@@ -7,15 +7,12 @@
 //! the same header. Without one a new conversation starts, seeded with the earlier messages the
 //! client sent, as stateless OpenAI clients expect.
 
-use std::convert::Infallible;
-
 use axum::Json;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -25,7 +22,7 @@ use crate::auth::User;
 use crate::conversation::{ConversationId, Trace};
 use crate::error::ApiError;
 use crate::llm::{Item, Usage};
-use crate::stream::{self, Update};
+use crate::stream::{self, DONE, Update, frame};
 use crate::turn::{self, Progress, TurnEvent, TurnRequest, TurnResponse};
 
 /// The header a client sends, and gets back, to keep talking in one conversation.
@@ -284,16 +281,8 @@ fn streamed(
         at_line_start: true,
         pending: Vec::new(),
     };
-    let frames = updates
-        .ready_chunks(stream::READY_CHUNK)
-        .map(move |updates| {
-            let mut out = Vec::new();
-            for update in updates {
-                out.extend_from_slice(&chunks.encode(update));
-            }
-            Ok::<Bytes, Infallible>(Bytes::from(out))
-        });
-    let response = stream::event_stream(Body::from_stream(frames), false);
+    let body = stream::body(updates, move |update, out| chunks.encode(update, out));
+    let response = stream::event_stream(body, false);
     match conversation {
         Some(id) => with_conversation(response, id),
         None => response,
@@ -331,16 +320,15 @@ impl Chunks {
         frame(out, &self.chunk(json!({"content": text}), None));
     }
 
-    fn encode(&mut self, update: Update) -> Bytes {
-        let mut out = String::new();
+    fn encode(&mut self, update: Update, out: &mut String) {
         if !std::mem::replace(&mut self.started, true) {
             frame(
-                &mut out,
+                out,
                 &self.chunk(json!({"role": "assistant", "content": ""}), None),
             );
         }
         match update {
-            Update::Event(TurnEvent::TextDelta(text)) => self.content(&mut out, &text),
+            Update::Event(TurnEvent::TextDelta(text)) => self.content(out, &text),
             Update::Event(TurnEvent::ToolInput {
                 call_id,
                 name,
@@ -358,7 +346,7 @@ impl Chunks {
                         block.push_str("\n\n");
                     }
                     block.push_str(&details(&call_id, &name, &args, &output, is_error));
-                    self.content(&mut out, &block);
+                    self.content(out, &block);
                 }
             }
             Update::Event(
@@ -367,27 +355,26 @@ impl Chunks {
             Update::Done(Ok(response)) => {
                 let mut last = self.chunk(json!({}), Some(finish_reason(&response)));
                 last["parley"] = parley_fields(&response);
-                frame(&mut out, &last);
+                frame(out, &last);
                 if self.include_usage {
                     let mut usage_chunk = self.chunk(json!({}), None);
                     usage_chunk["choices"] = json!([]);
                     usage_chunk["usage"] = usage(&response.usage);
-                    frame(&mut out, &usage_chunk);
+                    frame(out, &usage_chunk);
                 }
-                out.push_str("data: [DONE]\n\n");
+                out.push_str(DONE);
             }
             Update::Done(Err(e)) => {
                 // OpenAI's own mid-stream error shape, which its clients raise.
                 frame(
-                    &mut out,
+                    out,
                     &json!({"error": {"message": e.public_summary(), "type": "server_error",
                                       "param": null, "code": null}}),
                 );
                 tracing::error!(error = %e, "streamed completion failed");
-                out.push_str("data: [DONE]\n\n");
+                out.push_str(DONE);
             }
         }
-        Bytes::from(out)
     }
 }
 
@@ -397,12 +384,6 @@ fn with_conversation(mut response: Response, id: ConversationId) -> Response {
         response.headers_mut().insert(CONVERSATION_HEADER, value);
     }
     response
-}
-
-fn frame(out: &mut String, value: &Value) {
-    out.push_str("data: ");
-    out.push_str(&value.to_string());
-    out.push_str("\n\n");
 }
 
 /// A tool call as Open WebUI writes its own into a message: a `<details type="tool_calls">`

@@ -6,6 +6,7 @@
 //! a client that goes away drops the body, which is how the turn learns to stop.
 
 use std::convert::Infallible;
+use std::fmt::Write as _;
 
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, header};
@@ -54,8 +55,8 @@ pub enum Update {
 /// conversation claimed and the question stored). What fails before that (an unknown
 /// conversation, one busy with another turn, an unknown tool) is returned as the error, so the
 /// route answers with its status as the JSON route would; what fails after arrives as
-/// [`Update::Done`]. Dropping the updates tells the turn its client went away.
-/// Also returns the conversation's id, which the first event carries.
+/// [`Update::Done`]. Dropping the updates tells the turn its client went away. The
+/// conversation's id, which the first event carries, comes with them.
 pub async fn begin(
     state: AppState,
     user: User,
@@ -120,6 +121,29 @@ pub fn event_stream(body: Body, protocol: bool) -> Response {
     response
 }
 
+/// The body of an event stream: `write` appends each update's frames. Updates that are ready
+/// together (a model that writes faster than the client reads) go out in one write; one that
+/// comes alone goes out at once.
+pub fn body(updates: Updates, mut write: impl FnMut(Update, &mut String) + Send + 'static) -> Body {
+    Body::from_stream(updates.ready_chunks(READY_CHUNK).map(move |ready| {
+        let mut out = String::new();
+        for update in ready {
+            write(update, &mut out);
+        }
+        Ok::<Bytes, Infallible>(Bytes::from(out))
+    }))
+}
+
+/// One server-sent event: `data: <json>` and a blank line (JSON never holds a raw newline).
+pub fn frame(out: &mut String, part: &Value) {
+    out.push_str("data: ");
+    out.push_str(&part.to_string());
+    out.push_str("\n\n");
+}
+
+/// The event that ends both protocols' streams.
+pub const DONE: &str = "data: [DONE]\n\n";
+
 /// `POST /api/chat`, streamed: the turn's updates as UI message stream parts.
 pub async fn respond(state: AppState, user: User, request: TurnRequest) -> Response {
     let updates = match begin(state, user, request).await {
@@ -127,52 +151,45 @@ pub async fn respond(state: AppState, user: User, request: TurnRequest) -> Respo
         Err(e) => return e.into_response(),
     };
     let mut encoder = Encoder::default();
-    // Updates that are ready together (a model that writes faster than the client reads) go
-    // out in one write; one that comes alone goes out at once.
-    let frames = updates.ready_chunks(READY_CHUNK).map(move |updates| {
-        let mut out = Vec::new();
-        for update in updates {
-            out.extend_from_slice(&encoder.encode(update));
-        }
-        Ok::<Bytes, Infallible>(Bytes::from(out))
-    });
-    event_stream(Body::from_stream(frames), true)
+    event_stream(
+        body(updates, move |update, out| encoder.encode(update, out)),
+        true,
+    )
 }
 
 /// Turns events into the protocol's parts. It keeps what the protocol needs that the events
 /// leave implicit: whether a text part is open, and its id.
 #[derive(Debug, Default)]
 struct Encoder {
-    /// The open text part's id.
-    text: Option<String>,
+    /// Text parts started so far; the last one's id is `text_<texts>`.
     texts: u32,
+    text_open: bool,
     step_open: bool,
 }
 
 impl Encoder {
-    fn encode(&mut self, item: Update) -> Bytes {
-        let mut out = String::new();
+    fn encode(&mut self, item: Update, out: &mut String) {
         match item {
-            Update::Event(event) => self.event(event, &mut out),
+            Update::Event(event) => self.event(event, out),
             Update::Done(Ok(response)) => {
-                self.close_step(&mut out);
+                self.close_step(out);
                 for source in &response.sources {
-                    frame(&mut out, &source_part(source));
+                    frame(out, &source_part(source));
                 }
                 // `length`: the turn was cut short at its deadline, as a model's answer is at its
                 // token limit.
                 let reason = if response.cut_short { "length" } else { "stop" };
                 frame(
-                    &mut out,
+                    out,
                     &json!({"type": "finish", "finishReason": reason,
                             "messageMetadata": metadata(&response)}),
                 );
-                out.push_str("data: [DONE]\n\n");
+                out.push_str(DONE);
             }
             Update::Done(Err(e)) => {
-                self.close_step(&mut out);
+                self.close_step(out);
                 frame(
-                    &mut out,
+                    out,
                     &json!({"type": "error", "errorText": e.public_summary()}),
                 );
                 // The status line went out with the first byte; the log keeps the details.
@@ -181,10 +198,9 @@ impl Encoder {
                 } else {
                     tracing::info!(error = %e, "streamed turn refused");
                 }
-                out.push_str("data: [DONE]\n\n");
+                out.push_str(DONE);
             }
         }
-        Bytes::from(out)
     }
 
     fn event(&mut self, event: TurnEvent, out: &mut String) {
@@ -202,22 +218,20 @@ impl Encoder {
                 frame(out, &json!({"type": "start-step"}));
             }
             TurnEvent::TextDelta(delta) => {
-                let id = match &self.text {
-                    Some(id) => id.clone(),
-                    None => {
-                        self.texts += 1;
-                        let id = format!("text_{}", self.texts);
-                        frame(out, &json!({"type": "text-start", "id": id}));
-                        self.text = Some(id.clone());
-                        id
-                    }
-                };
+                if !std::mem::replace(&mut self.text_open, true) {
+                    self.texts += 1;
+                    frame(
+                        out,
+                        &json!({"type": "text-start", "id": format!("text_{}", self.texts)}),
+                    );
+                }
                 // The most frequent part, written without building a JSON tree.
-                out.push_str("data: {\"type\":\"text-delta\",\"id\":\"");
-                out.push_str(&id);
-                out.push_str("\",\"delta\":");
-                out.push_str(&serde_json::to_string(&delta).unwrap_or_default());
-                out.push_str("}\n\n");
+                let _ = write!(
+                    out,
+                    "data: {{\"type\":\"text-delta\",\"id\":\"text_{}\",\"delta\":{}}}\n\n",
+                    self.texts,
+                    Value::String(delta)
+                );
             }
             TurnEvent::ToolInput {
                 call_id,
@@ -259,8 +273,11 @@ impl Encoder {
     }
 
     fn close_text(&mut self, out: &mut String) {
-        if let Some(id) = self.text.take() {
-            frame(out, &json!({"type": "text-end", "id": id}));
+        if std::mem::take(&mut self.text_open) {
+            frame(
+                out,
+                &json!({"type": "text-end", "id": format!("text_{}", self.texts)}),
+            );
         }
     }
 
@@ -270,13 +287,6 @@ impl Encoder {
             frame(out, &json!({"type": "finish-step"}));
         }
     }
-}
-
-/// One server-sent event: `data: <json>` and a blank line (JSON never holds a raw newline).
-fn frame(out: &mut String, part: &Value) {
-    out.push_str("data: ");
-    out.push_str(&part.to_string());
-    out.push_str("\n\n");
 }
 
 /// A source with a web address is a `source-url`; one known by a path inside a collection
@@ -317,10 +327,8 @@ fn metadata(response: &TurnResponse) -> Value {
 mod tests {
     use super::*;
 
-    fn parts(bytes: &Bytes) -> Vec<Value> {
-        std::str::from_utf8(bytes)
-            .unwrap()
-            .split("\n\n")
+    fn parts(text: &str) -> Vec<Value> {
+        text.split("\n\n")
             .filter(|f| !f.is_empty())
             .map(|f| {
                 let data = f.strip_prefix("data: ").expect("a data line");
@@ -336,7 +344,11 @@ mod tests {
     fn types(encoder: &mut Encoder, events: Vec<TurnEvent>) -> Vec<String> {
         events
             .into_iter()
-            .flat_map(|e| parts(&encoder.encode(Update::Event(e))))
+            .flat_map(|e| {
+                let mut out = String::new();
+                encoder.encode(Update::Event(e), &mut out);
+                parts(&out)
+            })
             .map(|p| p["type"].as_str().unwrap().to_owned())
             .collect()
     }
