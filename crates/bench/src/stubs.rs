@@ -180,11 +180,13 @@ async fn respond(State(llm): State<Arc<Llm>>, body: Bytes) -> Response {
     let started = Instant::now();
     let n = llm.responses.fetch_add(1, Ordering::Relaxed) + 1;
     let (words, interval) = llm.pace.get();
-    let answer = answer(&body, n, words);
-    let streamed = serde_json::from_slice::<Value>(&body).is_ok_and(|r| r["stream"] == true);
-    if let (Ok(answer), true) = (&answer, streamed) {
-        return stream(llm.clone(), answer.clone(), interval, started);
-    }
+    let request =
+        serde_json::from_slice::<Value>(&body).map_err(|e| format!("the body is not JSON: {e}"));
+    let streamed = request.as_ref().is_ok_and(|r| r["stream"] == true);
+    let answer = match request.and_then(|r| answer(&r, n, words)) {
+        Ok(answer) if streamed => return stream(llm.clone(), answer, interval, started),
+        other => other,
+    };
     if let Ok(answer) = &answer
         && let Some(text) = reply_text(answer)
     {
@@ -308,9 +310,7 @@ fn stream(llm: Arc<Llm>, answer: Value, interval: Duration, started: Instant) ->
         .into_response()
 }
 
-fn answer(body: &[u8], n: u64, words: usize) -> Result<Value, String> {
-    let request: Value =
-        serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+fn answer(request: &Value, n: u64, words: usize) -> Result<Value, String> {
     let offered = request["tools"]
         .as_array()
         .is_some_and(|tools| tools.iter().any(|t| t["name"] == TOOL));
