@@ -4,13 +4,13 @@
 -- parley_sql_reader: the group of the LOGIN user the mcp function's `run_sql` connects as
 -- (`SQL_DATABASE_URL`). It is granted nothing here: a deployment grants it USAGE on the schemas
 -- it opens to ad-hoc SQL and SELECT on their tables, nothing else. Recipe (as an admin):
---   CREATE ROLE parley_sql LOGIN PASSWORD '...' NOINHERIT IN ROLE parley_sql_reader;
+--   CREATE ROLE parley_sql LOGIN PASSWORD '...' IN ROLE parley_sql_reader;
 --   ALTER ROLE parley_sql SET default_transaction_read_only = on;
 --   ALTER ROLE parley_sql SET temp_file_limit = '256MB';
 --   ALTER ROLE parley_sql CONNECTION LIMIT 10;
 --   GRANT USAGE ON SCHEMA analytics TO parley_sql_reader;
 --   GRANT SELECT ON ALL TABLES IN SCHEMA analytics TO parley_sql_reader;
--- NOINHERIT is not enough on its own (the user still inherits PUBLIC's grants); the mcp function
+-- The user must belong to no other role, and PUBLIC's grants reach it too: the mcp function
 -- checks the role at start-up and refuses one that can do more than read the allowed schemas.
 DO $$
 BEGIN

@@ -85,3 +85,7 @@ CREATE TABLE IF NOT EXISTS demo_data_meta (
 -- call its key functions, nothing more.
 GRANT SELECT ON lads, feedback, demo_data_meta TO parley_readonly;
 GRANT EXECUTE ON FUNCTION lad_name_key(text), lad_common_key(text) TO parley_readonly;
+
+-- Ad-hoc SQL (docs/sql.md): the SQL tools' role may read the domain's data, not its bookkeeping.
+GRANT SELECT ON lads, feedback TO parley_sql_reader;
+GRANT EXECUTE ON FUNCTION lad_name_key(text), lad_common_key(text) TO parley_sql_reader;

@@ -18,6 +18,9 @@ use parley_domain_documents::ManualOptions;
 pub const READONLY_USER: &str = "parley_mcp_test";
 /// Only matters when `DATABASE_URL` points at a server that checks passwords.
 const READONLY_PASSWORD: &str = "parley_mcp_test";
+/// The LOGIN role [`TestDb::sql_reader_url`] connects as: a member of
+/// `parley_sql_reader` (migration 0007) and nothing else, as docs/sql.md tells a deployment.
+pub const SQL_READER_USER: &str = "parley_sql_test";
 
 /// Serialises the cluster-wide role DDL below across tests running in parallel. Advisory
 /// locks are per database, so it is taken on the admin connection, which all tests share.
@@ -146,6 +149,37 @@ impl TestDb {
     /// A superuser connection to this database.
     pub async fn client(&self) -> Client {
         connect(&self.url).await
+    }
+
+    /// Runs `grants` as the owner (e.g. `GRANT SELECT ON t TO parley_sql_reader`) and returns
+    /// this database's URL as [`SQL_READER_USER`], the role the SQL tools run as.
+    pub async fn sql_reader_url(&self, grants: &str) -> String {
+        let admin = connect(&admin_url()).await;
+        let sql = format!(
+            "DO $$
+            BEGIN
+                IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = '{SQL_READER_USER}') THEN
+                    CREATE ROLE {SQL_READER_USER} LOGIN PASSWORD '{SQL_READER_USER}' IN ROLE parley_sql_reader;
+                END IF;
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+            END $$;"
+        );
+        with_role_lock(&admin, &sql, &format!("creating role {SQL_READER_USER}")).await;
+        self.client()
+            .await
+            .batch_execute(grants)
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "granting the SQL reader its rights failed: {}",
+                    pg_message(&e)
+                )
+            });
+        replace_url(&self.url, |u| {
+            u.set_username(SQL_READER_USER)
+                .and_then(|()| u.set_password(Some(SQL_READER_USER)))
+                .expect("a postgres:// URL with a host takes a username and password");
+        })
     }
 
     /// A connection to this database as [`READONLY_USER`].

@@ -17,7 +17,7 @@ mod proxy;
 pub mod raw_http;
 
 pub use cluster::TestCluster;
-pub use db::{READONLY_USER, TestDb, connect};
+pub use db::{READONLY_USER, SQL_READER_USER, TestDb, connect};
 pub use embeddings::model_dir;
 pub use moto::{MOTO_REGION, Moto};
 pub use proxy::TcpProxy;

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use parley_core::config::{ConfigError, Env, SecretString, in_lambda};
+use parley_core::config::{ConfigError, Env, ExposeSecret, SecretString, in_lambda};
 use parley_core::db::DbConfig;
 use parley_core::jwt::JwtConfig;
 use parley_embed::EmbedSettings;
@@ -55,6 +55,11 @@ pub struct McpConfig {
     /// `EMBEDDINGS` and `EMBEDDINGS_*`: the embedder loaded at start-up when some tool embeds
     /// text. Read (and a bad value refused) whether or not one does.
     pub embeddings: EmbedSettings,
+    /// `SQL_DATABASE_URL` and `SQL_POOL_MAX_SIZE`: the login role the ad-hoc SQL tools run as
+    /// and its pool; used only when a tools file has `[sql]`.
+    pub sql_db: Option<DbConfig>,
+    /// `AUDIT`, `AUDIT_QUEUE`
+    pub audit: crate::audit::AuditConfig,
 }
 
 impl McpConfig {
@@ -119,8 +124,29 @@ impl McpConfig {
                 timeout: env.millis("TOOL_TIMEOUT_MS", defaults.timeout, 10..=300_000)?,
             },
             embeddings: EmbedSettings::from_env(env)?,
+            sql_db: sql_db(env)?,
+            audit: crate::audit::AuditConfig::from_env(env)?,
         })
     }
+}
+
+/// The SQL tools' own pool: `SQL_DATABASE_URL` with the main pool's timeouts and TLS, and
+/// `SQL_POOL_MAX_SIZE` connections (default 2).
+fn sql_db(env: &Env) -> Result<Option<DbConfig>, ConfigError> {
+    let Some(url) = env.secret("SQL_DATABASE_URL") else {
+        return Ok(None);
+    };
+    let sql_env = env.overlay([("DATABASE_URL", url.expose_secret())]);
+    let mut config = DbConfig::from_env(&sql_env).map_err(|e| ConfigError {
+        var: if e.var == "DATABASE_URL" {
+            "SQL_DATABASE_URL".into()
+        } else {
+            e.var
+        },
+        ..e
+    })?;
+    config.pool_max_size = env.limit("SQL_POOL_MAX_SIZE", 2, 1..=64)? as usize;
+    Ok(Some(config))
 }
 
 /// `TOOLS_FILE`: one path or several, comma-separated; required, since the function ships no

@@ -7,6 +7,8 @@
 //! (the verified caller: service token or user JWT; the protected resource metadata), `error`
 //! (HTTP error responses).
 
+pub mod adhoc;
+pub mod audit;
 pub mod auth;
 pub mod config;
 pub mod error;
@@ -81,6 +83,10 @@ async fn router(config: &McpConfig, secrets: Option<Secrets>) -> Result<Router, 
             "tool statements checked against the database"
         );
     }
+    let sql = match catalog.sql() {
+        None => None,
+        Some(spec) => Some(Arc::new(sql_tools(config, spec).await?)),
+    };
     let embedder = match embedder {
         None => None,
         Some(loading) => {
@@ -111,22 +117,47 @@ async fn router(config: &McpConfig, secrets: Option<Secrets>) -> Result<Router, 
     if config.allowed_hosts.is_none() {
         tracing::warn!("MCP_ALLOWED_HOSTS=*: the Host check is off; rely on the gateway in front");
     }
-    Ok(routes(config, catalog, pool, embedder, secrets))
+    let audit = audit::Audit::start(config.audit, &pool);
+    let handler = server::ParleyMcp::new(catalog, pool.clone(), embedder)
+        .with_sql(sql)
+        .with_audit(audit);
+    Ok(routes(config, handler, pool, secrets))
+}
+
+/// The ad-hoc SQL tools on their own pool, their role checked before anything is served.
+async fn sql_tools(
+    config: &McpConfig,
+    spec: &adhoc::SqlSpec,
+) -> Result<adhoc::SqlTools, StartupError> {
+    let db = config
+        .sql_db
+        .as_ref()
+        .ok_or(StartupError::Function(CatalogError::SqlUrlMissing))?;
+    let tools = adhoc::SqlTools::new(spec.clone(), parley_core::db::pool(db)?);
+    match tools.check_role().await {
+        Ok(true) => tracing::info!(
+            schemas = %spec.schemas.join(","),
+            "SQL role checked: it reads the allowed schemas and nothing else"
+        ),
+        Ok(false) => {}
+        Err(unsafe_role) => {
+            return Err(StartupError::Function(CatalogError::UnsafeSqlRole(
+                unsafe_role,
+            )));
+        }
+    }
+    Ok(tools)
 }
 
 /// The whole HTTP surface: `POST /mcp`, `GET /health` and, with user tokens, the protected
 /// resource metadata.
 fn routes(
     config: &McpConfig,
-    catalog: Arc<Catalog>,
+    handler: server::ParleyMcp,
     pool: Pool,
-    embedder: Option<parley_embed::Embedder>,
     secrets: Option<Secrets>,
 ) -> Router {
-    let mcp = server::service(
-        config,
-        server::ParleyMcp::new(catalog, pool.clone(), embedder),
-    );
+    let mcp = server::service(config, handler);
     let authenticator = auth::Authenticator::new(config, secrets, reqwest::Client::new());
     // Outermost, so both the direct path and rmcp's transport (inside `mcp`) only ever see
     // requests that carry a verified `auth::Caller`.

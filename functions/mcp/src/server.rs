@@ -25,6 +25,8 @@ use rmcp::transport::streamable_http_server::session::never::NeverSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, ServerHandler};
 
+use crate::adhoc::SqlTools;
+use crate::audit::{self, Audit, Marker, Outcome, Record};
 use crate::auth::Caller;
 use crate::config::McpConfig;
 use crate::tools::{self, Catalog, IdempotencyKey, ToolError, ToolOutput, ToolSpec};
@@ -44,7 +46,11 @@ pub struct ParleyMcp {
     pool: Pool,
     /// Loaded at start-up only when some tool embeds text (see `tools::embedding`).
     embedder: Option<Embedder>,
+    /// The ad-hoc SQL tools, when a tools file has `[sql]`.
+    sql: Option<Arc<SqlTools>>,
+    audit: Audit,
     instructions: Arc<str>,
+    listed: Arc<[rmcp::model::Tool]>,
 }
 
 impl ParleyMcp {
@@ -53,21 +59,50 @@ impl ParleyMcp {
             .chain(catalog.instructions().iter().map(String::as_str))
             .collect::<Vec<_>>()
             .join("\n\n");
+        let listed = catalog.listed().to_vec().into();
         Self {
             catalog,
             pool,
             embedder,
+            sql: None,
+            audit: Audit::Off,
             instructions: instructions.into(),
+            listed,
         }
+    }
+
+    /// Serves the ad-hoc SQL tools too, listed after the declared ones.
+    pub fn with_sql(mut self, sql: Option<Arc<SqlTools>>) -> Self {
+        if let Some(tools) = &sql {
+            self.listed = self
+                .catalog
+                .listed()
+                .iter()
+                .chain(tools.listed())
+                .cloned()
+                .collect();
+            self.instructions = format!("{}\n\n{SQL_INSTRUCTIONS}", self.instructions).into();
+        }
+        self.sql = sql;
+        self
+    }
+
+    /// Where each call's audit record goes (off unless set).
+    pub fn with_audit(mut self, audit: Audit) -> Self {
+        self.audit = audit;
+        self
     }
 }
 
-/// The verified caller of the request rmcp's transport kept (`http::request::Parts`).
-fn caller_of(context: &RequestContext<RoleServer>) -> Caller {
-    context
-        .extensions
-        .get::<http::request::Parts>()
-        .map_or(Caller::Service, Caller::of)
+/// Added to the instructions when the ad-hoc SQL tools are on.
+const SQL_INSTRUCTIONS: &str = "For questions no other tool answers, write SQL: list_tables and describe_table show what there is, explain_sql shows a plan, run_sql runs one read-only query. Prefer a specific tool when one fits.";
+
+/// The verified caller and request id of the request rmcp's transport kept.
+fn origin_of(context: &RequestContext<RoleServer>) -> (Caller, String) {
+    match context.extensions.get::<http::request::Parts>() {
+        Some(parts) => (Caller::of(parts), crate::audit::request_id(parts)),
+        None => (Caller::Service, "none".into()),
+    }
 }
 
 impl ServerHandler for ParleyMcp {
@@ -119,7 +154,8 @@ impl ServerHandler for ParleyMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         // rmcp moved the request's `_meta` into the context.
-        self.call(request, &context.meta.0.0, &caller_of(&context))
+        let (caller, request_id) = origin_of(&context);
+        self.call(request, &context.meta.0.0, &caller, &request_id)
             .await
             .map(Into::into)
     }
@@ -148,7 +184,7 @@ impl ServerHandler for ParleyMcp {
 impl ParleyMcp {
     /// `tools/list`: every declared tool, in one page.
     fn list(&self) -> ListToolsResult {
-        ListToolsResult::with_all_items(self.catalog.listed().to_vec())
+        ListToolsResult::with_all_items(self.listed.to_vec())
     }
 
     /// `prompts/get`: the prompt's text with its arguments in place. Arguments are strings;
@@ -200,16 +236,80 @@ impl ParleyMcp {
     }
 
     /// `tools/call`, for rmcp's handler and the direct path alike: `meta` is the request's
-    /// `_meta` (the idempotency key), `caller` the verified caller the auth layer found.
+    /// `_meta` (the idempotency key), `caller` the verified caller the auth layer found,
+    /// `request_id` the request's (already safe to put in SQL comments). Every call, refused
+    /// ones included, leaves an audit record.
     pub(crate) async fn call(
         &self,
         request: CallToolRequestParams,
         meta: &JsonObject,
         caller: &Caller,
+        request_id: &str,
     ) -> Result<CallToolResult, ErrorData> {
+        let at = chrono::Utc::now();
+        let started = std::time::Instant::now();
+        let record = |arguments, statement, result: Result<&ToolOutput, &ToolError>| {
+            let (outcome, error) = match result {
+                Ok(_) => (Outcome::Ok, None),
+                Err(e) => (e.outcome(), Some(e.log_kind())),
+            };
+            self.audit.record(Record {
+                at,
+                request_id: request_id.to_owned(),
+                caller: caller_name(caller),
+                tool: request.name.to_string(),
+                arguments,
+                statement,
+                rows: outcome_rows(result),
+                truncated: outcome_truncated(result),
+                duration: started.elapsed(),
+                outcome,
+                error,
+            });
+        };
+        let marker = Marker {
+            tool: &request.name,
+            request_id,
+        };
+        if let Some((sql, kind)) = self
+            .sql
+            .as_ref()
+            .and_then(|sql| sql.kind(&request.name).map(|kind| (sql, kind)))
+        {
+            let outcome = sql
+                .call(kind, request.arguments.as_ref(), marker)
+                .await
+                .map_err(ToolError::from);
+            let statement = request
+                .arguments
+                .as_ref()
+                .and_then(|a| a.get("sql"))
+                .and_then(|s| s.as_str())
+                .map(str::to_owned);
+            log_call(&request.name, &outcome, started);
+            record(
+                audit::redact(request.arguments.as_ref(), &[]),
+                statement,
+                outcome.as_ref(),
+            );
+            return Ok(tools::to_call_result(outcome));
+        }
         // An unknown tool is a protocol error (the spec's -32602); everything after this point
         // is a tool result the model can read and act on.
         let Some(tool) = self.catalog.get(&request.name) else {
+            self.audit.record(Record {
+                at,
+                request_id: request_id.to_owned(),
+                caller: caller_name(caller),
+                tool: request.name.to_string(),
+                arguments: audit::redact(request.arguments.as_ref(), &[]),
+                statement: None,
+                rows: None,
+                truncated: false,
+                duration: started.elapsed(),
+                outcome: Outcome::Refused,
+                error: Some("unknown tool".into()),
+            });
             return Err(ErrorData::invalid_params(
                 format!(
                     "unknown tool `{}`; call tools/list for the available tools",
@@ -218,25 +318,25 @@ impl ParleyMcp {
                 None,
             ));
         };
-        let started = std::time::Instant::now();
         let user = match caller {
             Caller::User(claims) => Some(claims),
             Caller::Service => None,
         };
-        let outcome = self.run(tool, request.arguments.as_ref(), meta, user).await;
-        match &outcome {
-            Ok(out) => tracing::info!(
-                tool = %tool.name,
-                rows = out.row_count,
-                truncated = out.truncated.is_some(),
-                replayed = out.replayed,
-                elapsed_ms = started.elapsed().as_millis() as u64,
-                "tool call"
-            ),
-            Err(e) => {
-                tracing::info!(tool = %tool.name, error = %e.log_kind(), "tool call refused or failed")
-            }
-        }
+        let outcome = self
+            .run(tool, request.arguments.as_ref(), meta, user, marker)
+            .await;
+        log_call(&tool.name, &outcome, started);
+        let sensitive: Vec<&str> = tool
+            .params
+            .iter()
+            .filter(|p| p.sensitive)
+            .map(|p| p.name.as_str())
+            .collect();
+        record(
+            audit::redact(request.arguments.as_ref(), &sensitive),
+            None,
+            outcome.as_ref(),
+        );
         Ok(tools::to_call_result(outcome))
     }
 
@@ -248,12 +348,47 @@ impl ParleyMcp {
         arguments: Option<&JsonObject>,
         meta: &JsonObject,
         user: Option<&VerifiedClaims>,
+        marker: Marker<'_>,
     ) -> Result<ToolOutput, ToolError> {
         let mut args = tools::params::parse_arguments(&tool.params, arguments)?;
         tools::params::bind_caller(&tool.name, &tool.params, &mut args, user)?;
         let key = IdempotencyKey::from_meta(meta)?;
         tools::embedding::bind(&tool.params, &mut args, self.embedder.as_ref()).await?;
-        Ok(tools::exec::run(&self.pool, tool, &args, user, key.as_ref()).await?)
+        Ok(tools::exec::run(&self.pool, tool, &args, user, key.as_ref(), marker).await?)
+    }
+}
+
+fn caller_name(caller: &Caller) -> String {
+    match caller {
+        Caller::User(claims) => claims.subject.clone(),
+        Caller::Service => "service".into(),
+    }
+}
+
+fn outcome_rows(outcome: Result<&ToolOutput, &ToolError>) -> Option<i32> {
+    outcome
+        .ok()
+        .map(|out| i32::try_from(out.row_count).unwrap_or(i32::MAX))
+}
+
+fn outcome_truncated(outcome: Result<&ToolOutput, &ToolError>) -> bool {
+    outcome.is_ok_and(|out| out.truncated.is_some())
+}
+
+/// The call's log line: counts and kinds, never a value the caller sent.
+fn log_call(tool: &str, outcome: &Result<ToolOutput, ToolError>, started: std::time::Instant) {
+    match outcome {
+        Ok(out) => tracing::info!(
+            tool = %tool,
+            rows = out.row_count,
+            truncated = out.truncated.is_some(),
+            replayed = out.replayed,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "tool call"
+        ),
+        Err(e) => {
+            tracing::info!(tool = %tool, error = %e.log_kind(), "tool call refused or failed")
+        }
     }
 }
 

@@ -96,7 +96,11 @@ impl Inner {
             }
         };
         match direct_request(&bytes) {
-            Some((id, direct)) => self.answer(id, direct, &Caller::of(&parts)).await,
+            Some((id, direct)) => {
+                let request_id = crate::audit::request_id(&parts);
+                self.answer(id, direct, &Caller::of(&parts), &request_id)
+                    .await
+            }
             None => {
                 self.to_rmcp(Request::from_parts(parts, Body::from(bytes)))
                     .await
@@ -148,12 +152,13 @@ impl Inner {
         id: RequestId,
         direct: Direct,
         caller: &Caller,
+        request_id: &str,
     ) -> axum::response::Response {
         let result = match direct {
             Direct::List => Ok(ServerResult::ListToolsResult(self.handler.list())),
             Direct::Call(params, meta) => self
                 .handler
-                .call(params, &meta, caller)
+                .call(params, &meta, caller, request_id)
                 .await
                 .map(ServerResult::CallToolResult),
         };

@@ -92,6 +92,7 @@ mod tests {
             ty,
             required: false,
             default: None,
+            sensitive: false,
             source,
         }
     }

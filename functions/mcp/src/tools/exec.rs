@@ -19,6 +19,7 @@ use tokio_postgres::types::{ToSql, Type};
 use super::idempotency::IdempotencyKey;
 use super::params::SqlValue;
 use super::spec::ToolSpec;
+use crate::audit::Marker;
 
 /// A tool's result: the exact JSON text sent to clients, plus what the log and tests need.
 #[derive(Debug, Clone)]
@@ -110,16 +111,19 @@ struct Call<'a> {
     key: Option<&'a IdempotencyKey>,
     fetch: i64,
     row_limit: u64,
+    marker: Marker<'a>,
 }
 
 /// Runs `tool` with checked `args` (in the order of `tool.params`) for `user` (`None`: the
-/// service), recording a write under `key` when one is given.
+/// service), recording a write under `key` when one is given. `marker` names the call to a
+/// DBA (see [`Call`]).
 pub async fn run(
     pool: &Pool,
     tool: &ToolSpec,
     args: &[SqlValue],
     user: Option<&VerifiedClaims>,
     key: Option<&IdempotencyKey>,
+    marker: Marker<'_>,
 ) -> Result<ToolOutput, ExecError> {
     let row_limit = tool
         .limit_param
@@ -131,6 +135,7 @@ pub async fn run(
         // One row past the limit tells "exactly N" from "more than N".
         fetch: i64::try_from(row_limit + 1).unwrap_or(i64::MAX),
         row_limit,
+        marker,
     };
 
     // A connection that died while this instance was frozen fails the first attempt; the
@@ -193,10 +198,13 @@ pub const RESET_SESSION: &str = "RESET ALL; SELECT pg_advisory_unlock_all()";
 
 /// The statements that open a call's transaction (the bench's floor sends the same).
 pub fn begin_sql(tool: &ToolSpec) -> String {
-    begin_with(tool, tool.writes)
+    begin_with(tool, tool.writes, None)
 }
 
-fn begin_with(tool: &ToolSpec, read_write: bool) -> String {
+/// `marker` (see [`Call`]) goes in a comment, shown while the batch runs, and in
+/// `application_name` for the rest of the transaction (pg_stat_activity, the log's `%a`);
+/// before the tool's own settings, so a tool that sets `application_name` keeps its value.
+fn begin_with(tool: &ToolSpec, read_write: bool, marker: Option<Marker<'_>>) -> String {
     // Tools with nullable filters are planned per call (see `ToolSpec::custom_plans`): at 1M
     // rows a generic plan made a search with one optional filter given 345 ms instead of
     // 23 ms, while planning a primary-key lookup every time costs more than the lookup. The others leave the choice
@@ -211,6 +219,13 @@ fn begin_with(tool: &ToolSpec, read_write: bool) -> String {
         },
         tool.timeout.as_millis(),
     );
+    if let Some(marker) = marker {
+        begin = format!(
+            "{} {begin}; SET LOCAL application_name = '{}'",
+            marker.comment(),
+            marker.application_name()
+        );
+    }
     if tool.custom_plans {
         begin.push_str("; SET LOCAL plan_cache_mode = force_custom_plan");
     }
@@ -272,7 +287,8 @@ async fn query(
         }
         Ok::<_, tokio_postgres::Error>(out.finish())
     };
-    transaction(client, &begin_sql(tool), set_caller, call, rows).await
+    let begin = begin_with(tool, tool.writes, Some(call.marker));
+    transaction(client, &begin, set_caller, call, rows).await
 }
 
 /// The rows a keyed write recorded, rendered with the same caps as the first time; `None`
@@ -302,7 +318,8 @@ async fn replay(
             output
         }))
     };
-    transaction(client, &begin_with(tool, false), set_caller, call, read).await
+    let begin = begin_with(tool, false, Some(call.marker));
+    transaction(client, &begin, set_caller, call, read).await
 }
 
 /// `parley.caller`'s statement, prepared (cached per connection) when the call has a user.
@@ -369,7 +386,7 @@ pub fn render<'a>(
 }
 
 /// A result being built one row at a time, as rows arrive.
-struct Render {
+pub struct Render {
     json: String,
     row_count: usize,
     truncated: Option<Truncation>,
@@ -381,7 +398,7 @@ impl Render {
     /// Room kept for the closing fields and the truncation note.
     const ENVELOPE: usize = 256;
 
-    fn new(row_limit: u64, max_bytes: u64) -> Self {
+    pub fn new(row_limit: u64, max_bytes: u64) -> Self {
         Self {
             json: String::from("{\"rows\":["),
             row_count: 0,
@@ -392,7 +409,7 @@ impl Render {
     }
 
     /// Adds `row` if it fits; `false` once the result is full and further rows are not wanted.
-    fn push(&mut self, row: &str) -> bool {
+    pub fn push(&mut self, row: &str) -> bool {
         if self.row_count as u64 == self.row_limit {
             self.truncated = Some(Truncation::MaxRows);
             return false;
@@ -409,7 +426,7 @@ impl Render {
         true
     }
 
-    fn finish(self) -> ToolOutput {
+    pub fn finish(self) -> ToolOutput {
         let Self {
             mut json,
             row_count,

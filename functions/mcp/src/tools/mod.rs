@@ -46,6 +46,8 @@ pub struct Catalog {
     prompts: Vec<PromptSpec>,
     listed_prompts: Vec<Prompt>,
     instructions: Vec<String>,
+    /// The ad-hoc SQL tools, when a file turned them on.
+    sql: Option<crate::adhoc::SqlSpec>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +68,16 @@ pub enum CatalogError {
     },
     #[error("the tools files declare no tools")]
     NoTools,
+    #[error("[sql] is declared in both {first} and {second}; declare the SQL tools once")]
+    SqlTwice { first: String, second: String },
+    #[error("tool `{0}` in the tools files has the name of one of the [sql] tools")]
+    SqlName(String),
+    #[error(
+        "[sql] needs SQL_DATABASE_URL: the URL of the login role the SQL tools run as (see docs/sql.md)"
+    )]
+    SqlUrlMissing,
+    #[error(transparent)]
+    UnsafeSqlRole(#[from] crate::adhoc::role::UnsafeRole),
     #[error("tool `{tool}` does not match the database schema: {message}")]
     Schema { tool: String, message: String },
     #[error("the tools embed text, and the embedder cannot be loaded: {0}")]
@@ -88,7 +100,17 @@ impl Catalog {
         let mut prompts: Vec<PromptSpec> = Vec::new();
         let mut instructions = Vec::new();
         let mut origin: HashMap<(&'static str, String), String> = HashMap::new();
+        let mut sql: Option<(String, crate::adhoc::SqlSpec)> = None;
         for (path, file) in files {
+            if let Some(spec) = file.sql {
+                if let Some((first, _)) = &sql {
+                    return Err(CatalogError::SqlTwice {
+                        first: first.clone(),
+                        second: path,
+                    });
+                }
+                sql = Some((path.clone(), spec));
+            }
             let names = file
                 .tools
                 .iter()
@@ -108,10 +130,18 @@ impl Catalog {
             specs.extend(file.tools);
             prompts.extend(file.prompts);
         }
-        if specs.is_empty() {
+        if specs.is_empty() && sql.is_none() {
             return Err(CatalogError::NoTools);
         }
+        if sql.is_some()
+            && let Some(clash) = specs
+                .iter()
+                .find(|t| crate::adhoc::Kind::from_name(&t.name).is_some())
+        {
+            return Err(CatalogError::SqlName(clash.name.clone()));
+        }
         let mut catalog = Self::new(specs);
+        catalog.sql = sql.map(|(_, spec)| spec);
         catalog.listed_prompts = prompts.iter().map(describe_prompt).collect();
         catalog.prompts = prompts;
         catalog.instructions = instructions;
@@ -133,7 +163,13 @@ impl Catalog {
             prompts: Vec::new(),
             listed_prompts: Vec::new(),
             instructions: Vec::new(),
+            sql: None,
         }
+    }
+
+    /// The `[sql]` settings, when some file turned the ad-hoc SQL tools on.
+    pub fn sql(&self) -> Option<&crate::adhoc::SqlSpec> {
+        self.sql.as_ref()
     }
 
     pub fn get(&self, name: &str) -> Option<&ToolSpec> {
@@ -385,6 +421,9 @@ pub enum ToolError {
     Embedding(#[from] EmbeddingError),
     #[error(transparent)]
     Exec(#[from] ExecError),
+    /// An ad-hoc SQL tool's failure (`crate::adhoc`).
+    #[error(transparent)]
+    Sql(#[from] crate::adhoc::SqlError),
 }
 
 impl ToolError {
@@ -419,6 +458,29 @@ impl ToolError {
             // The SQL's own message may quote what the caller sent.
             ToolError::Exec(ExecError::Raised(_)) => "the tool's SQL refused the call".into(),
             ToolError::Exec(e) => e.to_string(),
+            // Postgres' message may quote the statement; its SQLSTATE says enough.
+            ToolError::Sql(crate::adhoc::SqlError::Postgres(f)) => {
+                format!("the statement failed (SQLSTATE {})", f.code)
+            }
+            ToolError::Sql(crate::adhoc::SqlError::NotFound(_)) => {
+                "named a table or schema the SQL tools cannot see".into()
+            }
+            ToolError::Sql(e) => e.to_string(),
+        }
+    }
+
+    /// How the audit classes this failure.
+    pub fn outcome(&self) -> crate::audit::Outcome {
+        use crate::audit::Outcome;
+        match self {
+            ToolError::Arguments(_) | ToolError::Caller(_) | ToolError::Key(_) => Outcome::Refused,
+            ToolError::Exec(ExecError::Timeout { .. }) => Outcome::Timeout,
+            ToolError::Exec(
+                ExecError::ReadOnly | ExecError::PermissionDenied | ExecError::Raised(_),
+            ) => Outcome::Refused,
+            ToolError::Sql(crate::adhoc::SqlError::Timeout { .. }) => Outcome::Timeout,
+            ToolError::Sql(e) if e.is_refusal() => Outcome::Refused,
+            ToolError::Embedding(_) | ToolError::Exec(_) | ToolError::Sql(_) => Outcome::ToolError,
         }
     }
 }

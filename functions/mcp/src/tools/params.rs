@@ -71,6 +71,8 @@ pub struct ParamSpec {
     pub required: bool,
     /// Already checked against `ty` when the tools file was loaded.
     pub default: Option<SqlValue>,
+    /// The audit stores a hash of the argument, not its value (`sensitive = true`).
+    pub sensitive: bool,
     /// Where the value comes from.
     pub source: Source,
 }
@@ -639,6 +641,7 @@ mod tests {
             ty,
             required,
             default: None,
+            sensitive: false,
             source: Source::Argument,
         }
     }
@@ -800,6 +803,7 @@ mod tests {
 
     fn owner(field: CallerField, ty: ParamType) -> ParamSpec {
         ParamSpec {
+            sensitive: false,
             source: Source::Caller(field),
             ..param("owner", ty, true)
         }

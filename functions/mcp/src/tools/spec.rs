@@ -114,6 +114,8 @@ pub struct ToolsFile {
     pub instructions: Option<String>,
     pub tools: Vec<ToolSpec>,
     pub prompts: Vec<PromptSpec>,
+    /// `[sql]`: the ad-hoc SQL tools this file turns on.
+    pub sql: Option<crate::adhoc::SqlSpec>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -126,7 +128,9 @@ pub enum SpecError {
     Tool { tool: String, problem: String },
     #[error("prompt `{prompt}`: {problem}")]
     Prompt { prompt: String, problem: String },
-    #[error("tools file declares no tools and no prompts")]
+    #[error("[sql]: {0}")]
+    Sql(String),
+    #[error("tools file declares no tools, no prompts and no [sql]")]
     Empty,
 }
 
@@ -134,6 +138,8 @@ pub enum SpecError {
 #[serde(deny_unknown_fields)]
 struct RawFile {
     instructions: Option<String>,
+    /// The ad-hoc SQL tools, off unless present (see `crate::adhoc`).
+    sql: Option<crate::adhoc::spec::RawSql>,
     #[serde(default, rename = "tool")]
     tools: Vec<RawTool>,
     #[serde(default, rename = "prompt")]
@@ -228,6 +234,9 @@ struct RawParam {
     description: Option<String>,
     // Optional here so `required = false` beside `from` is refused like `required = true`.
     required: Option<bool>,
+    /// The audit stores only a hash of this argument.
+    #[serde(default)]
+    sensitive: bool,
     max_items: Option<u64>,
     default: Option<toml::Value>,
     min_length: Option<u64>,
@@ -243,9 +252,14 @@ pub fn parse(text: &str, limits: Limits) -> Result<ToolsFile, SpecError> {
     text.parse::<toml::Table>()
         .map_err(|e| SpecError::Toml(e.to_string()))?;
     let raw: RawFile = toml::from_str(text).map_err(|e| SpecError::Format(e.to_string()))?;
-    if raw.tools.is_empty() && raw.prompts.is_empty() {
+    if raw.tools.is_empty() && raw.prompts.is_empty() && raw.sql.is_none() {
         return Err(SpecError::Empty);
     }
+    let sql = raw
+        .sql
+        .map(|sql| crate::adhoc::spec::parse(sql, limits))
+        .transpose()
+        .map_err(SpecError::Sql)?;
     let instructions = raw
         .instructions
         .map(|i| i.trim().to_owned())
@@ -288,10 +302,21 @@ pub fn parse(text: &str, limits: Limits) -> Result<ToolsFile, SpecError> {
         }
         tools.push(spec);
     }
+    if let Some(clash) = tools
+        .iter()
+        .find(|t| crate::adhoc::Kind::from_name(&t.name).is_some())
+        .filter(|_| sql.is_some())
+    {
+        return Err(SpecError::Tool {
+            tool: clash.name.clone(),
+            problem: "has the name of one of the [sql] tools".into(),
+        });
+    }
     Ok(ToolsFile {
         instructions,
         tools,
         prompts,
+        sql,
     })
 }
 
@@ -454,8 +479,11 @@ fn tool(raw: RawTool, limits: Limits) -> Result<ToolSpec, String> {
     placeholder_types.push(Type::INT8);
     // A CTE rather than a subquery: Postgres inlines it for plain SELECTs, and it is the only
     // place a declared `writes` tool's INSERT/UPDATE ... RETURNING may stand.
+    // The comment names the tool to a DBA in pg_stat_activity and pg_stat_statements. The
+    // request id is not in it: the statement is prepared once per connection and reused (see
+    // `exec::begin_sql`), so it travels in `application_name` instead.
     let wrapped_sql = format!(
-        "WITH tool_rows AS (\n{}\n) SELECT row_to_json(tool_rows)::text FROM tool_rows LIMIT ${}",
+        "/* parley tool={name} */ WITH tool_rows AS (\n{}\n) SELECT row_to_json(tool_rows)::text FROM tool_rows LIMIT ${}",
         rewritten.sql,
         placeholder_types.len()
     );
@@ -548,7 +576,7 @@ fn tool(raw: RawTool, limits: Limits) -> Result<ToolSpec, String> {
     let keyed_sql = raw.writes.then(|| {
         let n = placeholder_types.len();
         format!(
-            "WITH tool_rows AS (\n{}\n),\n\
+            "/* parley tool={name} */ WITH tool_rows AS (\n{}\n),\n\
              limited AS (SELECT row_to_json(tool_rows)::text AS row, row_number() OVER () AS n \
              FROM tool_rows LIMIT ${n}),\n\
              remembered AS (INSERT INTO parley.idempotency (caller, tool, key, rows) \
@@ -741,6 +769,7 @@ fn param(name: String, raw: RawParam) -> Result<ParamSpec, String> {
                 _ => "is computed by the server",
             };
             for (given, key) in [
+                (raw.sensitive, "sensitive"),
                 (raw.required.is_some(), "required"),
                 (raw.default.is_some(), "default"),
                 (raw.description.is_some(), "description"),
@@ -862,6 +891,7 @@ fn param(name: String, raw: RawParam) -> Result<ParamSpec, String> {
         // NULL when its text is (see `embedding_sources`).
         required: required || source != Source::Argument,
         default: None,
+        sensitive: raw.sensitive,
         source,
     };
     if let Some(default) = raw.default {
@@ -923,7 +953,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             t.wrapped_sql,
-            "WITH tool_rows AS (\nSELECT * FROM lads WHERE code = $1\n) SELECT row_to_json(tool_rows)::text FROM tool_rows LIMIT $2"
+            "/* parley tool=by_code */ WITH tool_rows AS (\nSELECT * FROM lads WHERE code = $1\n) SELECT row_to_json(tool_rows)::text FROM tool_rows LIMIT $2"
         );
         assert_eq!(t.placeholder_types, vec![Type::TEXT, Type::INT8]);
         assert_eq!(t.max_rows, 100);
@@ -1173,7 +1203,7 @@ mod tests {
         .unwrap();
         let keyed = t.keyed_sql.unwrap();
         assert!(
-            keyed.starts_with("WITH tool_rows AS (\nINSERT INTO t (a) VALUES ($1) RETURNING a\n)"),
+            keyed.contains("*/ WITH tool_rows AS (\nINSERT INTO t (a) VALUES ($1) RETURNING a\n)"),
             "{keyed}"
         );
         assert!(keyed.contains("FROM tool_rows LIMIT $2"), "{keyed}");
@@ -1320,7 +1350,7 @@ mod tests {
         let err = parse("instructions = \"x\"\n", Limits::default()).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "tools file declares no tools and no prompts"
+            "tools file declares no tools, no prompts and no [sql]"
         );
     }
 

@@ -1,6 +1,7 @@
 //! Integration tests of the MCP function through its real HTTP surface, against a real
 //! Postgres (see `parley-testkit`). One binary, so the crate links once.
 
+mod audit;
 mod auth;
 mod callers;
 mod connections;
@@ -10,6 +11,8 @@ mod helpers;
 mod protocol;
 mod resilience;
 mod secrets;
+mod sql_attacks;
+mod sql_startup;
 mod startup;
 mod tool_keys;
 mod tools;

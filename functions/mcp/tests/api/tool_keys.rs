@@ -89,10 +89,16 @@ async fn tool_settings_hold_for_its_transaction_only_with_values_as_written() {
         rows["rows"][0],
         json!({"work_mem": "8MB", "application_name": "it's a \\ test", "flag": "42"})
     );
-    // Nothing stays on the pooled connection (calls in turn reuse it) after the transaction.
+    // Nothing stays on the pooled connection (calls in turn reuse it) after the transaction;
+    // a tool that does not set application_name shows Parley's, naming its own request.
     let after = app.rows("plain_settings", json!({})).await;
-    assert_eq!(after, before);
+    assert_eq!(after["rows"][0]["work_mem"], before["rows"][0]["work_mem"]);
     assert_ne!(after["rows"][0]["work_mem"], "8MB");
+    for row in [&before, &after] {
+        let name = row["rows"][0]["application_name"].as_str().unwrap();
+        assert!(name.starts_with("parley request="), "{name}");
+    }
+    assert_ne!(before, after, "each call names its own request");
 }
 
 #[tokio::test]

@@ -1,0 +1,618 @@
+//! Ad-hoc SQL: `run_sql`, `list_tables`, `describe_table` and `explain_sql`, for the questions
+//! no declared tool foresaw. Off unless a tools file has a `[sql]` table (see `spec`).
+//!
+//! The guarantees come from Postgres, not from reading the SQL: the statements run as a
+//! dedicated login role (`SQL_DATABASE_URL`) that `role` checks at start-up can only read the
+//! allowed schemas, one statement at a time through the extended protocol, in a read-only
+//! transaction that is always rolled back, on a session reset after every call (`run`).
+
+pub mod role;
+pub mod run;
+pub mod spec;
+
+use std::sync::Arc;
+
+use deadpool_postgres::Pool;
+use rmcp::model::{JsonObject, Tool, ToolAnnotations};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+use tokio_postgres::types::Type;
+
+pub use run::SqlError;
+pub use spec::{Kind, SqlSpec};
+
+use crate::audit::Marker;
+use crate::tools::ToolOutput;
+use run::{Session, Statement};
+
+/// The SQL tools of one deployment: their settings, the SQL role's pool, their descriptions.
+pub struct SqlTools {
+    spec: SqlSpec,
+    pool: Pool,
+    listed: Vec<Tool>,
+    /// The role check's verdict, once it could run (at start-up, or before the first call when
+    /// the database was unreachable then). Calls are refused until it says the role is safe.
+    verdict: OnceCell<Result<(), String>>,
+}
+
+impl std::fmt::Debug for SqlTools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlTools")
+            .field("spec", &self.spec)
+            .finish()
+    }
+}
+
+impl SqlTools {
+    pub fn new(spec: SqlSpec, pool: Pool) -> Self {
+        let listed = spec.tools.iter().map(|&k| describe(k, &spec)).collect();
+        Self {
+            spec,
+            pool,
+            listed,
+            verdict: OnceCell::new(),
+        }
+    }
+
+    pub fn spec(&self) -> &SqlSpec {
+        &self.spec
+    }
+
+    pub fn listed(&self) -> &[Tool] {
+        &self.listed
+    }
+
+    /// The tool called `name`, if it is one of the enabled SQL tools.
+    pub fn kind(&self, name: &str) -> Option<Kind> {
+        Kind::from_name(name).filter(|k| self.spec.tools.contains(k))
+    }
+
+    /// Checks the SQL role at start-up. `Ok(false)`: the database could not be reached; the
+    /// check runs again before the first call. `Err`: the role can do more than it should.
+    pub async fn check_role(&self) -> Result<bool, role::UnsafeRole> {
+        match self.run_check().await {
+            None => Ok(false),
+            Some(Ok(())) => Ok(true),
+            Some(Err(unsafe_role)) => Err(unsafe_role),
+        }
+    }
+
+    /// `None` when the check could not run.
+    async fn run_check(&self) -> Option<Result<(), role::UnsafeRole>> {
+        let client = match self.pool.get().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %parley_core::db::DbError::from(e), "SQL role unreachable; checked before the first call");
+                return None;
+            }
+        };
+        match role::check(&client, &self.spec.schemas).await {
+            Ok(verdict) => {
+                let _ = self
+                    .verdict
+                    .set(verdict.as_ref().map(drop).map_err(ToString::to_string));
+                Some(verdict)
+            }
+            Err(e) => {
+                tracing::warn!(error = %parley_core::db::pg_message(&e), "SQL role check failed to run");
+                None
+            }
+        }
+    }
+
+    /// Refuses every call while the role is unchecked or unsafe.
+    async fn ensure_checked(&self) -> Result<(), SqlError> {
+        if self.verdict.get().is_none() && self.run_check().await.is_none() {
+            return Err(SqlError::Unavailable);
+        }
+        match self.verdict.get() {
+            Some(Ok(())) => Ok(()),
+            Some(Err(problem)) => {
+                tracing::error!(%problem, "SQL tools refused: the role is unsafe");
+                Err(SqlError::Refused(
+                    "the SQL tools are turned off: their database role can do more than read; \
+                     the server log says what to change"
+                        .into(),
+                ))
+            }
+            None => Err(SqlError::Unavailable),
+        }
+    }
+
+    /// One call of the tool `kind`; `marker` names it to a DBA.
+    pub async fn call(
+        &self,
+        kind: Kind,
+        arguments: Option<&JsonObject>,
+        marker: Marker<'_>,
+    ) -> Result<ToolOutput, SqlError> {
+        let arguments = Value::Object(arguments.cloned().unwrap_or_default());
+        // Arguments are checked before anything touches the database.
+        let session = Session {
+            schemas: &self.spec.schemas,
+            timeout: self.spec.timeout,
+            marker,
+        };
+        match kind {
+            Kind::RunSql => {
+                let args: RunSqlArgs = parse_args(arguments)?;
+                let sql = run::accept(&args.sql, self.spec.max_statement_bytes)?;
+                let limit = match args.limit {
+                    None => self.spec.max_rows,
+                    Some(0) => {
+                        return Err(SqlError::Refused("`limit` must be at least 1".into()));
+                    }
+                    Some(n) => n.min(self.spec.max_rows),
+                };
+                self.ensure_checked().await?;
+                self.run_sql(&session, sql, limit).await
+            }
+            Kind::ExplainSql => {
+                let args: SqlArgs = parse_args(arguments)?;
+                let sql = run::accept(&args.sql, self.spec.max_statement_bytes)?;
+                self.ensure_checked().await?;
+                self.explain(&session, sql).await
+            }
+            Kind::ListTables => {
+                let args: ListTablesArgs = parse_args(arguments)?;
+                let schemas = match &args.schema {
+                    None => self.spec.schemas.clone(),
+                    Some(s) if self.spec.schemas.contains(s) => vec![s.clone()],
+                    Some(s) => return Err(SqlError::NotFound(self.no_schema(s))),
+                };
+                self.ensure_checked().await?;
+                self.list_tables(&session, &schemas).await
+            }
+            Kind::DescribeTable => {
+                let args: DescribeArgs = parse_args(arguments)?;
+                let (schema, table) = table_name(&args.name)?;
+                if let Some(s) = &schema
+                    && !self.spec.schemas.contains(s)
+                {
+                    return Err(SqlError::NotFound(self.no_schema(s)));
+                }
+                self.ensure_checked().await?;
+                self.describe(&session, schema.as_deref(), &table).await
+            }
+        }
+    }
+
+    fn no_schema(&self, schema: &str) -> String {
+        format!(
+            "schema `{schema}` is not open to the SQL tools; they read {}",
+            self.spec.schemas.join(", ")
+        )
+    }
+
+    async fn run_sql(
+        &self,
+        session: &Session<'_>,
+        sql: &str,
+        limit: u64,
+    ) -> Result<ToolOutput, SqlError> {
+        // The caller's text becomes a subquery: Postgres renders each row as JSON (exactly as
+        // stored), cuts it at the byte cap before sending it, and stops at one row past the
+        // limit. The newlines keep a trailing `--` comment from swallowing the rest.
+        let prefix = format!(
+            "{} SELECT pg_catalog.substr(pg_catalog.to_json(q)::text, 1, {}) FROM (\n",
+            session.marker.comment(),
+            self.spec.max_bytes + 1
+        );
+        let statement = Statement {
+            text: format!("{prefix}{sql}\n) AS q LIMIT {}", limit + 1),
+            params: Vec::new(),
+            original: sql,
+            offset: prefix.chars().count(),
+        };
+        run::rows(&self.pool, session, &statement, limit, self.spec.max_bytes).await
+    }
+
+    async fn explain(&self, session: &Session<'_>, sql: &str) -> Result<ToolOutput, SqlError> {
+        // Never ANALYZE: the plan is computed, the statement is not run. `EXPLAIN (...)
+        // ANALYZE ...` is a syntax error, so the caller cannot add it.
+        let prefix = format!("{} EXPLAIN (FORMAT TEXT) ", session.marker.comment());
+        let statement = Statement {
+            text: format!("{prefix}{sql}"),
+            params: Vec::new(),
+            original: sql,
+            offset: prefix.chars().count(),
+        };
+        let lines = run::texts(&self.pool, session, &statement).await?;
+        let json = json!({ "plan": lines.join("\n") }).to_string();
+        Ok(object_output(json))
+    }
+
+    async fn list_tables(
+        &self,
+        session: &Session<'_>,
+        schemas: &[String],
+    ) -> Result<ToolOutput, SqlError> {
+        let statement = Statement {
+            text: format!(
+                "{} {LIST_TABLES} LIMIT {}",
+                session.marker.comment(),
+                self.spec.max_rows + 1
+            ),
+            params: vec![(&schemas as _, Type::TEXT_ARRAY)],
+            original: "",
+            offset: 0,
+        };
+        run::rows(
+            &self.pool,
+            session,
+            &statement,
+            self.spec.max_rows,
+            self.spec.max_bytes,
+        )
+        .await
+    }
+
+    async fn describe(
+        &self,
+        session: &Session<'_>,
+        schema: Option<&str>,
+        table: &str,
+    ) -> Result<ToolOutput, SqlError> {
+        let schemas = &self.spec.schemas;
+        let statement = Statement {
+            text: format!("{} {DESCRIBE_TABLE}", session.marker.comment()),
+            params: vec![
+                (schemas as _, Type::TEXT_ARRAY),
+                (&schema as _, Type::TEXT),
+                (&table as _, Type::TEXT),
+            ],
+            original: "",
+            offset: 0,
+        };
+        let found = run::texts(&self.pool, session, &statement).await?;
+        let Some(text) = found.into_iter().next() else {
+            return Err(SqlError::NotFound(format!(
+                "no table or view `{table}` you may read in {}; call list_tables for the ones \
+                 there are",
+                schema.map_or_else(|| schemas.join(", "), str::to_owned)
+            )));
+        };
+        let mut described: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        if self.spec.sample_rows > 0
+            && let (Some(s), Some(t)) = (described["schema"].as_str(), described["name"].as_str())
+        {
+            let statement = Statement {
+                text: format!(
+                    "{} SELECT pg_catalog.substr(pg_catalog.to_json(s)::text, 1, {}) FROM {}.{} AS s LIMIT {}",
+                    session.marker.comment(),
+                    self.spec.max_bytes / 4,
+                    quote_identifier(s),
+                    quote_identifier(t),
+                    self.spec.sample_rows
+                ),
+                params: Vec::new(),
+                original: "",
+                offset: 0,
+            };
+            let sample = run::texts(&self.pool, session, &statement).await?;
+            described["sample_rows"] = Value::Array(
+                sample
+                    .iter()
+                    .map(|r| serde_json::from_str(r).unwrap_or_else(|_| json!({"cut": r.len()})))
+                    .collect(),
+            );
+        }
+        Ok(object_output(described.to_string()))
+    }
+}
+
+/// A result that is one object, not rows.
+fn object_output(json: String) -> ToolOutput {
+    ToolOutput {
+        json,
+        row_count: 1,
+        truncated: None,
+        replayed: false,
+    }
+}
+
+/// `"a"` for a name Postgres keeps as written.
+fn quote_identifier(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// `table`, `schema.table`, either part possibly double-quoted; unquoted parts fold to lower
+/// case, as Postgres folds them.
+fn table_name(name: &str) -> Result<(Option<String>, String), SqlError> {
+    let bad = || {
+        SqlError::Refused(format!(
+            "`{name}` is not a table name; write table or schema.table"
+        ))
+    };
+    if name.len() > 200 {
+        return Err(bad());
+    }
+    let mut parts = Vec::new();
+    let mut chars = name.trim().chars().peekable();
+    loop {
+        let mut part = String::new();
+        if chars.peek() == Some(&'"') {
+            chars.next();
+            loop {
+                match chars.next() {
+                    Some('"') if chars.peek() == Some(&'"') => {
+                        chars.next();
+                        part.push('"');
+                    }
+                    Some('"') => break,
+                    Some(c) => part.push(c),
+                    None => return Err(bad()),
+                }
+            }
+        } else {
+            while let Some(&c) = chars.peek() {
+                if c == '.' || c == '"' {
+                    break;
+                }
+                part.push(c.to_ascii_lowercase());
+                chars.next();
+            }
+            part = part.trim().to_owned();
+        }
+        if part.is_empty() {
+            return Err(bad());
+        }
+        parts.push(part);
+        match chars.next() {
+            None => break,
+            Some('.') => {}
+            Some(_) => return Err(bad()),
+        }
+    }
+    match <[String; 2]>::try_from(parts) {
+        Ok([schema, table]) => Ok((Some(schema), table)),
+        Err(parts) => match <[String; 1]>::try_from(parts) {
+            Ok([table]) => Ok((None, table)),
+            Err(_) => Err(bad()),
+        },
+    }
+}
+
+fn parse_args<T: for<'de> Deserialize<'de>>(arguments: Value) -> Result<T, SqlError> {
+    serde_json::from_value(arguments)
+        .map_err(|e| SqlError::Refused(format!("invalid arguments: {e}")))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunSqlArgs {
+    sql: String,
+    limit: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SqlArgs {
+    sql: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListTablesArgs {
+    schema: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DescribeArgs {
+    name: String,
+}
+
+/// Tables and views of the schemas `$1` that the role may read, one JSON text per row.
+const LIST_TABLES: &str = "SELECT json_build_object(\
+    'schema', n.nspname, 'name', c.relname, \
+    'kind', CASE c.relkind WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view' \
+                           WHEN 'f' THEN 'foreign table' ELSE 'table' END, \
+    'rows_estimate', CASE WHEN c.relkind IN ('r', 'p', 'm') AND c.reltuples >= 0 \
+                          THEN c.reltuples::bigint END, \
+    'comment', pg_catalog.obj_description(c.oid, 'pg_class'))::text \
+FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+WHERE n.nspname = ANY($1) AND c.relkind IN ('r', 'p', 'v', 'm', 'f') AND NOT c.relispartition \
+  AND pg_catalog.has_any_column_privilege(c.oid, 'SELECT') \
+ORDER BY pg_catalog.array_position($1, n.nspname::text), c.relname";
+
+/// One table or view (`$3`, in schema `$2` or the first of `$1` that has it) as one JSON text:
+/// columns the role may read, constraints, foreign keys both ways, indexes.
+const DESCRIBE_TABLE: &str = "WITH t AS (\
+    SELECT c.oid, n.nspname, c.relname, c.relkind, c.reltuples \
+    FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+    WHERE n.nspname = ANY($1) AND ($2::text IS NULL OR n.nspname = $2) AND c.relname = $3 \
+      AND c.relkind IN ('r', 'p', 'v', 'm', 'f') \
+      AND pg_catalog.has_any_column_privilege(c.oid, 'SELECT') \
+    ORDER BY pg_catalog.array_position($1, n.nspname::text) LIMIT 1) \
+SELECT json_build_object(\
+    'schema', t.nspname, 'name', t.relname, \
+    'kind', CASE t.relkind WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view' \
+                           WHEN 'f' THEN 'foreign table' ELSE 'table' END, \
+    'comment', pg_catalog.obj_description(t.oid, 'pg_class'), \
+    'rows_estimate', CASE WHEN t.relkind IN ('r', 'p', 'm') AND t.reltuples >= 0 \
+                          THEN t.reltuples::bigint END, \
+    'columns', (SELECT json_agg(json_build_object(\
+            'name', a.attname, \
+            'type', pg_catalog.format_type(a.atttypid, a.atttypmod), \
+            'nullable', NOT a.attnotnull, \
+            'default', CASE WHEN a.attgenerated = '' THEN pg_catalog.pg_get_expr(d.adbin, d.adrelid) END, \
+            'generated', CASE WHEN a.attgenerated <> '' THEN pg_catalog.pg_get_expr(d.adbin, d.adrelid) END, \
+            'comment', pg_catalog.col_description(a.attrelid, a.attnum)) ORDER BY a.attnum) \
+        FROM pg_catalog.pg_attribute a \
+        LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
+        WHERE a.attrelid = t.oid AND a.attnum > 0 AND NOT a.attisdropped \
+          AND pg_catalog.has_column_privilege(t.oid, a.attnum, 'SELECT')), \
+    'constraints', (SELECT json_agg(json_build_object(\
+            'name', k.conname, \
+            'type', CASE k.contype WHEN 'p' THEN 'primary key' WHEN 'u' THEN 'unique' \
+                                   WHEN 'f' THEN 'foreign key' WHEN 'c' THEN 'check' \
+                                   ELSE 'exclusion' END, \
+            'definition', pg_catalog.pg_get_constraintdef(k.oid, true)) \
+            ORDER BY k.contype = 'p' DESC, k.conname) \
+        FROM pg_catalog.pg_constraint k \
+        WHERE k.conrelid = t.oid AND k.contype IN ('p', 'u', 'f', 'c', 'x')), \
+    'referenced_by', (SELECT json_agg(json_build_object(\
+            'table', (SELECT pg_catalog.format('%I.%I', rn.nspname, rc.relname) \
+                      FROM pg_catalog.pg_class rc \
+                      JOIN pg_catalog.pg_namespace rn ON rn.oid = rc.relnamespace \
+                      WHERE rc.oid = k.conrelid), \
+            'definition', pg_catalog.pg_get_constraintdef(k.oid, true)) ORDER BY k.conname) \
+        FROM pg_catalog.pg_constraint k \
+        WHERE k.confrelid = t.oid AND k.contype = 'f' \
+          AND pg_catalog.has_any_column_privilege(k.conrelid, 'SELECT')), \
+    'indexes', (SELECT json_agg(pg_catalog.pg_get_indexdef(i.indexrelid) ORDER BY i.indexrelid) \
+        FROM pg_catalog.pg_index i WHERE i.indrelid = t.oid))::text \
+FROM t";
+
+/// How a SQL tool is published in `tools/list`.
+fn describe(kind: Kind, spec: &SqlSpec) -> Tool {
+    let schemas = spec.schemas.join(", ");
+    let (description, input, output) = match kind {
+        Kind::RunSql => {
+            let mut description = format!(
+                "Runs one read-only PostgreSQL query over the schemas {schemas} and returns its \
+                 rows as JSON objects (`rows`, `row_count`, `truncated`). Write one SELECT \
+                 (WITH ... SELECT, VALUES and TABLE work too) in PostgreSQL's dialect: \
+                 date_trunc, FILTER (WHERE ...), window functions, ILIKE, ::casts. No \
+                 semicolon-separated statements, no writes, no SET. Unqualified names resolve \
+                 in {schemas}. At most {} rows come back (ask for fewer with `limit`); give \
+                 aggregates rather than raw rows where you can. A statement runs at most {} ms. \
+                 Look first: list_tables and describe_table give the exact table and column \
+                 names. An error comes back with Postgres' message and its line and column in \
+                 your statement; correct it and try again.",
+                spec.max_rows,
+                spec.timeout.as_millis()
+            );
+            if let Some(notes) = &spec.notes {
+                description.push_str("\n\n");
+                description.push_str(notes);
+            }
+            (
+                description,
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "sql": {"type": "string", "description": "One PostgreSQL query.", "minLength": 1, "maxLength": spec.max_statement_bytes},
+                        "limit": {"type": "integer", "minimum": 1, "maximum": spec.max_rows, "description": format!("Most rows to return (default and maximum {}).", spec.max_rows)}
+                    },
+                    "required": ["sql"],
+                    "additionalProperties": false
+                }),
+                rows_schema(),
+            )
+        }
+        Kind::ListTables => (
+            format!(
+                "Lists the tables and views you may query with run_sql in {schemas}: schema, \
+                 name, kind, an estimate of the row count and the comment saying what each \
+                 holds."
+            ),
+            json!({
+                "type": "object",
+                "properties": {
+                    "schema": {"type": "string", "enum": spec.schemas, "description": "Only this schema."}
+                },
+                "additionalProperties": false
+            }),
+            rows_schema(),
+        ),
+        Kind::DescribeTable => (
+            format!(
+                "Describes one table or view of {schemas}: its columns (type, nullability, \
+                 default, comment), keys, foreign keys both ways, indexes{}. Use it before \
+                 run_sql to get names and joins right.",
+                if spec.sample_rows > 0 {
+                    format!(" and {} sample rows", spec.sample_rows)
+                } else {
+                    String::new()
+                }
+            ),
+            json!({
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "description": "table or schema.table", "minLength": 1, "maxLength": 200}
+                },
+                "required": ["name"],
+                "additionalProperties": false
+            }),
+            json!({"type": "object", "properties": {
+                "schema": {"type": "string"}, "name": {"type": "string"}, "kind": {"type": "string"},
+                "columns": {"type": "array", "items": {"type": "object"}}
+            }, "required": ["schema", "name", "kind", "columns"]}),
+        ),
+        Kind::ExplainSql => (
+            format!(
+                "Shows the plan PostgreSQL would use for a query over {schemas} (EXPLAIN, \
+                 without running it): check that a heavy query uses indexes before run_sql. \
+                 The same rules as run_sql apply to the statement."
+            ),
+            json!({
+                "type": "object",
+                "properties": {
+                    "sql": {"type": "string", "description": "One PostgreSQL query.", "minLength": 1, "maxLength": spec.max_statement_bytes}
+                },
+                "required": ["sql"],
+                "additionalProperties": false
+            }),
+            json!({"type": "object", "properties": {"plan": {"type": "string"}}, "required": ["plan"]}),
+        ),
+    };
+    Tool::new(kind.name(), description, Arc::new(object(input)))
+        .with_raw_output_schema(Arc::new(object(output)))
+        .with_annotations(
+            ToolAnnotations::new()
+                .read_only(true)
+                .destructive(false)
+                .idempotent(true)
+                .open_world(false),
+        )
+}
+
+fn rows_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "rows": {"type": "array", "items": {"type": "object"}},
+            "row_count": {"type": "integer", "minimum": 0},
+            "truncated": {"type": "boolean"},
+            "truncated_reason": {"type": "string", "enum": ["max_rows", "max_bytes"]},
+            "note": {"type": "string"}
+        },
+        "required": ["rows", "row_count", "truncated"]
+    })
+}
+
+fn object(value: Value) -> JsonObject {
+    match value {
+        Value::Object(map) => map,
+        _ => JsonObject::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_names_fold_like_postgres() {
+        assert_eq!(table_name("Feedback").unwrap(), (None, "feedback".into()));
+        assert_eq!(
+            table_name("public.lads").unwrap(),
+            (Some("public".into()), "lads".into())
+        );
+        assert_eq!(
+            table_name("\"My.Schema\".\"T\"").unwrap(),
+            (Some("My.Schema".into()), "T".into())
+        );
+        for bad in ["", ".", "a.", "\"\"", "a\"b", "a.b.c"] {
+            assert!(table_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn identifiers_are_quoted_with_doubled_quotes() {
+        assert_eq!(quote_identifier("a\"b"), "\"a\"\"b\"");
+    }
+}

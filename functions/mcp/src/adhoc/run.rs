@@ -1,0 +1,298 @@
+//! One ad-hoc statement on a connection of the SQL role: the transaction around it, the
+//! statement as sent, and its errors as the model should read them.
+//!
+//! Every call is one pipelined round trip: `BEGIN READ ONLY` with a local statement timeout and
+//! `search_path`, the statement through the extended query protocol (which refuses more than
+//! one command), `ROLLBACK` (never `COMMIT`), then `DISCARD ALL`, which drops whatever a
+//! statement can leave on the session past its transaction (advisory locks, prepared
+//! statements, settings, `LISTEN`s). A connection whose clean-up failed is closed, not pooled.
+
+use std::time::Duration;
+
+use deadpool_postgres::{Object, Pool};
+use futures_util::TryStreamExt;
+use parley_core::db::DbError;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::{ToSql, Type};
+
+use crate::audit::Marker;
+use crate::tools::ToolOutput;
+use crate::tools::exec::Render;
+
+/// What a statement failed with, worded for the model that wrote it.
+#[derive(Debug, thiserror::Error)]
+pub enum SqlError {
+    #[error("{0}")]
+    Refused(String),
+    #[error(
+        "the statement ran longer than {ms} ms and was cancelled; add filters or a LIMIT, join \
+         fewer rows, or look at its plan with explain_sql"
+    )]
+    Timeout { ms: u128 },
+    #[error("{}", .0)]
+    Postgres(Box<PgFailure>),
+    /// Something the call named that the role cannot see (a table, a schema).
+    #[error("{0}")]
+    NotFound(String),
+    #[error("the database is unavailable right now; try again in a few seconds")]
+    Unavailable,
+}
+
+impl SqlError {
+    /// Refused by Postgres' rules (privileges, read-only) or ours (size, bytes), as opposed to
+    /// a mistake in the statement.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            SqlError::Refused(_) => true,
+            SqlError::Postgres(f) => matches!(
+                f.code.as_str(),
+                // insufficient_privilege, read_only_sql_transaction, feature_not_supported
+                // (e.g. a function that cannot run in a read-only transaction)
+                "42501" | "25006" | "0A000"
+            ),
+            _ => false,
+        }
+    }
+}
+
+/// Postgres' own report on the statement: message, SQLSTATE, where in the statement, and its
+/// hint, but never the server's internals (source file, line, routine, or PL/pgSQL context).
+#[derive(Debug)]
+pub struct PgFailure {
+    pub code: String,
+    pub message: String,
+    pub detail: Option<String>,
+    pub hint: Option<String>,
+    /// 1-based character position in the statement as the caller wrote it.
+    pub position: Option<usize>,
+    /// `(line, column)` of `position`, both 1-based.
+    pub line_column: Option<(usize, usize)>,
+}
+
+impl std::fmt::Display for PgFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ERROR {}: {}", self.code, self.message)?;
+        if let (Some(position), Some((line, column))) = (self.position, self.line_column) {
+            write!(
+                f,
+                " (at character {position}: line {line}, column {column})"
+            )?;
+        }
+        if let Some(detail) = &self.detail {
+            write!(f, "\nDETAIL: {detail}")?;
+        }
+        if let Some(hint) = &self.hint {
+            write!(f, "\nHINT: {hint}")?;
+        }
+        Ok(())
+    }
+}
+
+/// How a statement runs: where, for how long, with what marker.
+pub struct Session<'a> {
+    pub schemas: &'a [String],
+    pub timeout: Duration,
+    /// Names the call in a comment in front of every statement and in `application_name`.
+    pub marker: Marker<'a>,
+}
+
+impl Session<'_> {
+    fn begin(&self) -> String {
+        let path = self
+            .schemas
+            .iter()
+            .map(|s| format!("\"{s}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let ms = self.timeout.as_millis();
+        // idle_in_transaction: a connection lost mid-pipeline must not hold a snapshot long.
+        format!(
+            "{} BEGIN READ ONLY; SET LOCAL statement_timeout = {ms}; \
+             SET LOCAL idle_in_transaction_session_timeout = {}; \
+             SET LOCAL search_path = {path}; \
+             SET LOCAL application_name = '{}'",
+            self.marker.comment(),
+            ms + 1000,
+            self.marker.application_name(),
+        )
+    }
+}
+
+/// A statement as sent, and where the caller's text sits in it.
+pub struct Statement<'a> {
+    pub text: String,
+    pub params: Vec<(&'a (dyn ToSql + Sync), Type)>,
+    /// What the caller wrote ("" for Parley's own catalog queries).
+    pub original: &'a str,
+    /// Characters in `text` before `original` starts, so positions in errors point into what
+    /// the caller wrote.
+    pub offset: usize,
+}
+
+/// Runs `statement`, whose rows are each one JSON text in the first column, and renders them
+/// with the caps.
+pub async fn rows(
+    pool: &Pool,
+    session: &Session<'_>,
+    statement: &Statement<'_>,
+    row_limit: u64,
+    max_bytes: u64,
+) -> Result<ToolOutput, SqlError> {
+    let client = connection(pool).await?;
+    let work = async {
+        let stream = client
+            .query_typed_raw(&statement.text, statement.params.iter().cloned())
+            .await?;
+        let mut stream = std::pin::pin!(stream);
+        let mut out = Render::new(row_limit, max_bytes);
+        while let Some(row) = stream.try_next().await? {
+            if !out.push(row.get::<_, &str>(0)) {
+                break;
+            }
+        }
+        Ok(out.finish())
+    };
+    let (outcome, clean) = transaction(&client, session, work).await;
+    release(client, clean);
+    outcome.map_err(|e| failure(e, session, statement))
+}
+
+/// Runs `statement` and returns its rows' first columns as text: for EXPLAIN and the catalog
+/// queries, whose results are small and fixed in shape.
+pub async fn texts(
+    pool: &Pool,
+    session: &Session<'_>,
+    statement: &Statement<'_>,
+) -> Result<Vec<String>, SqlError> {
+    let client = connection(pool).await?;
+    let work = async {
+        let rows = client
+            .query_typed(&statement.text, &statement.params)
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| r.get::<_, Option<String>>(0).unwrap_or_default())
+            .collect())
+    };
+    let (outcome, clean) = transaction(&client, session, work).await;
+    release(client, clean);
+    outcome.map_err(|e| failure(e, session, statement))
+}
+
+async fn connection(pool: &Pool) -> Result<Object, SqlError> {
+    pool.get().await.map_err(|e| {
+        tracing::warn!(error = %DbError::from(e), "no connection for the SQL tools");
+        SqlError::Unavailable
+    })
+}
+
+/// The pipeline around `work`. Postgres answers in order, so `work`'s statement runs inside
+/// the transaction `begin` opened, and the clean-up runs whatever `work` did. The flag is
+/// false when the clean-up failed.
+async fn transaction<T>(
+    client: &Object,
+    session: &Session<'_>,
+    work: impl Future<Output = Result<T, tokio_postgres::Error>>,
+) -> (Result<T, tokio_postgres::Error>, bool) {
+    let begin = session.begin();
+    let (begun, output, rolled_back, discarded) = tokio::join!(
+        client.batch_execute(&begin),
+        work,
+        client.batch_execute("ROLLBACK"),
+        client.batch_execute("DISCARD ALL"),
+    );
+    let clean = rolled_back.is_ok() && discarded.is_ok();
+    (begun.and(output), clean)
+}
+
+/// Back to the pool, unless the clean-up failed: then whatever the statement left on the
+/// session may still be there, and the connection is closed instead.
+fn release(client: Object, clean: bool) {
+    if !clean {
+        drop(Object::take(client));
+    }
+}
+
+fn failure(e: tokio_postgres::Error, session: &Session<'_>, statement: &Statement<'_>) -> SqlError {
+    let (original, offset) = (statement.original, statement.offset);
+    if parley_core::db::is_connection_error(&e) {
+        tracing::warn!(error = %parley_core::db::pg_message(&e), "SQL tools lost their connection");
+        return SqlError::Unavailable;
+    }
+    let Some(db) = e.as_db_error() else {
+        return SqlError::Refused(format!("the statement could not be sent: {e}"));
+    };
+    if *db.code() == SqlState::QUERY_CANCELED {
+        return SqlError::Timeout {
+            ms: session.timeout.as_millis(),
+        };
+    }
+    let position = match db.position() {
+        Some(tokio_postgres::error::ErrorPosition::Original(p)) => (*p as usize)
+            .checked_sub(offset)
+            .filter(|p| *p >= 1 && *p <= original.chars().count()),
+        _ => None,
+    };
+    SqlError::Postgres(Box::new(PgFailure {
+        code: db.code().code().to_owned(),
+        message: db.message().to_owned(),
+        detail: db.detail().map(str::to_owned),
+        hint: db.hint().map(str::to_owned),
+        position,
+        line_column: position.map(|p| line_column(original, p)),
+    }))
+}
+
+/// Line and column (1-based) of the 1-based character `position` in `text`.
+fn line_column(text: &str, position: usize) -> (usize, usize) {
+    let before: Vec<char> = text.chars().take(position - 1).collect();
+    let line = before.iter().filter(|&&c| c == '\n').count() + 1;
+    let column = before.iter().rev().take_while(|&&c| c != '\n').count() + 1;
+    (line, column)
+}
+
+/// The caller's statement as it may be sent: trimmed of whitespace and one trailing `;`
+/// (models add it), within the size limit, without NUL (which Postgres cannot take in text).
+pub fn accept(sql: &str, max_bytes: u64) -> Result<&str, SqlError> {
+    if sql.len() as u64 > max_bytes {
+        return Err(SqlError::Refused(format!(
+            "the statement is {} bytes; at most {max_bytes} are accepted",
+            sql.len()
+        )));
+    }
+    if sql.contains('\0') {
+        return Err(SqlError::Refused(
+            "the statement contains a NUL character, which SQL text cannot hold".into(),
+        ));
+    }
+    let trimmed = sql.trim();
+    let trimmed = trimmed.strip_suffix(';').unwrap_or(trimmed).trim_end();
+    if trimmed.is_empty() {
+        return Err(SqlError::Refused("the statement is empty".into()));
+    }
+    Ok(trimmed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_become_lines_and_columns() {
+        assert_eq!(line_column("SELECT x", 8), (1, 8));
+        assert_eq!(line_column("SELECT\n  x", 10), (2, 3));
+    }
+
+    #[test]
+    fn one_trailing_semicolon_and_whitespace_go() {
+        assert_eq!(accept("  SELECT 1 ;\n", 100).unwrap(), "SELECT 1");
+        assert_eq!(accept("SELECT 1;;", 100).unwrap(), "SELECT 1;");
+    }
+
+    #[test]
+    fn empty_large_and_nul_statements_are_refused() {
+        assert!(accept(" ; ", 100).is_err());
+        assert!(accept(&"x".repeat(101), 100).is_err());
+        assert!(accept("SELECT '\0'", 100).is_err());
+    }
+}

@@ -1,0 +1,412 @@
+//! The audit trail: one record per tool call (declared tools, ad-hoc SQL, writes) saying who
+//! called which tool with what, and how it went. `AUDIT` picks where it goes: `postgres`
+//! (default, the append-only `parley.audit`), `log` (a JSON log line), or `off`.
+//!
+//! Writing to Postgres stays off the call's critical path: the call hands its record to a
+//! queue and answers; a background task writes whatever has queued up in one INSERT, in a
+//! transaction with `synchronous_commit = off`, so no call waits for a round trip or a WAL
+//! flush. A full queue or a failed INSERT puts the records in the log instead of losing them.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::Pool;
+use parley_core::config::{ConfigError, Env};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+use tokio_postgres::types::Type;
+
+/// Where records go (`AUDIT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Destination {
+    Postgres,
+    Log,
+    Off,
+}
+
+/// The audit settings.
+#[derive(Debug, Clone, Copy)]
+pub struct AuditConfig {
+    /// `AUDIT`: `postgres` (default), `log` or `off`.
+    pub destination: Destination,
+    /// `AUDIT_QUEUE`: records waiting to be written before new ones go to the log instead.
+    pub queue: usize,
+}
+
+impl AuditConfig {
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let destination = match env.get("AUDIT").map(str::to_ascii_lowercase).as_deref() {
+            None | Some("postgres") => Destination::Postgres,
+            Some("log") => Destination::Log,
+            Some("off") => Destination::Off,
+            Some(_) => {
+                return Err(ConfigError::new(
+                    "AUDIT",
+                    "must be postgres (the parley.audit table), log or off",
+                ));
+            }
+        };
+        Ok(Self {
+            destination,
+            queue: env.limit("AUDIT_QUEUE", 10_000, 1..=1_000_000)? as usize,
+        })
+    }
+}
+
+/// How a call ended, as the audit names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Ok,
+    /// The statement failed, or the tool's SQL refused the call.
+    ToolError,
+    Timeout,
+    /// Refused before or instead of running: bad arguments, an unknown tool, a privilege or
+    /// read-only refusal from Postgres, a statement over a limit.
+    Refused,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::ToolError => "tool_error",
+            Outcome::Timeout => "timeout",
+            Outcome::Refused => "refused",
+        }
+    }
+}
+
+/// One tool call.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub at: DateTime<Utc>,
+    pub request_id: String,
+    /// The user's subject, or `service`.
+    pub caller: String,
+    pub tool: String,
+    /// As sent, sensitive parameters replaced by their hash (see [`redact`]).
+    pub arguments: Value,
+    pub statement: Option<String>,
+    pub rows: Option<i32>,
+    pub truncated: bool,
+    pub duration: Duration,
+    pub outcome: Outcome,
+    /// What went wrong, without argument values.
+    pub error: Option<String>,
+}
+
+/// Where the function's records go; cheap to clone.
+#[derive(Clone)]
+pub enum Audit {
+    Off,
+    Log,
+    Postgres(mpsc::Sender<Record>),
+}
+
+/// Most records one INSERT writes.
+const BATCH: usize = 500;
+
+impl Audit {
+    /// Starts the writer task for `Destination::Postgres` (it ends when every `Audit` is gone).
+    pub fn start(config: AuditConfig, pool: &Pool) -> Self {
+        match config.destination {
+            Destination::Off => Audit::Off,
+            Destination::Log => Audit::Log,
+            Destination::Postgres => {
+                let (sender, receiver) = mpsc::channel(config.queue);
+                tokio::spawn(write_queued(receiver, pool.clone()));
+                Audit::Postgres(sender)
+            }
+        }
+    }
+
+    /// Records one call without waiting for it to be stored.
+    pub fn record(&self, record: Record) {
+        match self {
+            Audit::Off => {}
+            Audit::Log => log(&record, "tool call audited"),
+            Audit::Postgres(queue) => {
+                if let Err(e) = queue.try_send(storable(record)) {
+                    let record = match e {
+                        mpsc::error::TrySendError::Full(r)
+                        | mpsc::error::TrySendError::Closed(r) => r,
+                    };
+                    log(
+                        &record,
+                        "audit queue full; record written to the log instead",
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Most bytes of a statement or of the arguments one record stores; a longer one (refused
+/// anyway: see `[sql] max_statement_bytes`) is cut, saying how long it was.
+const MAX_STORED_BYTES: usize = 64 * 1024;
+
+/// `record` as Postgres can store it: text and jsonb cannot hold NUL (shown as U+FFFD), and
+/// an oversized statement or argument list is cut.
+fn storable(mut record: Record) -> Record {
+    if let Some(statement) = &mut record.statement {
+        *statement = cut(&statement.replace('\0', "\u{FFFD}"));
+    }
+    let arguments = record.arguments.to_string();
+    if arguments.len() > MAX_STORED_BYTES {
+        record.arguments = serde_json::json!({ "cut": true, "bytes": arguments.len() });
+    } else if arguments.contains("\\u0000") {
+        record.arguments =
+            serde_json::from_str(&arguments.replace("\\u0000", "\\ufffd")).unwrap_or(Value::Null);
+    }
+    record
+}
+
+fn cut(text: &str) -> String {
+    if text.len() <= MAX_STORED_BYTES {
+        return text.to_owned();
+    }
+    let mut end = MAX_STORED_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… [{} bytes in all]", &text[..end], text.len())
+}
+
+/// The record as one structured log line (target `parley::audit`).
+fn log(record: &Record, message: &str) {
+    tracing::info!(
+        target: "parley::audit",
+        at = %record.at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+        request_id = %record.request_id,
+        caller = %record.caller,
+        tool = %record.tool,
+        arguments = %record.arguments,
+        statement = record.statement.as_deref(),
+        rows = record.rows,
+        truncated = record.truncated,
+        duration_ms = record.duration.as_secs_f64() * 1000.0,
+        outcome = record.outcome.as_str(),
+        error = record.error.as_deref(),
+        "{message}"
+    );
+}
+
+const INSERT: &str = "INSERT INTO parley.audit \
+    (at, request_id, caller, tool, arguments, statement, rows, truncated, duration_ms, outcome, error) \
+    SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::jsonb[], \
+                         $6::text[], $7::int4[], $8::bool[], $9::float8[], $10::text[], $11::text[])";
+
+/// The writer task: whatever has queued since the last INSERT goes in the next one.
+async fn write_queued(mut queue: mpsc::Receiver<Record>, pool: Pool) {
+    let mut batch = Vec::with_capacity(BATCH);
+    while queue.recv_many(&mut batch, BATCH).await > 0 {
+        if let Err(e) = write(&pool, &batch).await {
+            tracing::error!(error = %e, records = batch.len(), "audit records not stored; written to the log instead");
+            for record in &batch {
+                log(record, "tool call audited (not stored)");
+            }
+        }
+        batch.clear();
+    }
+}
+
+async fn write(pool: &Pool, batch: &[Record]) -> Result<(), parley_core::db::DbError> {
+    let client = pool.get().await?;
+    let statement = client
+        .prepare_typed_cached(
+            INSERT,
+            &[
+                Type::TIMESTAMPTZ_ARRAY,
+                Type::TEXT_ARRAY,
+                Type::TEXT_ARRAY,
+                Type::TEXT_ARRAY,
+                Type::JSONB_ARRAY,
+                Type::TEXT_ARRAY,
+                Type::INT4_ARRAY,
+                Type::BOOL_ARRAY,
+                Type::FLOAT8_ARRAY,
+                Type::TEXT_ARRAY,
+                Type::TEXT_ARRAY,
+            ],
+        )
+        .await?;
+    let at: Vec<_> = batch.iter().map(|r| r.at).collect();
+    let request_id: Vec<_> = batch.iter().map(|r| r.request_id.as_str()).collect();
+    let caller: Vec<_> = batch.iter().map(|r| r.caller.as_str()).collect();
+    let tool: Vec<_> = batch.iter().map(|r| r.tool.as_str()).collect();
+    let arguments: Vec<_> = batch.iter().map(|r| &r.arguments).collect();
+    let statements: Vec<_> = batch.iter().map(|r| r.statement.as_deref()).collect();
+    let rows: Vec<_> = batch.iter().map(|r| r.rows).collect();
+    let truncated: Vec<_> = batch.iter().map(|r| r.truncated).collect();
+    let duration: Vec<_> = batch
+        .iter()
+        .map(|r| r.duration.as_secs_f64() * 1000.0)
+        .collect();
+    let outcome: Vec<_> = batch.iter().map(|r| r.outcome.as_str()).collect();
+    let error: Vec<_> = batch.iter().map(|r| r.error.as_deref()).collect();
+    // One round trip. The mcp login may default to read-only transactions; the audit's are
+    // the only writes it makes as itself. Not waiting for the flush is what keeps a read's
+    // audit from costing it a WAL fsync; a crash can lose the last few hundred ms of records.
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 11] = [
+        &at,
+        &request_id,
+        &caller,
+        &tool,
+        &arguments,
+        &statements,
+        &rows,
+        &truncated,
+        &duration,
+        &outcome,
+        &error,
+    ];
+    let (begun, inserted, committed) = tokio::join!(
+        client.batch_execute("BEGIN READ WRITE; SET LOCAL synchronous_commit = off"),
+        client.execute(&statement, &params),
+        client.batch_execute("COMMIT"),
+    );
+    begun?;
+    inserted?;
+    committed?;
+    Ok(())
+}
+
+/// `arguments` with each parameter named in `sensitive` replaced by `{"sha256": "<hex>"}` of
+/// its JSON text, so equal values can still be matched without being stored.
+pub fn redact(arguments: Option<&rmcp::model::JsonObject>, sensitive: &[&str]) -> Value {
+    let mut arguments = arguments.cloned().unwrap_or_default();
+    for name in sensitive {
+        if let Some(value) = arguments.get_mut(*name) {
+            let digest = Sha256::digest(value.to_string().as_bytes());
+            let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+            *value = serde_json::json!({ "sha256": hex });
+        }
+    }
+    Value::Object(arguments)
+}
+
+/// How a call names itself to a DBA: a comment on its statements (pg_stat_activity's `query`,
+/// pg_stat_statements) and `application_name` while its transaction runs. Both parts are
+/// limited to `[A-Za-z0-9._:-]` (tool names by the tools file's rules, the request id by
+/// [`request_id`]), so they cannot close a comment or a string.
+#[derive(Debug, Clone, Copy)]
+pub struct Marker<'a> {
+    pub tool: &'a str,
+    pub request_id: &'a str,
+}
+
+impl Marker<'_> {
+    /// `/* parley tool=<tool> request=<id> */`
+    pub fn comment(&self) -> String {
+        format!(
+            "/* parley tool={} request={} */",
+            self.tool, self.request_id
+        )
+    }
+
+    /// `parley request=<id>`: Postgres keeps 63 bytes of `application_name`, and the tool is
+    /// in the statement's comment already.
+    pub fn application_name(&self) -> String {
+        format!("parley request={}", self.request_id)
+    }
+}
+
+/// The request's id (`x-request-id`, set by the serving layer) as it may appear in SQL
+/// comments and `application_name`: what a client sent is cut to 64 characters of
+/// `[A-Za-z0-9._:-]`, so it cannot close a comment or a string.
+pub fn request_id(parts: &http::request::Parts) -> String {
+    let id = parts
+        .headers
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let clean: String = id
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'))
+        .take(64)
+        .collect();
+    if clean.is_empty() {
+        "none".into()
+    } else {
+        clean
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sensitive_arguments_are_stored_as_their_hash() {
+        let args = serde_json::json!({"email": "a@example.com", "n": 2});
+        let redacted = redact(args.as_object(), &["email"]);
+        assert_eq!(redacted["n"], 2);
+        let hash = redacted["email"]["sha256"].as_str().unwrap();
+        assert_eq!(hash.len(), 64);
+        assert!(!redacted.to_string().contains("a@example.com"));
+        // Equal values hash alike, so a DBA can still match them.
+        assert_eq!(redact(args.as_object(), &["email"]), redacted);
+    }
+
+    #[test]
+    fn records_are_made_storable() {
+        let record = Record {
+            at: Utc::now(),
+            request_id: "r".into(),
+            caller: "service".into(),
+            tool: "run_sql".into(),
+            arguments: serde_json::json!({"sql": "SELECT 'a\u{0}b'"}),
+            statement: Some(format!("SELECT '\u{0}{}'", "é".repeat(MAX_STORED_BYTES))),
+            rows: None,
+            truncated: false,
+            duration: Duration::ZERO,
+            outcome: Outcome::Refused,
+            error: None,
+        };
+        let stored = storable(record);
+        assert!(!stored.arguments.to_string().contains("\\u0000"));
+        assert_eq!(stored.arguments["sql"], "SELECT 'a\u{FFFD}b'");
+        let statement = stored.statement.unwrap();
+        assert!(statement.len() < MAX_STORED_BYTES + 100);
+        assert!(
+            statement.ends_with("bytes in all]"),
+            "{}",
+            &statement[statement.len() - 40..]
+        );
+        assert!(!statement.contains('\0'));
+    }
+
+    #[test]
+    fn request_ids_cannot_close_a_comment_or_a_string() {
+        let parts = |id: &str| {
+            http::Request::builder()
+                .header("x-request-id", id)
+                .body(())
+                .unwrap()
+                .into_parts()
+                .0
+        };
+        assert_eq!(request_id(&parts("abc-123")), "abc-123");
+        assert_eq!(
+            request_id(&parts("x */ DROP TABLE t; --'")),
+            "xDROPTABLEt--"
+        );
+        assert_eq!(request_id(&parts("*/")), "none");
+        assert_eq!(request_id(&parts(&"a".repeat(100))).len(), 64);
+    }
+
+    #[test]
+    fn the_destination_is_named_or_refused() {
+        let env = |v: &str| Env::from_pairs([("AUDIT", v)]);
+        assert_eq!(
+            AuditConfig::from_env(&env("LOG")).unwrap().destination,
+            Destination::Log
+        );
+        assert_eq!(AuditConfig::from_env(&env("x")).unwrap_err().var, "AUDIT");
+        assert_eq!(
+            AuditConfig::from_env(&Env::default()).unwrap().destination,
+            Destination::Postgres
+        );
+    }
+}

@@ -1,0 +1,772 @@
+//! The ad-hoc SQL tools under attack. A database holds allowed schemas (`analytics`, `public`),
+//! a forbidden one (`secret`), a table of an allowed schema the role was not granted, a
+//! row-level-security table and Parley's own tables. Every escape peers have suffered is tried
+//! through `run_sql`; each must be refused or harmless, and the database is checked afterwards:
+//! nothing written, nothing forbidden read, nothing left on the session, every attempt audited.
+
+use std::time::{Duration, Instant};
+
+use parley_testkit::SQL_READER_USER;
+use parley_testkit::TestDb;
+use serde_json::{Value, json};
+
+use crate::helpers::{FEEDBACK_ROWS, Options, TestApp, env, spawn_on};
+
+/// The allowed and forbidden data, made by the database's owner.
+const SETUP: &str = "
+CREATE SCHEMA analytics;
+COMMENT ON SCHEMA analytics IS 'Sales.';
+CREATE TABLE analytics.regions (id int PRIMARY KEY, name text NOT NULL UNIQUE);
+COMMENT ON TABLE analytics.regions IS 'Sales regions.';
+COMMENT ON COLUMN analytics.regions.name IS 'What the region is called.';
+CREATE TABLE analytics.sales (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    region_id int NOT NULL REFERENCES analytics.regions,
+    sold_on date NOT NULL,
+    amount numeric(10, 2) NOT NULL DEFAULT 0
+);
+CREATE INDEX sales_region_day_idx ON analytics.sales (region_id, sold_on);
+INSERT INTO analytics.regions VALUES (1, 'North'), (2, 'South'), (3, 'East');
+INSERT INTO analytics.sales (region_id, sold_on, amount)
+    SELECT 1 + i % 3, date '2026-01-01' + (i % 300), (i % 97) + 0.5 FROM generate_series(1, 100000) i;
+CREATE TABLE analytics.salaries (who text, amount int);
+INSERT INTO analytics.salaries VALUES ('ceo', 1000000);
+CREATE SCHEMA secret;
+CREATE TABLE secret.keys (k text);
+INSERT INTO secret.keys VALUES ('hunter2');
+CREATE TABLE secret.log (what text);
+-- A volatile function that writes, callable by anyone (functions are EXECUTE to PUBLIC).
+CREATE FUNCTION public.note(what text) RETURNS int LANGUAGE sql SECURITY DEFINER
+    AS $$ INSERT INTO secret.log VALUES (what) RETURNING 1 $$;
+-- Runs SQL given at run time, as whoever calls it (as query_to_xml does on servers built
+-- with libxml, and ts_stat on every server).
+CREATE FUNCTION public.count_rows(q text) RETURNS bigint LANGUAGE plpgsql
+    AS $$ DECLARE n bigint; BEGIN EXECUTE 'SELECT count(*) FROM (' || q || ') s' INTO n; RETURN n; END $$;
+INSERT INTO tasks (owner, title) VALUES ('alice', 'alice''s secret plan'), ('bob', 'bob''s');
+ANALYZE;
+";
+
+/// What the deployment opens to the SQL tools.
+const GRANTS: &str = "
+GRANT USAGE ON SCHEMA analytics TO parley_sql_reader;
+GRANT SELECT ON analytics.regions, analytics.sales TO parley_sql_reader;
+GRANT SELECT ON public.tasks TO parley_sql_reader;
+";
+
+const SQL_TOOLS: &str = r#"
+[sql]
+schemas = ["analytics", "public"]
+max_rows = 50
+timeout_ms = 1000
+sample_rows = 2
+notes = "Amounts are in pounds."
+"#;
+
+/// The function with only the SQL tools, all sharing ONE connection of the SQL role, so
+/// anything a statement left on its session would show in the next call.
+async fn spawn_sql(extra: &[(&str, &str)]) -> TestApp {
+    let db = TestDb::with_demo_data(FEEDBACK_ROWS).await;
+    db.client()
+        .await
+        .batch_execute(SETUP)
+        .await
+        .expect("set-up");
+    let sql_url = db.sql_reader_url(GRANTS).await;
+    let mut extra_env = env(&[("SQL_DATABASE_URL", &sql_url), ("SQL_POOL_MAX_SIZE", "1")]);
+    extra_env.extend(env(extra));
+    spawn_on(
+        db,
+        Options {
+            tools_toml: Some(SQL_TOOLS.into()),
+            extra_env,
+            ..Options::default()
+        },
+    )
+    .await
+    .expect("the MCP function starts with the SQL tools")
+}
+
+/// A run_sql call's result: `Ok(structured)` or `Err(message)`.
+async fn run_sql(app: &TestApp, sql: &str) -> Result<Value, String> {
+    let result = app.call("run_sql", json!({ "sql": sql })).await;
+    if result["isError"] == true {
+        Err(result["content"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned())
+    } else {
+        Ok(result["structuredContent"].clone())
+    }
+}
+
+async fn count(app: &TestApp, sql: &str) -> i64 {
+    app.sql_one(sql).await.get(0)
+}
+
+/// What the database holds that no attack may change, and the session state no attack may
+/// leave behind, read after every attack.
+async fn assert_untouched(app: &TestApp, attack: &str, tasks: i64) {
+    assert_eq!(
+        count(app, "SELECT count(*) FROM analytics.regions").await,
+        3,
+        "{attack}"
+    );
+    assert_eq!(
+        count(app, "SELECT count(*) FROM analytics.sales").await,
+        100_000,
+        "{attack}"
+    );
+    assert_eq!(
+        count(app, "SELECT count(*) FROM secret.log").await,
+        0,
+        "{attack}"
+    );
+    assert_eq!(
+        count(app, "SELECT count(*) FROM tasks").await,
+        tasks,
+        "{attack}"
+    );
+    assert_eq!(
+        count(
+            app,
+            "SELECT count(*) FROM pg_class WHERE relpersistence = 't'"
+        )
+        .await,
+        0,
+        "{attack}: temporary tables"
+    );
+    assert_eq!(
+        count(
+            app,
+            &format!(
+                "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) \
+                 WHERE a.usename = '{SQL_READER_USER}' AND l.locktype = 'advisory'"
+            )
+        )
+        .await,
+        0,
+        "{attack}: advisory locks left behind"
+    );
+    // The same (only) pooled connection, asked about its own session.
+    let session = run_sql(
+        app,
+        "SELECT current_user AS user_now, session_user AS session_user_now, \
+                current_setting('parley.caller', true) AS caller, \
+                current_setting('search_path') AS search_path, \
+                current_setting('statement_timeout') AS statement_timeout, \
+                current_setting('default_transaction_read_only') AS default_read_only, \
+                current_setting('work_mem') AS work_mem, \
+                (SELECT count(*) FROM pg_prepared_statements) AS prepared, \
+                (SELECT count(*) FROM pg_listening_channels()) AS listening, \
+                (SELECT count(*) FROM pg_cursors WHERE is_holdable) AS cursors",
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{attack}: session check failed: {e}"));
+    let row = &session["rows"][0];
+    assert_eq!(row["user_now"], SQL_READER_USER, "{attack}: {row}");
+    assert_eq!(row["session_user_now"], SQL_READER_USER, "{attack}: {row}");
+    assert!(
+        row["caller"].is_null() || row["caller"] == "",
+        "{attack}: parley.caller survived: {row}"
+    );
+    assert_eq!(row["search_path"], "analytics, public", "{attack}: {row}");
+    assert_eq!(row["statement_timeout"], "1s", "{attack}: {row}");
+    assert_eq!(row["default_read_only"], "off", "{attack}: {row}");
+    assert_eq!(row["work_mem"], "4MB", "{attack}: {row}");
+    assert_eq!(row["prepared"], 0, "{attack}: {row}");
+    assert_eq!(row["listening"], 0, "{attack}: {row}");
+    assert_eq!(row["cursors"], 0, "{attack}: {row}");
+}
+
+/// How an attack must end.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Expect {
+    /// A tool error, audited as `refused` or `tool_error` (never `ok`).
+    Refused,
+    Timeout,
+    /// It runs, and the check after it shows it changed nothing.
+    Harmless,
+}
+
+#[tokio::test]
+async fn every_known_escape_is_refused_or_harmless_and_audited() {
+    // Bodies up to 4 MiB, so the 1 MB statement reaches the tool.
+    let app = spawn_sql(&[("MCP_MAX_BODY_BYTES", "4194304")]).await;
+    let attacks: &[(&str, Expect)] = &[
+        // Ending the read-only transaction, then anything.
+        (
+            "COMMIT; INSERT INTO analytics.regions VALUES (9, 'x')",
+            Expect::Refused,
+        ),
+        ("END; DELETE FROM analytics.sales", Expect::Refused),
+        (
+            "ROLLBACK; BEGIN READ WRITE; DELETE FROM analytics.sales",
+            Expect::Refused,
+        ),
+        // Several statements in one string.
+        ("SELECT 1; DELETE FROM analytics.sales", Expect::Refused),
+        ("SELECT 1; SELECT 2", Expect::Refused),
+        // Data-modifying CTEs, the prefix checks' blind spot.
+        (
+            "WITH x AS (INSERT INTO analytics.regions VALUES (9, 'x') RETURNING 1) SELECT * FROM x",
+            Expect::Refused,
+        ),
+        (
+            "WITH x AS (UPDATE analytics.sales SET amount = 0 RETURNING 1) SELECT count(*) FROM x",
+            Expect::Refused,
+        ),
+        (
+            "WITH x AS (DELETE FROM analytics.sales RETURNING 1) SELECT count(*) FROM x",
+            Expect::Refused,
+        ),
+        // Row locks.
+        (
+            "SELECT * FROM analytics.regions FOR UPDATE",
+            Expect::Refused,
+        ),
+        (
+            "SELECT * FROM analytics.regions FOR SHARE NOWAIT",
+            Expect::Refused,
+        ),
+        // A volatile function that writes (SECURITY DEFINER, owned by a superuser).
+        ("SELECT note('pwned')", Expect::Refused),
+        ("SELECT nextval('analytics.sales_id_seq')", Expect::Refused),
+        // Settings and identity.
+        (
+            "SELECT set_config('default_transaction_read_only', 'off', false), set_config('work_mem', '1GB', false), set_config('search_path', 'secret', false)",
+            Expect::Harmless,
+        ),
+        (
+            "SELECT set_config('transaction_read_only', 'off', true)",
+            Expect::Refused,
+        ),
+        (
+            "SELECT set_config('role', 'parley_readonly', true)",
+            Expect::Refused,
+        ),
+        (
+            "SELECT set_config('role', 'postgres', false)",
+            Expect::Refused,
+        ),
+        (
+            "SELECT set_config('session_authorization', 'postgres', true)",
+            Expect::Refused,
+        ),
+        ("SET ROLE postgres", Expect::Refused),
+        ("RESET ROLE", Expect::Refused),
+        ("SET SESSION AUTHORIZATION postgres", Expect::Refused),
+        ("SET statement_timeout = 0", Expect::Refused),
+        // RESET ROLE's SQL-callable form, then a function that runs SQL as whoever is left.
+        (
+            "SELECT set_config('role', 'none', true), query_to_xml('SELECT * FROM secret.keys', false, false, '')",
+            Expect::Refused,
+        ),
+        (
+            "SELECT set_config('role', 'none', true), count_rows('SELECT * FROM secret.keys')",
+            Expect::Refused,
+        ),
+        (
+            "SELECT set_config('role', 'none', true) AS r, (SELECT string_agg(word, ' ') FROM ts_stat('SELECT to_tsvector(k) FROM secret.keys')) AS words",
+            Expect::Refused,
+        ),
+        // The server's files and programs.
+        ("SELECT pg_read_file('/etc/passwd')", Expect::Refused),
+        (
+            "SELECT pg_read_binary_file('postgresql.conf')",
+            Expect::Refused,
+        ),
+        ("SELECT * FROM pg_ls_dir('.')", Expect::Refused),
+        ("SELECT lo_import('/etc/passwd')", Expect::Refused),
+        (
+            "COPY (SELECT 1) TO PROGRAM 'touch /tmp/parley-pwned'",
+            Expect::Refused,
+        ),
+        (
+            "SELECT * FROM query_to_xml('COPY (SELECT 1) TO PROGRAM ''touch /tmp/parley-pwned''', false, false, '') x",
+            Expect::Refused,
+        ),
+        // Time and size.
+        ("SELECT pg_sleep(600)", Expect::Timeout),
+        (
+            "SELECT count(*) FROM analytics.sales a CROSS JOIN analytics.sales b",
+            Expect::Timeout,
+        ),
+        // Session state that would outlive a transaction.
+        ("CREATE TEMP TABLE t AS SELECT 1", Expect::Refused),
+        (
+            "SELECT * INTO TEMP t FROM analytics.regions",
+            Expect::Refused,
+        ),
+        (
+            "SELECT pg_advisory_lock(42), pg_advisory_lock_shared(43)",
+            Expect::Harmless,
+        ),
+        ("LISTEN parley", Expect::Refused),
+        // Allowed, and delivered only at commit: the transaction is always rolled back.
+        ("SELECT pg_notify('parley', 'hello')", Expect::Harmless),
+        ("NOTIFY parley", Expect::Refused),
+        ("PREPARE p AS SELECT 1", Expect::Refused),
+        ("EXECUTE p", Expect::Refused),
+        ("DECLARE c CURSOR WITH HOLD FOR SELECT 1", Expect::Refused),
+        (
+            "DO $$ BEGIN DELETE FROM analytics.sales; END $$",
+            Expect::Refused,
+        ),
+        ("CALL note('pwned')", Expect::Refused),
+        // Catalogs of secrets and other people's data.
+        (
+            "SELECT rolname, rolpassword FROM pg_authid",
+            Expect::Refused,
+        ),
+        ("SELECT * FROM pg_shadow", Expect::Refused),
+        ("SELECT * FROM secret.keys", Expect::Refused),
+        ("SELECT * FROM analytics.salaries", Expect::Refused),
+        ("SELECT * FROM chat.conversations", Expect::Refused),
+        ("SELECT * FROM chat.messages", Expect::Refused),
+        ("SELECT * FROM parley.audit", Expect::Refused),
+        ("SELECT * FROM parley.idempotency", Expect::Refused),
+        ("SELECT * FROM parley.chunks", Expect::Refused),
+    ];
+    let tasks = count(&app, "SELECT count(*) FROM tasks").await;
+    let mut audited = Vec::new();
+    for &(sql, expect) in attacks {
+        let started = Instant::now();
+        let outcome = run_sql(&app, sql).await;
+        match (expect, &outcome) {
+            (Expect::Refused, Err(_)) | (Expect::Harmless, Ok(_)) => {}
+            (Expect::Timeout, Err(message)) => {
+                assert!(
+                    message.contains("ran longer than 1000 ms"),
+                    "{sql}: {message}"
+                );
+                assert!(started.elapsed() < Duration::from_secs(30), "{sql}");
+            }
+            _ => panic!("{sql}: expected {expect:?}, got {outcome:?}"),
+        }
+        assert!(
+            !format!("{outcome:?}").contains("hunter2")
+                && !format!("{outcome:?}").contains("1000000"),
+            "{sql} read a forbidden value: {outcome:?}"
+        );
+        assert_untouched(&app, sql, tasks).await;
+        audited.push((sql, expect));
+    }
+    assert!(!std::path::Path::new("/tmp/parley-pwned").exists());
+
+    // The row-level-security table: the role may read it, and sees no user's rows, even with
+    // a forged caller set by the statement itself.
+    for sql in [
+        "SELECT * FROM tasks",
+        "SELECT set_config('parley.caller', '{\"sub\":\"alice\"}', true) AS forged, \
+         count_rows('SELECT * FROM tasks') AS seen",
+        "SELECT set_config('parley.caller', '{\"sub\":\"alice\"}', true) AS forged, \
+         (SELECT count(*) FROM ts_stat('SELECT to_tsvector(title) FROM tasks')) AS seen",
+    ] {
+        let out = run_sql(&app, sql).await.expect(sql);
+        let text = out.to_string();
+        assert!(!text.contains("secret plan"), "{sql}: {text}");
+        if sql.contains("forged") {
+            assert_eq!(out["rows"][0]["seen"], 0, "{sql}: {text}");
+        } else {
+            assert_eq!(out["row_count"], 0, "{sql}: {text}");
+        }
+        audited.push((sql, Expect::Harmless));
+    }
+    // The forgery itself works (any role may set a custom setting); the owner sees alice's
+    // task through the same function, so the zero above is row-level security, not a typo.
+    let owner_sees: i64 = app
+        .sql_one("SELECT count_rows('SELECT * FROM tasks WHERE owner = ''alice''')")
+        .await
+        .get(0);
+    assert!(owner_sees >= 1);
+    let caller = run_sql(
+        &app,
+        "SELECT current_setting('parley.caller', true) AS caller",
+    )
+    .await
+    .unwrap()["rows"][0]["caller"]
+        .clone();
+    assert!(caller.is_null() || caller == "", "{caller}");
+
+    // Statements too large, or that cannot be text.
+    let huge = format!("SELECT '{}'", "x".repeat(1024 * 1024));
+    let message = run_sql(&app, &huge).await.unwrap_err();
+    assert!(message.contains("at most 16384"), "{message}");
+    let message = run_sql(&app, "SELECT 'a\u{0}b'").await.unwrap_err();
+    assert!(message.contains("NUL"), "{message}");
+
+    // Every attempt is in the audit with its outcome (written just after each answer).
+    let audit = wait_for_audit(&app, attacks.len() + 3 + 3).await;
+    for (sql, expect) in audited {
+        let Some(row) = audit.iter().find(|r| r["statement"] == sql) else {
+            panic!("{sql:?} is not in the audit: {audit:?}")
+        };
+        let outcome = row["outcome"].as_str().unwrap();
+        match expect {
+            Expect::Refused => assert!(
+                outcome == "refused" || outcome == "tool_error",
+                "{sql}: {row}"
+            ),
+            Expect::Timeout => assert_eq!(outcome, "timeout", "{sql}: {row}"),
+            Expect::Harmless => assert_eq!(outcome, "ok", "{sql}: {row}"),
+        }
+        assert_eq!(row["caller"], "service");
+        assert_eq!(row["tool"], "run_sql");
+    }
+    // The privilege refusals are classed as such, not as mistakes in the SQL.
+    let denied = audit
+        .iter()
+        .find(|r| r["statement"] == "SELECT * FROM secret.keys")
+        .unwrap();
+    assert_eq!(denied["outcome"], "refused", "{denied}");
+    let nul = audit
+        .iter()
+        .find(|r| r["statement"] == "SELECT 'a\u{FFFD}b'")
+        .expect("the NUL statement is audited, NUL shown as U+FFFD");
+    assert_eq!(nul["outcome"], "refused");
+    let huge = audit
+        .iter()
+        .find(|r| {
+            r["statement"]
+                .as_str()
+                .is_some_and(|s| s.ends_with("bytes in all]"))
+        })
+        .expect("the 1 MB statement is audited, cut");
+    assert_eq!(huge["outcome"], "refused");
+}
+
+/// Rows of `parley.audit` once at least `n` have been written (the writer runs after each
+/// answer, so the last ones may take a moment).
+pub async fn wait_for_audit(app: &TestApp, n: usize) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let rows: Value = app
+            .sql_one("SELECT coalesce(json_agg(a ORDER BY id), '[]')::text FROM parley.audit a")
+            .await
+            .get::<_, String>(0)
+            .parse()
+            .unwrap();
+        let rows = rows.as_array().cloned().unwrap_or_default();
+        if rows.len() >= n || Instant::now() > deadline {
+            assert!(rows.len() >= n, "only {} audit rows of {n}", rows.len());
+            return rows;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_analytic_query_with_ctes_windows_and_joins_answers_exactly() {
+    let app = spawn_sql(&[]).await;
+    let sql = "WITH monthly AS (
+        SELECT r.name, date_trunc('month', s.sold_on)::date AS month, sum(s.amount) AS total
+        FROM analytics.sales s JOIN regions r ON r.id = s.region_id
+        WHERE s.sold_on < date '2026-04-01'
+        GROUP BY 1, 2
+    )
+    SELECT name, month, total,
+           rank() OVER (PARTITION BY month ORDER BY total DESC) AS rank,
+           total - lag(total) OVER (PARTITION BY name ORDER BY month) AS change
+    FROM monthly ORDER BY month, rank;";
+    let out = run_sql(&app, sql).await.unwrap();
+    assert_eq!(out["row_count"], 9);
+    assert_eq!(out["truncated"], false);
+    let expected: Value = app
+        .sql_one(&format!(
+            "SELECT json_agg(q)::text FROM ({}) q",
+            sql.trim_end_matches(';')
+                .replace("JOIN regions", "JOIN analytics.regions")
+        ))
+        .await
+        .get::<_, String>(0)
+        .parse()
+        .unwrap();
+    assert_eq!(
+        out["rows"], expected,
+        "numeric and date values arrive as stored"
+    );
+
+    // The analyst's question over the demo data answers too.
+    let out = run_sql(
+        &app,
+        "SELECT l.name, count(*) FILTER (WHERE f.created_at >= date_trunc('quarter', now())) AS this_quarter \
+         FROM feedback f JOIN lads l ON l.code = f.lad_code WHERE f.sentiment = 'negative' \
+         GROUP BY l.name ORDER BY 2 DESC, 1 LIMIT 5",
+    )
+    .await
+    .unwrap();
+    assert!(out["row_count"].as_u64().unwrap() > 0, "{out}");
+}
+
+#[tokio::test]
+async fn results_are_capped_and_errors_point_into_the_statement() {
+    let app = spawn_sql(&[]).await;
+    let out = run_sql(
+        &app,
+        "SELECT * FROM analytics.sales a CROSS JOIN analytics.sales b",
+    )
+    .await
+    .unwrap();
+    assert_eq!(out["row_count"], 50);
+    assert_eq!(out["truncated_reason"], "max_rows");
+    let out = app
+        .rows(
+            "run_sql",
+            json!({"sql": "SELECT id FROM analytics.sales ORDER BY id", "limit": 3}),
+        )
+        .await;
+    assert_eq!(out["rows"], json!([{"id": 1}, {"id": 2}, {"id": 3}]));
+    assert_eq!(out["truncated"], true);
+    let out = run_sql(
+        &app,
+        "SELECT repeat('x', 300000) AS big FROM analytics.regions",
+    )
+    .await
+    .unwrap();
+    assert_eq!(out["row_count"], 0);
+    assert_eq!(out["truncated_reason"], "max_bytes");
+
+    let message = run_sql(&app, "SELECT id,\n       nmae FROM analytics.regions")
+        .await
+        .unwrap_err();
+    assert!(
+        message.contains("column \"nmae\" does not exist"),
+        "{message}"
+    );
+    assert!(message.contains("line 2, column 8"), "{message}");
+    assert!(
+        message.contains("HINT"),
+        "Postgres' hint is passed on: {message}"
+    );
+    let message = run_sql(&app, "SELECT * FROM nowhere").await.unwrap_err();
+    assert!(
+        message.contains("relation \"nowhere\" does not exist"),
+        "{message}"
+    );
+    assert!(message.contains("line 1, column 15"), "{message}");
+    // A trailing comment cannot swallow the wrapper.
+    let out = run_sql(&app, "SELECT 1 AS one -- the end").await.unwrap();
+    assert_eq!(out["rows"], json!([{"one": 1}]));
+    let message = app
+        .tool_error("run_sql", json!({"sql": "SELECT 1", "rows": 3}))
+        .await;
+    assert!(message.contains("unknown field `rows`"), "{message}");
+}
+
+#[tokio::test]
+async fn the_schema_tools_show_what_the_role_may_read_and_nothing_else() {
+    let app = spawn_sql(&[]).await;
+    let out = app.rows("list_tables", json!({})).await;
+    let names: Vec<String> = out["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            format!(
+                "{}.{}",
+                r["schema"].as_str().unwrap(),
+                r["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "analytics.regions",
+            "analytics.sales",
+            "public.feedback",
+            "public.lads",
+            "public.tasks"
+        ],
+        "granted tables of the allowed schemas, in search_path order"
+    );
+    let regions = &out["rows"][0];
+    assert_eq!(regions["comment"], "Sales regions.");
+    assert_eq!(regions["rows_estimate"], 3);
+    let only = app
+        .rows("list_tables", json!({"schema": "analytics"}))
+        .await;
+    assert_eq!(only["row_count"], 2);
+    let message = app
+        .tool_error("list_tables", json!({"schema": "secret"}))
+        .await;
+    assert!(message.contains("not open to the SQL tools"), "{message}");
+
+    let sales = app.call("describe_table", json!({"name": "sales"})).await;
+    assert_eq!(sales["isError"], false, "{sales}");
+    let sales = &sales["structuredContent"];
+    assert_eq!(sales["schema"], "analytics");
+    let columns: Vec<&str> = sales["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(columns, ["id", "region_id", "sold_on", "amount"]);
+    assert_eq!(sales["columns"][3]["type"], "numeric(10,2)");
+    assert_eq!(sales["columns"][3]["default"], "0");
+    assert_eq!(sales["columns"][2]["nullable"], false);
+    let constraints = sales["constraints"].to_string();
+    assert!(constraints.contains("PRIMARY KEY (id)"), "{constraints}");
+    assert!(
+        constraints.contains("REFERENCES regions(id)"),
+        "{constraints}"
+    );
+    assert!(
+        sales["indexes"]
+            .to_string()
+            .contains("sales_region_day_idx")
+    );
+    assert_eq!(sales["sample_rows"].as_array().unwrap().len(), 2);
+    let regions = app
+        .call("describe_table", json!({"name": "analytics.Regions"}))
+        .await;
+    let regions = &regions["structuredContent"];
+    assert_eq!(
+        regions["columns"][1]["comment"],
+        "What the region is called."
+    );
+    assert!(
+        regions["referenced_by"]
+            .to_string()
+            .contains("analytics.sales")
+    );
+
+    for hidden in [
+        "secret.keys",
+        "salaries",
+        "parley.audit",
+        "pg_authid",
+        "chat.messages",
+    ] {
+        let message = app
+            .tool_error("describe_table", json!({"name": hidden}))
+            .await;
+        assert!(
+            message.contains("no table or view") || message.contains("not open"),
+            "{hidden}: {message}"
+        );
+    }
+
+    let plan = app
+        .call(
+            "explain_sql",
+            json!({"sql": "SELECT * FROM analytics.sales WHERE region_id = 2 AND sold_on = date '2026-02-01'"}),
+        )
+        .await;
+    let plan = plan["structuredContent"]["plan"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(plan.contains("sales_region_day_idx"), "{plan}");
+    // EXPLAIN plans; it never runs the statement, writes included.
+    let plan = app
+        .call("explain_sql", json!({"sql": "SELECT note('explained')"}))
+        .await;
+    assert_eq!(plan["isError"], false, "{plan}");
+    assert_eq!(count(&app, "SELECT count(*) FROM secret.log").await, 0);
+    for sql in [
+        "ANALYZE SELECT 1",
+        "(ANALYZE) SELECT note('x')",
+        "SELECT 1; EXPLAIN ANALYZE SELECT note('x')",
+    ] {
+        let message = app.tool_error("explain_sql", json!({ "sql": sql })).await;
+        assert!(message.contains("ERROR"), "{sql}: {message}");
+    }
+    assert_eq!(count(&app, "SELECT count(*) FROM secret.log").await, 0);
+}
+
+#[tokio::test]
+async fn the_tools_are_described_with_their_schemas_and_limits() {
+    let app = spawn_sql(&[]).await;
+    let (_, listed) = app.rpc("tools/list", json!({})).await;
+    let tools = listed["result"]["tools"].as_array().unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["run_sql", "list_tables", "describe_table", "explain_sql"]
+    );
+    let run = &tools[0];
+    let description = run["description"].as_str().unwrap();
+    for needle in [
+        "analytics, public",
+        "PostgreSQL",
+        "50 rows",
+        "1000 ms",
+        "Amounts are in pounds.",
+    ] {
+        assert!(description.contains(needle), "{needle}: {description}");
+    }
+    assert_eq!(run["annotations"]["readOnlyHint"], true);
+    assert_eq!(run["inputSchema"]["properties"]["limit"]["maximum"], 50);
+}
+
+#[tokio::test]
+async fn a_dba_sees_the_tool_and_request_in_pg_stat_activity() {
+    let app = spawn_sql(&[]).await;
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "run_sql", "arguments": {"sql": "SELECT pg_sleep(0.8) AS slept"}}})
+    .to_string();
+    let headers = app.standard_headers();
+    let mut headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    headers.push(("x-request-id", "req-dba-42"));
+    let call = app.post_mcp(body, &headers);
+    let look = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        app.sql_one(&format!(
+            "SELECT query, application_name FROM pg_stat_activity WHERE usename = '{SQL_READER_USER}' \
+             AND datname = current_database() AND state = 'active'"
+        ))
+        .await
+    };
+    let (response, seen) = tokio::join!(call, look);
+    assert_eq!(response.status(), 200);
+    let query: String = seen.get(0);
+    let application: String = seen.get(1);
+    assert!(
+        query.starts_with("/* parley tool=run_sql request=req-dba-42 */"),
+        "{query}"
+    );
+    assert_eq!(application, "parley request=req-dba-42");
+}
+
+#[tokio::test]
+async fn bodies_that_are_not_utf8_are_refused_before_any_tool() {
+    let app = spawn_sql(&[]).await;
+    let mut body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run_sql","arguments":{"sql":"SELECT '"#.to_vec();
+    body.extend_from_slice(&[0xff, 0xfe, 0xc3]);
+    body.extend_from_slice(br#"'"}}}"#);
+    let response = reqwest::Client::new()
+        .post(&app.mcp_url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header(
+            "authorization",
+            format!("Bearer {}", app.token.as_deref().unwrap()),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    assert!(
+        status == 400 || text.contains("\"error\""),
+        "{status} {text}"
+    );
+    assert!(!text.contains("\"result\""), "{text}");
+    // A lone surrogate is not text either.
+    let (status, body) = app
+        .rpc(
+            "tools/call",
+            serde_json::from_str(r#"{"name":"run_sql","arguments":{"sql":"SELECT 1"}}"#).unwrap(),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let raw = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_sql","arguments":{"sql":"SELECT '\ud800'"}}}"#;
+    let headers = app.standard_headers();
+    let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let response = app.post_mcp(raw.to_owned(), &headers).await;
+    let text = response.text().await.unwrap();
+    assert!(!text.contains("\"result\""), "{text}");
+}
