@@ -1,5 +1,6 @@
-//! `parley`: the admin command for a Parley database (migrations, demo data). Each
-//! subcommand lives in `parley_cli::cmd::<name>`; this file only parses and dispatches.
+//! `parley`: the admin command for a Parley database (migrations, demo data, documents, the
+//! audit trail). Each subcommand lives in `parley_cli::cmd::<name>`; this file only parses and
+//! dispatches.
 
 use std::process::ExitCode;
 
@@ -28,6 +29,8 @@ enum Command {
     Ingest(cmd::ingest::Args),
     /// Add or remove readers of a document collection: users by subject, groups by name.
     Enroll(cmd::enroll::Args),
+    /// Print the audit trail of tool calls: who called which tool, with what, and how it went.
+    Audit(cmd::audit::Args),
 }
 
 #[tokio::main]
@@ -38,6 +41,7 @@ async fn main() -> ExitCode {
         Command::DemoData(args) => cmd::demo_data::run(args).await,
         Command::Ingest(args) => cmd::ingest::run(args).await,
         Command::Enroll(args) => cmd::enroll::run(args).await,
+        Command::Audit(args) => cmd::audit::run(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

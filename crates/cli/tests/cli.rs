@@ -4,7 +4,7 @@ mod common;
 
 use std::process::{Command, Output};
 
-use common::stdout_of;
+use common::{failure, stdout_of};
 
 fn parley(args: &[&str], database_url: &str) -> Output {
     Command::new(env!("CARGO_BIN_EXE_parley"))
@@ -26,9 +26,7 @@ fn url_for_database(name: &str) -> String {
 #[test]
 fn a_missing_database_is_reported_in_postgres_own_words() {
     let name = format!("parley_nope_{}", std::process::id());
-    let out = parley(&["migrate"], &url_for_database(&name));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let stderr = failure(&parley(&["migrate"], &url_for_database(&name)), 1);
     assert!(
         stderr.contains(&format!("database \"{name}\" does not exist")),
         "{stderr}"
@@ -39,10 +37,7 @@ fn a_missing_database_is_reported_in_postgres_own_words() {
 /// Runs `parley` with arguments it must refuse as a usage error, before connecting (nothing
 /// listens on the URL's port), and returns what it printed.
 fn usage_error(args: &[&str]) -> String {
-    let out = parley(args, "postgres://u@127.0.0.1:9/none");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    stderr
+    failure(&parley(args, "postgres://u@127.0.0.1:9/none"), 2)
 }
 
 #[test]
@@ -152,6 +147,16 @@ fn demo_data_before_migrate_says_to_migrate_first() {
         );
     }
     assert_eq!(db.query("SELECT to_regclass('public.lads') IS NULL"), ["t"]);
+}
+
+#[test]
+fn audit_before_migrate_says_to_migrate_first() {
+    let db = FreshDb::create();
+    let stderr = failure(&parley(&["audit"], &db.url), 1);
+    assert!(
+        stderr.contains("this database has no parley.audit table; run `parley migrate` first"),
+        "{stderr}"
+    );
 }
 
 #[test]

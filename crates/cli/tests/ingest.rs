@@ -6,7 +6,7 @@ mod common;
 
 use std::process::{Command, Output};
 
-use common::stdout_of;
+use common::{failure, stdout_of};
 
 use parley_testkit::TestDb;
 
@@ -18,12 +18,6 @@ fn parley(args: &[&str], database_url: &str) -> Output {
         .env("EMBEDDINGS_MODEL_DIR", parley_testkit::model_dir())
         .output()
         .expect("parley runs")
-}
-
-fn failure(out: &Output, code: i32) -> String {
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(code), "{stderr}");
-    stderr
 }
 
 /// Writes `body` at `rel` under `dir`, making the directories between.

@@ -1,6 +1,7 @@
 //! One module per `parley` subcommand, each with clap `Args` and an async `run`. Adding a
 //! subcommand is a module here plus a variant (and match arm) in main.rs.
 
+pub mod audit;
 pub mod demo_data;
 pub mod enroll;
 pub mod ingest;
@@ -22,6 +23,8 @@ pub enum CmdError {
     Ingest(#[from] parley_ingest::IngestError),
     #[error(transparent)]
     Embed(#[from] parley_embed::EmbedError),
+    #[error(transparent)]
+    Audit(#[from] audit::AuditError),
     #[error(transparent)]
     Settings(parley_core::config::ConfigError),
 }

@@ -1,4 +1,4 @@
-//! What both test binaries of the `parley` command need to read its runs.
+//! What the test binaries of the `parley` command need to read its runs.
 
 use std::process::Output;
 
@@ -11,4 +11,11 @@ pub fn stdout_of(out: &Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The run's standard error, after checking it exited with `code`.
+pub fn failure(out: &Output, code: i32) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(code), "{stderr}");
+    stderr
 }

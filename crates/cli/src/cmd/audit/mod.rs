@@ -1,0 +1,232 @@
+//! `parley audit`: prints the audit trail of tool calls (`parley.audit`, migration 0007) from
+//! the database in `DATABASE_URL`, filtered by time, caller, tool and outcome: the most recent
+//! matches, oldest first, as a table or as JSON lines. It only reads; the trail is append-only.
+
+mod render;
+mod since;
+
+use std::io::Write;
+
+use parley_core::db::pg_message;
+use tokio_postgres::Client;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+
+pub use render::{Record, WHAT_CHARS};
+pub use since::{Since, SinceError};
+
+use super::CmdError;
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Columns: at (UTC), request id, caller, tool, outcome, rows returned (blank when the call counted
+none, `+` when the caps cut the answer short), duration in ms, and what was asked: the statement
+for run_sql and explain_sql, else the arguments (sensitive ones stored as their sha256), cut to
+80 characters. --json prints every column, the error message too, one object per line.
+
+Reading the trail needs a role that may SELECT parley.audit: the one that ran `parley migrate`
+does; the functions' roles do not.")]
+pub struct Args {
+    /// Only calls since then: a duration back from now (90s, 30m, 2h, 7d), an RFC 3339 time
+    /// (2026-11-24T10:00:00Z) or a date (2026-11-24, from midnight UTC). Default: all.
+    #[arg(long, value_name = "WHEN", value_parser = Since::parse)]
+    pub since: Option<Since>,
+    /// Only calls by this caller: a user's subject (`sub` claim), or `service` for the
+    /// service token.
+    #[arg(long, value_name = "SUB")]
+    pub caller: Option<String>,
+    /// Only calls of this tool, by name.
+    #[arg(long, value_name = "NAME")]
+    pub tool: Option<String>,
+    /// Only calls that ended this way.
+    #[arg(long, value_enum)]
+    pub outcome: Option<Outcome>,
+    /// Print the most recent N matching calls (oldest first).
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..))]
+    pub limit: i64,
+    /// One JSON object per line with every column, for `jq`.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// How a call ended: the values of `parley.audit.outcome`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The call succeeded.
+    Ok,
+    /// The tool answered with an error.
+    ToolError,
+    /// The call ran out of time.
+    Timeout,
+    /// The call was refused.
+    Refused,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::ToolError => "tool_error",
+            Outcome::Timeout => "timeout",
+            Outcome::Refused => "refused",
+        }
+    }
+}
+
+/// Which records to read; `None` filters nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Filter {
+    pub since: Option<Since>,
+    pub caller: Option<String>,
+    pub tool: Option<String>,
+    pub outcome: Option<Outcome>,
+    pub limit: i64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    #[error("this database has no parley.audit table; run `parley migrate` first")]
+    NotMigrated,
+    #[error(
+        "the role in DATABASE_URL may not read the audit trail: {}; connect as the role that ran \
+         `parley migrate`, or grant this one SELECT on parley.audit",
+        pg_message(.0)
+    )]
+    NotAllowed(#[source] tokio_postgres::Error),
+    #[error("reading parley.audit failed: {}", pg_message(.0))]
+    Query(#[source] tokio_postgres::Error),
+    #[error("writing the audit records failed: {0}")]
+    Output(#[source] std::io::Error),
+}
+
+const COLUMNS: &str = "id, at, request_id, caller, tool, arguments, statement, rows, truncated, \
+    duration_ms, outcome, error";
+
+/// A WHERE clause's conditions and the parameters they number.
+#[derive(Default)]
+struct Conditions<'a> {
+    conditions: Vec<String>,
+    params: Vec<&'a (dyn ToSql + Sync)>,
+}
+
+impl<'a> Conditions<'a> {
+    /// Adds `value` as the next parameter and the condition `condition(its number)`.
+    fn and(&mut self, value: &'a (dyn ToSql + Sync), condition: impl FnOnce(usize) -> String) {
+        self.params.push(value);
+        self.conditions.push(condition(self.params.len()));
+    }
+}
+
+/// The newest `filter.limit` records that match, oldest first. Every value is a parameter;
+/// only the fixed conditions below are pasted into the statement.
+pub async fn recent(client: &Client, filter: &Filter) -> Result<Vec<Record>, AuditError> {
+    let ago_secs = match filter.since {
+        Some(Since::Ago(d)) => Some(d.as_secs_f64()),
+        _ => None,
+    };
+    let outcome = filter.outcome.map(Outcome::as_str);
+    let mut clause = Conditions::default();
+    // By the database's clock, the one the mcp function's `at` values come from.
+    if let Some(secs) = &ago_secs {
+        clause.and(secs, |n| {
+            format!("at >= now() - make_interval(secs => ${n})")
+        });
+    }
+    if let Some(Since::At(at)) = &filter.since {
+        clause.and(at, |n| format!("at >= ${n}"));
+    }
+    if let Some(caller) = &filter.caller {
+        clause.and(caller, |n| format!("caller = ${n}"));
+    }
+    if let Some(tool) = &filter.tool {
+        clause.and(tool, |n| format!("tool = ${n}"));
+    }
+    if let Some(outcome) = &outcome {
+        clause.and(outcome, |n| format!("outcome = ${n}"));
+    }
+    let Conditions {
+        conditions,
+        mut params,
+    } = clause;
+    let where_clause = if conditions.is_empty() {
+        String::new()
+    } else {
+        format!("WHERE {}", conditions.join(" AND "))
+    };
+    params.push(&filter.limit);
+    // Newest first to take the last N (the `at` indexes serve it), turned round below.
+    let sql = format!(
+        "SELECT {COLUMNS} FROM parley.audit {where_clause} ORDER BY at DESC, id DESC LIMIT ${}",
+        params.len()
+    );
+    let rows = client
+        .query(&sql, &params)
+        .await
+        .map_err(|e| match e.code() {
+            Some(&SqlState::UNDEFINED_TABLE) => AuditError::NotMigrated,
+            Some(&SqlState::INSUFFICIENT_PRIVILEGE) => AuditError::NotAllowed(e),
+            _ => AuditError::Query(e),
+        })?;
+    let mut records: Vec<Record> = rows
+        .iter()
+        .map(|row| Record {
+            id: row.get("id"),
+            at: row.get("at"),
+            request_id: row.get("request_id"),
+            caller: row.get("caller"),
+            tool: row.get("tool"),
+            arguments: row.get("arguments"),
+            statement: row.get("statement"),
+            rows: row.get("rows"),
+            truncated: row.get("truncated"),
+            duration_ms: row.get("duration_ms"),
+            outcome: row.get("outcome"),
+            error: row.get("error"),
+        })
+        .collect();
+    records.reverse();
+    Ok(records)
+}
+
+pub async fn run(args: Args) -> Result<(), CmdError> {
+    let filter = Filter {
+        since: args.since,
+        caller: args.caller,
+        tool: args.tool,
+        outcome: args.outcome,
+        limit: args.limit,
+    };
+    let client = crate::db::connect().await?;
+    let records = recent(&client, &filter).await?;
+    let text = if args.json {
+        records
+            .iter()
+            .map(|r| format!("{}\n", r.to_json()))
+            .collect()
+    } else if records.is_empty() {
+        "no audit records match\n".to_owned()
+    } else {
+        render::table(&records)
+    };
+    print(&text)?;
+    if !args.json && records.len() as i64 == filter.limit {
+        eprintln!(
+            "(the {} most recent; older ones may match: raise --limit or narrow the filters)",
+            filter.limit
+        );
+    }
+    Ok(())
+}
+
+/// Writes to stdout; a reader that went away (`parley audit | head`) is not a failure.
+fn print(text: &str) -> Result<(), AuditError> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(AuditError::Output(e)),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,241 @@
+//! How `parley audit` shows records: an aligned table for a terminal, or one JSON object per
+//! line for `jq`. Audit rows carry text callers chose (subjects, arguments, SQL), so the table
+//! turns control characters into spaces: a record must not be able to drive the terminal.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde_json::{Value, json};
+
+/// One row of `parley.audit`, every column.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    pub id: i64,
+    pub at: DateTime<Utc>,
+    pub request_id: String,
+    pub caller: String,
+    pub tool: String,
+    pub arguments: Value,
+    pub statement: Option<String>,
+    pub rows: Option<i32>,
+    pub truncated: bool,
+    pub duration_ms: f64,
+    pub outcome: String,
+    pub error: Option<String>,
+}
+
+/// The "what" column's width: a statement or arguments longer than this end in an ellipsis.
+pub const WHAT_CHARS: usize = 80;
+
+const HEADER: [&str; 8] = [
+    "at (UTC)", "request", "caller", "tool", "outcome", "rows", "ms", "what",
+];
+/// The numeric columns (rows, ms) align right, the rest left.
+const RIGHT_ALIGNED: [bool; 8] = [false, false, false, false, false, true, true, false];
+
+impl Record {
+    /// Every column under its own name, the time as RFC 3339 in UTC to the microsecond.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "at": self.at.to_rfc3339_opts(SecondsFormat::AutoSi, true),
+            "request_id": self.request_id,
+            "caller": self.caller,
+            "tool": self.tool,
+            "arguments": self.arguments,
+            "statement": self.statement,
+            "rows": self.rows,
+            "truncated": self.truncated,
+            "duration_ms": self.duration_ms,
+            "outcome": self.outcome,
+            "error": self.error,
+        })
+    }
+
+    fn cells(&self) -> [String; 8] {
+        let rows = match self.rows {
+            // `+`: the caps cut the answer short, so more rows matched than were returned.
+            Some(n) if self.truncated => format!("{n}+"),
+            Some(n) => n.to_string(),
+            None => String::new(),
+        };
+        // The statement for the calls that have one (run_sql, explain_sql), else the
+        // arguments, which serde_json writes on one line.
+        let what = match &self.statement {
+            Some(statement) => statement.clone(),
+            None => self.arguments.to_string(),
+        };
+        [
+            self.at.format("%Y-%m-%d %H:%M:%S%.3f").to_string(),
+            one_line(&self.request_id),
+            one_line(&self.caller),
+            one_line(&self.tool),
+            one_line(&self.outcome),
+            rows,
+            format!("{:.1}", self.duration_ms),
+            cut(&one_line(&what), WHAT_CHARS),
+        ]
+    }
+}
+
+/// The records as an aligned table under a header, one line each, columns two spaces apart.
+pub fn table(records: &[Record]) -> String {
+    let header = HEADER.map(str::to_owned);
+    let lines: Vec<[String; 8]> = std::iter::once(header)
+        .chain(records.iter().map(Record::cells))
+        .collect();
+    let mut widths = [0; 8];
+    for line in &lines {
+        for (width, cell) in widths.iter_mut().zip(line) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for line in &lines {
+        let mut text = String::new();
+        for (i, cell) in line.iter().enumerate() {
+            if i > 0 {
+                text.push_str("  ");
+            }
+            let pad = " ".repeat(widths[i] - cell.chars().count());
+            if RIGHT_ALIGNED[i] {
+                text.push_str(&pad);
+                text.push_str(cell);
+            } else {
+                text.push_str(cell);
+                // The last column is not padded: no trailing blanks on every line.
+                if i + 1 < line.len() {
+                    text.push_str(&pad);
+                }
+            }
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Runs of whitespace and control characters (newlines, tabs, escapes) and the bidirectional
+/// overrides that reorder what a terminal shows become single spaces.
+fn one_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut gap = false;
+    for c in text.trim().chars() {
+        if c.is_whitespace() || c.is_control() || is_bidi_control(c) {
+            gap = true;
+        } else {
+            if gap && !out.is_empty() {
+                out.push(' ');
+            }
+            gap = false;
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// At most `max` characters, the last an ellipsis when something was cut.
+fn cut(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let mut out: String = text.chars().take(max - 1).collect();
+    out.push('…');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> Record {
+        Record {
+            id: 7,
+            at: DateTime::parse_from_rfc3339("2026-11-24T10:00:01.234567Z")
+                .unwrap()
+                .to_utc(),
+            request_id: "req-1".into(),
+            caller: "alice".into(),
+            tool: "search_feedback".into(),
+            arguments: json!({"q": "bins"}),
+            statement: None,
+            rows: Some(3),
+            truncated: false,
+            duration_ms: 1.26,
+            outcome: "ok".into(),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn the_table_aligns_columns_under_a_header() {
+        let sql = Record {
+            id: 8,
+            request_id: "req-22".into(),
+            caller: "service".into(),
+            tool: "run_sql".into(),
+            arguments: json!({"sql": "select 1"}),
+            statement: Some("select\n  1".into()),
+            rows: Some(100),
+            truncated: true,
+            duration_ms: 12.0,
+            ..record()
+        };
+        let refused = Record {
+            rows: None,
+            outcome: "refused".into(),
+            ..record()
+        };
+        assert_eq!(
+            table(&[record(), sql, refused]),
+            "\
+at (UTC)                 request  caller   tool             outcome  rows    ms  what
+2026-11-24 10:00:01.234  req-1    alice    search_feedback  ok          3   1.3  {\"q\":\"bins\"}
+2026-11-24 10:00:01.234  req-22   service  run_sql          ok       100+  12.0  select 1
+2026-11-24 10:00:01.234  req-1    alice    search_feedback  refused         1.3  {\"q\":\"bins\"}
+"
+        );
+    }
+
+    #[test]
+    fn long_statements_are_cut_to_the_column_with_an_ellipsis() {
+        let long = Record {
+            statement: Some(format!("select {}", "x, ".repeat(40))),
+            ..record()
+        };
+        let what = &long.cells()[7];
+        assert_eq!(what.chars().count(), WHAT_CHARS);
+        assert!(what.starts_with("select x, x,"), "{what}");
+        assert!(what.ends_with('…'), "{what}");
+        assert_eq!(cut("exactly", 7), "exactly");
+    }
+
+    #[test]
+    fn control_characters_cannot_reach_the_terminal() {
+        assert_eq!(
+            one_line("\u{1b}[2J evil\r\n\tcaller\u{202e}txt.exe\u{0}"),
+            "[2J evil caller txt.exe"
+        );
+    }
+
+    #[test]
+    fn json_has_every_column_and_the_exact_time() {
+        let value = Record {
+            statement: Some("select 1".into()),
+            error: Some("boom".into()),
+            ..record()
+        }
+        .to_json();
+        assert_eq!(
+            value,
+            json!({
+                "id": 7, "at": "2026-11-24T10:00:01.234567Z", "request_id": "req-1",
+                "caller": "alice", "tool": "search_feedback", "arguments": {"q": "bins"},
+                "statement": "select 1", "rows": 3, "truncated": false, "duration_ms": 1.26,
+                "outcome": "ok", "error": "boom",
+            })
+        );
+    }
+}
