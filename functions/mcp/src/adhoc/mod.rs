@@ -433,13 +433,14 @@ SELECT json_build_object(\
     'comment', pg_catalog.obj_description(t.oid, 'pg_class'), \
     'rows_estimate', CASE WHEN t.relkind IN ('r', 'p', 'm') AND t.reltuples >= 0 \
                           THEN t.reltuples::bigint END, \
-    'columns', (SELECT json_agg(json_build_object(\
+    'columns', (SELECT json_agg(json_strip_nulls(json_build_object(\
             'name', a.attname, \
             'type', pg_catalog.format_type(a.atttypid, a.atttypmod), \
             'nullable', NOT a.attnotnull, \
             'default', CASE WHEN a.attgenerated = '' THEN pg_catalog.pg_get_expr(d.adbin, d.adrelid) END, \
             'generated', CASE WHEN a.attgenerated <> '' THEN pg_catalog.pg_get_expr(d.adbin, d.adrelid) END, \
-            'comment', pg_catalog.col_description(a.attrelid, a.attnum)) ORDER BY a.attnum) \
+            'identity', CASE a.attidentity WHEN 'a' THEN 'always' WHEN 'd' THEN 'by default' END, \
+            'comment', pg_catalog.col_description(a.attrelid, a.attnum))) ORDER BY a.attnum) \
         FROM pg_catalog.pg_attribute a \
         LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
         WHERE a.attrelid = t.oid AND a.attnum > 0 AND NOT a.attisdropped \

@@ -10,7 +10,7 @@ use parley_testkit::SQL_READER_USER;
 use parley_testkit::TestDb;
 use serde_json::{Value, json};
 
-use crate::helpers::{FEEDBACK_ROWS, Options, TestApp, env, spawn_on};
+use crate::helpers::{FEEDBACK_ROWS, Options, TestApp, client_call, env, spawn_on};
 
 /// The allowed and forbidden data, made by the database's owner.
 const SETUP: &str = "
@@ -606,6 +606,11 @@ async fn the_schema_tools_show_what_the_role_may_read_and_nothing_else() {
     assert_eq!(sales["columns"][3]["type"], "numeric(10,2)");
     assert_eq!(sales["columns"][3]["default"], "0");
     assert_eq!(sales["columns"][2]["nullable"], false);
+    assert_eq!(sales["columns"][0]["identity"], "always");
+    assert!(
+        sales["columns"][0].get("comment").is_none(),
+        "no nulls to read past"
+    );
     let constraints = sales["constraints"].to_string();
     assert!(constraints.contains("PRIMARY KEY (id)"), "{constraints}");
     assert!(
@@ -699,6 +704,25 @@ async fn the_tools_are_described_with_their_schemas_and_limits() {
     }
     assert_eq!(run["annotations"]["readOnlyHint"], true);
     assert_eq!(run["inputSchema"]["properties"]["limit"]["maximum"], 50);
+
+    // A real MCP client (rmcp's, through rmcp's own handler rather than the direct path).
+    let client = app.client().await;
+    let listed = client.list_all_tools().await.unwrap();
+    assert!(listed.iter().any(|t| t.name == "run_sql"));
+    let result = client_call(
+        &client,
+        "run_sql",
+        json!({"sql": "SELECT name FROM regions ORDER BY id"}),
+    )
+    .await;
+    assert_eq!(result.is_error, Some(false), "{result:?}");
+    assert_eq!(
+        result.structured_content.unwrap()["rows"],
+        json!([{"name": "North"}, {"name": "South"}, {"name": "East"}])
+    );
+    let result = client_call(&client, "run_sql", json!({"sql": "DELETE FROM regions"})).await;
+    assert_eq!(result.is_error, Some(true));
+    client.cancel().await.unwrap();
 }
 
 #[tokio::test]
