@@ -12,6 +12,7 @@ mod openai;
 mod page;
 mod secrets;
 mod sources;
+mod sql;
 mod startup;
 mod streaming;
 mod tasks;
