@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
+pub use parley_core::audit::Outcome;
 use parley_core::config::{ConfigError, Env};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -51,29 +52,6 @@ impl AuditConfig {
             destination,
             queue: env.limit("AUDIT_QUEUE", 10_000, 1..=1_000_000)? as usize,
         })
-    }
-}
-
-/// How a call ended, as the audit names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Ok,
-    /// The statement failed, or the tool's SQL refused the call.
-    ToolError,
-    Timeout,
-    /// Refused before or instead of running: bad arguments, an unknown tool, a privilege or
-    /// read-only refusal from Postgres, a statement over a limit.
-    Refused,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Ok => "ok",
-            Outcome::ToolError => "tool_error",
-            Outcome::Timeout => "timeout",
-            Outcome::Refused => "refused",
-        }
     }
 }
 

@@ -219,11 +219,23 @@ pub async fn spawn_mcp_from(env: Env) -> McpHandle {
 /// A chat over `db` whose mcp function serves `tools_file` (as the read-only login, the way
 /// `scripts/dev` and a deployment run it), and a model that plays `steps`.
 pub async fn spawn_chat_with_tools(db: &TestDb, tools_file: &str, steps: Vec<Step>) -> TestChat {
-    let mcp = spawn_mcp_from(Env::from_pairs([
-        ("DATABASE_URL", db.readonly_url.as_str()),
-        ("MCP_AUTH_TOKEN", MCP_TOKEN),
-        ("TOOLS_FILE", tools_file),
-    ]))
+    spawn_chat_with_mcp(db, &[("TOOLS_FILE", tools_file)], steps).await
+}
+
+/// [`spawn_chat_with_tools`] with any mcp settings (`TOOLS_FILE`, `SQL_DATABASE_URL`, ...)
+/// laid over the read-only login and the service token.
+pub async fn spawn_chat_with_mcp(
+    db: &TestDb,
+    mcp_settings: &[(&str, &str)],
+    steps: Vec<Step>,
+) -> TestChat {
+    let mcp = spawn_mcp_from(
+        Env::from_pairs([
+            ("DATABASE_URL", db.readonly_url.as_str()),
+            ("MCP_AUTH_TOKEN", MCP_TOKEN),
+        ])
+        .overlay(mcp_settings.iter().copied()),
+    )
     .await;
     let llm = ScriptedLlm::start(steps).await;
     let env = Env::from_pairs([

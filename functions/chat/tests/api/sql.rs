@@ -4,12 +4,11 @@
 
 use std::time::{Duration, Instant};
 
-use parley_core::config::Env;
 use parley_testkit::TestDb;
-use parley_testkit::llm::{ScriptedLlm, Step};
+use parley_testkit::llm::Step;
 use serde_json::json;
 
-use crate::helpers::{JWT_SECRET, MCP_TOKEN, spawn_chat_from, spawn_mcp_from};
+use crate::helpers::spawn_chat_with_mcp;
 
 const TOOLS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -29,29 +28,13 @@ const QUESTION_SQL: &str = "SELECT l.name, \
 async fn the_model_answers_with_its_own_sql_and_the_audit_names_the_user() {
     let db = TestDb::with_demo_data(3_000).await;
     let sql_url = db.sql_reader_url("").await;
-    let mcp = spawn_mcp_from(Env::from_pairs([
-        ("DATABASE_URL", db.readonly_url.as_str()),
-        ("SQL_DATABASE_URL", sql_url.as_str()),
-        ("MCP_AUTH_TOKEN", MCP_TOKEN),
-        ("TOOLS_FILE", TOOLS),
-    ]))
-    .await;
-    let llm = ScriptedLlm::start(vec![
-        Step::call("run_sql", json!({ "sql": QUESTION_SQL }).to_string()),
-        Step::text("These districts had the most negative feedback this quarter."),
-    ])
-    .await;
-    let chat = spawn_chat_from(
-        Env::from_pairs([
-            ("DATABASE_URL", db.url.clone()),
-            ("JWT_SECRET", JWT_SECRET.to_owned()),
-            ("MCP_URL", mcp.url.clone()),
-            ("MCP_AUTH_TOKEN", MCP_TOKEN.to_owned()),
-            ("LLM_BASE_URL", llm.base_url()),
-            ("LLM_API_KEY", "sk-test-not-a-real-key".to_owned()),
-        ]),
-        llm,
-        Some(mcp),
+    let chat = spawn_chat_with_mcp(
+        &db,
+        &[("TOOLS_FILE", TOOLS), ("SQL_DATABASE_URL", &sql_url)],
+        vec![
+            Step::call("run_sql", json!({ "sql": QUESTION_SQL }).to_string()),
+            Step::text("These districts had the most negative feedback this quarter."),
+        ],
     )
     .await;
 

@@ -501,7 +501,7 @@ fn describe(kind: Kind, spec: &SqlSpec) -> Tool {
                     "required": ["sql"],
                     "additionalProperties": false
                 }),
-                rows_schema(),
+                Value::Object(crate::tools::output_schema()),
             )
         }
         Kind::ListTables => (
@@ -517,7 +517,7 @@ fn describe(kind: Kind, spec: &SqlSpec) -> Tool {
                 },
                 "additionalProperties": false
             }),
-            rows_schema(),
+            Value::Object(crate::tools::output_schema()),
         ),
         Kind::DescribeTable => (
             format!(
@@ -569,20 +569,6 @@ fn describe(kind: Kind, spec: &SqlSpec) -> Tool {
                 .idempotent(true)
                 .open_world(false),
         )
-}
-
-fn rows_schema() -> Value {
-    json!({
-        "type": "object",
-        "properties": {
-            "rows": {"type": "array", "items": {"type": "object"}},
-            "row_count": {"type": "integer", "minimum": 0},
-            "truncated": {"type": "boolean"},
-            "truncated_reason": {"type": "string", "enum": ["max_rows", "max_bytes"]},
-            "note": {"type": "string"}
-        },
-        "required": ["rows", "row_count", "truncated"]
-    })
 }
 
 fn object(value: Value) -> JsonObject {

@@ -389,8 +389,9 @@ fn describe_prompt(spec: &PromptSpec) -> Prompt {
     prompt
 }
 
-/// Every tool returns the same envelope; its rows are described by the tool's description.
-fn output_schema() -> JsonObject {
+/// Every tool returns the same envelope (the SQL tools' `run_sql` and `list_tables` too); its
+/// rows are described by the tool's description.
+pub(crate) fn output_schema() -> JsonObject {
     let schema = json!({
         "type": "object",
         "properties": {

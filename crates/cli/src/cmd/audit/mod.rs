@@ -7,6 +7,9 @@ mod since;
 
 use std::io::Write;
 
+use clap::builder::TypedValueParser;
+
+use parley_core::audit::Outcome;
 use parley_core::db::pg_message;
 use tokio_postgres::Client;
 use tokio_postgres::error::SqlState;
@@ -38,8 +41,10 @@ pub struct Args {
     /// Only calls of this tool, by name.
     #[arg(long, value_name = "NAME")]
     pub tool: Option<String>,
-    /// Only calls that ended this way.
-    #[arg(long, value_enum)]
+    /// Only calls that ended this way: ok, tool_error, timeout or refused.
+    #[arg(long, value_name = "OUTCOME", value_parser = clap::builder::PossibleValuesParser::new(
+        Outcome::ALL.map(Outcome::as_str)
+    ).map(|s| s.parse::<Outcome>().expect("a listed outcome")))]
     pub outcome: Option<Outcome>,
     /// Print the most recent N matching calls (oldest first).
     #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(i64).range(1..))]
@@ -47,31 +52,6 @@ pub struct Args {
     /// One JSON object per line with every column, for `jq`.
     #[arg(long)]
     pub json: bool,
-}
-
-/// How a call ended: the values of `parley.audit.outcome`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-#[value(rename_all = "snake_case")]
-pub enum Outcome {
-    /// The call succeeded.
-    Ok,
-    /// The tool answered with an error.
-    ToolError,
-    /// The call ran out of time.
-    Timeout,
-    /// The call was refused.
-    Refused,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Ok => "ok",
-            Outcome::ToolError => "tool_error",
-            Outcome::Timeout => "timeout",
-            Outcome::Refused => "refused",
-        }
-    }
 }
 
 /// Which records to read; `None` filters nothing.
