@@ -43,7 +43,8 @@ async def connect(url: str, token: str) -> AsyncIterator[Any]:
 
 FEEDBACK_TOOLS = {"lad_by_ref", "list_lads", "search_feedback", "feedback_stats", "get_feedback"}
 TASKS_TOOLS = {"list_tasks", "create_task", "update_task", "complete_task", "delete_task"}
-EXPECTED_TOOLS = FEEDBACK_TOOLS | TASKS_TOOLS
+SQL_TOOLS = {"run_sql", "list_tables", "describe_table", "explain_sql"}
+EXPECTED_TOOLS = FEEDBACK_TOOLS | TASKS_TOOLS | SQL_TOOLS
 TIMEOUT_S = 30
 
 passed = 0
@@ -166,7 +167,7 @@ async def run_checks(session: ClientSession, state: dict[str, Any]) -> None:
                 f"{t.name}: inputSchema is not an object schema"
             )
             assert t.description, f"{t.name}: no description"
-            read_only = t.name in FEEDBACK_TOOLS or t.name == "list_tasks"
+            read_only = t.name in FEEDBACK_TOOLS | SQL_TOOLS or t.name == "list_tasks"
             assert t.annotations is not None and t.annotations.readOnlyHint is read_only, (
                 f"{t.name}: readOnlyHint is not {read_only}"
             )
@@ -180,7 +181,24 @@ async def run_checks(session: ClientSession, state: dict[str, Any]) -> None:
         assert required["get_feedback"] == ["id"], f"get_feedback required {required['get_feedback']}"
         return ", ".join(sorted(names))
 
-    await check("tools/list has exactly the 10 tools with input schemas", list_tools)
+    await check("tools/list has exactly the 14 tools with input schemas", list_tools)
+
+    async def run_sql() -> str:
+        sql = (
+            "SELECT l.country, count(*) AS items, round(avg(f.rating), 2) AS average "
+            "FROM feedback f JOIN lads l ON l.code = f.lad_code GROUP BY 1 ORDER BY 1"
+        )
+        sc = envelope(await session.call_tool("run_sql", {"sql": sql}))
+        countries = [r["country"] for r in sc["rows"]]
+        assert countries and set(countries) <= {"England", "Wales"}, f"rows {sc['rows']}"
+        refused = await session.call_tool("run_sql", {"sql": "DELETE FROM feedback"})
+        assert refused.isError is True, f"a DELETE was not refused: {texts(refused)}"
+        described = await session.call_tool("describe_table", {"name": "lads"})
+        assert described.isError is not True, texts(described)
+        assert described.structuredContent["columns"][0]["name"] == "code"
+        return f"{len(countries)} countries; DELETE refused: {texts(refused)[0][:80]}"
+
+    await check("run_sql answers a query of its own, refuses a DELETE; describe_table", run_sql)
 
     async def list_prompts() -> str:
         listed = await session.list_prompts()

@@ -205,7 +205,9 @@ impl SqlTools {
             original: sql,
             offset: prefix.chars().count(),
         };
-        run::rows(&self.pool, session, &statement, limit, self.spec.max_bytes).await
+        run::rows(&self.pool, session, &statement, limit, self.spec.max_bytes)
+            .await
+            .map_err(|e| explain_non_query(e, sql))
     }
 
     async fn explain(&self, session: &Session<'_>, sql: &str) -> Result<ToolOutput, SqlError> {
@@ -299,6 +301,33 @@ impl SqlTools {
             );
         }
         Ok(object_output(described.to_string()))
+    }
+}
+
+/// The words a query can start with; anything else is a syntax error inside the subquery,
+/// which says where but not why.
+const QUERY_STARTS: [&str; 5] = ["select", "with", "values", "table", "("];
+
+/// A syntax error of a statement that is not a query, with Postgres' hint replaced by what
+/// the model needs to know.
+fn explain_non_query(e: SqlError, sql: &str) -> SqlError {
+    match e {
+        SqlError::Postgres(mut failure) if failure.code == "42601" => {
+            let first = sql
+                .trim_start()
+                .split(|c: char| c.is_whitespace() || c == ';')
+                .next()
+                .unwrap_or("")
+                .to_ascii_lowercase();
+            if !QUERY_STARTS.iter().any(|q| first.starts_with(q)) {
+                failure.hint = Some(format!(
+                    "run_sql runs one read-only query (SELECT, WITH ... SELECT, VALUES or \
+                     TABLE); `{first}` statements are not run"
+                ));
+            }
+            SqlError::Postgres(failure)
+        }
+        other => other,
     }
 }
 
