@@ -264,6 +264,40 @@ pub fn redact(arguments: Option<&rmcp::model::JsonObject>, sensitive: &[&str]) -
     Value::Object(arguments)
 }
 
+/// `AUDIT=postgres` over a database that cannot take the records: caught at start-up rather
+/// than in the log of every call.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "AUDIT=postgres, but {0}; run `parley migrate` (migration 0007 creates parley.audit and \
+     grants INSERT to parley_readonly), or set AUDIT=log"
+)]
+pub struct AuditUnwritable(String);
+
+/// Checks that the function's role may add records. `Ok` too when the database cannot be
+/// reached now: the records then go to the log until it can.
+pub async fn check(config: AuditConfig, pool: &Pool) -> Result<(), AuditUnwritable> {
+    if config.destination != Destination::Postgres {
+        return Ok(());
+    }
+    let Ok(client) = pool.get().await else {
+        return Ok(());
+    };
+    let row = client
+        .query_one(
+            "SELECT to_regclass('parley.audit') IS NOT NULL \
+                    AND has_table_privilege('parley.audit', 'INSERT')",
+            &[],
+        )
+        .await;
+    match row {
+        Ok(row) if row.get::<_, bool>(0) => Ok(()),
+        Ok(_) => Err(AuditUnwritable(
+            "the database has no parley.audit table this role may insert into".into(),
+        )),
+        Err(_) => Ok(()),
+    }
+}
+
 /// How a call names itself to a DBA: a comment on its statements (pg_stat_activity's `query`,
 /// pg_stat_statements) and `application_name` while its transaction runs. Both parts are
 /// limited to `[A-Za-z0-9._:-]` (tool names by the tools file's rules, the request id by

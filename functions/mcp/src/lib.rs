@@ -117,6 +117,9 @@ async fn router(config: &McpConfig, secrets: Option<Secrets>) -> Result<Router, 
     if config.allowed_hosts.is_none() {
         tracing::warn!("MCP_ALLOWED_HOSTS=*: the Host check is off; rely on the gateway in front");
     }
+    audit::check(config.audit, &pool)
+        .await
+        .map_err(|e| StartupError::Function(CatalogError::Audit(e)))?;
     let audit = audit::Audit::start(config.audit, &pool);
     let handler = server::ParleyMcp::new(catalog, pool.clone(), embedder)
         .with_sql(sql)

@@ -78,6 +78,8 @@ pub enum CatalogError {
     SqlUrlMissing,
     #[error(transparent)]
     UnsafeSqlRole(#[from] crate::adhoc::role::UnsafeRole),
+    #[error(transparent)]
+    Audit(#[from] crate::audit::AuditUnwritable),
     #[error("tool `{tool}` does not match the database schema: {message}")]
     Schema { tool: String, message: String },
     #[error("the tools embed text, and the embedder cannot be loaded: {0}")]

@@ -105,3 +105,28 @@ async fn without_sql_in_the_tools_files_no_sql_tool_is_served() {
             .contains("unknown tool")
     );
 }
+
+#[tokio::test]
+async fn audit_to_a_database_without_the_table_stops_start_up_naming_the_fix() {
+    let db = TestDb::with_demo_data(FEEDBACK_ROWS).await;
+    db.client()
+        .await
+        .batch_execute("REVOKE INSERT ON parley.audit FROM parley_readonly")
+        .await
+        .unwrap();
+    let e = spawn_on(db.clone(), Options::default())
+        .await
+        .map(drop)
+        .unwrap_err();
+    assert!(e.contains("AUDIT=postgres"), "{e}");
+    assert!(e.contains("or set AUDIT=log"), "{e}");
+    spawn_on(
+        db,
+        Options {
+            extra_env: env(&[("AUDIT", "log")]),
+            ..Options::default()
+        },
+    )
+    .await
+    .expect("AUDIT=log needs no table");
+}
