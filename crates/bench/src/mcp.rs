@@ -71,7 +71,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1_000_000)]
     feedback: u64,
     /// Measured lad_by_ref, get_feedback, list_tasks and create_task calls per path, at each
-    /// concurrency.
+    /// concurrency (and sql-audit's calls per tool and AUDIT setting, one at a time).
     #[arg(long, default_value_t = 2000)]
     requests: usize,
     /// Measured search_feedback calls per path, at each concurrency (each one ranks every

@@ -15,7 +15,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use parley_mcp::adhoc::role::READER_GROUP;
 use serde_json::{Map, Value, json};
+use tokio_postgres::error::SqlState;
 
 use crate::mcp::{Mcp, feedback_ids, http_client, object, tools_file_setting};
 use crate::measure::{self, Stats, ms};
@@ -304,18 +306,22 @@ async fn reader_url(admin_url: &str, bench_url: &str) -> anyhow::Result<String> 
         .await
         .context("connecting to DATABASE_URL")?;
     // Another run may create it at the same moment: losing that race is fine.
-    admin
+    let created = admin
         .batch_execute(&format!(
-            "DO $$
-            BEGIN
-                IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = '{ROLE}') THEN
-                    CREATE ROLE {ROLE} LOGIN PASSWORD '{ROLE}' IN ROLE parley_sql_reader;
-                END IF;
-            EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
-            END $$"
+            "CREATE ROLE {ROLE} LOGIN PASSWORD '{ROLE}' IN ROLE {READER_GROUP}"
         ))
-        .await
-        .with_context(|| format!("creating role {ROLE} (DATABASE_URL must be a superuser)"))?;
+        .await;
+    match created {
+        Ok(()) => eprintln!("sql-audit: created role {ROLE} in {READER_GROUP}"),
+        Err(e)
+            if e.code() == Some(&SqlState::DUPLICATE_OBJECT)
+                || e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {}
+        Err(e) => {
+            return Err(e).with_context(|| {
+                format!("creating role {ROLE} (DATABASE_URL must be a superuser)")
+            });
+        }
+    }
     let groups: Vec<String> = admin
         .query(
             "SELECT g.rolname::text FROM pg_catalog.pg_auth_members m
@@ -328,9 +334,9 @@ async fn reader_url(admin_url: &str, bench_url: &str) -> anyhow::Result<String> 
         .iter()
         .map(|r| r.get(0))
         .collect();
-    if groups != ["parley_sql_reader"] {
+    if groups != [READER_GROUP] {
         bail!(
-            "role {ROLE} must be a member of parley_sql_reader and nothing else; it is in {groups:?} \
+            "role {ROLE} must be a member of {READER_GROUP} and nothing else; it is in {groups:?} \
              (DROP ROLE {ROLE} and rerun: the bench creates it)"
         );
     }
@@ -773,5 +779,29 @@ impl Outcome {
                      "fsync": self.wal_settings.fsync },
             "audit_rows": { "written": self.audit_rows, "audited_calls": self.audited_calls },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_sql_sends_the_declared_select_with_the_id_as_a_literal() {
+        let select = declared_sql(&parley_domain_feedback::tools_path(), TOOL).unwrap();
+        assert_eq!(select.matches(":id").count(), 1, "{select}");
+        let sql = select.replace(":id", "42");
+        assert!(
+            sql.starts_with("SELECT") && sql.ends_with("WHERE f.id = 42"),
+            "{sql}"
+        );
+        assert!(declared_sql(&parley_domain_feedback::tools_path(), "no_such_tool").is_err());
+    }
+
+    #[test]
+    fn the_median_is_the_middle_value_or_the_lower_of_two() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0]), 1.0);
+        assert_eq!(median(Vec::new()), 0.0);
     }
 }
