@@ -9,6 +9,7 @@ mod measure;
 mod peers;
 mod server;
 mod setup;
+mod sql_audit;
 mod stubs;
 mod tasks;
 

@@ -33,6 +33,7 @@ use crate::server::{Server, free_port};
 use crate::setup::{
     Machine, admin_url, command_line, connect, machine, now_nanos, prepare_database, write_json,
 };
+use crate::sql_audit;
 use crate::tasks::{self, Keys, User};
 
 /// What `tools::exec` sends, pipelined, to tell Postgres who a user's call is for.
@@ -70,7 +71,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1_000_000)]
     feedback: u64,
     /// Measured lad_by_ref, get_feedback, list_tasks and create_task calls per path, at each
-    /// concurrency.
+    /// concurrency (and sql-audit's calls per tool and AUDIT setting, one at a time).
     #[arg(long, default_value_t = 2000)]
     requests: usize,
     /// Measured search_feedback calls per path, at each concurrency (each one ranks every
@@ -92,9 +93,17 @@ pub struct Args {
     mcp_bin: Option<PathBuf>,
     /// Only these scenarios (comma-separated): lad_by_ref, search_feedback, get_feedback,
     /// list_tasks, create_task (caller-bound, as bench users), ping, peers (the three-way
-    /// comparison with the Python SDK and pgbench).
+    /// comparison with the Python SDK and pgbench), sql-audit (run_sql against the same
+    /// declared tool, and the audit's cost per call and WAL, with AUDIT=off and postgres).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// sql-audit: blocks per AUDIT setting of the WAL measurement (they alternate off and
+    /// postgres; the report takes each setting's median block).
+    #[arg(long, default_value_t = 5)]
+    wal_blocks: usize,
+    /// sql-audit: get_feedback calls per WAL block.
+    #[arg(long, default_value_t = 1000)]
+    wal_block_calls: usize,
     /// Seconds each contender of the three-way comparison is measured (after 2 s of warm-up).
     #[arg(long, default_value_t = 10)]
     peer_seconds: u64,
@@ -177,14 +186,70 @@ struct Measured {
     concurrent: Stats,
 }
 
+/// `--only` names of sections that are not a scenario of the main table.
+const SECTIONS: [&str; 3] = ["ping", "peers", sql_audit::SECTION];
+
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let command = command_line();
     let admin_url = admin_url()?;
-    let concurrency = args.concurrency.max(1);
-
     let (bench_url, pg_version) =
         prepare_database(&admin_url, &args.database, args.feedback).await?;
-    let scenarios = scenarios(&bench_url, &args).await?;
+    let bin = mcp_bin(&args)?;
+    let wants = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
+    // The main table, the ping and the three-way comparison: everything but the issue 12
+    // section, which runs last (or alone with `--only sql-audit`).
+    let mut json = if args.only.iter().all(|o| o == sql_audit::SECTION) && !args.only.is_empty() {
+        json!({ "command": command, "postgres": pg_version, "feedback_rows": args.feedback })
+    } else {
+        run_main(&args, &command, &bench_url, &pg_version, &bin).await?
+    };
+    if wants(sql_audit::SECTION) {
+        let settings = sql_audit::Settings {
+            admin_url: &admin_url,
+            bench_url: &bench_url,
+            bin: &bin,
+            requests: args.requests,
+            warmup: args.warmup,
+            blocks: args.wal_blocks.max(1),
+            block_calls: args.wal_block_calls.max(1),
+            pool: args.concurrency.max(1),
+            server_log: &args.server_log,
+        };
+        let section = sql_audit::run(&settings).await?;
+        print!(
+            "{}",
+            section.text(&command, &machine(), &pg_version, args.feedback)
+        );
+        json["sql_audit"] = section.json();
+    }
+    if let Some(path) = &args.json {
+        write_json(path, &json)?;
+    }
+    Ok(())
+}
+
+/// The MCP server binary: `--mcp-bin`, else `mcp` beside this executable.
+fn mcp_bin(args: &Args) -> anyhow::Result<PathBuf> {
+    match &args.mcp_bin {
+        Some(p) => Ok(p.clone()),
+        None => Ok(std::env::current_exe()
+            .context("locating this executable")?
+            .with_file_name("mcp")),
+    }
+}
+
+/// The scenarios of the main table against their floors, the ping and the three-way
+/// comparison, as `--only` selects them; prints their report and returns its JSON.
+async fn run_main(
+    args: &Args,
+    command: &str,
+    bench_url: &str,
+    pg_version: &str,
+    bin: &std::path::Path,
+) -> anyhow::Result<Value> {
+    let concurrency = args.concurrency.max(1);
+    let bench_url = bench_url.to_owned();
+    let scenarios = scenarios(&bench_url, args).await?;
     let caller_bound = scenarios.iter().any(|s| !s.callers.is_empty());
     let run_id = format!("{:x}-{}", std::process::id(), now_nanos());
     // User tokens are configured only for the caller-bound scenarios, so the others measure
@@ -210,12 +275,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let pool = floor_pool(custom_url.as_str(), concurrency)?;
     let auto_pool = floor_pool(&bench_url, concurrency)?;
 
-    let bin = match &args.mcp_bin {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()
-            .context("locating this executable")?
-            .with_file_name("mcp"),
-    };
     let token = format!("bench-{run_id}");
     let port = free_port()?;
     let mut env = vec![
@@ -240,7 +299,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
         None => Vec::new(),
     };
-    let server = Server::start_on(&bin, port, &env).await?;
+    let server = Server::start_on(bin, port, &env).await?;
     let (idle_rss, _) = server.memory()?;
     eprintln!(
         "mcp server pid {} at {} ({} KiB resident)",
@@ -342,7 +401,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         tasks::check_writes(&connect(&bench_url).await?, &keys).await?;
     }
     if args.only.is_empty() || args.only.iter().any(|o| o == "ping") {
-        results.push(measure_ping(&http, &server.base, &args, concurrency).await?);
+        results.push(measure_ping(&http, &server.base, args, concurrency).await?);
     }
     let wants = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
     let peers = if wants("peers") {
@@ -391,9 +450,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         peak_kib: peak_rss,
     };
     let report = Report {
-        command: &command,
+        command,
         machine: machine(),
-        pg_version: &pg_version,
+        pg_version,
         feedback: args.feedback,
         users: if caller_bound { tasks::USERS } else { 0 },
         concurrency,
@@ -406,10 +465,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         print!("{text}");
         json["three_way"] = peers_json;
     }
-    if let Some(path) = &args.json {
-        write_json(path, &json)?;
-    }
-    Ok(())
+    Ok(json)
 }
 
 /// JSON-RPC `ping` through the same HTTP, auth and rmcp path as a tool call, with no tool and
@@ -508,19 +564,7 @@ async fn scenarios(bench_url: &str, args: &Args) -> anyhow::Result<Vec<Scenario>
             object(json!({ "ref": r }))
         })
         .collect();
-    // Evenly spread ids that exist: a primary-key lookup, so the query is cheap and the
-    // protocol's own cost stands out.
-    let ids: Vec<i64> = client
-        .query(
-            "WITH b AS (SELECT min(id) AS lo, max(id) AS hi FROM feedback)
-             SELECT f.id FROM b, generate_series(b.lo, b.hi, greatest((b.hi - b.lo) / $1, 1)) g
-             JOIN feedback f ON f.id = g LIMIT $1",
-            &[&LAD_REFS],
-        )
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let ids = feedback_ids(&client).await?;
     let gets = ids.iter().map(|id| object(json!({ "id": id }))).collect();
     let searches = SEARCHES
         .iter()
@@ -554,7 +598,7 @@ async fn scenarios(bench_url: &str, args: &Args) -> anyhow::Result<Vec<Scenario>
         as_users("create_task", tasks::create_calls(), true),
     ];
     for name in &args.only {
-        if name != "ping" && name != "peers" && !all.iter().any(|s| s.tool == name) {
+        if !SECTIONS.contains(&name.as_str()) && !all.iter().any(|s| s.tool == name) {
             bail!("unknown scenario {name:?} in --only");
         }
     }
@@ -568,6 +612,26 @@ async fn scenarios(bench_url: &str, args: &Args) -> anyhow::Result<Vec<Scenario>
     Ok(selected)
 }
 
+/// Evenly spread feedback ids that exist, for `get_feedback`: a primary-key lookup, so the
+/// query is cheap and the protocol's own cost stands out.
+pub(crate) async fn feedback_ids(client: &tokio_postgres::Client) -> anyhow::Result<Vec<i64>> {
+    let ids: Vec<i64> = client
+        .query(
+            "WITH b AS (SELECT min(id) AS lo, max(id) AS hi FROM feedback)
+             SELECT f.id FROM b, generate_series(b.lo, b.hi, greatest((b.hi - b.lo) / $1, 1)) g
+             JOIN feedback f ON f.id = g LIMIT $1",
+            &[&LAD_REFS],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if ids.is_empty() {
+        bail!("the feedback table is empty");
+    }
+    Ok(ids)
+}
+
 /// `TOOLS_FILE` naming `files`.
 pub fn tools_file_setting(files: &[PathBuf]) -> String {
     files
@@ -577,7 +641,7 @@ pub fn tools_file_setting(files: &[PathBuf]) -> String {
         .join(",")
 }
 
-fn object(v: Value) -> Map<String, Value> {
+pub(crate) fn object(v: Value) -> Map<String, Value> {
     match v {
         Value::Object(m) => m,
         _ => unreachable!("json! of an object literal"),

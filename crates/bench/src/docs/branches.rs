@@ -67,20 +67,30 @@ pub fn only(sql: &str, keep: Branch) -> anyhow::Result<String> {
     ))
 }
 
-/// The declared SQL inside `ToolSpec::wrapped_sql` (`WITH tool_rows AS (<sql>) SELECT ...`),
-/// with the wrapper's prefix and suffix, so a changed SQL can be wrapped the same way.
+/// The declared SQL inside `ToolSpec::wrapped_sql` (`[/* parley tool=... */ ]WITH tool_rows
+/// AS (<sql>) SELECT ...`), with the wrapper's prefix (the tool's comment included) and suffix,
+/// so a changed SQL can be wrapped the same way.
 pub fn unwrap(wrapped: &str) -> anyhow::Result<(&str, &str, &str)> {
     const PREFIX: &str = "WITH tool_rows AS (\n";
     const SUFFIX: &str = "\n) SELECT row_to_json(tool_rows)::text FROM tool_rows LIMIT $";
     let inner_end = wrapped
         .rfind(SUFFIX)
         .context("ToolSpec::wrapped_sql no longer ends as the bench expects")?;
-    if !wrapped.starts_with(PREFIX) {
+    // The comment naming the tool to a DBA (issue 12) comes first when there is one.
+    let comment_end = match wrapped.strip_prefix("/*") {
+        Some(rest) => rest
+            .find("*/ ")
+            .map(|i| 2 + i + "*/ ".len())
+            .context("ToolSpec::wrapped_sql's leading comment does not end as the bench expects")?,
+        None => 0,
+    };
+    if !wrapped[comment_end..].starts_with(PREFIX) {
         bail!("ToolSpec::wrapped_sql no longer starts as the bench expects");
     }
+    let inner_start = comment_end + PREFIX.len();
     Ok((
-        PREFIX,
-        &wrapped[PREFIX.len()..inner_end],
+        &wrapped[..inner_start],
+        &wrapped[inner_start..inner_end],
         &wrapped[inner_end..],
     ))
 }
@@ -282,5 +292,11 @@ GROUP BY id ORDER BY score DESC";
         let (p, inner, s) = unwrap(wrapped).unwrap();
         assert_eq!(inner, "SELECT 1");
         assert_eq!(format!("{p}{inner}{s}"), wrapped);
+        // As the tools file's loader builds it since issue 12: the tool's name in a comment.
+        let commented = format!("/* parley tool=t */ {wrapped}");
+        let (p, inner, s) = unwrap(&commented).unwrap();
+        assert_eq!(inner, "SELECT 1");
+        assert_eq!(p, "/* parley tool=t */ WITH tool_rows AS (\n");
+        assert_eq!(format!("{p}{inner}{s}"), commented);
     }
 }
