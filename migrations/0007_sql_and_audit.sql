@@ -37,6 +37,14 @@ CREATE OR REPLACE FUNCTION parley.caller() RETURNS jsonb
         ELSE nullif(current_setting('parley.caller', true), '')::jsonb
     END;
 
+-- The documents helpers run as their owner (SECURITY DEFINER) and answer about every
+-- collection; PUBLIC could call them, and so could ad-hoc SQL. Only the tools' role needs them
+-- (policies on parley's documents tables call readable_collections() as the querying role).
+REVOKE EXECUTE ON FUNCTION parley.readable_collections(), parley.searchable_collections(text, text),
+    parley.readable_document(bigint, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION parley.readable_collections(), parley.searchable_collections(text, text),
+    parley.readable_document(bigint, text) TO parley_readonly;
+
 -- One row per tool call (declared tools, ad-hoc SQL, writes), written by the mcp function after
 -- the call's answer is on its way, in transactions that do not wait for the WAL flush
 -- (functions/mcp/src/audit.rs). Append-only: rows are never updated or deleted by Parley, and
@@ -50,7 +58,7 @@ CREATE TABLE parley.audit (
     tool text NOT NULL,
     -- As the call sent them, except parameters declared `sensitive`: {"sha256": "<hex>"}.
     arguments jsonb NOT NULL,
-    -- run_sql and explain_sql: the statement as sent to Postgres.
+    -- run_sql and explain_sql: the statement the call sent.
     statement text,
     rows integer,
     truncated boolean NOT NULL DEFAULT false,

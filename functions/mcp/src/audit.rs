@@ -125,10 +125,26 @@ impl Audit {
 const MAX_STORED_BYTES: usize = 64 * 1024;
 
 /// `record` as Postgres can store it: text and jsonb cannot hold NUL (shown as U+FFFD), and
-/// an oversized statement or argument list is cut.
+/// an oversized statement or argument list is cut. The short fields are cut too: a caller can
+/// name an unknown tool as it likes, and one record that cannot be stored would take its
+/// batch with it.
 fn storable(mut record: Record) -> Record {
     if let Some(statement) = &mut record.statement {
         *statement = cut(&statement.replace('\0', "\u{FFFD}"));
+    }
+    for (field, chars) in [
+        (&mut record.tool, 128),
+        (&mut record.caller, 255),
+        (&mut record.request_id, 128),
+    ] {
+        *field = field
+            .replace('\0', "\u{FFFD}")
+            .chars()
+            .take(chars)
+            .collect();
+    }
+    if let Some(error) = &mut record.error {
+        *error = error.replace('\0', "\u{FFFD}").chars().take(1000).collect();
     }
     let arguments = record.arguments.to_string();
     if arguments.len() > MAX_STORED_BYTES {
@@ -175,14 +191,18 @@ const INSERT: &str = "INSERT INTO parley.audit \
     SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::jsonb[], \
                          $6::text[], $7::int4[], $8::bool[], $9::float8[], $10::text[], $11::text[])";
 
-/// The writer task: whatever has queued since the last INSERT goes in the next one.
+/// The writer task: whatever has queued since the last INSERT goes in the next one. A batch
+/// that fails is written again one record at a time, so one bad record costs only itself.
 async fn write_queued(mut queue: mpsc::Receiver<Record>, pool: Pool) {
     let mut batch = Vec::with_capacity(BATCH);
     while queue.recv_many(&mut batch, BATCH).await > 0 {
         if let Err(e) = write(&pool, &batch).await {
-            tracing::error!(error = %e, records = batch.len(), "audit records not stored; written to the log instead");
+            tracing::warn!(error = %e, records = batch.len(), "audit batch not stored; writing its records one by one");
             for record in &batch {
-                log(record, "tool call audited (not stored)");
+                if let Err(e) = write(&pool, std::slice::from_ref(record)).await {
+                    tracing::error!(error = %e, "audit record not stored; written to the log instead");
+                    log(record, "tool call audited (not stored)");
+                }
             }
         }
         batch.clear();
@@ -387,6 +407,29 @@ mod tests {
             &statement[statement.len() - 40..]
         );
         assert!(!statement.contains('\0'));
+    }
+
+    #[test]
+    fn a_hostile_tool_name_or_subject_is_stored_cut_and_without_nul() {
+        let record = Record {
+            at: Utc::now(),
+            request_id: "r".into(),
+            caller: format!("a\u{0}{}", "b".repeat(5000)),
+            tool: format!("t\u{0}{}", "x".repeat(5000)),
+            arguments: Value::Null,
+            statement: None,
+            rows: None,
+            truncated: false,
+            duration: Duration::ZERO,
+            outcome: Outcome::Refused,
+            error: Some("e\u{0}".repeat(2000)),
+        };
+        let stored = storable(record);
+        assert_eq!(stored.tool.chars().count(), 128);
+        assert_eq!(stored.caller.chars().count(), 255);
+        assert!(!stored.tool.contains('\0') && !stored.caller.contains('\0'));
+        let error = stored.error.unwrap();
+        assert!(error.chars().count() <= 1000 && !error.contains('\0'));
     }
 
     #[test]

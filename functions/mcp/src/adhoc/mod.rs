@@ -193,10 +193,21 @@ impl SqlTools {
     ) -> Result<ToolOutput, SqlError> {
         // The caller's text becomes a subquery: Postgres renders each row as JSON (exactly as
         // stored), cuts it at the byte cap before sending it, and stops at one row past the
-        // limit. The newlines keep a trailing `--` comment from swallowing the rest.
+        // limit. The newlines keep a trailing `--` comment from swallowing the rest. So that
+        // unbalanced parentheses cannot end the subquery early and add to Parley's query
+        // (`SELECT 1) AS q UNION ALL SELECT ...`), the text is first declared as a cursor on
+        // its own, in the same transaction, with nothing after it: only a complete query
+        // passes, and then the subquery is exactly that query.
+        let comment = session.marker.comment();
+        let declare = format!("{comment} DECLARE parley_check NO SCROLL CURSOR FOR ");
+        let check = Statement {
+            text: format!("{declare}{sql}"),
+            params: Vec::new(),
+            original: sql,
+            offset: declare.chars().count(),
+        };
         let prefix = format!(
-            "{} SELECT pg_catalog.substr(pg_catalog.to_json(q)::text, 1, {}) FROM (\n",
-            session.marker.comment(),
+            "{comment} SELECT pg_catalog.substr(pg_catalog.to_json(q)::text, 1, {}) FROM (\n",
             self.spec.max_bytes + 1
         );
         let statement = Statement {
@@ -205,9 +216,16 @@ impl SqlTools {
             original: sql,
             offset: prefix.chars().count(),
         };
-        run::rows(&self.pool, session, &statement, limit, self.spec.max_bytes)
-            .await
-            .map_err(|e| explain_non_query(e, sql))
+        run::rows(
+            &self.pool,
+            session,
+            Some(&check),
+            &statement,
+            limit,
+            self.spec.max_bytes,
+        )
+        .await
+        .map_err(|e| explain_non_query(e, sql))
     }
 
     async fn explain(&self, session: &Session<'_>, sql: &str) -> Result<ToolOutput, SqlError> {
@@ -221,7 +239,18 @@ impl SqlTools {
             offset: prefix.chars().count(),
         };
         let lines = run::texts(&self.pool, session, &statement).await?;
-        let json = json!({ "plan": lines.join("\n") }).to_string();
+        // A plan prints the constants it folded, which can be as large as a value can be.
+        let mut plan = lines.join("\n");
+        let cap = usize::try_from(self.spec.max_bytes).unwrap_or(usize::MAX) - 64;
+        let truncated = plan.len() > cap;
+        if truncated {
+            let mut end = cap;
+            while !plan.is_char_boundary(end) {
+                end -= 1;
+            }
+            plan.truncate(end);
+        }
+        let json = json!({ "plan": plan, "truncated": truncated }).to_string();
         Ok(object_output(json))
     }
 
@@ -243,6 +272,7 @@ impl SqlTools {
         run::rows(
             &self.pool,
             session,
+            None,
             &statement,
             self.spec.max_rows,
             self.spec.max_bytes,
@@ -270,8 +300,9 @@ impl SqlTools {
         let found = run::texts(&self.pool, session, &statement).await?;
         let Some(text) = found.into_iter().next() else {
             return Err(SqlError::NotFound(format!(
-                "no table or view `{table}` you may read in {}; call list_tables for the ones \
+                "no table or view `{}` you may read in {}; call list_tables for the ones \
                  there are",
+                table.chars().take(64).collect::<String>(),
                 schema.map_or_else(|| schemas.join(", "), str::to_owned)
             )));
         };
@@ -279,26 +310,40 @@ impl SqlTools {
         if self.spec.sample_rows > 0
             && let (Some(s), Some(t)) = (described["schema"].as_str(), described["name"].as_str())
         {
-            let statement = Statement {
-                text: format!(
-                    "{} SELECT pg_catalog.substr(pg_catalog.to_json(s)::text, 1, {}) FROM {}.{} AS s LIMIT {}",
-                    session.marker.comment(),
-                    self.spec.max_bytes / 4,
-                    quote_identifier(s),
-                    quote_identifier(t),
-                    self.spec.sample_rows
-                ),
-                params: Vec::new(),
-                original: "",
-                offset: 0,
-            };
-            let sample = run::texts(&self.pool, session, &statement).await?;
-            described["sample_rows"] = Value::Array(
-                sample
-                    .iter()
-                    .map(|r| serde_json::from_str(r).unwrap_or_else(|_| json!({"cut": r.len()})))
-                    .collect(),
-            );
+            // Only the columns the role may read (a column grant makes `SELECT *` fail), each
+            // sample row cut so that all of them fit in the result's cap.
+            let columns: Vec<String> = described["columns"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c["name"].as_str().map(quote_identifier))
+                .collect();
+            if !columns.is_empty() {
+                let statement = Statement {
+                    text: format!(
+                        "{} SELECT pg_catalog.substr(pg_catalog.to_json(s)::text, 1, {}) \
+                         FROM (SELECT {} FROM {}.{}) AS s LIMIT {}",
+                        session.marker.comment(),
+                        self.spec.max_bytes / (2 * u64::from(self.spec.sample_rows)),
+                        columns.join(", "),
+                        quote_identifier(s),
+                        quote_identifier(t),
+                        self.spec.sample_rows
+                    ),
+                    params: Vec::new(),
+                    original: "",
+                    offset: 0,
+                };
+                let sample = run::texts(&self.pool, session, &statement).await?;
+                described["sample_rows"] = Value::Array(
+                    sample
+                        .iter()
+                        .map(|r| {
+                            serde_json::from_str(r).unwrap_or_else(|_| json!({"cut": r.len()}))
+                        })
+                        .collect(),
+                );
+            }
         }
         Ok(object_output(described.to_string()))
     }
@@ -351,7 +396,8 @@ fn quote_identifier(name: &str) -> String {
 fn table_name(name: &str) -> Result<(Option<String>, String), SqlError> {
     let bad = || {
         SqlError::Refused(format!(
-            "`{name}` is not a table name; write table or schema.table"
+            "`{}` is not a table name; write table or schema.table",
+            name.chars().take(64).collect::<String>()
         ))
     };
     if name.len() > 200 {

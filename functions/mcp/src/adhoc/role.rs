@@ -128,7 +128,7 @@ pub async fn check(
         "SELECT c.oid::regclass::text, \
                 n.nspname::text = ANY($1) \
          FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-         WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f') \
+         WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S') \
            AND n.nspname NOT IN ('pg_catalog', 'information_schema') \
            AND n.nspname !~ '^pg_(toast|temp)' \
            AND CASE WHEN n.nspname::text = ANY($1) \
@@ -153,6 +153,41 @@ pub async fn check(
                  outside the allowed schemas"
             ));
         }
+    }
+    // A SECURITY DEFINER function runs with its owner's rights: outside the allowed schemas it
+    // could read what the role may not. Sequences count as relations here too.
+    for (function,) in rows1(
+        client,
+        "SELECT p.oid::regprocedure::text FROM pg_catalog.pg_proc p \
+         JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace \
+         WHERE p.prosecdef AND n.nspname NOT IN ('pg_catalog', 'information_schema') \
+           AND NOT n.nspname::text = ANY($1) \
+           AND pg_catalog.has_function_privilege(p.oid, 'EXECUTE') \
+         ORDER BY 1 LIMIT 5",
+        &[&schemas],
+    )
+    .await?
+    {
+        problems.push(format!(
+            "REVOKE EXECUTE ON FUNCTION {function} FROM PUBLIC (and from {role}): it runs as \
+             its owner, outside the allowed schemas"
+        ));
+    }
+    // Functions only superusers get by default; an admin may have granted them on.
+    for (function,) in rows1(
+        client,
+        "SELECT f FROM unnest(ARRAY['pg_read_file(text)', 'pg_read_binary_file(text)', \
+             'pg_ls_dir(text)', 'pg_stat_file(text)', 'lo_import(text)', 'lo_export(oid,text)', \
+             'pg_reload_conf()', 'pg_rotate_logfile()']) AS f \
+         WHERE to_regprocedure(f) IS NOT NULL \
+           AND pg_catalog.has_function_privilege(to_regprocedure(f), 'EXECUTE') ORDER BY 1",
+        &[],
+    )
+    .await?
+    {
+        problems.push(format!(
+            "REVOKE EXECUTE ON FUNCTION {function} FROM {role} and PUBLIC"
+        ));
     }
     // A function that opens a connection elsewhere runs there outside this transaction.
     for (function,) in rows1(

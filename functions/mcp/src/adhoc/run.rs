@@ -130,31 +130,54 @@ pub struct Statement<'a> {
 }
 
 /// Runs `statement`, whose rows are each one JSON text in the first column, and renders them
-/// with the caps.
+/// with the caps. `check`, when given, goes first in the same transaction: if it fails, the
+/// transaction is aborted, `statement` cannot run, and the error reported is the check's.
 pub async fn rows(
     pool: &Pool,
     session: &Session<'_>,
+    check: Option<&Statement<'_>>,
     statement: &Statement<'_>,
     row_limit: u64,
     max_bytes: u64,
 ) -> Result<ToolOutput, SqlError> {
     let client = connection(pool).await?;
-    let work = async {
+    let checked = async {
+        match check {
+            Some(check) => client
+                .query_typed(&check.text, &check.params)
+                .await
+                .map(drop),
+            None => Ok(()),
+        }
+    };
+    let read = async {
         let stream = client
             .query_typed_raw(&statement.text, statement.params.iter().cloned())
             .await?;
         let mut stream = std::pin::pin!(stream);
         let mut out = Render::new(row_limit, max_bytes);
         while let Some(row) = stream.try_next().await? {
-            if !out.push(row.get::<_, &str>(0)) {
+            // The wrapper makes every value a JSON text; anything else is shown as null
+            // rather than trusted.
+            let text = row.try_get::<_, Option<&str>>(0).ok().flatten();
+            if !out.push(text.unwrap_or("null")) {
                 break;
             }
         }
-        Ok(out.finish())
+        Ok::<_, tokio_postgres::Error>(out.finish())
+    };
+    // Both sent before either answer is read; the check's error is the one that explains.
+    let work = async {
+        let (checked, read) = tokio::join!(checked, read);
+        Ok(checked.map(|()| read))
     };
     let (outcome, clean) = transaction(&client, session, work).await;
     release(client, clean);
-    outcome.map_err(|e| failure(e, session, statement))
+    match outcome {
+        Err(e) => Err(failure(e, session, statement)),
+        Ok(Err(e)) => Err(failure(e, session, check.unwrap_or(statement))),
+        Ok(Ok(read)) => read.map_err(|e| failure(e, session, statement)),
+    }
 }
 
 /// Runs `statement` and returns its rows' first columns as text: for EXPLAIN and the catalog
@@ -235,12 +258,23 @@ fn failure(e: tokio_postgres::Error, session: &Session<'_>, statement: &Statemen
     };
     SqlError::Postgres(Box::new(PgFailure {
         code: db.code().code().to_owned(),
-        message: db.message().to_owned(),
-        detail: db.detail().map(str::to_owned),
-        hint: db.hint().map(str::to_owned),
+        message: cut(db.message()),
+        detail: db.detail().map(cut),
+        hint: db.hint().map(cut),
         position,
         line_column: position.map(|p| line_column(original, p)),
     }))
+}
+
+/// Most characters of a message, detail or hint passed on: Postgres quotes values in some
+/// messages, and a value can be hundreds of megabytes.
+const MESSAGE_CHARS: usize = 2000;
+
+fn cut(text: &str) -> String {
+    match text.char_indices().nth(MESSAGE_CHARS) {
+        None => text.to_owned(),
+        Some((end, _)) => format!("{}… [cut]", &text[..end]),
+    }
 }
 
 /// Line and column (1-based) of the 1-based character `position` in `text`.

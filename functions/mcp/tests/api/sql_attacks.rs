@@ -156,6 +156,7 @@ async fn assert_untouched(app: &TestApp, attack: &str, tasks: i64) {
                 current_setting('statement_timeout') AS statement_timeout, \
                 current_setting('default_transaction_read_only') AS default_read_only, \
                 current_setting('work_mem') AS work_mem, \
+                current_setting('parley.leak', true) AS leak, \
                 (SELECT count(*) FROM pg_prepared_statements) AS prepared, \
                 (SELECT count(*) FROM pg_listening_channels()) AS listening, \
                 (SELECT count(*) FROM pg_cursors WHERE is_holdable) AS cursors",
@@ -173,6 +174,10 @@ async fn assert_untouched(app: &TestApp, attack: &str, tasks: i64) {
     assert_eq!(row["statement_timeout"], "1s", "{attack}: {row}");
     assert_eq!(row["default_read_only"], "off", "{attack}: {row}");
     assert_eq!(row["work_mem"], "4MB", "{attack}: {row}");
+    assert!(
+        row["leak"].is_null() || row["leak"] == "",
+        "{attack}: {row}"
+    );
     assert_eq!(row["prepared"], 0, "{attack}: {row}");
     assert_eq!(row["listening"], 0, "{attack}: {row}");
     assert_eq!(row["cursors"], 0, "{attack}: {row}");
@@ -201,6 +206,20 @@ async fn every_known_escape_is_refused_or_harmless_and_audited() {
         ("END; DELETE FROM analytics.sales", Expect::Refused),
         (
             "ROLLBACK; BEGIN READ WRITE; DELETE FROM analytics.sales",
+            Expect::Refused,
+        ),
+        // Unbalanced parentheses that would end Parley's subquery and add to its query: an
+        // arm that escapes the byte cap, a NULL where JSON text is expected, a LIMIT moved.
+        (
+            "SELECT 1) AS q UNION ALL SELECT repeat('x', 400000000) FROM (SELECT 1",
+            Expect::Refused,
+        ),
+        (
+            "SELECT 1) AS q UNION ALL SELECT NULL FROM (SELECT 1",
+            Expect::Refused,
+        ),
+        (
+            "SELECT 1) AS q UNION ALL (SELECT to_json(s)::text FROM analytics.sales s",
             Expect::Refused,
         ),
         // Several statements in one string.
@@ -326,6 +345,12 @@ async fn every_known_escape_is_refused_or_harmless_and_audited() {
         ("SELECT * FROM parley.audit", Expect::Refused),
         ("SELECT * FROM parley.idempotency", Expect::Refused),
         ("SELECT * FROM parley.chunks", Expect::Refused),
+        // Parley's SECURITY DEFINER helpers answer about every collection: not to this role.
+        ("SELECT parley.readable_document(1, NULL)", Expect::Refused),
+        (
+            "SELECT parley.searchable_collections('handbook', NULL)",
+            Expect::Refused,
+        ),
     ];
     let tasks = count(&app, "SELECT count(*) FROM tasks").await;
     let mut audited = Vec::new();
@@ -352,6 +377,14 @@ async fn every_known_escape_is_refused_or_harmless_and_audited() {
         audited.push((sql, expect));
     }
     assert!(!std::path::Path::new("/tmp/parley-pwned").exists());
+    // Refused by the extended protocol itself, not by a parser of Parley's.
+    let message = run_sql(&app, "SELECT 1; DELETE FROM analytics.sales")
+        .await
+        .unwrap_err();
+    assert!(
+        message.contains("cannot insert multiple commands into a prepared statement"),
+        "{message}"
+    );
 
     // The row-level-security table: the role may read it, and sees no user's rows, even with
     // a forged caller set by the statement itself.
@@ -396,7 +429,11 @@ async fn every_known_escape_is_refused_or_harmless_and_audited() {
     assert!(message.contains("NUL"), "{message}");
 
     // Every attempt is in the audit with its outcome (written just after each answer).
-    let audit = wait_for_audit(&app, attacks.len() + 3 + 3).await;
+    // Each attack, its session check, three row-level-security reads, the caller check, the
+    // 1 MB statement, NUL and the two statements: exactly one record each.
+    let calls = 2 * attacks.len() + 3 + 1 + 2 + 1;
+    let audit = wait_for_audit(&app, calls).await;
+    assert_eq!(audit.len(), calls, "one record per call, no more");
     for (sql, expect) in audited {
         let Some(row) = audit.iter().find(|r| r["statement"] == sql) else {
             panic!("{sql:?} is not in the audit: {audit:?}")
@@ -544,6 +581,15 @@ async fn results_are_capped_and_errors_point_into_the_statement() {
         "{message}"
     );
     assert!(message.contains("line 1, column 15"), "{message}");
+    // Postgres quotes the value in this message; what reaches the model is cut.
+    let message = run_sql(&app, "SELECT repeat('x', 300000)::int")
+        .await
+        .unwrap_err();
+    assert!(
+        message.len() < 3000 && message.contains("[cut]"),
+        "{}",
+        message.len()
+    );
     // A trailing comment cannot swallow the wrapper.
     let out = run_sql(&app, "SELECT 1 AS one -- the end").await.unwrap();
     assert_eq!(out["rows"], json!([{"one": 1}]));
@@ -664,6 +710,20 @@ async fn the_schema_tools_show_what_the_role_may_read_and_nothing_else() {
         .unwrap()
         .to_owned();
     assert!(plan.contains("sales_region_day_idx"), "{plan}");
+    // A plan prints the constants it folded; the plan is cut at the result cap.
+    let plan = app
+        .call(
+            "explain_sql",
+            json!({"sql": "SELECT * FROM analytics.regions WHERE name = repeat('x', 300000)"}),
+        )
+        .await;
+    assert_eq!(
+        plan["structuredContent"]["truncated"],
+        true,
+        "{}",
+        plan.to_string().len()
+    );
+    assert!(plan["structuredContent"]["plan"].as_str().unwrap().len() <= 262_144);
     // EXPLAIN plans; it never runs the statement, writes included.
     let plan = app
         .call("explain_sql", json!({"sql": "SELECT note('explained')"}))

@@ -51,7 +51,12 @@ async fn a_readable_table_outside_the_allowed_schemas_stops_start_up() {
             "CREATE SCHEMA secret; CREATE TABLE secret.keys (k text);
              GRANT USAGE ON SCHEMA secret TO parley_sql_reader;
              GRANT SELECT ON secret.keys TO parley_sql_reader;
-             CREATE TABLE public.notes (n text); GRANT INSERT ON public.notes TO PUBLIC;",
+             CREATE TABLE public.notes (n text); GRANT INSERT ON public.notes TO PUBLIC;
+             CREATE SCHEMA helpers; GRANT USAGE ON SCHEMA helpers TO parley_sql_reader;
+             CREATE FUNCTION helpers.peek() RETURNS bigint LANGUAGE sql SECURITY DEFINER
+                 AS 'SELECT count(*) FROM secret.keys';
+             CREATE SEQUENCE helpers.ids; GRANT SELECT ON helpers.ids TO parley_sql_reader;
+             GRANT EXECUTE ON FUNCTION pg_read_file(text) TO parley_sql_reader;",
         )
         .await;
     let e = start(db, Some(&url)).await.unwrap_err();
