@@ -53,17 +53,13 @@ impl TestDb {
             .unwrap_or_else(|e| panic!("CREATE DATABASE {name} failed: {}", pg_message(&e)));
 
         let url = replace_url(admin_url, |u| u.set_path(&format!("/{name}")));
-        let readonly_url = replace_url(&url, |u| {
-            u.set_username(READONLY_USER)
-                .and_then(|()| u.set_password(Some(READONLY_PASSWORD)))
-                .expect("a postgres:// URL with a host takes a username and password");
-        });
+        let readonly_url = url_as(&url, READONLY_USER, READONLY_PASSWORD);
 
         let mut client = connect(&url).await;
         parley_core::migrate::run(&mut client)
             .await
             .unwrap_or_else(|e| panic!("migrating test database {name} failed: {e}"));
-        ensure_readonly_login(&admin).await;
+        ensure_login(&admin, READONLY_USER, READONLY_PASSWORD, "parley_readonly").await;
 
         TestDb {
             name,
@@ -155,16 +151,13 @@ impl TestDb {
     /// this database's URL as [`SQL_READER_USER`], the role the SQL tools run as.
     pub async fn sql_reader_url(&self, grants: &str) -> String {
         let admin = connect(&admin_url()).await;
-        let sql = format!(
-            "DO $$
-            BEGIN
-                IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = '{SQL_READER_USER}') THEN
-                    CREATE ROLE {SQL_READER_USER} LOGIN PASSWORD '{SQL_READER_USER}' IN ROLE parley_sql_reader;
-                END IF;
-            EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
-            END $$;"
-        );
-        with_role_lock(&admin, &sql, &format!("creating role {SQL_READER_USER}")).await;
+        ensure_login(
+            &admin,
+            SQL_READER_USER,
+            SQL_READER_USER,
+            "parley_sql_reader",
+        )
+        .await;
         self.client()
             .await
             .batch_execute(grants)
@@ -175,11 +168,7 @@ impl TestDb {
                     pg_message(&e)
                 )
             });
-        replace_url(&self.url, |u| {
-            u.set_username(SQL_READER_USER)
-                .and_then(|()| u.set_password(Some(SQL_READER_USER)))
-                .expect("a postgres:// URL with a host takes a username and password");
-        })
+        url_as(&self.url, SQL_READER_USER, SQL_READER_USER)
     }
 
     /// A connection to this database as [`READONLY_USER`].
@@ -212,25 +201,26 @@ fn admin_url() -> String {
     })
 }
 
-/// Creates the LOGIN role once per cluster.
-async fn ensure_readonly_login(admin: &Client) {
+/// Creates the LOGIN role `user`, a member of `group`, once per cluster (and makes it a member
+/// again if it lost the membership).
+async fn ensure_login(admin: &Client, user: &str, password: &str, group: &str) {
     let sql = format!(
         "DO $$
         BEGIN
-            IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = '{READONLY_USER}') THEN
-                CREATE ROLE {READONLY_USER} LOGIN PASSWORD '{READONLY_PASSWORD}' IN ROLE parley_readonly;
+            IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = '{user}') THEN
+                CREATE ROLE {user} LOGIN PASSWORD '{password}' IN ROLE {group};
             END IF;
         EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
         END $$;
         DO $$
         BEGIN
-            IF NOT pg_has_role('{READONLY_USER}', 'parley_readonly', 'MEMBER') THEN
-                GRANT parley_readonly TO {READONLY_USER};
+            IF NOT pg_has_role('{user}', '{group}', 'MEMBER') THEN
+                GRANT {group} TO {user};
             END IF;
         EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
         END $$;"
     );
-    with_role_lock(admin, &sql, &format!("creating role {READONLY_USER}")).await;
+    with_role_lock(admin, &sql, &format!("creating role {user}")).await;
 }
 
 /// Lets the LOGIN role switch to the write role `role`, as scripts/dev lets parley_mcp: `SET`
@@ -263,6 +253,15 @@ async fn with_role_lock(admin: &Client, sql: &str, what: &str) {
         .await;
     done.unwrap_or_else(|e| panic!("{what} failed: {}", pg_message(&e)));
     unlocked.unwrap_or_else(|e| panic!("releasing the role advisory lock failed: {e}"));
+}
+
+/// `url` with `user` and `password` as its credentials.
+fn url_as(url: &str, user: &str, password: &str) -> String {
+    replace_url(url, |u| {
+        u.set_username(user)
+            .and_then(|()| u.set_password(Some(password)))
+            .expect("a postgres:// URL with a host takes a username and password");
+    })
 }
 
 fn replace_url(url: &str, edit: impl FnOnce(&mut Url)) -> String {

@@ -25,7 +25,7 @@ use rmcp::transport::streamable_http_server::session::never::NeverSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, ServerHandler};
 
-use crate::adhoc::SqlTools;
+use crate::adhoc::{self, SqlTools};
 use crate::audit::{self, Audit, Marker, Outcome, Record};
 use crate::auth::Caller;
 use crate::config::McpConfig;
@@ -248,25 +248,40 @@ impl ParleyMcp {
     ) -> Result<CallToolResult, ErrorData> {
         let at = chrono::Utc::now();
         let started = std::time::Instant::now();
-        let record = |arguments, statement, result: Result<&ToolOutput, &ToolError>| {
-            let (outcome, error) = match result {
-                Ok(_) => (Outcome::Ok, None),
-                Err(e) => (e.outcome(), Some(e.log_kind())),
-            };
-            self.audit.record(Record {
-                at,
-                request_id: request_id.to_owned(),
-                caller: caller_name(caller),
-                tool: request.name.to_string(),
-                arguments,
-                statement,
-                rows: outcome_rows(result),
-                truncated: outcome_truncated(result),
-                duration: started.elapsed(),
-                outcome,
-                error,
+        // One record per call, built only when the audit is on. An error is (outcome, what
+        // went wrong in the log's words).
+        let record = |sensitive: &dyn Fn(&str) -> bool,
+                      statement: Option<&str>,
+                      result: Result<&ToolOutput, (Outcome, String)>| {
+            self.audit.record(|| {
+                let (rows, truncated, outcome, error) = match result {
+                    Ok(out) => (
+                        Some(i32::try_from(out.row_count).unwrap_or(i32::MAX)),
+                        out.truncated.is_some(),
+                        Outcome::Ok,
+                        None,
+                    ),
+                    Err((outcome, error)) => (None, false, outcome, Some(error)),
+                };
+                Record {
+                    at,
+                    request_id: request_id.to_owned(),
+                    caller: match caller {
+                        Caller::User(claims) => claims.subject.clone(),
+                        Caller::Service => "service".into(),
+                    },
+                    tool: request.name.to_string(),
+                    arguments: audit::redact(request.arguments.as_ref(), sensitive),
+                    statement: statement.map(str::to_owned),
+                    rows,
+                    truncated,
+                    duration: started.elapsed(),
+                    outcome,
+                    error,
+                }
             });
         };
+        let failed = |e: &ToolError| (e.outcome(), e.log_kind());
         let marker = Marker {
             tool: &request.name,
             request_id,
@@ -280,36 +295,22 @@ impl ParleyMcp {
                 .call(kind, request.arguments.as_ref(), marker)
                 .await
                 .map_err(ToolError::from);
-            let statement = request
-                .arguments
-                .as_ref()
-                .and_then(|a| a.get("sql"))
-                .and_then(|s| s.as_str())
-                .map(str::to_owned);
             log_call(&request.name, &outcome, started);
             record(
-                audit::redact(request.arguments.as_ref(), &[]),
-                statement,
-                outcome.as_ref(),
+                &|_| false,
+                adhoc::statement_of(request.arguments.as_ref()),
+                outcome.as_ref().map_err(failed),
             );
             return Ok(tools::to_call_result(outcome));
         }
         // An unknown tool is a protocol error (the spec's -32602); everything after this point
         // is a tool result the model can read and act on.
         let Some(tool) = self.catalog.get(&request.name) else {
-            self.audit.record(Record {
-                at,
-                request_id: request_id.to_owned(),
-                caller: caller_name(caller),
-                tool: request.name.to_string(),
-                arguments: audit::redact(request.arguments.as_ref(), &[]),
-                statement: None,
-                rows: None,
-                truncated: false,
-                duration: started.elapsed(),
-                outcome: Outcome::Refused,
-                error: Some("unknown tool".into()),
-            });
+            record(
+                &|_| false,
+                None,
+                Err((Outcome::Refused, "unknown tool".into())),
+            );
             return Err(ErrorData::invalid_params(
                 format!(
                     "unknown tool `{}`; call tools/list for the available tools",
@@ -326,17 +327,8 @@ impl ParleyMcp {
             .run(tool, request.arguments.as_ref(), meta, user, marker)
             .await;
         log_call(&tool.name, &outcome, started);
-        let sensitive: Vec<&str> = tool
-            .params
-            .iter()
-            .filter(|p| p.sensitive)
-            .map(|p| p.name.as_str())
-            .collect();
-        record(
-            audit::redact(request.arguments.as_ref(), &sensitive),
-            None,
-            outcome.as_ref(),
-        );
+        let sensitive = |name: &str| tool.params.iter().any(|p| p.sensitive && p.name == name);
+        record(&sensitive, None, outcome.as_ref().map_err(failed));
         Ok(tools::to_call_result(outcome))
     }
 
@@ -356,23 +348,6 @@ impl ParleyMcp {
         tools::embedding::bind(&tool.params, &mut args, self.embedder.as_ref()).await?;
         Ok(tools::exec::run(&self.pool, tool, &args, user, key.as_ref(), marker).await?)
     }
-}
-
-fn caller_name(caller: &Caller) -> String {
-    match caller {
-        Caller::User(claims) => claims.subject.clone(),
-        Caller::Service => "service".into(),
-    }
-}
-
-fn outcome_rows(outcome: Result<&ToolOutput, &ToolError>) -> Option<i32> {
-    outcome
-        .ok()
-        .map(|out| i32::try_from(out.row_count).unwrap_or(i32::MAX))
-}
-
-fn outcome_truncated(outcome: Result<&ToolOutput, &ToolError>) -> bool {
-    outcome.is_ok_and(|out| out.truncated.is_some())
 }
 
 /// The call's log line: counts and kinds, never a value the caller sent.

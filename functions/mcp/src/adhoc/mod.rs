@@ -376,6 +376,12 @@ fn explain_non_query(e: SqlError, sql: &str) -> SqlError {
     }
 }
 
+/// The statement a call of `run_sql` or `explain_sql` sent (their `sql` argument), as the
+/// audit stores it; `None` for the other tools or a call without one.
+pub fn statement_of(arguments: Option<&JsonObject>) -> Option<&str> {
+    arguments?.get("sql")?.as_str()
+}
+
 /// A result that is one object, not rows.
 fn object_output(json: String) -> ToolOutput {
     ToolOutput {
