@@ -1,5 +1,5 @@
 //! Every repository path the docs mention exists: a guide that four files point to once did
-//! not. Checks the Markdown docs, the crates', domains' and tests' READMEs and the root
+//! not. Checks the Markdown docs, the crates', tools', domains' and tests' READMEs and the root
 //! YAML/TOML files.
 //!
 //! Matching is by hand (about twenty lines): the `regex` crate is not in Cargo.lock, and
@@ -11,8 +11,9 @@ use std::path::{Path, PathBuf};
 
 /// Top-level folders whose paths the docs cite. A token that starts with one of these and a
 /// slash, and is not part of a longer path or word, must name something that exists.
-const ROOTS: [&str; 9] = [
+const ROOTS: [&str; 10] = [
     "docs",
+    "tools",
     "domains",
     "scripts",
     "crates",
@@ -28,7 +29,7 @@ fn repo() -> PathBuf {
 }
 
 /// The files checked: `*.md`, `*.yaml`, `*.toml` at the root, `docs/**/*.md`, `events/*.md`,
-/// `crates/*/README.md`, `domains/*/README.md`, `tests/*/README.md`.
+/// `crates/*/README.md`, `tools/*/README.md`, `domains/*/README.md`, `tests/*/README.md`.
 fn documents(root: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let ends = |p: &Path, exts: &[&str]| {
@@ -56,7 +57,7 @@ fn documents(root: &Path) -> Vec<PathBuf> {
             found.push(entry);
         }
     }
-    for parent in ["crates", "domains", "tests"] {
+    for parent in ["crates", "tools", "domains", "tests"] {
         for dir in read_dir(&root.join(parent)) {
             let readme = dir.join("README.md");
             if readme.is_file() {

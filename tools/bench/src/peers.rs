@@ -1,5 +1,5 @@
 //! `parley-bench mcp`'s three-way comparison: Parley's mcp, the official MCP Python SDK's
-//! server (`crates/bench/peer/peer_server.py`) running the same `lad_by_ref` SQL through a
+//! server (`tools/bench/peer/peer_server.py`) running the same `lad_by_ref` SQL through a
 //! psycopg pool, and pgbench running that SQL prepared: the floor. Both servers are driven by
 //! wrk (`--peer-threads` × `--peer-connections`), each with a pool of `--concurrency`.
 

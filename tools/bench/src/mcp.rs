@@ -119,7 +119,7 @@ pub struct Args {
     /// The pgbench binary [default: $PARLEY_PG_BIN/pgbench if set, else pgbench].
     #[arg(long)]
     pgbench: Option<PathBuf>,
-    /// The Python with the MCP SDK and psycopg (crates/bench/peer/requirements.txt).
+    /// The Python with the MCP SDK and psycopg (tools/bench/peer/requirements.txt).
     #[arg(long, default_value = ".parley/venv-bench/bin/python")]
     peer_python: PathBuf,
     /// RUST_LOG for the server (info adds a line per call, which costs time).

@@ -47,7 +47,7 @@ pub struct Args {
     /// The built-in model's folder [default: parley_embed::default_model_dir()].
     #[arg(long)]
     model_dir: Option<PathBuf>,
-    /// The labelled questions [default: crates/bench/data/manual_questions.toml].
+    /// The labelled questions [default: tools/bench/data/manual_questions.toml].
     #[arg(long)]
     questions: Option<PathBuf>,
     /// Keep the manual ingested by an earlier run instead of ingesting it again (no ingestion
@@ -737,7 +737,7 @@ impl Report {
         }
         let _ = writeln!(
             out,
-            "\nretrieval over {} labelled questions (crates/bench/{}):",
+            "\nretrieval over {} labelled questions (tools/bench/{}):",
             self.questions,
             quality::QUESTIONS
         );
