@@ -1,0 +1,21 @@
+//! The contract between the chat and the mcp function, written once: the `_meta` keys a tool
+//! listing and a `tools/call` carry, the citation a tool publishes, and the idempotency key's
+//! form. Any MCP client may rely on the same. Nothing here knows HTTP, SQL or a domain.
+
+mod citation;
+mod idempotency;
+
+pub use citation::{Citation, CitationError};
+pub use idempotency::{IdempotencyKey, KeyError};
+
+/// Tool `_meta`: `{"<ui context key>": "<parameter>"}`, the parameter that resolves what the
+/// user's screen refers to under that key.
+pub const META_CONTEXT: &str = "parley/context";
+
+/// Tool `_meta`: `true` when the server records a call's idempotency key and answers a repeat
+/// with the first result instead of running it again. Request `_meta` of a `tools/call`: the
+/// call's [`IdempotencyKey`].
+pub const META_IDEMPOTENCY_KEY: &str = "parley/idempotency_key";
+
+/// Tool `_meta`: the [`Citation`], the output columns that make a row of the tool a source.
+pub const META_CITATION: &str = "parley/citation";
