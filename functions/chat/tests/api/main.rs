@@ -14,6 +14,7 @@ mod secrets;
 mod sources;
 mod sql;
 mod startup;
+mod storage;
 mod streaming;
 mod tasks;
 mod turns;
