@@ -93,6 +93,9 @@ pub struct ChatConfig {
     pub limits: Limits,
     /// `PAGE_CONTEXT_OPTIONS`: the page's context picker (`page::ContextOptions`); unset, none.
     pub page_context_options: Option<ContextOptions>,
+    /// `HISTORY_READS_PER_USER`: reads of one user's conversations run at once (default 2,
+    /// half the default pool of 4), so one user's burst cannot take every pooled connection.
+    pub history_reads_per_user: usize,
 }
 
 /// The assistant's name as the instructions give it: 1-64 characters, none of them control
@@ -205,6 +208,7 @@ impl ChatConfig {
                 page_max: env.limit("CONVERSATIONS_PAGE_MAX", 100, 1..=1000)? as u32,
             },
             page_context_options: ContextOptions::from_env(env, max_context_bytes)?,
+            history_reads_per_user: env.limit("HISTORY_READS_PER_USER", 2, 1..=256)? as usize,
         };
         // A lease shorter than a turn may run lets a second turn take the conversation over
         // while the first is still working: the first one's reply is then lost (409).

@@ -101,6 +101,14 @@ and a later turn took the conversation over; this reply was not stored, send the
                             .to_owned(),
                     )
                 }
+                StorageError::TooManyReads { .. } => {
+                    retry_after = Some(Duration::from_secs(1));
+                    (
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "too_many_reads",
+                        format!("{e}; retry shortly"),
+                    )
+                }
                 StorageError::Unavailable(_) => (
                     StatusCode::SERVICE_UNAVAILABLE,
                     "database_unavailable",

@@ -47,6 +47,8 @@ pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:3000";
 #[derive(Clone)]
 pub struct AppState {
     pub pool: Pool,
+    /// Reads of stored conversations, bounded per user (`HISTORY_READS_PER_USER`).
+    pub reads: conversation::Reads,
     pub llm: Llm,
     pub mcp: Arc<McpClients>,
     pub auth: Arc<Authenticator>,
@@ -101,8 +103,10 @@ fn router(config: &ChatConfig, secrets: Option<Secrets>) -> Result<Router, Start
         .build()
         .map_err(|e| StartupError::Function(HttpClientError(e.to_string())))?;
     let auth = Arc::new(Authenticator::new(config.auth.clone(), http.clone()));
+    let pool = parley_core::db::pool_with_secrets(&config.db, secrets.as_ref())?;
     let state = AppState {
-        pool: parley_core::db::pool_with_secrets(&config.db, secrets.as_ref())?,
+        reads: conversation::Reads::new(pool.clone(), config.history_reads_per_user),
+        pool,
         llm: Llm::new(config.llm.clone(), http.clone()),
         mcp: Arc::new(
             McpClients::new(config.mcp_servers.clone(), http, config.limits.mcp_timeout)

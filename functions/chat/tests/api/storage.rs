@@ -1,6 +1,7 @@
-//! What a turn stores when storing goes wrong: a reply whose store failed while Postgres
-//! restarted is stored once it is back and frees the conversation; text streamed before a turn
-//! failed is kept with the error.
+//! What a turn stores when storing goes wrong, and reads that must not starve other users: a
+//! reply whose store failed while Postgres restarted is stored once it is back and frees the
+//! conversation; text streamed before a turn failed is kept with the error; one user's burst of
+//! history reads is bounded.
 
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use parley_testkit::llm::{ScriptedLlm, Step};
 use parley_testkit::{TestCluster, TestDb};
 use serde_json::{Value, json};
 
-use crate::helpers::{JWT_SECRET, Options, spawn, spawn_chat_from, sse_data};
+use crate::helpers::{JWT_SECRET, Options, spawn, spawn_chat_from, sse_data, token};
 
 /// Reads a streamed response until a part satisfies `until`; the parts so far and the rest.
 async fn read_until(
@@ -161,4 +162,61 @@ async fn text_streamed_before_a_turn_failed_is_stored_with_the_error() {
             .is_some_and(|e| e.starts_with("llm_unavailable")),
         "marked as failed: {answer}"
     );
+}
+
+#[tokio::test]
+async fn one_users_burst_of_history_reads_is_bounded_and_leaves_connections_for_others() {
+    let chat = spawn(Options {
+        steps: vec![Step::text("Hi.")],
+        extra_env: vec![
+            ("DB_POOL_MAX_SIZE", "2".to_owned()),
+            // Whoever waits for a connection at all is told the pool is exhausted.
+            ("DB_ACQUIRE_TIMEOUT_MS", "10".to_owned()),
+            ("HISTORY_READS_PER_USER", "1".to_owned()),
+        ],
+        ..Options::default()
+    })
+    .await;
+    let first = chat.turn("alice", json!({"message": "Hi"})).await;
+    let path = format!(
+        "{}/api/conversations/{}/messages",
+        chat.base,
+        first["conversation_id"].as_str().unwrap()
+    );
+    let http = reqwest::Client::new();
+    let read = |user: &'static str, url: String| {
+        let http = http.clone();
+        async move {
+            let response = http
+                .get(url)
+                .bearer_auth(token(user))
+                .send()
+                .await
+                .expect("sent");
+            let status = response.status().as_u16();
+            let retry_after = response.headers().get("retry-after").cloned();
+            let body: Value = response.json().await.unwrap_or(Value::Null);
+            (user, status, retry_after, body)
+        }
+    };
+    let mut reads: Vec<_> = (0..60).map(|_| read("alice", path.clone())).collect();
+    let conversations = format!("{}/api/conversations", chat.base);
+    reads.insert(30, read("bob", conversations));
+    let answers = futures::future::join_all(reads).await;
+
+    let mut refused = 0;
+    for (user, status, retry_after, body) in &answers {
+        match (*user, *status) {
+            ("alice", 200) | ("bob", 200) => {}
+            ("alice", 429) => {
+                refused += 1;
+                assert_eq!(body["error"]["code"], "too_many_reads", "{body}");
+                let message = body["error"]["message"].as_str().unwrap();
+                assert!(message.contains("HISTORY_READS_PER_USER"), "{message}");
+                assert_eq!(retry_after.as_ref().unwrap(), "1");
+            }
+            _ => panic!("{user} got {status}: {body}"),
+        }
+    }
+    assert!(refused > 0, "60 reads at once, one allowed at a time");
 }
