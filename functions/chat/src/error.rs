@@ -12,6 +12,7 @@ use parley_core::jwt::TokenError;
 
 use crate::auth::AuthError;
 use crate::conversation::StorageError;
+use crate::cross_site::Refusal;
 use crate::llm::LlmError;
 
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +30,9 @@ pub enum ApiError {
     TooLarge { limit: usize },
     #[error(transparent)]
     Unauthorized(#[from] AuthError),
+    /// What a page of another site could send (`cross_site`).
+    #[error(transparent)]
+    CrossSite(#[from] Refusal),
     #[error(transparent)]
     Storage(#[from] StorageError),
     #[error(transparent)]
@@ -73,6 +77,17 @@ impl ApiError {
                     "the keys to verify tokens cannot be fetched; retry shortly".to_owned(),
                 ),
                 other => (StatusCode::UNAUTHORIZED, "unauthorized", other.to_string()),
+            },
+            ApiError::CrossSite(e) => match e {
+                Refusal::NotJson(_) => (
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "unsupported_media_type",
+                    e.to_string(),
+                ),
+                Refusal::HostNotAllowed => {
+                    (StatusCode::FORBIDDEN, "host_not_allowed", e.to_string())
+                }
+                Refusal::CrossSite => (StatusCode::FORBIDDEN, "cross_site_request", e.to_string()),
             },
             ApiError::Storage(e) => match e {
                 StorageError::NotFound => (
@@ -195,6 +210,13 @@ impl IntoResponse for ApiError {
 
 /// The caller extractor's rejection (`auth` knows nothing of HTTP statuses).
 impl IntoResponse for AuthError {
+    fn into_response(self) -> Response {
+        ApiError::from(self).into_response()
+    }
+}
+
+/// The cross-site guard's refusal (`cross_site` knows nothing of HTTP statuses).
+impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
         ApiError::from(self).into_response()
     }

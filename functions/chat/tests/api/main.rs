@@ -5,6 +5,7 @@ mod callers;
 mod clients;
 mod connections;
 mod conversations;
+mod cross_site;
 mod helpers;
 mod identity;
 mod logs;
