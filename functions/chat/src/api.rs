@@ -248,8 +248,7 @@ async fn list_conversations(
             })
         })
         .transpose()?;
-    let (conversations, next) =
-        conversation::list(&state.pool, &user, limit, cursor.as_ref()).await?;
+    let (conversations, next) = state.reads.list(&user, limit, cursor.as_ref()).await?;
     Ok(Json(json!({
         "conversations": conversations,
         "next_cursor": next.map(|c| c.to_string()),
@@ -262,7 +261,7 @@ async fn conversation_messages(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let id = ConversationId::parse(&id).ok_or(StorageError::NotFound)?;
-    let messages = conversation::messages(&state.pool, &user, &id).await?;
+    let messages = state.reads.messages(&user, &id).await?;
     Ok(Json(json!({"conversation_id": id, "messages": messages})))
 }
 

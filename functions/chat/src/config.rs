@@ -15,6 +15,7 @@ use parley_core::jwt::assertion;
 use serde::Deserialize;
 
 use crate::auth::AuthConfig;
+use crate::cross_site::CrossSiteConfig;
 use crate::llm::LlmConfig;
 use crate::page::ContextOptions;
 
@@ -93,6 +94,11 @@ pub struct ChatConfig {
     pub limits: Limits,
     /// `PAGE_CONTEXT_OPTIONS`: the page's context picker (`page::ContextOptions`); unset, none.
     pub page_context_options: Option<ContextOptions>,
+    /// `CHAT_ALLOWED_HOSTS` and, from `CHAT_AUTH`, whether cross-site requests are refused.
+    pub cross_site: CrossSiteConfig,
+    /// `HISTORY_READS_PER_USER`: reads of one user's conversations run at once (default 2,
+    /// half the default pool of 4), so one user's burst cannot take every pooled connection.
+    pub history_reads_per_user: usize,
 }
 
 /// The assistant's name as the instructions give it: 1-64 characters, none of them control
@@ -156,10 +162,11 @@ impl ChatConfig {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         // Read first: the page's context options must fit it.
         let max_context_bytes = env.limit("MAX_CONTEXT_BYTES", 8192, 0..=1024 * 1024)? as usize;
+        let auth = AuthConfig::from_env(env)?;
         let config = Self {
             db: DbConfig::from_env(env)?,
             llm: LlmConfig::from_env(env)?,
-            auth: AuthConfig::from_env(env)?,
+            auth: auth.clone(),
             mcp_servers: mcp_servers(env)?,
             caller_key: assertion::key_from_env(env)?,
             assistant_name: AssistantName::from_env(env)?,
@@ -205,6 +212,8 @@ impl ChatConfig {
                 page_max: env.limit("CONVERSATIONS_PAGE_MAX", 100, 1..=1000)? as u32,
             },
             page_context_options: ContextOptions::from_env(env, max_context_bytes)?,
+            cross_site: CrossSiteConfig::from_env(env, auth.mode)?,
+            history_reads_per_user: env.limit("HISTORY_READS_PER_USER", 2, 1..=256)? as usize,
         };
         // A lease shorter than a turn may run lets a second turn take the conversation over
         // while the first is still working: the first one's reply is then lost (409).

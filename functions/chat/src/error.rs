@@ -12,6 +12,7 @@ use parley_core::jwt::TokenError;
 
 use crate::auth::AuthError;
 use crate::conversation::StorageError;
+use crate::cross_site::Refusal;
 use crate::llm::LlmError;
 
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +30,9 @@ pub enum ApiError {
     TooLarge { limit: usize },
     #[error(transparent)]
     Unauthorized(#[from] AuthError),
+    /// What a page of another site could send (`cross_site`).
+    #[error(transparent)]
+    CrossSite(#[from] Refusal),
     #[error(transparent)]
     Storage(#[from] StorageError),
     #[error(transparent)]
@@ -74,6 +78,17 @@ impl ApiError {
                 ),
                 other => (StatusCode::UNAUTHORIZED, "unauthorized", other.to_string()),
             },
+            ApiError::CrossSite(e) => match e {
+                Refusal::NotJson(_) => (
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "unsupported_media_type",
+                    e.to_string(),
+                ),
+                Refusal::HostNotAllowed => {
+                    (StatusCode::FORBIDDEN, "host_not_allowed", e.to_string())
+                }
+                Refusal::CrossSite => (StatusCode::FORBIDDEN, "cross_site_request", e.to_string()),
+            },
             ApiError::Storage(e) => match e {
                 StorageError::NotFound => (
                     StatusCode::NOT_FOUND,
@@ -99,6 +114,14 @@ and a later turn took the conversation over; this reply was not stored, send the
                         "database_pool_exhausted",
                         "every database connection of this instance is in use; retry shortly"
                             .to_owned(),
+                    )
+                }
+                StorageError::TooManyReads { .. } => {
+                    retry_after = Some(Duration::from_secs(1));
+                    (
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "too_many_reads",
+                        format!("{e}; retry shortly"),
                     )
                 }
                 StorageError::Unavailable(_) => (
@@ -187,6 +210,13 @@ impl IntoResponse for ApiError {
 
 /// The caller extractor's rejection (`auth` knows nothing of HTTP statuses).
 impl IntoResponse for AuthError {
+    fn into_response(self) -> Response {
+        ApiError::from(self).into_response()
+    }
+}
+
+/// The cross-site guard's refusal (`cross_site` knows nothing of HTTP statuses).
+impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
         ApiError::from(self).into_response()
     }

@@ -7,13 +7,15 @@
 //! with its own storage errors), `replay` (stored messages back into model input), `nul` (text
 //! Postgres cannot store), `instructions` (what the model is told), `sources` (citable tool rows
 //! and the reply's citations of them), `stream` (a turn as server-sent events in the AI SDK's
-//! UI message stream protocol), `openai` (the OpenAI-compatible endpoint), `config`, `error`
-//! (the one status mapping).
+//! UI message stream protocol), `openai` (the OpenAI-compatible endpoint), `cross_site` (what
+//! a page of another site could send, refused before any handler), `config`, `error` (the one
+//! status mapping).
 
 pub mod api;
 pub mod auth;
 pub mod config;
 pub mod conversation;
+pub mod cross_site;
 pub mod error;
 pub mod instructions;
 pub mod llm;
@@ -47,6 +49,8 @@ pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:3000";
 #[derive(Clone)]
 pub struct AppState {
     pub pool: Pool,
+    /// Reads of stored conversations, bounded per user (`HISTORY_READS_PER_USER`).
+    pub reads: conversation::Reads,
     pub llm: Llm,
     pub mcp: Arc<McpClients>,
     pub auth: Arc<Authenticator>,
@@ -101,8 +105,10 @@ fn router(config: &ChatConfig, secrets: Option<Secrets>) -> Result<Router, Start
         .build()
         .map_err(|e| StartupError::Function(HttpClientError(e.to_string())))?;
     let auth = Arc::new(Authenticator::new(config.auth.clone(), http.clone()));
+    let pool = parley_core::db::pool_with_secrets(&config.db, secrets.as_ref())?;
     let state = AppState {
-        pool: parley_core::db::pool_with_secrets(&config.db, secrets.as_ref())?,
+        reads: conversation::Reads::new(pool.clone(), config.history_reads_per_user),
+        pool,
         llm: Llm::new(config.llm.clone(), http.clone()),
         mcp: Arc::new(
             McpClients::new(config.mcp_servers.clone(), http, config.limits.mcp_timeout)
@@ -119,5 +125,10 @@ fn router(config: &ChatConfig, secrets: Option<Secrets>) -> Result<Router, Start
         config.auth.mode,
         config.page_context_options.as_ref(),
     );
-    Ok(parley_core::serve::traced(api::router(state).merge(page)))
+    // Before any handler (and any body is read): what a page of another site could send.
+    let guarded = api::router(state).layer(axum::middleware::from_fn_with_state(
+        Arc::new(config.cross_site.clone()),
+        cross_site::guard,
+    ));
+    Ok(parley_core::serve::traced(guarded.merge(page)))
 }

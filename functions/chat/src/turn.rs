@@ -229,6 +229,8 @@ pub async fn run(
     let mut steps = 0u32;
     // What the model said along the way, for a reply cut short.
     let mut said: Vec<String> = Vec::new();
+    // What a streamed client saw of the step that failed: stored with the error.
+    let mut seen_before_failure = String::new();
     let outcome = loop {
         if progress.is_gone() {
             break Ok(Ending {
@@ -284,7 +286,10 @@ pub async fn run(
                     interrupted: false,
                 });
             }
-            Err(e) => break Err(e),
+            Err(e) => {
+                seen_before_failure = nul::clean(streamed);
+                break Err(e);
+            }
         };
         nul::clean_reply(&mut reply);
         usage += reply.usage;
@@ -393,7 +398,7 @@ before reaching an answer. The results gathered so far are in the traces; try a 
             let error = e.public_summary();
             if let Err(record_error) = turn
                 .finish(TurnRecord {
-                    reply: "",
+                    reply: &seen_before_failure,
                     traces: &traces,
                     usage,
                     steps,

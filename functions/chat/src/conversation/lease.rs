@@ -31,6 +31,12 @@ use crate::sources::Source;
 const FIRST_PAUSE: Duration = Duration::from_millis(10);
 const LONGEST_PAUSE: Duration = Duration::from_millis(200);
 
+/// How often a [`Turn::finish`] that could not reach the database tries again, in the
+/// background: a Postgres restart takes 1-3 s and an RDS failover 30-60 s, so soon at first,
+/// then every 2 s, until the lease would have expired anyway.
+const FIRST_STORE_RETRY: Duration = Duration::from_millis(100);
+const LONGEST_STORE_RETRY: Duration = Duration::from_secs(2);
+
 /// How a finished turn is recorded.
 #[derive(Debug, Clone)]
 pub struct TurnRecord<'a> {
@@ -66,6 +72,8 @@ pub struct TurnStart<'a> {
 pub struct Turn {
     pool: Pool,
     lease: Uuid,
+    /// `TURN_LEASE_MS` (stretched for a streamed turn): how long a failed finish keeps trying.
+    lease_for: Duration,
     /// Whether Drop still has to give the lease back.
     open: bool,
     pub conversation: ConversationId,
@@ -113,6 +121,7 @@ pub async fn begin(pool: &Pool, start: TurnStart<'_>) -> Result<Turn, StorageErr
             return Ok(Turn {
                 pool: pool.clone(),
                 lease,
+                lease_for: start.lease,
                 open: true,
                 conversation,
                 history,
@@ -304,30 +313,118 @@ impl Turn {
     /// [`StorageError::LeaseLost`]: its question stays on record without an answer (as after a
     /// crash), and the sequence stays gapless. A connection found dead is retried once: the
     /// statement is safe to repeat (see [`FINISH`]).
+    ///
+    /// When the database cannot be reached (Postgres restarting, a failover), the caller gets
+    /// the error, and the same statement keeps being tried in the background until it answers
+    /// or the lease would have expired: the reply the user saw is stored late rather than lost,
+    /// and the conversation is free again as soon as the database is back, not when the lease
+    /// expires (`TURN_LEASE_MS`, 30 s by default; 305 s for a streamed turn, whose lease is
+    /// stretched by its longer deadline). Under Lambda the retries run while the instance is
+    /// thawed. A statement the database refuses is not repeated; the lease is given back.
     pub async fn finish(mut self, record: TurnRecord<'_>) -> Result<(), StorageError> {
-        // From here on the lease ends by this statement or expires; Drop has nothing to do.
+        // From here on the lease ends by this statement, by the background retries, or by
+        // expiry; Drop has nothing to do.
         self.open = false;
-        let (traces, usage) = (Json(record.traces), Json(record.usage));
-        let sources = Json(record.sources);
-        let steps = record.steps as i32;
+        let finish = match Finish::new(&self, record) {
+            Ok(finish) => finish,
+            Err(e) => {
+                release_in_background(self.pool.clone(), self.conversation, self.lease);
+                return Err(e);
+            }
+        };
+        match finish.run(&self.pool).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(StorageError::LeaseLost),
+            Err(e @ (StorageError::Unavailable(_) | StorageError::PoolExhausted)) => {
+                tracing::warn!(error = %e, conversation = %self.conversation, "could not store the turn; trying again in the background");
+                let (pool, until) = (self.pool.clone(), Instant::now() + self.lease_for);
+                tokio::spawn(finish.retry_until(pool, until));
+                Err(e)
+            }
+            Err(e) => {
+                release_in_background(self.pool.clone(), self.conversation, self.lease);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// [`FINISH`]'s parameters, owned, so the statement can outlive the request that made it.
+struct Finish {
+    conversation: ConversationId,
+    lease: Uuid,
+    reply: String,
+    traces: Value,
+    usage: Value,
+    steps: i32,
+    error: Option<String>,
+    cut_short: bool,
+    sources: Value,
+    interrupted: bool,
+}
+
+impl Finish {
+    fn new(turn: &Turn, record: TurnRecord<'_>) -> Result<Finish, StorageError> {
+        let json = |v: Result<Value, serde_json::Error>| {
+            v.map_err(|e| StorageError::Failed(format!("the turn could not be encoded: {e}")))
+        };
+        Ok(Finish {
+            conversation: turn.conversation,
+            lease: turn.lease,
+            reply: record.reply.to_owned(),
+            traces: json(serde_json::to_value(record.traces))?,
+            usage: json(serde_json::to_value(record.usage))?,
+            steps: record.steps as i32,
+            error: record.error.map(str::to_owned),
+            cut_short: record.cut_short,
+            sources: json(serde_json::to_value(record.sources))?,
+            interrupted: record.interrupted,
+        })
+    }
+
+    /// One try, with one retry on a connection found dead: whether it was stored.
+    async fn run(&self, pool: &Pool) -> Result<bool, StorageError> {
+        let (traces, usage, sources) = (Json(&self.traces), Json(&self.usage), Json(&self.sources));
         let params: [&(dyn ToSql + Sync); 10] = [
             self.conversation.as_uuid(),
-            &record.reply,
+            &self.reply,
             &traces,
             &usage,
-            &steps,
-            &record.error,
+            &self.steps,
+            &self.error,
             &self.lease,
-            &record.cut_short,
+            &self.cut_short,
             &sources,
-            &record.interrupted,
+            &self.interrupted,
         ];
-        let stored = retry_once_if_stale!(self.pool, |conn| try_finish(&conn, &params).await)
-            .map_err(Attempt::into_error)?;
-        if stored {
-            Ok(())
-        } else {
-            Err(StorageError::LeaseLost)
+        retry_once_if_stale!(pool, |conn| try_finish(&conn, &params).await)
+            .map_err(Attempt::into_error)
+    }
+
+    /// Tries again while the database cannot be reached, until `until`.
+    async fn retry_until(self, pool: Pool, until: Instant) {
+        let mut pause = FIRST_STORE_RETRY;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                tracing::error!(conversation = %self.conversation, "could not store the turn before its lease expired; its reply is lost");
+                return;
+            }
+            tokio::time::sleep(pause.min(left)).await;
+            pause = (pause * 2).min(LONGEST_STORE_RETRY);
+            match self.run(&pool).await {
+                Ok(true) => {
+                    tracing::info!(conversation = %self.conversation, "stored the turn once the database answered");
+                    return;
+                }
+                Ok(false) => return,
+                Err(StorageError::Unavailable(_) | StorageError::PoolExhausted) => {}
+                Err(e) => {
+                    tracing::error!(error = %e, conversation = %self.conversation, "could not store the turn; giving its lease back");
+                    release(&pool, self.conversation, self.lease).await;
+                    return;
+                }
+            }
         }
     }
 }
@@ -337,27 +434,32 @@ async fn try_finish(conn: &Object, params: &[&(dyn ToSql + Sync)]) -> Result<boo
     Ok(conn.query_one(&finish, params).await?.get(0))
 }
 
+/// Gives the lease back without an answer. Best effort: if this fails, the lease still expires.
+async fn release(pool: &Pool, id: ConversationId, lease: Uuid) {
+    let release = async {
+        let conn = pool.get().await.map_err(StorageError::from)?;
+        conn.execute(RELEASE, &[id.as_uuid(), &lease]).await?;
+        Ok::<_, StorageError>(())
+    };
+    if let Err(e) = release.await {
+        tracing::warn!(error = %e, conversation = %id, "could not give back an unfinished turn's lease; it expires by itself");
+    }
+}
+
+/// [`release`] without waiting for it, when there is a runtime to run it.
+fn release_in_background(pool: Pool, id: ConversationId, lease: Uuid) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move { release(&pool, id, lease).await });
+    }
+}
+
 impl Drop for Turn {
     fn drop(&mut self) {
-        if !self.open {
-            return;
+        if self.open {
+            // A turn dropped unfinished (the client went away, a panic): free the conversation
+            // now rather than after the lease.
+            release_in_background(self.pool.clone(), self.conversation, self.lease);
         }
-        // A turn dropped unfinished (the client went away, a panic): free the conversation now
-        // rather than after the lease. Best effort: if this fails, the lease still expires.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (pool, id, lease) = (self.pool.clone(), self.conversation, self.lease);
-        runtime.spawn(async move {
-            let release = async {
-                let conn = pool.get().await.map_err(StorageError::from)?;
-                conn.execute(RELEASE, &[id.as_uuid(), &lease]).await?;
-                Ok::<_, StorageError>(())
-            };
-            if let Err(e) = release.await {
-                tracing::warn!(error = %e, conversation = %id, "could not give back an unfinished turn's lease; it expires by itself");
-            }
-        });
     }
 }
 

@@ -2,6 +2,9 @@
 //! history window, reads, and (in [`lease`]) writing a turn so that nothing is lost or
 //! half-written. Failures are [`StorageError`]s, in storage words; `error.rs` picks statuses.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{Object, Pool, PoolError, TimeoutType};
 use parley_core::db::{DbError, Stale, is_connection_error, retry_once_if_stale};
@@ -43,6 +46,13 @@ pub enum StorageError {
     /// overloaded, the database is not necessarily unwell.
     #[error("no database connection was free in time (pool exhausted)")]
     PoolExhausted,
+    /// The caller already has `limit` reads of their conversations running
+    /// (`HISTORY_READS_PER_USER`): one user must not take every pooled connection.
+    #[error(
+        "{limit} reads of your conversations are already running, the most one user may have \
+         at once (HISTORY_READS_PER_USER)"
+    )]
+    TooManyReads { limit: usize },
     /// The database could not be reached or the connection broke.
     #[error("database unavailable: {0}")]
     Unavailable(String),
@@ -267,7 +277,86 @@ pub async fn ping(pool: &Pool) -> Result<(), StorageError> {
     Ok(())
 }
 
-/// One page of the owner's conversations, newest first, and the cursor for the next page.
+/// Reads of stored conversations ([`Reads::list`], [`Reads::messages`]), at most `per_user`
+/// of one user's at once; more are refused at once ([`StorageError::TooManyReads`]) rather
+/// than queued. Each read holds a pooled connection for its round trips: 60 parallel history
+/// reads of one page would otherwise hold all of them (`DB_POOL_MAX_SIZE`, 4 by default) and
+/// leave every other user's turn waiting for one until `DB_ACQUIRE_TIMEOUT_MS` (503).
+#[derive(Clone)]
+pub struct Reads {
+    pool: Pool,
+    per_user: usize,
+    running: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+/// One running read; dropping it frees its place.
+struct ReadSlot<'a> {
+    reads: &'a Reads,
+    owner: &'a UserId,
+}
+
+impl Reads {
+    pub fn new(pool: Pool, per_user: usize) -> Self {
+        Self {
+            pool,
+            per_user,
+            running: Arc::default(),
+        }
+    }
+
+    fn running(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+        // A count map holds no invariant a panicking holder could break.
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn enter<'a>(&'a self, owner: &'a UserId) -> Result<ReadSlot<'a>, StorageError> {
+        let mut running = self.running();
+        let count = running.entry(owner.as_str().to_owned()).or_default();
+        if *count >= self.per_user {
+            return Err(StorageError::TooManyReads {
+                limit: self.per_user,
+            });
+        }
+        *count += 1;
+        Ok(ReadSlot { reads: self, owner })
+    }
+
+    /// One page of the owner's conversations, newest first, and the cursor for the next page.
+    pub async fn list(
+        &self,
+        owner: &UserId,
+        limit: u32,
+        before: Option<&PageCursor>,
+    ) -> Result<(Vec<ConversationSummary>, Option<PageCursor>), StorageError> {
+        let _slot = self.enter(owner)?;
+        list(&self.pool, owner, limit, before).await
+    }
+
+    /// The whole history of one of the owner's conversations.
+    pub async fn messages(
+        &self,
+        owner: &UserId,
+        id: &ConversationId,
+    ) -> Result<Vec<StoredMessage>, StorageError> {
+        let _slot = self.enter(owner)?;
+        messages(&self.pool, owner, id).await
+    }
+}
+
+impl Drop for ReadSlot<'_> {
+    fn drop(&mut self) {
+        let mut running = self.reads.running();
+        if let Some(count) = running.get_mut(self.owner.as_str()) {
+            *count -= 1;
+            if *count == 0 {
+                running.remove(self.owner.as_str());
+            }
+        }
+    }
+}
+
+/// One page of the owner's conversations, newest first, and the cursor for the next page;
+/// unbounded (requests go through [`Reads::list`]).
 pub async fn list(
     pool: &Pool,
     owner: &UserId,
@@ -320,7 +409,8 @@ async fn read_page(
     Ok(conn.query(&page, params).await?)
 }
 
-/// The whole history of one of the owner's conversations.
+/// The whole history of one of the owner's conversations; unbounded (requests go through
+/// [`Reads::messages`]).
 pub async fn messages(
     pool: &Pool,
     owner: &UserId,

@@ -291,6 +291,18 @@ impl McpClients {
         let mut params =
             CallToolRequestParams::new(route.remote_name.clone()).with_arguments(arguments);
         params.meta = Some(RequestMetaObject(MetaObject(meta)));
+        // Once an attempt of a write was sent and its answer lost, the write may have run:
+        // whatever the next attempt meets (a refused connection, a server gone, a refused
+        // token), the model must hear "unknown", never "not run", or it retries with a new
+        // call id (a new idempotency key) and the write happens twice.
+        let mut maybe_ran = false;
+        let unavailable = |maybe_ran: bool, why: &str, not_run: String| {
+            if maybe_ran && route.traits.writes {
+                ToolOutcome::error(outcome_unknown(name, why, true))
+            } else {
+                ToolOutcome::error(not_run)
+            }
+        };
         // Two attempts: the first may find a connection that died while the instance was
         // frozen or the server restarted; the second uses a fresh one.
         for attempt in 1..=2 {
@@ -302,10 +314,15 @@ impl McpClients {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::warn!(server = %server.config.name, error = %e, "MCP server unreachable");
-                    return ToolOutcome::error(format!(
-                        "the tool server `{}` is unavailable right now; try again later or answer without it",
-                        server.config.name
-                    ));
+                    return unavailable(
+                        maybe_ran,
+                        "the connection to its server failed before the answer arrived, and \
+the server could not be reached to send it again",
+                        format!(
+                            "the tool server `{}` is unavailable right now; try again later or answer without it",
+                            server.config.name
+                        ),
+                    );
                 }
             };
             let client = connected.client;
@@ -324,24 +341,36 @@ impl McpClients {
                     // token would not help, and sending it instead would drop the user.
                     self.forget(server, &client).await;
                     tracing::warn!(server = %server.config.name, "MCP server refused the caller assertion; MCP_CALLER_KEY must be the same in the chat and mcp functions");
-                    return ToolOutcome::error(format!(
-                        "the tool server `{}` did not accept the user's identity; try again later or answer without it",
-                        server.config.name
-                    ));
+                    return unavailable(
+                        maybe_ran,
+                        "the connection to its server failed before the answer arrived, and \
+sending it again was refused",
+                        format!(
+                            "the tool server `{}` did not accept the user's identity; try again later or answer without it",
+                            server.config.name
+                        ),
+                    );
                 }
                 Ok(Err(e)) if attempt == 1 && e.auth_challenge().is_some() => {
                     self.forget(server, &client).await;
                     if !self.renew_token(server, connected.token_generation).await {
                         tracing::warn!(server = %server.config.name, "MCP server refused the token");
-                        return ToolOutcome::error(format!(
-                            "the tool server `{}` refused Parley's credentials; try again later or answer without it",
-                            server.config.name
-                        ));
+                        return unavailable(
+                            maybe_ran,
+                            "the connection to its server failed before the answer arrived, and \
+sending it again was refused",
+                            format!(
+                                "the tool server `{}` refused Parley's credentials; try again later or answer without it",
+                                server.config.name
+                            ),
+                        );
                     }
                 }
                 Ok(Err(e)) if attempt == 1 && route.resendable => {
                     tracing::info!(server = %server.config.name, error = %e, "MCP connection failed; reconnecting");
                     self.forget(server, &client).await;
+                    // The request may have reached the server before the connection broke.
+                    maybe_ran = true;
                 }
                 Ok(Err(e)) if !route.resendable => {
                     self.forget(server, &client).await;

@@ -35,19 +35,34 @@ required = true
 
 /// A loopback proxy to the mcp function that loses the answer to the first `tools/call`: it
 /// waits until the server has answered (so the write is committed), then closes both sides
-/// without passing the answer on. Everything else goes through untouched.
+/// without passing the answer on. Everything else goes through untouched, unless the proxy
+/// was started to play the instance gone after that: then no connection gets through again.
 struct LosingProxy {
     addr: SocketAddr,
     task: tokio::task::JoinHandle<()>,
 }
 
+/// What the proxy does once it has lost the answer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum AfterLoss {
+    PassThrough,
+    /// The next connection is closed as soon as it is accepted and the port closed, so every
+    /// later one is refused: the server is gone, as after a redeploy or a crash.
+    Gone,
+}
+
 impl LosingProxy {
-    async fn start(upstream: SocketAddr) -> LosingProxy {
+    async fn start(upstream: SocketAddr, after: AfterLoss) -> LosingProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy addr");
         let lost = Arc::new(AtomicBool::new(false));
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                if after == AfterLoss::Gone && lost.load(Ordering::SeqCst) {
+                    // Dropping the listener with it closes the port.
+                    drop(client);
+                    return;
+                }
                 tokio::spawn(forward(client, upstream, lost.clone()));
             }
         });
@@ -118,6 +133,16 @@ async fn chat_losing_first_answer(
     call: (&str, &str),
     reply: &str,
 ) -> (TestChat, LosingProxy) {
+    chat_losing_first_answer_then(db, tools, call, reply, AfterLoss::PassThrough).await
+}
+
+async fn chat_losing_first_answer_then(
+    db: &TestDb,
+    tools: &str,
+    call: (&str, &str),
+    reply: &str,
+    after: AfterLoss,
+) -> (TestChat, LosingProxy) {
     db.writer_role(
         WRITER,
         &format!(
@@ -140,7 +165,7 @@ async fn chat_losing_first_answer(
         .expect("mcp url")
         .socket_addrs(|| None)
         .expect("mcp address")[0];
-    let proxy = LosingProxy::start(upstream).await;
+    let proxy = LosingProxy::start(upstream, after).await;
     let llm = ScriptedLlm::start(vec![Step::call(call.0, call.1), Step::text(reply)]).await;
     let env = Env::from_pairs([
         ("DATABASE_URL", db.url.clone()),
@@ -233,4 +258,57 @@ required = true
         let bearer = attempt.bearer.as_deref().expect("an assertion");
         assert_eq!(jwt_payload(bearer)["sub"], "alice");
     }
+}
+
+#[tokio::test]
+async fn a_write_whose_answer_is_lost_and_whose_server_is_then_gone_is_reported_unknown_not_unavailable()
+ {
+    let db = TestDb::with_demo_data(100).await;
+    let (chat, _proxy) = chat_losing_first_answer_then(
+        &db,
+        ADD_NOTE,
+        ("add_note", r#"{"title":"Pothole on Kirkgate"}"#),
+        "I could not confirm it was recorded.",
+        AfterLoss::Gone,
+    )
+    .await;
+
+    let body = chat
+        .turn(
+            "alice",
+            json!({"message": "Report the pothole on Kirkgate"}),
+        )
+        .await;
+
+    // The first attempt committed; the re-send could not connect.
+    let rows: i64 = db
+        .client()
+        .await
+        .query_one(
+            "SELECT count(*) FROM feedback WHERE title = 'Pothole on Kirkgate'",
+            &[],
+        )
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(rows, 1, "{body}");
+    assert_eq!(chat.mcp().posts("tools/call").len(), 1, "{body}");
+    // "Unavailable, try again later" would have the model call again under a new key and
+    // write a second row; it must hear that the call may have run.
+    let trace = &body["traces"][0];
+    assert_eq!(trace["is_error"], true, "{body}");
+    let said = trace["output"].as_str().expect("an error text");
+    assert!(
+        said.contains("the outcome of this call to `add_note` is unknown")
+            && said.contains("Check its effect before calling it again"),
+        "{said}"
+    );
+    assert!(!said.contains("unavailable"), "{said}");
+    let requests = chat.llm.requests();
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    assert!(
+        requests[1].to_string().contains("is unknown"),
+        "the model was told: {}",
+        requests[1]
+    );
 }
