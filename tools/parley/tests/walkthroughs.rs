@@ -1,16 +1,19 @@
 //! The docs' walkthroughs, run as a reader runs them: each fenced block marked
 //! `<!-- walkthrough: NAME -->` (`... file=F`: saved as F, as the text says) in order, twice, in
 //! a folder laid out like the repository's root, against a fresh database; then the mcp
-//! function starts on the tools files they made. Unmarked blocks (`scripts/pg start`,
-//! `scripts/dev`, `curl` to the running chat) need the running product and are not run here.
+//! function starts on the tools files they made and their tools answer as the walkthrough
+//! says. Unmarked blocks (`scripts/pg start`, `scripts/dev`, `curl` to the running chat) need
+//! the running product and are not run here: the tool calls stand in for the chat's.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use jsonwebtoken::{Algorithm, EncodingKey, Header, encode, get_current_timestamp};
 use parley_core::config::Env;
 use parley_mcp::Application;
 use parley_testkit::TestDb;
 use parley_testkit::domains::{DOCUMENTS_TOOLS, FEEDBACK_TOOLS, TASKS_TOOLS};
+use serde_json::{Value, json};
 
 /// One marked block: its language and text, and the file the reader saves it as, if any.
 #[derive(Debug)]
@@ -127,33 +130,88 @@ fn run(steps: &[Step], root: &Path, db: &TestDb) {
     }
 }
 
-/// The mcp function starts, as `scripts/dev` starts it (its login `parley_mcp`, the demo
-/// domains' tools files), with `extra` added to them: each file is read and every statement
-/// prepared against `db`.
-async fn mcp_starts_with(db: &TestDb, extra: &[PathBuf]) {
-    let mut tools = vec![
-        FEEDBACK_TOOLS.to_owned(),
-        TASKS_TOOLS.to_owned(),
-        DOCUMENTS_TOOLS.to_owned(),
-    ];
-    tools.extend(extra.iter().map(|p| p.display().to_string()));
-    let mut login = url::Url::parse(&db.url).unwrap();
-    login.set_username(MCP_LOGIN).unwrap();
-    login.set_password(Some(MCP_LOGIN)).unwrap();
-    let env = Env::from_pairs([
-        ("DATABASE_URL", login.to_string()),
-        ("TOOLS_FILE", tools.join(",")),
-        (
-            "EMBEDDINGS_MODEL_DIR",
-            parley_testkit::model_dir().display().to_string(),
-        ),
-        ("LISTEN_ADDR", "127.0.0.1:0".into()),
-    ]);
-    if let Err(e) = Application::build(env).await {
-        panic!(
-            "the mcp function does not start on {}: {e}",
-            tools.join(",")
-        );
+/// User tokens for [`Mcp::rows`] are signed with this (HS256).
+const SECRET: &str = "a-walkthrough-test-secret-of-32-bytes-or-more";
+
+/// The mcp function, served as `scripts/dev` serves it: its login `parley_mcp`, the demo
+/// domains' tools files and `extra`, with user tokens signed by [`SECRET`].
+struct Mcp {
+    url: String,
+    http: reqwest::Client,
+}
+
+impl Mcp {
+    /// Starts it: each tools file is read and every statement prepared against `db`, else
+    /// the test fails with the start-up error a reader would see.
+    async fn start(db: &TestDb, extra: &[PathBuf]) -> Mcp {
+        let mut tools = vec![
+            FEEDBACK_TOOLS.to_owned(),
+            TASKS_TOOLS.to_owned(),
+            DOCUMENTS_TOOLS.to_owned(),
+        ];
+        tools.extend(extra.iter().map(|p| p.display().to_string()));
+        let mut login = url::Url::parse(&db.url).unwrap();
+        login.set_username(MCP_LOGIN).unwrap();
+        login.set_password(Some(MCP_LOGIN)).unwrap();
+        let env = Env::from_pairs([
+            ("DATABASE_URL", login.to_string()),
+            ("TOOLS_FILE", tools.join(",")),
+            (
+                "EMBEDDINGS_MODEL_DIR",
+                parley_testkit::model_dir().display().to_string(),
+            ),
+            (
+                "MCP_AUTH_TOKEN",
+                "walkthrough-service-token-0123456789".into(),
+            ),
+            ("JWT_SECRET", SECRET.into()),
+            ("MCP_RESOURCE_URL", "http://127.0.0.1/mcp".into()),
+            ("LISTEN_ADDR", "127.0.0.1:0".into()),
+        ]);
+        let app = Application::build(env).await.unwrap_or_else(|e| {
+            panic!(
+                "the mcp function does not start on {}: {e}",
+                tools.join(",")
+            )
+        });
+        let addr = app.local_addr().expect("bound outside Lambda");
+        app.spawn().expect("serving plain HTTP");
+        Mcp {
+            url: format!("http://{addr}/mcp"),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// The rows of `tool` called by user `sub`, after checking it was no tool error.
+    async fn rows(&self, sub: &str, tool: &str, arguments: Value) -> Vec<Value> {
+        let claims = json!({"sub": sub, "exp": get_current_timestamp() + 600});
+        let token = encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &EncodingKey::from_secret(SECRET.as_bytes()),
+        )
+        .expect("token");
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                          "params": {"name": tool, "arguments": arguments}});
+        let response = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-06-18")
+            .bearer_auth(token)
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("request sent");
+        assert_eq!(response.status(), 200);
+        let body: Value = response.json().await.expect("JSON body");
+        let result = &body["result"];
+        assert_eq!(result["isError"], false, "{tool}: {body}");
+        result["structuredContent"]["rows"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{tool}: no rows in {body}"))
+            .clone()
     }
 }
 
@@ -188,17 +246,21 @@ async fn count(db: &TestDb, sql: &str) -> i64 {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_first_tool_loads_beside_the_demo_domains() {
+async fn the_first_tool_loads_beside_the_demo_domains_and_answers() {
     let db = TestDb::with_demo_data(200).await;
     scripts_dev_login(&db).await;
     let root = reader_root();
     let steps = walkthrough("README.md", "first-tool");
     run(&steps, root.path(), &db);
-    mcp_starts_with(&db, &[root.path().join("my-tools.toml")]).await;
+    let mcp = Mcp::start(&db, &[root.path().join("my-tools.toml")]).await;
+    let rows = mcp
+        .rows("local-user", "worst_rated_districts", json!({"limit": 5}))
+        .await;
+    assert!(rows.len() <= 5, "{rows:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_orders_walkthrough_runs_twice_and_its_tools_load() {
+async fn the_orders_walkthrough_runs_twice_and_its_tools_act_for_the_caller() {
     let db = TestDb::with_demo_data(200).await;
     scripts_dev_login(&db).await;
     let root = reader_root();
@@ -215,12 +277,33 @@ async fn the_orders_walkthrough_runs_twice_and_its_tools_load() {
         3
     );
     assert_eq!(count(&db, "SELECT count(*) FROM orders").await, 3);
-    mcp_starts_with(&db, &[root.path().join("orders.toml")]).await;
+    // The tools do what the walkthrough says: the caller's orders only, and a cancel that
+    // runs as shop_orders_writer through the grant the SQL gave parley_mcp.
+    let mcp = Mcp::start(&db, &[root.path().join("orders.toml")]).await;
+    let orders = mcp.rows("local-user", "my_orders", json!({})).await;
+    assert_eq!(orders.len(), 3, "{orders:?}");
+    assert!(
+        mcp.rows("someone-else", "my_orders", json!({}))
+            .await
+            .is_empty()
+    );
+    let cosy = orders
+        .iter()
+        .find(|o| o["item"] == "Tea cosy")
+        .unwrap_or_else(|| panic!("no tea cosy in {orders:?}"));
+    let cancelled = mcp
+        .rows("local-user", "cancel_order", json!({"id": cosy["id"]}))
+        .await;
+    assert_eq!(
+        cancelled,
+        vec![json!({"id": cosy["id"], "status": "cancelled"})]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_documents_walkthrough_runs_twice_and_ingests_the_handbook_once() {
-    let db = TestDb::migrated().await;
+async fn the_documents_walkthrough_runs_twice_ingests_the_handbook_once_and_finds_the_answer() {
+    // After scripts/dev, as the walkthrough says: the demo domains are there.
+    let db = TestDb::with_demo_data(200).await;
     scripts_dev_login(&db).await;
     let root = reader_root();
     let steps = walkthrough("README.md", "documents");
@@ -243,6 +326,21 @@ async fn the_documents_walkthrough_runs_twice_and_ingests_the_handbook_once() {
         )
         .await,
         1
+    );
+    // What the chat's curl asks, as the documents tools answer local-user.
+    let mcp = Mcp::start(&db, &[]).await;
+    let found = mcp
+        .rows(
+            "local-user",
+            "search_documents",
+            json!({"query": "How many days of leave do new staff get?"}),
+        )
+        .await;
+    assert!(
+        found
+            .iter()
+            .any(|r| r["collection"] == "handbook" && r["snippet"].to_string().contains("25 days")),
+        "{found:?}"
     );
     assert!(
         count(
