@@ -352,3 +352,27 @@ async fn the_documents_walkthrough_runs_twice_ingests_the_handbook_once_and_find
             > 0
     );
 }
+
+/// The tools files `scripts/dev` serves unless `TOOLS_FILE` is set, from the script itself.
+fn scripts_dev_tools_files() -> Vec<String> {
+    let script = std::fs::read_to_string(repo().join("scripts/dev")).expect("scripts/dev");
+    let list = script
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("tools_file=${TOOLS_FILE:-"))
+        .and_then(|l| l.strip_suffix('}'))
+        .expect("scripts/dev sets tools_file=${TOOLS_FILE:-<default list>}");
+    list.split(',').map(str::to_owned).collect()
+}
+
+#[test]
+fn the_readme_names_every_tools_file_scripts_dev_serves() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let files = scripts_dev_tools_files();
+    assert!(files.len() >= 3, "{files:?}");
+    for file in &files {
+        assert!(
+            readme.contains(&format!("`{file}`")),
+            "README.md does not name `{file}`, which scripts/dev serves"
+        );
+    }
+}
