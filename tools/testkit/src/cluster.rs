@@ -280,8 +280,9 @@ enum Auth {
     PasswordsExceptSuperuser,
 }
 
-/// `$PARLEY_PG_BIN` (set by `scripts/test`), else what `scripts/pg` installs.
-fn bin_dir() -> PathBuf {
+/// The directory of `psql` and the other Postgres binaries: `$PARLEY_PG_BIN` (set by
+/// `scripts/test`), else what `scripts/pg` installs.
+pub fn bin_dir() -> PathBuf {
     let bin = match std::env::var_os("PARLEY_PG_BIN") {
         Some(bin) => PathBuf::from(bin),
         None => {

@@ -16,7 +16,7 @@ mod proxy;
 /// Bare HTTP/1.1 connections, for what client libraries hide.
 pub mod raw_http;
 
-pub use cluster::TestCluster;
+pub use cluster::{TestCluster, bin_dir as pg_bin_dir};
 pub use db::{READONLY_USER, SQL_READER_USER, TestDb, connect};
 pub use embeddings::model_dir;
 pub use moto::{MOTO_REGION, Moto};

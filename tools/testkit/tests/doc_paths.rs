@@ -24,6 +24,9 @@ const ROOTS: [&str; 10] = [
     "data",
 ];
 
+/// MCP methods the docs name, which read like paths under `tools/`.
+const MCP_METHODS: [&str; 2] = ["tools/call", "tools/list"];
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -103,7 +106,7 @@ fn repo_paths(text: &str) -> Vec<String> {
         while token.ends_with(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
             token = &token[..token.len() - 1];
         }
-        if !glob && token.contains('/') && !token.ends_with('/') {
+        if !glob && token.contains('/') && !token.ends_with('/') && !MCP_METHODS.contains(&token) {
             found.push(token.to_owned());
         }
         i = end.max(i + 1);

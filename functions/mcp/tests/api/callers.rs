@@ -611,13 +611,13 @@ async fn tool_and_prompt_names_must_be_unique_across_tools_files() {
     assert_eq!(listed["result"]["tools"].as_array().unwrap().len(), 2);
 }
 
-/// The code blocks of README.md's "Your own data" walk-through, as written there.
+/// The code blocks of docs/tools.md's "your own data" walk-through, as written there.
 fn readme_walkthrough() -> (String, String) {
-    let readme = include_str!("../../../../README.md");
+    let readme = include_str!("../../../../docs/tools.md");
     let section = readme
-        .split("\n## Your own data")
+        .split("\n## Walkthrough: your own data")
         .nth(1)
-        .expect("README.md has the section `## Your own data`");
+        .expect("docs/tools.md has the section `## Walkthrough: your own data`");
     let block = |lang: &str| {
         let start = section
             .find(&format!("```{lang}\n"))
