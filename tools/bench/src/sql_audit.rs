@@ -322,6 +322,13 @@ async fn reader_url(admin_url: &str, bench_url: &str) -> anyhow::Result<String> 
             });
         }
     }
+    // The limits docs/sql.md's recipe sets and start-up requires.
+    admin
+        .batch_execute(&format!(
+            "ALTER ROLE {ROLE} CONNECTION LIMIT 10; ALTER ROLE {ROLE} SET temp_file_limit = '256MB'"
+        ))
+        .await
+        .with_context(|| format!("limiting role {ROLE}"))?;
     let groups: Vec<String> = admin
         .query(
             "SELECT g.rolname::text FROM pg_catalog.pg_auth_members m

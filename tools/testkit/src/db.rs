@@ -158,6 +158,23 @@ impl TestDb {
             "parley_sql_reader",
         )
         .await;
+        // What docs/sql.md's recipe sets and the start-up check requires. Generous: every test
+        // process on the server shares the role, and each SQL test opens a pool of its own.
+        let limits = format!(
+            "DO $$
+            BEGIN
+                IF (SELECT rolconnlimit FROM pg_catalog.pg_roles WHERE rolname = '{SQL_READER_USER}') < 0 THEN
+                    ALTER ROLE {SQL_READER_USER} CONNECTION LIMIT 100;
+                END IF;
+                IF NOT EXISTS (SELECT FROM pg_catalog.pg_db_role_setting s
+                               JOIN pg_catalog.pg_roles r ON r.oid = s.setrole
+                               WHERE r.rolname = '{SQL_READER_USER}' AND s.setdatabase = 0
+                                 AND 'temp_file_limit=256MB' = ANY(s.setconfig)) THEN
+                    ALTER ROLE {SQL_READER_USER} SET temp_file_limit = '256MB';
+                END IF;
+            END $$;"
+        );
+        with_role_lock(&admin, &limits, "limiting the SQL reader role").await;
         self.client()
             .await
             .batch_execute(grants)

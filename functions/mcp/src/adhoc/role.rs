@@ -9,6 +9,48 @@ use tokio_postgres::Client;
 /// forged caller in the role's sessions.
 pub const READER_GROUP: &str = "parley_sql_reader";
 
+/// Functions the role must not be able to run, with why, as the refusal says it. Each acts
+/// past the read-only transaction and its ROLLBACK, or on other sessions: the SQL callers share
+/// one login role, so "its own sessions" are every other caller's. Migration 0008 takes the
+/// ones PostgreSQL 16 gives PUBLIC away from it and explains what it leaves (nextval, advisory
+/// locks, pg_notify...); the others only superusers have by default.
+const DENIED_FUNCTIONS: &[(&str, &str)] = &[
+    ("pg_logical_emit_message(boolean,text,text)", WAL),
+    ("pg_logical_emit_message(boolean,text,bytea)", WAL),
+    ("txid_current()", XID),
+    ("pg_current_xact_id()", XID),
+    ("pg_cancel_backend(integer)", SIGNAL),
+    ("pg_terminate_backend(integer,bigint)", SIGNAL),
+    ("pg_stat_get_activity(integer)", ACTIVITY),
+    ("pg_stat_get_backend_activity(integer)", ACTIVITY),
+    ("pg_switch_wal()", SERVER),
+    ("pg_create_restore_point(text)", SERVER),
+    ("pg_backup_start(text,boolean)", SERVER),
+    ("pg_backup_stop(boolean)", SERVER),
+    ("pg_promote(boolean,integer)", SERVER),
+    ("pg_stat_reset()", SERVER),
+    ("pg_stat_reset_shared(text)", SERVER),
+    ("pg_stat_reset_single_table_counters(oid)", SERVER),
+    ("pg_stat_reset_single_function_counters(oid)", SERVER),
+    ("pg_stat_reset_slru(text)", SERVER),
+    ("pg_stat_reset_replication_slot(text)", SERVER),
+    ("pg_reload_conf()", SERVER),
+    ("pg_rotate_logfile()", SERVER),
+    ("pg_log_backend_memory_contexts(integer)", SERVER),
+    ("pg_read_file(text)", FILES),
+    ("pg_read_binary_file(text)", FILES),
+    ("pg_ls_dir(text)", FILES),
+    ("pg_stat_file(text)", FILES),
+    ("lo_import(text)", FILES),
+    ("lo_export(oid,text)", FILES),
+];
+const WAL: &str = "it writes WAL that ROLLBACK does not take back";
+const XID: &str = "it assigns a transaction id, which ROLLBACK records in the WAL";
+const SIGNAL: &str = "it cancels or ends other sessions of the role, i.e. other callers'";
+const ACTIVITY: &str = "it shows other sessions' statements, i.e. other callers' questions";
+const SERVER: &str = "its effect on the server outlives the transaction";
+const FILES: &str = "it reads or writes the server's files";
+
 /// The role may do more than read the allowed schemas, or cannot read them: each entry is one
 /// thing an admin must change, worded as the fix.
 #[derive(Debug, thiserror::Error)]
@@ -27,7 +69,8 @@ pub async fn check(
     let row = client
         .query_one(
             "SELECT current_user::text, session_user = current_user, r.rolsuper, r.rolbypassrls, \
-                    r.rolcreaterole, r.rolcreatedb, r.rolreplication \
+                    r.rolcreaterole, r.rolcreatedb, r.rolreplication, r.rolconnlimit, \
+                    (SELECT setting::bigint FROM pg_catalog.pg_settings WHERE name = 'temp_file_limit') \
              FROM pg_catalog.pg_roles r WHERE r.rolname = current_user",
             &[],
         )
@@ -47,6 +90,23 @@ pub async fn check(
         if row.get::<_, bool>(i) {
             problems.push(format!("ALTER ROLE {role} NO{attribute}"));
         }
+    }
+    // Each Lambda instance opens up to SQL_POOL_MAX_SIZE connections, and instances multiply
+    // with traffic: without a limit of its own the role can spend the server's max_connections.
+    if row.get::<_, i32>(7) < 0 {
+        problems.push(format!(
+            "ALTER ROLE {role} CONNECTION LIMIT 10 (or SQL_POOL_MAX_SIZE times the instances \
+             you allow): without one, instances of the function can take every connection"
+        ));
+    }
+    // A sort or hash of a cross join spills to disk without bound otherwise (the statement
+    // timeout bounds the time, not the bytes). Only a superuser can set it, so a statement
+    // cannot lift it.
+    if row.get::<_, Option<i64>>(8).is_none_or(|kb| kb < 0) {
+        problems.push(format!(
+            "ALTER ROLE {role} SET temp_file_limit = '256MB': without it a statement may fill \
+             the server's disk with temporary files"
+        ));
     }
     let member_of_reader: bool = client
         .query_one(
@@ -173,38 +233,66 @@ pub async fn check(
              its owner, outside the allowed schemas"
         ));
     }
-    // Functions only superusers get by default; an admin may have granted them on.
+    // Functions that act outside the transaction or on other sessions (DENIED_FUNCTIONS): some
+    // PUBLIC has unless migration 0008 ran as a superuser, the rest an admin may have granted.
+    let signatures: Vec<&str> = DENIED_FUNCTIONS.iter().map(|(f, _)| *f).collect();
     for (function,) in rows1(
         client,
-        "SELECT f FROM unnest(ARRAY['pg_read_file(text)', 'pg_read_binary_file(text)', \
-             'pg_ls_dir(text)', 'pg_stat_file(text)', 'lo_import(text)', 'lo_export(oid,text)', \
-             'pg_reload_conf()', 'pg_rotate_logfile()']) AS f \
-         WHERE to_regprocedure(f) IS NOT NULL \
-           AND pg_catalog.has_function_privilege(to_regprocedure(f), 'EXECUTE') ORDER BY 1",
-        &[],
+        "SELECT f FROM unnest($1::text[]) WITH ORDINALITY AS d(f, n) \
+         WHERE pg_catalog.to_regprocedure('pg_catalog.' || f) IS NOT NULL \
+           AND pg_catalog.has_function_privilege(pg_catalog.to_regprocedure('pg_catalog.' || f), 'EXECUTE') \
+         ORDER BY n",
+        &[&signatures],
     )
     .await?
     {
+        let why = DENIED_FUNCTIONS
+            .iter()
+            .find(|(f, _)| *f == function)
+            .map_or("", |(_, why)| why);
         problems.push(format!(
-            "REVOKE EXECUTE ON FUNCTION {function} FROM {role} and PUBLIC"
+            "REVOKE EXECUTE ON FUNCTION pg_catalog.{function} FROM PUBLIC, {role} and \
+             {READER_GROUP}: {why}"
         ));
     }
-    // A function that opens a connection elsewhere runs there outside this transaction.
-    for (function,) in rows1(
+    // The view: PUBLIC may SELECT it by default, and it shows the `query` of every session of
+    // the querying role. (It calls pg_stat_get_activity, whose EXECUTE is checked for the
+    // querying role too, but the view's own privilege is what an admin will look at.)
+    let reads_activity: bool = client
+        .query_one(
+            "SELECT pg_catalog.has_table_privilege('pg_catalog.pg_stat_activity', 'SELECT')",
+            &[],
+        )
+        .await?
+        .get(0);
+    if reads_activity {
+        problems.push(format!(
+            "REVOKE SELECT ON pg_catalog.pg_stat_activity FROM PUBLIC, {role} and \
+             {READER_GROUP}: {ACTIVITY}"
+        ));
+    }
+    // A function that opens a connection elsewhere runs there outside this transaction;
+    // pg_stat_statements shows the role's other sessions' statements (normalised) and resets.
+    for (function, connects) in rows2(
         client,
-        "SELECT DISTINCT p.oid::regprocedure::text \
+        "SELECT DISTINCT p.oid::regprocedure::text, e.extname <> 'pg_stat_statements' \
          FROM pg_catalog.pg_proc p \
          JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_proc'::regclass AND d.objid = p.oid \
          JOIN pg_catalog.pg_extension e ON d.refclassid = 'pg_catalog.pg_extension'::regclass AND d.refobjid = e.oid \
-         WHERE e.extname IN ('dblink', 'postgres_fdw') \
+         WHERE e.extname IN ('dblink', 'postgres_fdw', 'pg_stat_statements') \
            AND pg_catalog.has_function_privilege(p.oid, 'EXECUTE') \
          ORDER BY 1 LIMIT 5",
         &[],
     )
     .await?
     {
+        let why = if connects {
+            "it connects to other servers"
+        } else {
+            ACTIVITY
+        };
         problems.push(format!(
-            "REVOKE EXECUTE ON FUNCTION {function} FROM PUBLIC: it connects to other servers"
+            "REVOKE EXECUTE ON FUNCTION {function} FROM PUBLIC: {why}"
         ));
     }
     if problems.is_empty() {

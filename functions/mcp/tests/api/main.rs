@@ -12,6 +12,7 @@ mod protocol;
 mod resilience;
 mod secrets;
 mod sql_attacks;
+mod sql_role;
 mod sql_startup;
 mod startup;
 mod tool_keys;
