@@ -19,6 +19,7 @@ use std::time::Duration;
 
 pub use chunk::{Chunk, ChunkOptions, chunk_sections};
 pub use discover::{Discovered, SourceFile, discover, discover_all};
+pub use extract::text::MAX_HEADING_CHARS;
 pub use extract::{
     EXTRACTOR_VERSION, ExtractError, ExtractLimits, Extracted, Format, Section, extract,
 };

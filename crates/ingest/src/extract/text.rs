@@ -147,19 +147,34 @@ pub(crate) fn is_hidden(c: char) -> bool {
         || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
 }
 
+/// The most characters of a title or heading kept (then "…"), as a collection's title allows.
+/// Every chunk carries its document's title and headings, stored and embedded: uncut, one
+/// megabyte-long `<h1>` over a thousand chunks would cost a gigabyte.
+pub const MAX_HEADING_CHARS: usize = 500;
+
 /// One line for a title or heading: whitespace runs (line breaks included) to one space,
-/// trimmed, and hidden characters dropped.
+/// trimmed, hidden characters dropped, cut at [`MAX_HEADING_CHARS`].
 pub(crate) fn one_line(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
+    let mut out = String::new();
+    let mut chars = 0;
     for word in text.split_whitespace() {
         let visible: String = word.chars().filter(|&c| !is_hidden(c)).collect();
         if visible.is_empty() {
             continue;
         }
-        if !out.is_empty() {
+        if chars > 0 {
             out.push(' ');
+            chars += 1;
         }
-        out.push_str(&visible);
+        for c in visible.chars() {
+            if chars == MAX_HEADING_CHARS {
+                out.truncate(out.trim_end().len());
+                out.push('…');
+                return out;
+            }
+            out.push(c);
+            chars += 1;
+        }
     }
     out
 }
@@ -203,6 +218,16 @@ pub(super) fn plain(source: &str) -> Vec<Section> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn titles_and_headings_are_one_visible_line_of_at_most_500_characters() {
+        assert_eq!(one_line(" a\n\tb\x1b \x07 c\u{202e} "), "a b c");
+        assert_eq!(one_line(&"x".repeat(5_000)), "x".repeat(500) + "…");
+        assert_eq!(one_line(&"x".repeat(500)), "x".repeat(500));
+        // Not a space before the ellipsis.
+        let words = one_line(&"word ".repeat(1_000));
+        assert_eq!(words, "word ".repeat(99) + "word…");
+    }
 
     #[test]
     fn headings_nest_by_level_and_empty_sections_vanish() {
