@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::IngestError;
 use crate::extract::Format;
+use crate::extract::text::is_hidden;
 
 /// One file to ingest.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,12 +32,14 @@ impl SourceFile {
     }
 
     /// The path relative to the root, '/'-separated: what `documents.uri` holds and search
-    /// results show.
+    /// results show. Control characters and bidirectional overrides in a file name are written
+    /// as `%XX` escapes of their UTF-8 bytes, so the uri is one visible line that still tells
+    /// the files apart.
     pub fn uri(&self) -> String {
         let rel = self.path.strip_prefix(&self.root).unwrap_or(&self.path);
         rel.components()
             .filter_map(|c| match c {
-                std::path::Component::Normal(s) => Some(s.to_string_lossy().into_owned()),
+                std::path::Component::Normal(s) => Some(escape_hidden(&s.to_string_lossy())),
                 _ => None,
             })
             .collect::<Vec<_>>()
@@ -59,6 +62,21 @@ impl SourceFile {
     pub fn format(&self) -> Option<Format> {
         Format::of_path(&self.path)
     }
+}
+
+fn escape_hidden(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        if is_hidden(c) || c.is_control() {
+            let mut buf = [0; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// What [`discover_all`] found.
@@ -137,6 +155,13 @@ mod tests {
         let top = SourceFile::new("/docs", "/docs/index.html");
         assert_eq!(top.uri(), "index.html");
         assert!(top.structure().is_empty());
+    }
+
+    #[test]
+    fn control_characters_in_file_names_are_escaped_in_the_uri() {
+        let f = SourceFile::new("/docs", "/docs/a\nb/c\u{1b}[31m\u{202e}d.md");
+        assert_eq!(f.uri(), "a%0Ab/c%1B[31m%E2%80%AEd.md");
+        assert_eq!(f.structure(), ["a%0Ab"]);
     }
 
     #[test]

@@ -19,7 +19,10 @@ use std::time::Duration;
 
 pub use chunk::{Chunk, ChunkOptions, chunk_sections};
 pub use discover::{Discovered, SourceFile, discover, discover_all};
-pub use extract::{EXTRACTOR_VERSION, ExtractError, Extracted, Format, Section, extract};
+pub use extract::text::MAX_HEADING_CHARS;
+pub use extract::{
+    EXTRACTOR_VERSION, ExtractError, ExtractLimits, Extracted, Format, Section, extract,
+};
 pub use run::ingest;
 
 /// The collection a run writes into. Created on first ingest; on later runs the fields given
@@ -52,8 +55,11 @@ pub struct IngestOptions {
     /// Delete the collection's documents that this run did not see. A file the run saw but
     /// skipped (now empty, binary, too big) keeps its stored document.
     pub prune: bool,
-    /// Files larger than this are skipped (not read).
+    /// Files larger than this are skipped; no more than this (and one byte) is ever read of a
+    /// file, whatever its size claims.
     pub max_document_bytes: u64,
+    /// How deep and how long one file's extraction may go before the file is skipped.
+    pub extract: ExtractLimits,
     pub chunk: ChunkOptions,
     /// Draw a progress bar on stderr, if stderr is a terminal.
     pub progress: bool,
@@ -64,6 +70,7 @@ impl Default for IngestOptions {
         IngestOptions {
             prune: false,
             max_document_bytes: 10 * 1024 * 1024,
+            extract: ExtractLimits::default(),
             chunk: ChunkOptions::default(),
             progress: false,
         }
@@ -123,6 +130,10 @@ impl std::fmt::Display for Summary {
         )
     }
 }
+
+/// The longest uri stored, in characters: `documents.uri`'s CHECK (migration 0004). A file whose
+/// path relative to its root is longer is skipped.
+pub const MAX_URI_CHARS: usize = 2000;
 
 /// A file the run left out, and why (a sentence for the person running it).
 #[derive(Debug, Clone, PartialEq, Eq)]

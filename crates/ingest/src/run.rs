@@ -51,6 +51,19 @@ pub async fn ingest(
     let mut batch_chunks = 0;
     for file in files {
         let uri = file.uri();
+        let chars = uri.chars().count();
+        if chars > crate::MAX_URI_CHARS {
+            // Cut, so the summary line stays readable; the whole would fail the table's CHECK.
+            let shown: String = uri.chars().take(80).collect();
+            run.skip(
+                format!("{shown}..."),
+                format!(
+                    "its path is {chars} characters long, over the limit of {}",
+                    crate::MAX_URI_CHARS
+                ),
+            );
+            continue;
+        }
         if !seen.insert(uri.clone()) {
             run.skip(uri, "another file in this run has the same uri".into());
             continue;
@@ -86,7 +99,7 @@ pub async fn ingest(
             run.skip(uri, "not a Markdown, HTML or text file".into());
             continue;
         };
-        let extracted = match extract(&doc, format, &stem) {
+        let extracted = match extract(&doc, format, &stem, &options.extract) {
             Ok(e) => e,
             Err(e) => {
                 run.skip(uri, e.to_string());
@@ -223,19 +236,82 @@ impl Run {
     }
 }
 
-/// The file's bytes, or why it is skipped. Size is checked before reading, so a huge file is
-/// never loaded.
+/// The file's bytes, or why it is skipped. Only regular files are read: a FIFO would block the
+/// run and `/dev/zero` never ends. The size is checked before reading, and the read stops one
+/// byte past the limit whatever the size said (a file may grow between the two).
 fn read(file: &SourceFile, uri: &str, options: &IngestOptions) -> Result<Vec<u8>, String> {
-    let size = std::fs::metadata(&file.path)
-        .map_err(|e| format!("cannot read {uri}: {e}"))?
-        .len();
-    if size > options.max_document_bytes {
+    use std::io::Read;
+    let cannot = |e: std::io::Error| format!("cannot read {uri}: {e}");
+    // Checked before opening too: opening a FIFO waits for a writer.
+    let kind = std::fs::metadata(&file.path).map_err(cannot)?.file_type();
+    if !kind.is_file() {
+        return Err(not_regular(kind));
+    }
+    let handle = open(&file.path).map_err(cannot)?;
+    let meta = handle.metadata().map_err(cannot)?;
+    if !meta.is_file() {
+        return Err(not_regular(meta.file_type()));
+    }
+    let limit = options.max_document_bytes;
+    if meta.len() > limit {
         return Err(format!(
-            "larger than the limit of {} bytes ({size} bytes)",
-            options.max_document_bytes
+            "larger than the limit of {limit} bytes ({} bytes)",
+            meta.len()
         ));
     }
-    std::fs::read(&file.path).map_err(|e| format!("cannot read {uri}: {e}"))
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    handle
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(cannot)?;
+    if bytes.len() as u64 > limit {
+        return Err(format!(
+            "larger than the limit of {limit} bytes (it grew while being read)"
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Opens for reading without waiting: were the file swapped for a FIFO after the check, the
+/// open would otherwise block until something writes to it.
+fn open(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        // Regular files ignore it.
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    options.open(path)
+}
+
+/// Why a file that is not a regular file is skipped.
+fn not_regular(kind: std::fs::FileType) -> String {
+    #[cfg(unix)]
+    let what = {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_fifo() {
+            "a named pipe"
+        } else if kind.is_char_device() {
+            "a character device"
+        } else if kind.is_block_device() {
+            "a block device"
+        } else if kind.is_socket() {
+            "a socket"
+        } else if kind.is_dir() {
+            "a directory"
+        } else {
+            "a special file"
+        }
+    };
+    #[cfg(not(unix))]
+    let what = if kind.is_dir() {
+        "a directory"
+    } else {
+        "a special file"
+    };
+    format!("not a regular file ({what}); only regular files are read")
 }
 
 /// sha256 (hex) of the extractor's version, the chunk sizes and the bytes: a change to any of

@@ -310,6 +310,143 @@ async fn bad_files_are_skipped_with_reasons_and_the_run_goes_on() {
     );
 }
 
+/// An HTML page of `n` `<div>`s, each inside the one before.
+fn nested_divs(n: usize) -> String {
+    format!(
+        "<title>Deep</title>{}<p>deep</p>{}",
+        "<div>".repeat(n),
+        "</div>".repeat(n)
+    )
+}
+
+fn reasons(s: &Summary) -> Vec<(&str, &str)> {
+    s.skipped
+        .iter()
+        .map(|k| (k.uri.as_str(), k.reason.as_str()))
+        .collect()
+}
+
+async fn uris(db: &TestDb) -> Vec<String> {
+    db.client()
+        .await
+        .query("SELECT uri FROM parley.documents ORDER BY uri", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+#[tokio::test]
+async fn deeply_nested_html_is_skipped_with_a_reason_and_the_other_files_are_stored() {
+    let db = TestDb::migrated().await;
+    let dir = Dir::new();
+    // 6,000 overflowed the stack of a debug build; 200,000 (1 MB) parsed for minutes.
+    dir.write("a.md", "# A\n\nFirst.\n")
+        .write("deep.html", nested_divs(6_000))
+        .write("deeper.html", nested_divs(200_000))
+        .write("z.html", "<title>Z</title><p>Last.</p>");
+    let s = run(&db, "hostile", dir.files(), &IngestOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(counts(&s), (2, 0, 0, 0, 2), "{s:?}");
+    let too_deep = "HTML nested deeper than the limit of 512 elements";
+    assert_eq!(
+        reasons(&s),
+        [("deep.html", too_deep), ("deeper.html", too_deep)]
+    );
+    assert_eq!(uris(&db).await, ["a.md", "z.html"]);
+}
+
+#[tokio::test]
+async fn special_files_and_overlong_paths_are_skipped_without_being_read() {
+    let db = TestDb::migrated().await;
+    let dir = Dir::new();
+    let root = dir.0.path();
+    // 10 directories of 220 characters: a uri of 2,217, over the table's 2,000.
+    let long: Vec<String> = (0..10).map(|i| format!("{i}{}", "d".repeat(219))).collect();
+    let long = format!("{}/long.md", long.join("/"));
+    dir.write(&long, "# Long\n\nText.\n")
+        .write("good.md", "# Good\n\nFine.\n");
+    let fifo = root.join("pipe.md");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    std::os::unix::fs::symlink("/dev/zero", root.join("zero.txt")).unwrap();
+
+    // A walk passes over the pipe and the link; named one by one they reach the run.
+    let mut files = dir.files();
+    files.push(SourceFile::new(root, fifo));
+    files.push(SourceFile::new(root, root.join("zero.txt")));
+    files.push(SourceFile::new("/dev", "/dev/zero"));
+    let s = run(&db, "special", files, &IngestOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(counts(&s), (1, 0, 0, 0, 4), "{s:?}");
+    let shown = format!("0{}...", "d".repeat(79));
+    assert_eq!(
+        reasons(&s),
+        [
+            (
+                shown.as_str(),
+                "its path is 2217 characters long, over the limit of 2000"
+            ),
+            (
+                "pipe.md",
+                "not a regular file (a named pipe); only regular files are read"
+            ),
+            (
+                "zero.txt",
+                "not a regular file (a character device); only regular files are read"
+            ),
+            (
+                "zero",
+                "not a regular file (a character device); only regular files are read"
+            ),
+        ]
+    );
+    assert_eq!(uris(&db).await, ["good.md"]);
+}
+
+#[tokio::test]
+async fn titles_headings_and_uris_are_stored_without_scripts_or_control_characters() {
+    let db = TestDb::migrated().await;
+    let dir = Dir::new();
+    dir.write(
+        "bell\x07page.html",
+        "<title>Guide<script>alert(1)</script> to\x1b[2J widgets</title>\
+         <h1>Hi<script>track()</script>\x08 there</h1><p>Some\x1b text.</p>",
+    );
+    let s = run(&db, "clean", dir.files(), &IngestOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(counts(&s), (1, 0, 0, 0, 0), "{s:?}");
+    let row = db
+        .client()
+        .await
+        .query_one(
+            "SELECT d.uri, d.title, c.heading, c.context, c.text
+             FROM parley.documents d JOIN parley.chunks c ON c.document_id = d.id",
+            &[],
+        )
+        .await
+        .unwrap();
+    let got: (String, String, Vec<String>, String, String) =
+        (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+    assert_eq!(
+        got,
+        (
+            "bell%07page.html".into(),
+            "Guide to[2J widgets".into(),
+            vec!["Hi there".into()],
+            "Guide to[2J widgets › Hi there".into(),
+            "Some text.".into()
+        )
+    );
+}
+
 #[tokio::test]
 async fn a_collection_embedded_with_another_model_is_refused_naming_both() {
     let db = TestDb::migrated().await;

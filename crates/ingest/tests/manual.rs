@@ -1,7 +1,7 @@
 //! Extraction and chunking of real pages of the PostgreSQL manual (Debian's postgresql-doc-15,
 //! the demo corpus): heading paths as the manual shows them, and none of DocBook's navigation.
 
-use parley_ingest::{ChunkOptions, Extracted, Format, chunk_sections, extract};
+use parley_ingest::{ChunkOptions, ExtractLimits, Extracted, Format, chunk_sections, extract};
 
 const MANUAL: &str = "/usr/share/doc/postgresql-doc-15/html";
 
@@ -13,7 +13,13 @@ fn page(name: &str) -> Extracted {
             path.display()
         )
     });
-    extract(&bytes, Format::Html, name.trim_end_matches(".html")).expect("extracts")
+    extract(
+        &bytes,
+        Format::Html,
+        name.trim_end_matches(".html"),
+        &ExtractLimits::default(),
+    )
+    .expect("extracts")
 }
 
 fn headings(e: &Extracted) -> Vec<String> {

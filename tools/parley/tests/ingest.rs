@@ -127,6 +127,53 @@ async fn ingest_reports_what_it_did_and_a_rerun_only_what_changed() {
     );
 }
 
+/// Files built to break a run (nesting that overflowed the stack or ran for minutes, a named
+/// pipe that blocked the read) are each listed with why; the rest are stored and the run
+/// exits 0, warning on stderr.
+#[tokio::test]
+async fn hostile_files_are_listed_with_why_the_rest_are_stored_and_the_run_exits_0() {
+    let db = TestDb::migrated().await;
+    let dir = tempfile::tempdir().unwrap();
+    let nested = |n: usize| format!("{}<p>deep</p>{}", "<div>".repeat(n), "</div>".repeat(n));
+    write(&dir, "deep.html", &nested(6_000));
+    write(&dir, "deeper.html", &nested(200_000));
+    write(&dir, "good.md", "# Good\n\nFine.\n");
+    let fifo = dir.path().join("pipe.md");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+
+    let out = parley(
+        &[
+            "ingest",
+            path(&dir),
+            fifo.to_str().unwrap(),
+            "--collection",
+            "docs",
+        ],
+        &db.url,
+    );
+    let stdout = stdout_of(&out);
+    for line in [
+        "skipped deep.html: HTML nested deeper than the limit of 512 elements\n",
+        "skipped deeper.html: HTML nested deeper than the limit of 512 elements\n",
+        "skipped pipe.md: not a regular file (a named pipe); only regular files are read\n",
+        "docs (all-MiniLM-L6-v2@384): 1 added, 0 replaced, 0 unchanged, 0 deleted, 3 skipped;",
+    ] {
+        assert!(stdout.contains(line), "{line} not in {stdout}");
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "warning: 3 of 4 files skipped (listed above with why); the others were ingested"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(
+        rows(&db, "SELECT uri FROM parley.documents").await,
+        ["good.md"]
+    );
+}
+
 #[tokio::test]
 async fn enroll_adds_and_removes_members_and_names_a_missing_collection() {
     let db = TestDb::migrated().await;

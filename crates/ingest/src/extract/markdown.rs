@@ -1,13 +1,20 @@
 //! Markdown (CommonMark with tables) to sections: headings make the heading path, code blocks
-//! are kept line for line, list items and table rows are lines. Raw HTML and YAML front
-//! matter are left out. The first level-1 heading is the title.
+//! are kept line for line, list items and table rows are lines. Raw HTML (with the text
+//! between an inline `<script>` or `<style>` and its end tag) and YAML front matter are left
+//! out. The first level-1 heading is the title.
 
-use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
+use pulldown_cmark::{CowStr, Event, Options, Parser, Tag, TagEnd};
 
-use super::Section;
-use super::text::{SectionsBuilder, collapse};
+use super::text::{SectionsBuilder, one_line};
+use super::{Budget, ExtractError, Section};
 
-pub(super) fn extract(source: &str) -> (Option<String>, Vec<Section>) {
+/// Events between two checks of the time.
+const EVENTS_PER_CHECK: usize = 1024;
+
+pub(super) fn extract(
+    source: &str,
+    budget: &Budget,
+) -> Result<(Option<String>, Vec<Section>), ExtractError> {
     let options = Options::ENABLE_TABLES
         | Options::ENABLE_STRIKETHROUGH
         | Options::ENABLE_YAML_STYLE_METADATA_BLOCKS;
@@ -18,8 +25,19 @@ pub(super) fn extract(source: &str) -> (Option<String>, Vec<Section>) {
     let mut code: Option<String> = None;
     let mut metadata = false;
     let mut first_cell = false;
-    for event in Parser::new_ext(source, options) {
+    // Inside an inline `<script>` or `<style>`: its text is code, not prose.
+    let mut script = false;
+    for (n, event) in Parser::new_ext(source, options).enumerate() {
+        if (n + 1).is_multiple_of(EVENTS_PER_CHECK) {
+            budget.check_time()?;
+        }
+        // A paragraph or heading ends an unclosed inline script, as it ends its raw HTML.
+        if matches!(event, Event::End(TagEnd::Paragraph | TagEnd::Heading(_))) {
+            script = false;
+        }
         match event {
+            Event::InlineHtml(tag) => script = opens_script(&tag, script),
+            Event::Text(_) | Event::Code(_) if script => {}
             Event::Start(Tag::MetadataBlock(_)) => metadata = true,
             Event::End(TagEnd::MetadataBlock(_)) => metadata = false,
             _ if metadata => {}
@@ -30,7 +48,7 @@ pub(super) fn extract(source: &str) -> (Option<String>, Vec<Section>) {
             Event::End(TagEnd::Heading(_)) => {
                 if let Some((level, text)) = heading.take() {
                     if level == 1 && title.is_none() {
-                        title = Some(collapse(&text)).filter(|t| !t.is_empty());
+                        title = Some(one_line(&text)).filter(|t| !t.is_empty());
                     }
                     b.heading(level, &text);
                 }
@@ -93,7 +111,20 @@ pub(super) fn extract(source: &str) -> (Option<String>, Vec<Section>) {
             _ => {}
         }
     }
-    (title, b.finish())
+    Ok((title, b.finish()))
+}
+
+/// Whether the text after inline HTML `tag` is a script's, given whether the text before was.
+fn opens_script(tag: &CowStr<'_>, script: bool) -> bool {
+    let tag = tag.trim_start().to_ascii_lowercase();
+    if tag.starts_with("</script") || tag.starts_with("</style") {
+        false
+    } else if tag.starts_with("<script") || tag.starts_with("<style") {
+        // `<script/>` encloses nothing.
+        !tag.trim_end().ends_with("/>")
+    } else {
+        script
+    }
 }
 
 #[cfg(test)]
@@ -105,7 +136,7 @@ mod tests {
         let md = "---\nauthor: me\n---\nLead in.\n\n# Install *Guide*\n\nRead\nthis first.\n\n\
                   ## Linux\n\n```sh\n  apt install x\n```\n\n- one\n- two `code`\n\n\
                   | a | b |\n|---|---|\n| 1 | 2 |\n\n<div>raw</div>\n\n# Second\n\ntext\n";
-        let (title, sections) = extract(md);
+        let (title, sections) = extract(md, &Budget::test()).unwrap();
         assert_eq!(title.as_deref(), Some("Install Guide"));
         assert_eq!(
             super::super::outline(&sections),
@@ -117,6 +148,20 @@ mod tests {
                     "  apt install x\n\n- one\n- two code\n\na | b\n1 | 2"
                 ),
                 ("Second".into(), "text"),
+            ]
+        );
+    }
+
+    #[test]
+    fn inline_scripts_and_control_characters_are_left_out() {
+        let md = "# Guide <script>alert(1)</script>\x07\n\ntext\x1b <SCRIPT>x()</SCRIPT>more <style>b{}\n\n## Next\n\nend\n";
+        let (title, sections) = extract(md, &Budget::test()).unwrap();
+        assert_eq!(title.as_deref(), Some("Guide"));
+        assert_eq!(
+            super::super::outline(&sections),
+            [
+                ("Guide".into(), "text more"),
+                ("Guide / Next".into(), "end")
             ]
         );
     }

@@ -1,16 +1,72 @@
 //! A file's bytes to clean text: a title and sections, each under its heading path. Refuses
-//! what is not text (NUL bytes, invalid UTF-8) or has none, with a reason for the summary.
+//! what is not text (NUL bytes, invalid UTF-8), has none, or is built to exhaust the extractor
+//! (nesting past [`ExtractLimits`], or longer than its time), with a reason for the summary.
 //! Knows nothing of chunks, embeddings or storage.
 
 mod html;
 mod markdown;
-mod text;
+pub(crate) mod text;
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// Bumped whenever extraction or chunking changes what a file becomes, so the next run
 /// replaces documents whose bytes did not change (it is part of the content hash).
-pub const EXTRACTOR_VERSION: &str = "parley-ingest/1";
+/// 2: script text and control characters no longer reach titles, headings or text.
+pub const EXTRACTOR_VERSION: &str = "parley-ingest/2";
+
+/// Bounds on one file's extraction, so that one hostile file is skipped with a reason instead
+/// of crashing or stalling the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExtractLimits {
+    /// HTML elements nested deeper than this refuse the file. The HTML parser checks the whole
+    /// stack of open elements for each new element, so its time grows with depth squared: 200,000
+    /// nested `<div>`s (2.2 MB) took 15 minutes. Browsers stop nesting at 512 (Blink) and real
+    /// pages stay far below (the PostgreSQL manual: under 20).
+    pub max_html_depth: usize,
+    /// The time one file's extraction may take before the file is refused.
+    pub max_time: Duration,
+}
+
+impl Default for ExtractLimits {
+    fn default() -> Self {
+        ExtractLimits {
+            max_html_depth: 512,
+            max_time: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The limits of one extraction in progress: when it must be done, and how deep HTML may nest.
+#[derive(Debug, Clone, Copy)]
+struct Budget {
+    deadline: Instant,
+    limits: ExtractLimits,
+}
+
+impl Budget {
+    fn new(limits: &ExtractLimits) -> Budget {
+        Budget {
+            deadline: Instant::now() + limits.max_time,
+            limits: *limits,
+        }
+    }
+
+    /// The default limits, from now.
+    #[cfg(test)]
+    fn test() -> Budget {
+        Budget::new(&ExtractLimits::default())
+    }
+
+    /// Err once the time is spent. Cheap enough for every few hundred steps of a loop.
+    fn check_time(&self) -> Result<(), ExtractError> {
+        if Instant::now() >= self.deadline {
+            Err(ExtractError::TooSlow(self.limits.max_time))
+        } else {
+            Ok(())
+        }
+    }
+}
 
 /// The formats Parley extracts, by file extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,11 +123,20 @@ pub enum ExtractError {
     InvalidUtf8(usize),
     #[error("no text left after extraction")]
     NoText,
+    #[error("HTML nested deeper than the limit of {0} elements")]
+    TooDeep(usize),
+    #[error("extraction took longer than the limit of {} ms", .0.as_millis())]
+    TooSlow(Duration),
 }
 
-/// Extracts `bytes` as `format`; `stem` (the file name without extension) is the title when the
-/// document names none.
-pub fn extract(bytes: &[u8], format: Format, stem: &str) -> Result<Extracted, ExtractError> {
+/// Extracts `bytes` as `format` within `limits`; `stem` (the file name without extension) is
+/// the title when the document names none.
+pub fn extract(
+    bytes: &[u8],
+    format: Format,
+    stem: &str,
+    limits: &ExtractLimits,
+) -> Result<Extracted, ExtractError> {
     if bytes.is_empty() {
         return Err(ExtractError::Empty);
     }
@@ -81,9 +146,10 @@ pub fn extract(bytes: &[u8], format: Format, stem: &str) -> Result<Extracted, Ex
     let source =
         std::str::from_utf8(bytes).map_err(|e| ExtractError::InvalidUtf8(e.valid_up_to()))?;
     let source = source.strip_prefix('\u{feff}').unwrap_or(source);
+    let budget = Budget::new(limits);
     let (title, sections) = match format {
-        Format::Markdown => markdown::extract(source),
-        Format::Html => html::extract(source),
+        Format::Markdown => markdown::extract(source, &budget)?,
+        Format::Html => html::extract(source, &budget)?,
         Format::Text => (None, text::plain(source)),
     };
     if sections.is_empty() {
@@ -91,7 +157,7 @@ pub fn extract(bytes: &[u8], format: Format, stem: &str) -> Result<Extracted, Ex
     }
     let title = title
         .filter(|t| !t.is_empty())
-        .unwrap_or_else(|| stem.to_owned());
+        .unwrap_or_else(|| text::one_line(stem));
     Ok(Extracted { title, sections })
 }
 
@@ -110,21 +176,34 @@ mod tests {
 
     #[test]
     fn bad_bytes_are_refused_with_a_reason() {
-        assert_eq!(extract(b"", Format::Text, "x"), Err(ExtractError::Empty));
         assert_eq!(
-            extract(b"ab\0cd", Format::Markdown, "x"),
+            extract(b"", Format::Text, "x", &ExtractLimits::default()),
+            Err(ExtractError::Empty)
+        );
+        assert_eq!(
+            extract(b"ab\0cd", Format::Markdown, "x", &ExtractLimits::default()),
             Err(ExtractError::Binary(2))
         );
         assert_eq!(
-            extract(b"caf\xe9 au lait", Format::Text, "x"),
+            extract(
+                b"caf\xe9 au lait",
+                Format::Text,
+                "x",
+                &ExtractLimits::default()
+            ),
             Err(ExtractError::InvalidUtf8(3))
         );
         assert_eq!(
-            extract(b"  \n\n \t", Format::Text, "x"),
+            extract(b"  \n\n \t", Format::Text, "x", &ExtractLimits::default()),
             Err(ExtractError::NoText)
         );
         assert_eq!(
-            extract(b"<html><script>x()</script></html>", Format::Html, "x"),
+            extract(
+                b"<html><script>x()</script></html>",
+                Format::Html,
+                "x",
+                &ExtractLimits::default()
+            ),
             Err(ExtractError::NoText)
         );
     }
@@ -135,6 +214,7 @@ mod tests {
             b"\xef\xbb\xbfFirst line\r\nsecond line\r\n\r\n\r\n\r\nNext para  \n",
             Format::Text,
             "notes",
+            &ExtractLimits::default(),
         )
         .unwrap();
         assert_eq!(e.title, "notes");
@@ -145,6 +225,19 @@ mod tests {
                 text: "First line\nsecond line\n\nNext para".into()
             }]
         );
+    }
+
+    #[test]
+    fn control_characters_are_dropped_from_plain_text_and_from_a_stem_title() {
+        let e = extract(
+            b"\x1b[31mred\x1b[0m\tok\r\n\x07\n\nnext\x08\n",
+            Format::Text,
+            "bell\x07 \u{202e}notes",
+            &ExtractLimits::default(),
+        )
+        .unwrap();
+        assert_eq!(e.title, "bell notes");
+        assert_eq!(e.sections[0].text, "[31mred[0m\tok\n\nnext");
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The text both structured extractors write into: inline text with its whitespace collapsed,
 //! paragraph and line breaks, verbatim blocks (code), and headings that close one section and
-//! open the next under the heading path they make. Also plain text's extraction.
+//! open the next under the heading path they make. Also plain text's extraction. Control
+//! characters never get through: a title, heading or uri is one line, and text keeps only its
+//! line breaks and tabs.
 
 use super::Section;
 
@@ -21,7 +23,7 @@ impl SectionsBuilder {
     /// Closes the current section and opens one under `text` at `level`; an empty heading is
     /// ignored.
     pub fn heading(&mut self, level: u8, text: &str) {
-        let text = collapse(text);
+        let text = one_line(text);
         if text.is_empty() {
             return;
         }
@@ -37,6 +39,9 @@ impl SectionsBuilder {
         for c in text.chars() {
             if c.is_whitespace() {
                 self.space = true;
+                continue;
+            }
+            if is_hidden(c) {
                 continue;
             }
             if self.space && !self.current.is_empty() && !self.current.ends_with('\n') {
@@ -95,7 +100,7 @@ impl SectionsBuilder {
             if i > 0 {
                 self.current.push('\n');
             }
-            self.current.push_str(line.trim_end());
+            self.current.push_str(&visible_line(line));
         }
         self.paragraph_break();
     }
@@ -134,9 +139,54 @@ impl SectionsBuilder {
     }
 }
 
-/// Whitespace runs to one space, trimmed.
-pub(super) fn collapse(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+/// Characters a reader cannot see that change what they see: control characters other than
+/// whitespace (an escape sequence recolours a terminal, a backspace hides what precedes it) and
+/// the bidirectional overrides and isolates (U+202A-U+202E, U+2066-U+2069), which reorder text.
+pub(crate) fn is_hidden(c: char) -> bool {
+    (c.is_control() && !c.is_whitespace())
+        || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
+/// The most characters of a title or heading kept (then "…"), as a collection's title allows.
+/// Every chunk carries its document's title and headings, stored and embedded: uncut, one
+/// megabyte-long `<h1>` over a thousand chunks would cost a gigabyte.
+pub const MAX_HEADING_CHARS: usize = 500;
+
+/// One line for a title or heading: whitespace runs (line breaks included) to one space,
+/// trimmed, hidden characters dropped, cut at [`MAX_HEADING_CHARS`].
+pub(crate) fn one_line(text: &str) -> String {
+    let mut out = String::new();
+    let mut chars = 0;
+    for word in text.split_whitespace() {
+        let visible: String = word.chars().filter(|&c| !is_hidden(c)).collect();
+        if visible.is_empty() {
+            continue;
+        }
+        if chars > 0 {
+            out.push(' ');
+            chars += 1;
+        }
+        for c in visible.chars() {
+            if chars == MAX_HEADING_CHARS {
+                out.truncate(out.trim_end().len());
+                out.push('…');
+                return out;
+            }
+            out.push(c);
+            chars += 1;
+        }
+    }
+    out
+}
+
+/// One line of text kept as is but for its hidden characters and its control whitespace other
+/// than tabs (a lone carriage return would overwrite the line when printed), end trimmed.
+fn visible_line(line: &str) -> String {
+    line.chars()
+        .filter(|&c| c == '\t' || !(c.is_control() || is_hidden(c)))
+        .collect::<String>()
+        .trim_end()
+        .to_owned()
 }
 
 /// Plain text: one section; lines kept, trailing spaces and runs of blank lines dropped.
@@ -144,7 +194,7 @@ pub(super) fn plain(source: &str) -> Vec<Section> {
     let mut text = String::with_capacity(source.len());
     let mut blank = false;
     for line in source.lines() {
-        let line = line.trim_end();
+        let line = visible_line(line);
         if line.is_empty() {
             blank = !text.is_empty();
             continue;
@@ -153,7 +203,7 @@ pub(super) fn plain(source: &str) -> Vec<Section> {
             text.push_str(if blank { "\n\n" } else { "\n" });
         }
         blank = false;
-        text.push_str(line);
+        text.push_str(&line);
     }
     if text.is_empty() {
         Vec::new()
@@ -168,6 +218,16 @@ pub(super) fn plain(source: &str) -> Vec<Section> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn titles_and_headings_are_one_visible_line_of_at_most_500_characters() {
+        assert_eq!(one_line(" a\n\tb\x1b \x07 c\u{202e} "), "a b c");
+        assert_eq!(one_line(&"x".repeat(5_000)), "x".repeat(500) + "…");
+        assert_eq!(one_line(&"x".repeat(500)), "x".repeat(500));
+        // Not a space before the ellipsis.
+        let words = one_line(&"word ".repeat(1_000));
+        assert_eq!(words, "word ".repeat(99) + "word…");
+    }
 
     #[test]
     fn headings_nest_by_level_and_empty_sections_vanish() {

@@ -1,13 +1,15 @@
 //! `parley ingest`: Markdown, HTML and text files (directories walked) into a collection of
 //! the database in `DATABASE_URL`, embedded with the model the `EMBEDDINGS_*` settings name.
 //! Incremental: unchanged files are skipped, changed ones replaced, and with `--prune` the
-//! collection's documents no longer among the files deleted.
+//! collection's documents no longer among the files deleted. A file that cannot be ingested is
+//! listed with its reason and the run goes on; it still exits 0 (see docs/settings.md).
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use parley_core::config::Env;
 use parley_embed::{EmbedSettings, Embedder};
-use parley_ingest::{ChunkOptions, CollectionSpec, IngestOptions};
+use parley_ingest::{ChunkOptions, CollectionSpec, ExtractLimits, IngestOptions};
 
 use super::CmdError;
 
@@ -35,6 +37,14 @@ pub struct Args {
     /// Skip files larger than this many bytes.
     #[arg(long, value_name = "BYTES", default_value_t = IngestOptions::default().max_document_bytes)]
     pub max_document_bytes: u64,
+    /// Skip HTML files whose elements nest deeper than this.
+    #[arg(long, value_name = "N", default_value_t = ExtractLimits::default().max_html_depth as u32,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_html_depth: u32,
+    /// Skip a file whose text takes longer than this many milliseconds to extract.
+    #[arg(long, value_name = "MS", default_value_t = ExtractLimits::default().max_time.as_millis() as u64,
+          value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub extract_timeout_ms: u64,
 }
 
 /// Refused before connecting, with the rule, rather than by the table's CHECK.
@@ -60,9 +70,14 @@ pub async fn run(args: Args) -> Result<(), CmdError> {
     let options = IngestOptions {
         prune: args.prune,
         max_document_bytes: args.max_document_bytes,
+        extract: ExtractLimits {
+            max_html_depth: args.max_html_depth as usize,
+            max_time: Duration::from_millis(args.extract_timeout_ms),
+        },
         chunk: ChunkOptions::default(),
         progress: true,
     };
+    let total = found.files.len();
     let summary =
         parley_ingest::ingest(&mut client, &embedder, &spec, found.files, &options).await?;
     for s in &summary.skipped {
@@ -77,5 +92,13 @@ pub async fn run(args: Args) -> Result<(), CmdError> {
         spec.name,
         embedder.model_id()
     );
+    // On stderr too, so a run whose output goes to a file still says so where it was started.
+    if !summary.skipped.is_empty() {
+        eprintln!(
+            "warning: {} of {} files skipped (listed above with why); the others were ingested",
+            summary.skipped.len(),
+            total,
+        );
+    }
     Ok(())
 }
