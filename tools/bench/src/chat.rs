@@ -199,7 +199,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             ("MCP_AUTH_TOKEN", mcp_token.clone()),
             (
                 "TOOLS_FILE",
-                crate::mcp::tools_file_setting(&[parley_domain_feedback::tools_path()]),
+                crate::mcp_client::tools_file_setting(&[parley_domain_feedback::tools_path()]),
             ),
             ("RUST_LOG", args.server_log.clone()),
             ("DB_POOL_MAX_SIZE", concurrency.to_string()),
