@@ -4,7 +4,8 @@ built the workspace and made a database:
 
   checks.py --db-url URL --cargo-lambda PATH --bin-dir DIR [--interop-python PATH] [--passed N]
 
-1. Starts the stub LLM (llm_stub.py), `cargo lambda watch --only-lambda-apis` on 127.0.0.1 and
+1. Starts the stub LLM (the testkit's `parley-llm-stub` from DIR, serving llm_script.json: one
+   lad_by_ref call, then a reply), `cargo lambda watch --only-lambda-apis` on 127.0.0.1 and
    the two functions from DIR (the workspace's debug build) as that emulator's Lambda runtime
    clients, so the real lambda_http loop serves every request below.
 2. (a) every event in events/ through `cargo lambda invoke <function> --data-file`;
@@ -38,20 +39,17 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE))
-import llm_stub  # noqa: E402 - beside this file
 import sse  # noqa: E402 - beside this file
 from coldstart import free_port, stop  # noqa: E402 - beside this file
 from runtime_api import Invocation, RuntimeApi, function_url_event  # noqa: E402 - beside this file
@@ -168,19 +166,23 @@ def get_status(url: str) -> int:
         return 0
 
 
-def start_llm_stub(work: Path) -> ThreadingHTTPServer:
-    """llm_stub.py's server in a thread; its request lines go to WORK/llm.log."""
-    log = open(work / "llm.log", "a", encoding="utf-8")  # noqa: SIM115 - open while it serves
-
-    class Handler(llm_stub.Handler):
-        log_path = str(work / "llm.requests")
-
-        def log_message(self, fmt: str, *args: object) -> None:
-            log.write("llm-stub: " + (fmt % args) + "\n")
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+def start_llm_stub(bin_dir: str, work: Path, procs: list[subprocess.Popen]) -> str:
+    """The testkit's scripted LLM (DIR/parley-llm-stub) serving LLM_SCRIPT at LLM_PACE; its
+    requests go to WORK/llm.requests as JSON lines, its log to WORK/llm.log. Its base URL, or
+    "" if it did not start within 10 s."""
+    url_file = work / "llm.url"
+    proc = subprocess.Popen(
+        [str(Path(bin_dir) / "parley-llm-stub"), "--script", str(LLM_SCRIPT),
+         "--requests", str(work / "llm.requests"), "--pace-ms", str(round(LLM_PACE * 1000)),
+         "--url-file", str(url_file)],
+        stdout=subprocess.DEVNULL, stderr=open(work / "llm.log", "wb"),  # noqa: SIM115
+        stdin=subprocess.DEVNULL,
+    )
+    procs.append(proc)
+    deadline = time.monotonic() + 10
+    while not url_file.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return url_file.read_text().strip() if url_file.exists() else ""
 
 
 def event_hosts(events: list[Path]) -> str:
@@ -440,7 +442,10 @@ def run_python_sdk(checks: Checks, interop_python: str, base: str) -> None:
 STREAM_FUNCTION = "chat-stream"  # the template's streaming chat, `<stack>-chat-stream`
 STREAMING = "streaming mode, second watch server"
 TURN = {"message": "Tell me about Leeds"}
-LLM_PACE = llm_stub.Handler.pace  # seconds between the stub's streamed text pieces
+LLM_SCRIPT = HERE / "llm_script.json"
+# Seconds between the stub's streamed text pieces: the script's pace, or LLM_STUB_PACE_MS.
+LLM_PACE = int(os.environ.get("LLM_STUB_PACE_MS")
+               or json.loads(LLM_SCRIPT.read_text())["pace"]["every_ms"]) / 1000
 
 
 def start_function(checks: Checks, procs: list[subprocess.Popen], bin_dir: str, binary: str,
@@ -702,7 +707,10 @@ def run(args: argparse.Namespace, checks: Checks, work: Path, procs: list[subpro
     if not events:
         checks.fail("setup: no events/*.json")
         return
-    llm = start_llm_stub(work)
+    llm_url = start_llm_stub(args.bin_dir, work, procs)
+    if not llm_url:
+        checks.fail(f"setup: the stub LLM (parley-llm-stub) did not start: {read_log(work / 'llm.log')[-500:]}")
+        return
 
     base = start_watch(checks, args.cargo_lambda, work / "watch.log", procs)
     if not base:
@@ -727,7 +735,7 @@ def run(args: argparse.Namespace, checks: Checks, work: Path, procs: list[subpro
         # assertions signed with this key, the mcp function checks them with it.
         TOOLS_FILE=f"{ROOT}/domains/feedback/tools.toml,{ROOT}/domains/tasks/tools.toml",
         MCP_CALLER_KEY="lambda-checks-caller-key-of-at-least-32-bytes",
-        LLM_BASE_URL=f"http://127.0.0.1:{llm.server_address[1]}/v1",
+        LLM_BASE_URL=llm_url,
         LLM_API_KEY="stub-key",
         LLM_MAX_RETRIES="0",
         DB_POOL_MAX_SIZE="2",

@@ -199,7 +199,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             ("MCP_AUTH_TOKEN", mcp_token.clone()),
             (
                 "TOOLS_FILE",
-                crate::mcp::tools_file_setting(&[parley_domain_feedback::tools_path()]),
+                crate::mcp_client::tools_file_setting(&[parley_domain_feedback::tools_path()]),
             ),
             ("RUST_LOG", args.server_log.clone()),
             ("DB_POOL_MAX_SIZE", concurrency.to_string()),
@@ -248,7 +248,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         stubs.llm_base
     );
     let client = Client::new(&chat.base, &jwt_secret, districts, concurrency)?;
-    let meter = &*stubs.meter;
+    let meter = &stubs;
 
     // The first turn after start: the chat connects to the mcp function and lists its tools.
     meter.take();
@@ -662,9 +662,9 @@ async fn streamed(
     stubs: &Stubs,
     chat: &Server,
 ) -> anyhow::Result<Streamed> {
-    let meter = &*stubs.meter;
+    let meter = stubs;
     let interval = Duration::from_millis(args.word_interval_ms);
-    stubs.pace.set(args.stream_words, interval);
+    stubs.set_pace(args.stream_words, interval);
     let n = args.stream_turns;
     let mut out = Streamed {
         n,
@@ -706,7 +706,7 @@ async fn streamed(
         v.sort_unstable();
     }
     // CPU: the same words, written at once, so the chat's work is all there is to measure.
-    stubs.pace.set(args.stream_words, Duration::ZERO);
+    stubs.set_pace(args.stream_words, Duration::ZERO);
     let before = chat.cpu_time()?;
     for i in 0..n {
         client.turn(offset + 2 * n + i, None).await?;
@@ -719,7 +719,7 @@ async fn streamed(
     let streamed_cpu = chat.cpu_time()?.saturating_sub(before) / n.max(1) as u32;
     meter.take();
     out.cpu = (json_cpu, streamed_cpu);
-    stubs.pace.set(0, Duration::ZERO);
+    stubs.set_pace(0, Duration::ZERO);
     Ok(out)
 }
 

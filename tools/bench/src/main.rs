@@ -5,6 +5,7 @@
 mod chat;
 mod docs;
 mod mcp;
+mod mcp_client;
 mod measure;
 mod peers;
 mod server;

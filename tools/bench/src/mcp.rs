@@ -20,13 +20,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use deadpool_postgres::Pool;
 use parley_core::jwt::VerifiedClaims;
-use parley_mcp::tools::idempotency::META_KEY;
 use parley_mcp::tools::params::SqlValue;
 use parley_mcp::tools::{Catalog, Limits, ToolSpec, exec};
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde_json::{Map, Value, json};
 use tokio_postgres::types::{ToSql, Type};
 
+use crate::mcp_client::{LAD_REFS, Mcp, feedback_ids, http_client, object, tools_file_setting};
 use crate::measure::{self, Driver, Stats, ms};
 use crate::peers;
 use crate::server::{Server, free_port};
@@ -43,9 +42,6 @@ const SET_CALLER: &str = "SELECT set_config('parley.caller', $1, true)";
 /// a write's `mcp` costs over its own floor no more than this beyond what a read's does.
 const IDENTITY_TARGET_US: f64 = 100.0;
 
-/// The protocol revision an ordinary current client announces.
-const PROTOCOL_VERSION: &str = "2025-06-18";
-
 /// What people write about; quoted phrases and exclusions exercise websearch syntax.
 const SEARCHES: &[&str] = &[
     "pothole",
@@ -61,9 +57,6 @@ const SEARCHES: &[&str] = &[
     "recycling",
     "planning application",
 ];
-
-/// Districts the lookup rotates over.
-const LAD_REFS: i64 = 50;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -612,42 +605,6 @@ async fn scenarios(bench_url: &str, args: &Args) -> anyhow::Result<Vec<Scenario>
     Ok(selected)
 }
 
-/// Evenly spread feedback ids that exist, for `get_feedback`: a primary-key lookup, so the
-/// query is cheap and the protocol's own cost stands out.
-pub(crate) async fn feedback_ids(client: &tokio_postgres::Client) -> anyhow::Result<Vec<i64>> {
-    let ids: Vec<i64> = client
-        .query(
-            "WITH b AS (SELECT min(id) AS lo, max(id) AS hi FROM feedback)
-             SELECT f.id FROM b, generate_series(b.lo, b.hi, greatest((b.hi - b.lo) / $1, 1)) g
-             JOIN feedback f ON f.id = g LIMIT $1",
-            &[&LAD_REFS],
-        )
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    if ids.is_empty() {
-        bail!("the feedback table is empty");
-    }
-    Ok(ids)
-}
-
-/// `TOOLS_FILE` naming `files`.
-pub fn tools_file_setting(files: &[PathBuf]) -> String {
-    files
-        .iter()
-        .map(|f| f.display().to_string())
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-pub(crate) fn object(v: Value) -> Map<String, Value> {
-    match v {
-        Value::Object(m) => m,
-        _ => unreachable!("json! of an object literal"),
-    }
-}
-
 /// A call's checked arguments (the caller-bound ones from `user`), the row-limit placeholder
 /// and the row limit, computed exactly as the server and `tools::exec::run` do.
 pub(crate) fn bound_values(
@@ -778,98 +735,6 @@ impl Driver for Floor<'_> {
         let elapsed = started.elapsed();
         Ok((elapsed, (rows.len() as u64).min(call.row_limit)))
     }
-}
-
-/// `tools/call` as a stateless Streamable HTTP client sends it, over a keep-alive connection.
-pub(crate) struct Mcp<'a> {
-    http: &'a reqwest::Client,
-    url: String,
-    /// The `params` object of each call, already serialised (without its closing brace when
-    /// the call gets a key: `_meta` is appended per call).
-    params: Vec<String>,
-    /// Call `i`'s `Authorization` (a bench user's token); empty: the client's service token.
-    authorization: Vec<HeaderValue>,
-    /// Each call's own idempotency key, in `_meta`.
-    keys: Option<&'a Keys>,
-}
-
-impl<'a> Mcp<'a> {
-    pub(crate) fn new(
-        http: &'a reqwest::Client,
-        base: &str,
-        tool: &str,
-        calls: &[Map<String, Value>],
-        authorization: Vec<HeaderValue>,
-        keys: Option<&'a Keys>,
-    ) -> Self {
-        let params = calls.iter().map(|a| {
-            let mut params = json!({ "name": tool, "arguments": a }).to_string();
-            if keys.is_some() {
-                params.pop();
-            }
-            params
-        });
-        Self {
-            http,
-            url: format!("{base}/mcp"),
-            params: params.collect(),
-            authorization,
-            keys,
-        }
-    }
-}
-
-impl Driver for Mcp<'_> {
-    async fn call(&self, i: usize) -> anyhow::Result<(Duration, u64)> {
-        let params = &self.params[i % self.params.len()];
-        let meta = match self.keys {
-            Some(keys) => format!(r#","_meta":{{"{META_KEY}":"{}"}}}}"#, keys.next()),
-            None => String::new(),
-        };
-        let body = format!(
-            r#"{{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{params}{meta}}}"#,
-            i + 1,
-        );
-        let authorization = (!self.authorization.is_empty())
-            .then(|| &self.authorization[i % self.authorization.len()]);
-        let (elapsed, v) = measure::post_json_as(self.http, &self.url, authorization, body).await?;
-        if let Some(error) = v.get("error") {
-            bail!("JSON-RPC error: {error}");
-        }
-        let result = v
-            .get("result")
-            .with_context(|| format!("no result in {v}"))?;
-        if result.get("isError") != Some(&Value::Bool(false)) {
-            bail!("tool error: {}", result["content"][0]["text"]);
-        }
-
-        let rows = result["structuredContent"]["row_count"]
-            .as_u64()
-            .with_context(|| format!("no structuredContent.row_count in {result}"))?;
-        Ok((elapsed, rows))
-    }
-}
-
-pub(crate) fn http_client(token: &str, concurrency: usize) -> anyhow::Result<reqwest::Client> {
-    let mut headers = HeaderMap::new();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    headers.insert(
-        ACCEPT,
-        HeaderValue::from_static("application/json, text/event-stream"),
-    );
-    headers.insert(
-        "mcp-protocol-version",
-        HeaderValue::from_static(PROTOCOL_VERSION),
-    );
-    headers.insert(
-        AUTHORIZATION,
-        HeaderValue::from_str(&format!("Bearer {token}"))?,
-    );
-    Ok(reqwest::Client::builder()
-        .default_headers(headers)
-        .tcp_nodelay(true)
-        .pool_max_idle_per_host(concurrency)
-        .build()?)
 }
 
 struct Memory {

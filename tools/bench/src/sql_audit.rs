@@ -19,7 +19,7 @@ use parley_mcp::adhoc::role::READER_GROUP;
 use serde_json::{Map, Value, json};
 use tokio_postgres::error::SqlState;
 
-use crate::mcp::{Mcp, feedback_ids, http_client, object, tools_file_setting};
+use crate::mcp_client::{Mcp, feedback_ids, http_client, object, tools_file_setting};
 use crate::measure::{self, Stats, ms};
 use crate::server::Server;
 use crate::setup::{Machine, connect, now_nanos};

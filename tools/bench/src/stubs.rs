@@ -1,36 +1,33 @@
-//! What `parley-bench chat` puts around the chat function: an LLM that answers instantly and a
-//! counting proxy in front of the mcp function. Both time what they do (in µs, from the moment
-//! their handler has the whole request to the moment the answer is ready), so the bench can
-//! subtract the model's and the tools' time from a turn and keep the chat function's own.
+//! What `parley-bench chat` puts around the chat function: the testkit's scripted LLM,
+//! answering as a model that calls [`TOOL`] for the district a message names and then quotes
+//! its result, and a counting proxy in front of the mcp function. Both time what they do (in
+//! µs, from the moment the whole request is in to the moment the answer is complete), so the
+//! bench can subtract the model's and the tools' time from a turn and keep the chat function's.
 //!
-//! They run on their own runtime thread, so the bench's client never delays their answers, and
-//! measure into a shared [`Meter`] that the bench reads and resets around each turn.
-//!
-//! For the streamed turns the LLM can also write like a model: a reply of [`Pace`]'s words,
-//! one every interval, streamed as Responses API events when the request says `stream: true`
-//! (and, not streamed, sent whole after the same time). It notes when it sent the first word,
-//! so the bench can tell how long the chat took to pass it on.
+//! They run on their own runtime thread, so the bench's client never delays their answers.
+//! For the streamed turns the model can also write like one: a reply of [`Stubs::set_pace`]'s
+//! words, one every interval (not streamed, sent whole after the same time); the LLM notes
+//! when it sent the first word, so the bench can tell how long the chat took to pass it on.
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use axum::Json;
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
 use axum::serve::ListenerExt;
+use parley_testkit::llm::{Pace, Piece, Plan, ScriptedLlm, Step};
 use serde_json::{Value, json};
 
 /// The tool every turn calls.
 pub const TOOL: &str = "lad_by_ref";
 
-/// What the LLM and the tools did since the last [`Meter::take`].
+/// What the LLM and the tools did since the last [`Stubs::take`].
 #[derive(Debug, Default, Clone)]
 pub struct Window {
     pub llm_requests: u32,
@@ -45,40 +42,13 @@ pub struct Window {
     pub first_word: Option<Instant>,
 }
 
-/// How the LLM writes its text replies: `words` words after the sentence (0: the sentence
-/// alone), one every `interval`.
+/// What the proxy counted and the model could not answer, since the last take.
 #[derive(Debug, Default)]
-pub struct Pace {
-    words: AtomicUsize,
-    interval_us: AtomicU64,
-}
-
-impl Pace {
-    pub fn set(&self, words: usize, interval: Duration) {
-        self.words.store(words, Ordering::Relaxed);
-        self.interval_us
-            .store(interval.as_micros() as u64, Ordering::Relaxed);
-    }
-
-    fn get(&self) -> (usize, Duration) {
-        (
-            self.words.load(Ordering::Relaxed),
-            Duration::from_micros(self.interval_us.load(Ordering::Relaxed)),
-        )
-    }
-}
-
-#[derive(Debug, Default)]
-pub struct Meter {
+struct Meter {
     window: Mutex<Window>,
 }
 
 impl Meter {
-    /// Everything recorded since the last call, and a fresh window.
-    pub fn take(&self) -> Window {
-        std::mem::take(&mut *self.lock())
-    }
-
     fn lock(&self) -> MutexGuard<'_, Window> {
         self.window.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -86,8 +56,10 @@ impl Meter {
 
 /// The running stubs. Their thread ends with the process.
 pub struct Stubs {
-    pub meter: Arc<Meter>,
-    pub pace: Arc<Pace>,
+    llm: ScriptedLlm,
+    meter: Arc<Meter>,
+    /// Words the model writes after its sentence.
+    words: Arc<AtomicUsize>,
     /// `LLM_BASE_URL` for the chat function.
     pub llm_base: String,
     /// `MCP_URL` for the chat function: the proxy's `/mcp`.
@@ -98,14 +70,19 @@ impl Stubs {
     /// Starts the LLM and a proxy to `mcp_base` (e.g. `http://127.0.0.1:PORT`).
     pub fn start(mcp_base: &str) -> anyhow::Result<Self> {
         let meter = Arc::new(Meter::default());
-        let pace = Arc::new(Pace::default());
-        let llm_pace = pace.clone();
-        let llm_listener = listener()?;
+        let words = Arc::new(AtomicUsize::new(0));
         let proxy_listener = listener()?;
-        let llm_addr = llm_listener.local_addr()?;
         let proxy_addr = proxy_listener.local_addr()?;
         let upstream = mcp_base.trim_end_matches('/').to_owned();
-        let (llm_meter, proxy_meter) = (meter.clone(), meter.clone());
+        let (model_meter, proxy_meter, model_words) = (meter.clone(), meter.clone(), words.clone());
+        let respond =
+            move |request: &Value| match answer(request, model_words.load(Ordering::Relaxed)) {
+                Ok(step) => step,
+                Err(problem) => {
+                    model_meter.lock().llm_errors.push(problem.clone());
+                    Step::error(400, problem)
+                }
+            };
         // Two workers: the proxy and the LLM answer at once when turns run concurrently.
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -113,17 +90,13 @@ impl Stubs {
             .enable_all()
             .build()
             .context("starting the stubs' runtime")?;
+        let (started, llm) = std::sync::mpsc::channel();
         std::thread::Builder::new()
             .name("bench-stubs".into())
             .spawn(move || {
                 runtime.block_on(async move {
-                    let llm = Router::new()
-                        .route("/v1/responses", post(respond))
-                        .with_state(Arc::new(Llm {
-                            meter: llm_meter,
-                            pace: llm_pace,
-                            responses: AtomicU64::new(0),
-                        }));
+                    let _ =
+                        started.send(ScriptedLlm::serve(Plan::Respond(Arc::new(respond)), 0).await);
                     let http = reqwest::Client::builder()
                         .tcp_nodelay(true)
                         .build()
@@ -133,28 +106,54 @@ impl Stubs {
                         http,
                         upstream,
                     }));
-                    let serve = |listener: TcpListener, router: Router| async move {
-                        // Without TCP_NODELAY each small SSE event would wait for the
-                        // previous one's ACK (Nagle), tens of ms the chat did not cause.
-                        let listener = tokio::net::TcpListener::from_std(listener)
-                            .expect("registering a stub's listener")
-                            .tap_io(|tcp| {
-                                let _ = tcp.set_nodelay(true);
-                            });
-                        if let Err(e) = axum::serve(listener, router).await {
-                            eprintln!("error: a bench stub stopped: {e}");
-                        }
-                    };
-                    tokio::join!(serve(llm_listener, llm), serve(proxy_listener, proxy));
+                    // Without TCP_NODELAY each small answer would wait for the previous
+                    // one's ACK (Nagle), tens of ms the chat did not cause.
+                    let listener = tokio::net::TcpListener::from_std(proxy_listener)
+                        .expect("registering the proxy's listener")
+                        .tap_io(|tcp| {
+                            let _ = tcp.set_nodelay(true);
+                        });
+                    if let Err(e) = axum::serve(listener, proxy).await {
+                        eprintln!("error: the bench's mcp proxy stopped: {e}");
+                    }
                 });
             })
             .context("starting the stubs' thread")?;
+        let llm = llm
+            .recv()
+            .context("the stubs' thread ended before the LLM started")?
+            .context("binding the scripted LLM to loopback")?;
         Ok(Self {
+            llm_base: llm.base_url(),
+            llm,
             meter,
-            pace,
-            llm_base: format!("http://{llm_addr}/v1"),
+            words,
             mcp_url: format!("http://{proxy_addr}/mcp"),
         })
+    }
+
+    /// Everything recorded since the last call, and a fresh window.
+    pub fn take(&self) -> Window {
+        let mut window = std::mem::take(&mut *self.meter.lock());
+        for exchange in self.llm.take_exchanges() {
+            window.llm_requests += 1;
+            window.llm += exchange.took().unwrap_or_default();
+            if let Some(at) = exchange.first_text() {
+                window.first_word = Some(window.first_word.map_or(at, |first| first.min(at)));
+            }
+        }
+        window
+    }
+
+    /// The model's replies get `words` words after the sentence (0: the sentence alone),
+    /// written one every `interval`; its tool calls come at once.
+    pub fn set_pace(&self, words: usize, interval: Duration) {
+        self.words.store(words, Ordering::Relaxed);
+        self.llm.set_pacing(Pace {
+            every: interval,
+            piece: Piece::Words,
+            arguments: false,
+        });
     }
 }
 
@@ -165,152 +164,11 @@ fn listener() -> anyhow::Result<TcpListener> {
     Ok(l)
 }
 
-struct Llm {
-    meter: Arc<Meter>,
-    pace: Arc<Pace>,
-    /// Numbers response and call ids, so they never repeat within a conversation.
-    responses: AtomicU64,
-}
-
 /// The model, in the Responses API: a request whose last input item is the user's message gets
 /// one `lad_by_ref` call for the district the message names (after `district: `); a request
-/// whose last item is that call's output gets a one-sentence reply quoting the result. Anything
-/// else is an error, recorded so the bench fails loudly.
-async fn respond(State(llm): State<Arc<Llm>>, body: Bytes) -> Response {
-    let started = Instant::now();
-    let n = llm.responses.fetch_add(1, Ordering::Relaxed) + 1;
-    let (words, interval) = llm.pace.get();
-    let request =
-        serde_json::from_slice::<Value>(&body).map_err(|e| format!("the body is not JSON: {e}"));
-    let streamed = request.as_ref().is_ok_and(|r| r["stream"] == true);
-    let answer = match request.and_then(|r| answer(&r, n, words)) {
-        Ok(answer) if streamed => return stream(llm.clone(), answer, interval, started),
-        other => other,
-    };
-    if let Ok(answer) = &answer
-        && let Some(text) = reply_text(answer)
-    {
-        // A model takes as long to write a reply it does not stream.
-        tokio::time::sleep(interval * text.split(' ').count() as u32).await;
-    }
-    let response = match &answer {
-        Ok(v) => (
-            [(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            )],
-            serde_json::to_vec(v).unwrap_or_default(),
-        )
-            .into_response(),
-        Err(problem) => (
-            StatusCode::BAD_REQUEST,
-            Json(json!({"error": {"message": problem, "type": "invalid_request_error"}})),
-        )
-            .into_response(),
-    };
-    let elapsed = started.elapsed();
-    let mut w = llm.meter.lock();
-    w.llm_requests += 1;
-    w.llm += elapsed;
-    if let Err(problem) = answer {
-        w.llm_errors.push(problem);
-    }
-    response
-}
-
-/// The text of a reply (`None` for a tool call).
-fn reply_text(answer: &Value) -> Option<&str> {
-    answer["output"][0]["content"][0]["text"].as_str()
-}
-
-/// `answer` as the Responses API streams it: the text word by word, one every `interval`, then
-/// `response.completed` with the whole response. The LLM's time is counted to the last event.
-fn stream(llm: Arc<Llm>, answer: Value, interval: Duration, started: Instant) -> Response {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
-    tokio::spawn(async move {
-        let event = |v: Value| {
-            Bytes::from(format!(
-                "event: {}\ndata: {v}\n\n",
-                v["type"].as_str().unwrap_or("")
-            ))
-        };
-        let mut created = answer.clone();
-        created["status"] = json!("in_progress");
-        created["output"] = json!([]);
-        let _ = tx
-            .send(event(
-                json!({"type": "response.created", "response": created}),
-            ))
-            .await;
-        if let Some(text) = reply_text(&answer) {
-            let item = &answer["output"][0];
-            let _ = tx
-                .send(event(
-                    json!({"type": "response.output_item.added", "output_index": 0,
-                    "item": {"type": "message", "id": item["id"], "status": "in_progress",
-                             "role": "assistant", "content": []}}),
-                ))
-                .await;
-            // On a fixed schedule, so the timer's granularity does not add up word by word.
-            let writing = tokio::time::Instant::now();
-            for (i, word) in text.split_inclusive(' ').enumerate() {
-                tokio::time::sleep_until(writing + interval * (i as u32 + 1)).await;
-                let sent = tx
-                    .send(event(json!({"type": "response.output_text.delta",
-                        "item_id": item["id"], "output_index": 0, "content_index": 0,
-                        "delta": word})))
-                    .await;
-                if i == 0 {
-                    llm.meter.lock().first_word = Some(Instant::now());
-                }
-                if sent.is_err() {
-                    return;
-                }
-            }
-            let _ = tx
-                .send(event(
-                    json!({"type": "response.output_item.done", "output_index": 0,
-                    "item": item}),
-                ))
-                .await;
-        } else {
-            for (i, item) in answer["output"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .enumerate()
-            {
-                let _ = tx
-                    .send(event(json!({"type": "response.output_item.done",
-                        "output_index": i, "item": item})))
-                    .await;
-            }
-        }
-        let _ = tx
-            .send(event(
-                json!({"type": "response.completed", "response": answer}),
-            ))
-            .await;
-        let mut w = llm.meter.lock();
-        w.llm_requests += 1;
-        w.llm += started.elapsed();
-    });
-    let body = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|b| (Ok::<Bytes, std::convert::Infallible>(b), rx))
-    });
-    (
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream"),
-        )],
-        Body::from_stream(body),
-    )
-        .into_response()
-}
-
-fn answer(request: &Value, n: u64, words: usize) -> Result<Value, String> {
+/// whose last item is that call's output gets a one-sentence reply quoting the result, and
+/// `words` more words. Anything else is an error, which fails the bench.
+fn answer(request: &Value, words: usize) -> Result<Step, String> {
     let offered = request["tools"]
         .as_array()
         .is_some_and(|tools| tools.iter().any(|t| t["name"] == TOOL));
@@ -319,33 +177,24 @@ fn answer(request: &Value, n: u64, words: usize) -> Result<Value, String> {
     }
     let input = request["input"].as_array().ok_or("no `input` array")?;
     let last = input.last().ok_or("`input` is empty")?;
-    let output = if last["type"] == "function_call_output" {
+    if last["type"] == "function_call_output" {
         let result: Value = last["output"]
             .as_str()
             .and_then(|s| serde_json::from_str(s).ok())
             .ok_or_else(|| format!("the tool output is not JSON: {}", last["output"]))?;
         let row = &result["rows"][0];
         let (name, feedback) = (&row["name"], &row["feedback"]);
-        if !name.is_string() {
+        let Some(name) = name.as_str() else {
             return Err(format!("the tool output has no district: {result}"));
-        }
+        };
         let mut text = format!(
-            "{} has {} feedback items, {} of them open, with an average rating of {}.",
-            name.as_str().unwrap_or_default(),
-            feedback["total"],
-            feedback["open"],
-            feedback["average_rating"]
+            "{name} has {} feedback items, {} of them open, with an average rating of {}.",
+            feedback["total"], feedback["open"], feedback["average_rating"]
         );
         for i in 0..words {
             text.push_str(if i % 2 == 0 { " more" } else { " words" });
         }
-        json!([{
-            "type": "message",
-            "id": format!("msg_{n}"),
-            "status": "completed",
-            "role": "assistant",
-            "content": [{"type": "output_text", "text": text, "annotations": []}]
-        }])
+        Ok(Step::text(text))
     } else if last["role"] == "user" {
         let message = last["content"]
             .as_str()
@@ -354,25 +203,10 @@ fn answer(request: &Value, n: u64, words: usize) -> Result<Value, String> {
             .split_once("district: ")
             .map(|(_, rest)| rest.split_once('?').map_or(rest, |(d, _)| d))
             .ok_or_else(|| format!("the message names no district: {message}"))?;
-        json!([{
-            "type": "function_call",
-            "id": format!("fc_{n}"),
-            "call_id": format!("call_{n}"),
-            "name": TOOL,
-            "arguments": json!({"ref": district}).to_string(),
-            "status": "completed"
-        }])
+        Ok(Step::call(TOOL, json!({"ref": district}).to_string()))
     } else {
-        return Err(format!("unexpected last input item: {last}"));
-    };
-    Ok(json!({
-        "id": format!("resp_{n}"),
-        "object": "response",
-        "status": "completed",
-        "model": request["model"],
-        "output": output,
-        "usage": {"input_tokens": 100, "output_tokens": 20, "total_tokens": 120}
-    }))
+        Err(format!("unexpected last input item: {last}"))
+    }
 }
 
 struct Proxy {

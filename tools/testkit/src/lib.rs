@@ -1,9 +1,10 @@
 //! Test fixtures for Parley's integration tests: a fresh, migrated database per test on the
 //! server at `DATABASE_URL` ([`TestDb`]), private throwaway Postgres servers for tests that stop
 //! and restart the database or check passwords ([`TestCluster`]), a local AWS Secrets
-//! Manager ([`Moto`]), a TCP proxy that severs connections ([`TcpProxy`]), test-only JWT
-//! signing keys ([`keys`]) and the demo domains' tools files ([`domains`]). Run the tests with
-//! `scripts/test`.
+//! Manager ([`Moto`]), the one TCP proxy, which severs connections or loses an answer
+//! ([`TcpProxy`]), the one scripted LLM ([`llm`], also the `parley-llm-stub` binary the
+//! Python and shell runners start), test-only JWT signing keys ([`keys`]) and the demo
+//! domains' tools files ([`domains`]). Run the tests with `scripts/test`.
 
 mod cluster;
 mod db;

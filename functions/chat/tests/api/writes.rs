@@ -3,15 +3,11 @@
 //! writing twice. (A write without that guarantee is never re-sent: `mcp_client`'s unit tests.)
 
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use parley_core::config::Env;
-use parley_testkit::TestDb;
 use parley_testkit::llm::{ScriptedLlm, Step};
+use parley_testkit::{TcpProxy, TestDb};
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 
 use crate::helpers::{
     JWT_SECRET, MCP_TOKEN, TestChat, jwt_payload, spawn_chat_from, spawn_mcp_from,
@@ -33,91 +29,12 @@ type = "string"
 required = true
 "#;
 
-/// A loopback proxy to the mcp function that loses the answer to the first `tools/call`: it
-/// waits until the server has answered (so the write is committed), then closes both sides
-/// without passing the answer on. Everything else goes through untouched, unless the proxy
-/// was started to play the instance gone after that: then no connection gets through again.
-struct LosingProxy {
-    addr: SocketAddr,
-    task: tokio::task::JoinHandle<()>,
-}
-
-/// What the proxy does once it has lost the answer.
+/// What the proxy in front of the mcp function does once it has lost the first answer.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum AfterLoss {
     PassThrough,
-    /// The next connection is closed as soon as it is accepted and the port closed, so every
-    /// later one is refused: the server is gone, as after a redeploy or a crash.
+    /// The server is gone, as after a redeploy or a crash: every later connection is refused.
     Gone,
-}
-
-impl LosingProxy {
-    async fn start(upstream: SocketAddr, after: AfterLoss) -> LosingProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
-        let addr = listener.local_addr().expect("proxy addr");
-        let lost = Arc::new(AtomicBool::new(false));
-        let task = tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                if after == AfterLoss::Gone && lost.load(Ordering::SeqCst) {
-                    // Dropping the listener with it closes the port.
-                    drop(client);
-                    return;
-                }
-                tokio::spawn(forward(client, upstream, lost.clone()));
-            }
-        });
-        LosingProxy { addr, task }
-    }
-}
-
-impl Drop for LosingProxy {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
-}
-
-async fn forward(mut client: TcpStream, upstream: SocketAddr, lost: Arc<AtomicBool>) {
-    let Ok(mut server) = TcpStream::connect(upstream).await else {
-        return;
-    };
-    let (mut up, mut down) = ([0u8; 16 * 1024], [0u8; 16 * 1024]);
-    let mut losing = false;
-    let mut held = Vec::new();
-    loop {
-        tokio::select! {
-            read = client.read(&mut up) => match read {
-                Ok(n) if n > 0 => {
-                    if !lost.load(Ordering::SeqCst) && contains(&up[..n], b"tools/call") {
-                        losing = true;
-                    }
-                    if server.write_all(&up[..n]).await.is_err() {
-                        return;
-                    }
-                }
-                _ => return,
-            },
-            read = server.read(&mut down) => match read {
-                Ok(n) if n > 0 => {
-                    if losing {
-                        held.extend_from_slice(&down[..n]);
-                        if contains(&held, b"\"result\"") && !lost.swap(true, Ordering::SeqCst) {
-                            // The server has committed and answered; the answer goes nowhere.
-                            return;
-                        }
-                        continue;
-                    }
-                    if client.write_all(&down[..n]).await.is_err() {
-                        return;
-                    }
-                }
-                _ => return,
-            },
-        }
-    }
 }
 
 /// The role the test tools write as (`role` in their declarations): may change `feedback` and,
@@ -125,14 +42,15 @@ async fn forward(mut client: TcpStream, upstream: SocketAddr, lost: Arc<AtomicBo
 const WRITER: &str = "parley_chat_test_writer";
 
 /// A chat whose mcp function serves `tools` (as the database owner: the read-only role may not
-/// write) through a [`LosingProxy`], kept alive by the caller, and a model that makes `call`
-/// then says `reply`.
+/// write) through a [`TcpProxy`] that loses the answer to the first `tools/call` (after the
+/// server answered, so the write is committed), kept alive by the caller, and a model that
+/// makes `call` then says `reply`.
 async fn chat_losing_first_answer(
     db: &TestDb,
     tools: &str,
     call: (&str, &str),
     reply: &str,
-) -> (TestChat, LosingProxy) {
+) -> (TestChat, TcpProxy) {
     chat_losing_first_answer_then(db, tools, call, reply, AfterLoss::PassThrough).await
 }
 
@@ -142,7 +60,7 @@ async fn chat_losing_first_answer_then(
     call: (&str, &str),
     reply: &str,
     after: AfterLoss,
-) -> (TestChat, LosingProxy) {
+) -> (TestChat, TcpProxy) {
     db.writer_role(
         WRITER,
         &format!(
@@ -165,7 +83,11 @@ async fn chat_losing_first_answer_then(
         .expect("mcp url")
         .socket_addrs(|| None)
         .expect("mcp address")[0];
-    let proxy = LosingProxy::start(upstream, after).await;
+    let proxy = TcpProxy::start(upstream).await;
+    match after {
+        AfterLoss::PassThrough => proxy.lose_first_answer(b"tools/call", b"\"result\""),
+        AfterLoss::Gone => proxy.lose_first_answer_then_go(b"tools/call", b"\"result\""),
+    }
     let llm = ScriptedLlm::start(vec![Step::call(call.0, call.1), Step::text(reply)]).await;
     let env = Env::from_pairs([
         ("DATABASE_URL", db.url.clone()),

@@ -19,7 +19,8 @@ use parley_mcp::tools::{Catalog, Limits, ToolSpec, exec};
 use serde_json::{Map, Value, json};
 use tokio_postgres::types::ToSql;
 
-use crate::mcp::{Mcp, bound_values, http_client, tools_file_setting};
+use crate::mcp::bound_values;
+use crate::mcp_client::{Mcp, http_client, tools_file_setting};
 use crate::measure::{self, Stats, ms, percentile};
 use crate::server::{Server, free_port, memory};
 use crate::setup::{

@@ -1,13 +1,17 @@
-//! `ScriptedLlm`: an OpenAI-compatible HTTP server on 127.0.0.1 that replays planned answers in
-//! order, in whichever dialect it is asked in (Responses or Chat Completions), whole or streamed
-//! as server-sent events when the request says `"stream": true`, and records every request so
-//! tests can assert what the model was sent. The one stand-in for an LLM in tests.
+//! `ScriptedLlm`: an OpenAI-compatible HTTP server on 127.0.0.1 that answers from a script, in
+//! whichever dialect it is asked in (Responses or Chat Completions), whole or streamed as
+//! server-sent events when the request says `"stream": true`, and records every request (with
+//! when it came, when its first text went out and when it was answered) so tests and the bench
+//! can assert what the model was sent and subtract what it took. The one stand-in for an LLM:
+//! Rust tests use it as a library, the Python and shell runners as `parley-llm-stub`.
 
-use std::collections::VecDeque;
+mod script;
+
+use std::collections::{HashSet, VecDeque};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -15,16 +19,19 @@ use axum::extract::{OriginalUri, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use axum::serve::ListenerExt;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
-/// Token counts every answered request reports, in the dialect's own field names
+pub use script::{ScriptError, ScriptFile};
+
+/// Token counts every answered request reports by default, in the dialect's own field names
 /// (`input_tokens`/`output_tokens` or `prompt_tokens`/`completion_tokens`).
 pub const USAGE_INPUT_TOKENS: u64 = 100;
 pub const USAGE_OUTPUT_TOKENS: u64 = 20;
 pub const USAGE_TOTAL_TOKENS: u64 = 120;
 
-/// One planned answer. Each request consumes one step, in order.
+/// One planned answer.
 #[derive(Debug, Clone)]
 pub enum Step {
     /// A final answer: text and no tool calls.
@@ -43,7 +50,7 @@ pub enum Step {
         retry_after: Option<u64>,
         body: String,
     },
-    /// The inner step, answered after this delay (for timeouts).
+    /// The inner step, answered after this delay (for timeouts, or a model that takes 1 s).
     Delay(Duration, Box<Step>),
     /// Streams this text, then holds the connection open without ever finishing (for deadline
     /// and disconnect tests). A request that is not streamed is never answered at all.
@@ -114,6 +121,138 @@ impl Step {
     pub fn stall(text: impl Into<String>) -> Step {
         Step::Stall(text.into())
     }
+
+    /// The tool calls this step makes (through any delay).
+    fn tool_calls(&self) -> &[(String, String)] {
+        match self {
+            Step::Calls(calls) | Step::TextAndCalls(_, calls) => calls,
+            Step::Delay(_, inner) => inner.tool_calls(),
+            _ => &[],
+        }
+    }
+}
+
+/// Picks the answer to a request from its body (the bench's model, which reads the user's
+/// message and the tool's output).
+pub type Respond = Arc<dyn Fn(&Value) -> Step + Send + Sync>;
+
+/// Called with each request body before it is answered (`parley-llm-stub`'s request log).
+pub type Observe = Arc<dyn Fn(&Value) + Send + Sync>;
+
+/// Which step answers a request.
+#[derive(Clone)]
+pub enum Plan {
+    /// Each request consumes the next step, in order, then 500 "script exhausted".
+    InOrder(Vec<Step>),
+    /// Every request gets this step (step-cap tests).
+    Forever(Step),
+    /// Per turn, as a model answers a conversation: step `k` answers a request whose current
+    /// turn (the items after its last user message) holds `k` rounds of tool results, the last
+    /// step every later round. A step calling a tool the request does not offer is passed over,
+    /// as a model never calls one. Concurrent and repeated turns each get the whole script.
+    PerTurn(Vec<Step>),
+    /// Whatever the function answers for the request's body.
+    Respond(Respond),
+}
+
+impl std::fmt::Debug for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Plan::InOrder(steps) => f.debug_tuple("InOrder").field(steps).finish(),
+            Plan::Forever(step) => f.debug_tuple("Forever").field(step).finish(),
+            Plan::PerTurn(steps) => f.debug_tuple("PerTurn").field(steps).finish(),
+            Plan::Respond(_) => f.write_str("Respond(..)"),
+        }
+    }
+}
+
+/// How a streamed answer is cut into pieces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Piece {
+    /// This many characters a piece, as a model streams tokens.
+    Chars(usize),
+    /// One word a piece, its trailing space included.
+    Words,
+}
+
+/// How fast the model writes: one piece of text (and, with `arguments`, of a call's
+/// arguments) every `every`, on a fixed schedule from the answer's start so timer slack does
+/// not add up. An answer not streamed comes whole after the time its pieces would take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pace {
+    pub every: Duration,
+    pub piece: Piece,
+    pub arguments: bool,
+}
+
+impl Default for Pace {
+    /// All at once, in pieces of 4 characters.
+    fn default() -> Pace {
+        Pace {
+            every: Duration::ZERO,
+            piece: Piece::Chars(4),
+            arguments: true,
+        }
+    }
+}
+
+/// The token counts each answer reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    pub input: u64,
+    pub output: u64,
+}
+
+impl Default for Usage {
+    fn default() -> Usage {
+        Usage {
+            input: USAGE_INPUT_TOKENS,
+            output: USAGE_OUTPUT_TOKENS,
+        }
+    }
+}
+
+/// One request the server received, and when it answered it.
+#[derive(Debug, Clone)]
+pub struct Exchange {
+    /// The body (a body that is not JSON is recorded as a string).
+    pub request: Value,
+    /// e.g. `/v1/responses`.
+    pub path: String,
+    pub authorization: Option<String>,
+    /// When the whole request had been read.
+    pub received: Instant,
+    times: Arc<Mutex<Times>>,
+}
+
+#[derive(Debug, Default)]
+struct Times {
+    first_text: Option<Instant>,
+    answered: Option<Instant>,
+}
+
+impl Exchange {
+    /// When the first piece of streamed text was handed to the connection.
+    pub fn first_text(&self) -> Option<Instant> {
+        lock(&self.times).first_text
+    }
+
+    /// When the answer was complete: the whole body built, or a stream's last event sent.
+    /// `None` while it is under way, or for an answer that never ends.
+    pub fn answered(&self) -> Option<Instant> {
+        lock(&self.times).answered
+    }
+
+    /// What answering took, once it is done.
+    pub fn took(&self) -> Option<Duration> {
+        self.answered().map(|at| at.duration_since(self.received))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dialect {
+    Responses,
+    ChatCompletions,
 }
 
 /// How a streamed answer ends.
@@ -124,26 +263,26 @@ enum Ending {
     Fail(String),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Dialect {
-    Responses,
-    ChatCompletions,
-}
-
-#[derive(Debug, Default)]
 struct Script {
-    steps: VecDeque<Step>,
-    /// Answered when `steps` is empty; `None` means the script is exhausted.
-    forever: Option<Step>,
-    requests: Vec<Value>,
-    paths: Vec<String>,
-    authorizations: Vec<Option<String>>,
+    plan: Plan,
+    exchanges: Vec<Exchange>,
+    observe: Option<Observe>,
     /// Responses answered, to number response ids.
     responses: u64,
     /// Tool calls made, to number call ids across the whole script.
     calls: u64,
-    /// The wait before each streamed piece of text or arguments.
-    pace: Duration,
+    pace: Pace,
+    usage: Usage,
+}
+
+impl std::fmt::Debug for Script {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Script")
+            .field("plan", &self.plan)
+            .field("exchanges", &self.exchanges.len())
+            .field("pace", &self.pace)
+            .finish_non_exhaustive()
+    }
 }
 
 type Shared = Arc<Mutex<Script>>;
@@ -159,42 +298,65 @@ pub struct ScriptedLlm {
 impl ScriptedLlm {
     /// Starts a server that answers with `steps`, in order, then with 500 "script exhausted".
     pub async fn start(steps: Vec<Step>) -> ScriptedLlm {
-        Self::serve(Script {
-            steps: steps.into(),
-            ..Script::default()
-        })
-        .await
+        Self::serve(Plan::InOrder(steps), 0)
+            .await
+            .expect("binding the scripted LLM to 127.0.0.1:0")
     }
 
     /// Starts a server that answers every request with one call to `name` (step-cap tests).
     pub async fn endless_calls(name: &str, arguments: &str) -> ScriptedLlm {
-        Self::serve(Script {
-            forever: Some(Step::call(name, arguments)),
-            ..Script::default()
-        })
-        .await
+        Self::serve(Plan::Forever(Step::call(name, arguments)), 0)
+            .await
+            .expect("binding the scripted LLM to 127.0.0.1:0")
     }
 
-    async fn serve(script: Script) -> ScriptedLlm {
-        let script: Shared = Arc::new(Mutex::new(script));
+    /// Starts a server answering each turn with `steps` ([`Plan::PerTurn`]).
+    pub async fn per_turn(steps: Vec<Step>) -> ScriptedLlm {
+        Self::serve(Plan::PerTurn(steps), 0)
+            .await
+            .expect("binding the scripted LLM to 127.0.0.1:0")
+    }
+
+    /// Starts a server answering each request with `respond(body)`.
+    pub async fn responding(
+        respond: impl Fn(&Value) -> Step + Send + Sync + 'static,
+    ) -> ScriptedLlm {
+        Self::serve(Plan::Respond(Arc::new(respond)), 0)
+            .await
+            .expect("binding the scripted LLM to 127.0.0.1:0")
+    }
+
+    /// Serves `plan` on `127.0.0.1:port` (0: any free port). Must run inside a Tokio runtime,
+    /// which then runs the server.
+    pub async fn serve(plan: Plan, port: u16) -> std::io::Result<ScriptedLlm> {
+        let script: Shared = Arc::new(Mutex::new(Script {
+            plan,
+            exchanges: Vec::new(),
+            observe: None,
+            responses: 0,
+            calls: 0,
+            pace: Pace::default(),
+            usage: Usage::default(),
+        }));
         let router = Router::new()
             .route("/responses", post(answer))
             .route("/v1/responses", post(answer))
             .route("/chat/completions", post(answer))
             .route("/v1/chat/completions", post(answer))
             .with_state(script.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("binding the scripted LLM to 127.0.0.1:0");
-        let addr = listener
-            .local_addr()
-            .expect("reading the scripted LLM's address");
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+        let addr = listener.local_addr()?;
+        // Without TCP_NODELAY each small event waits for the ACK of the one before (Nagle,
+        // about 40 ms on Linux): time the model did not take, which the bench would count.
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let task = tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, router).await {
                 eprintln!("scripted LLM stopped: {e}");
             }
         });
-        ScriptedLlm { addr, script, task }
+        Ok(ScriptedLlm { addr, script, task })
     }
 
     /// The base URL to configure as `LLM_BASE_URL`: `http://127.0.0.1:PORT/v1`.
@@ -208,33 +370,78 @@ impl ScriptedLlm {
 
     /// Request bodies received, in order (a body that is not JSON is recorded as a string).
     pub fn requests(&self) -> Vec<Value> {
-        self.lock().requests.clone()
+        self.lock()
+            .exchanges
+            .iter()
+            .map(|e| e.request.clone())
+            .collect()
     }
 
     /// Request paths received, in order (e.g. `/v1/responses`).
     pub fn paths(&self) -> Vec<String> {
-        self.lock().paths.clone()
+        self.lock()
+            .exchanges
+            .iter()
+            .map(|e| e.path.clone())
+            .collect()
     }
 
     /// The `Authorization` header of each request, in order.
     pub fn authorizations(&self) -> Vec<Option<String>> {
-        self.lock().authorizations.clone()
+        self.lock()
+            .exchanges
+            .iter()
+            .map(|e| e.authorization.clone())
+            .collect()
     }
 
-    /// Appends a step to the script.
+    /// The requests received since the last call, with their times, and forgets them (a
+    /// bench's thousands of turns are not kept).
+    pub fn take_exchanges(&self) -> Vec<Exchange> {
+        std::mem::take(&mut self.lock().exchanges)
+    }
+
+    /// Appends a step to an in-order script.
+    ///
+    /// # Panics
+    /// When the plan is not [`Plan::InOrder`].
     pub fn push(&self, step: Step) {
-        self.lock().steps.push_back(step);
+        match &mut self.lock().plan {
+            Plan::InOrder(steps) => steps.push(step),
+            other => panic!("push onto a {other:?} plan"),
+        }
     }
 
-    /// Steps not answered yet.
+    /// Steps of an in-order script not answered yet (0 for other plans).
     pub fn remaining(&self) -> usize {
-        self.lock().steps.len()
+        match &self.lock().plan {
+            Plan::InOrder(steps) => steps.len(),
+            _ => 0,
+        }
     }
 
-    /// Sets the wait before each streamed piece (about 4 characters) of text or of a call's
+    /// Sets the wait before each streamed piece (4 characters) of text or of a call's
     /// arguments, as a model writing at a fixed rate; zero (the default) sends them at once.
-    pub fn set_pace(&self, pace: Duration) {
+    pub fn set_pace(&self, every: Duration) {
+        self.set_pacing(Pace {
+            every,
+            ..Pace::default()
+        });
+    }
+
+    /// Sets how fast, and in what pieces, the model writes.
+    pub fn set_pacing(&self, pace: Pace) {
         self.lock().pace = pace;
+    }
+
+    /// Sets the token counts each answer reports.
+    pub fn set_usage(&self, usage: Usage) {
+        self.lock().usage = usage;
+    }
+
+    /// Calls `observe` with each request body before answering it.
+    pub fn observe(&self, observe: impl Fn(&Value) + Send + Sync + 'static) {
+        self.lock().observe = Some(Arc::new(observe));
     }
 
     fn lock(&self) -> MutexGuard<'_, Script> {
@@ -249,10 +456,65 @@ impl Drop for ScriptedLlm {
 }
 
 /// A panic in a test thread holding the lock must not hide the script from the other threads.
-fn lock(script: &Shared) -> MutexGuard<'_, Script> {
-    script
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The step of a [`Plan::PerTurn`] script that answers `request`.
+fn turn_step(steps: &[Step], request: &Value) -> Option<Step> {
+    let last = steps.len().checked_sub(1)?;
+    let offered = offered_tools(request);
+    let mut k = tool_rounds(request).min(last);
+    while k < last
+        && steps[k]
+            .tool_calls()
+            .iter()
+            .any(|(name, _)| !offered.contains(name.as_str()))
+    {
+        k += 1;
+    }
+    Some(steps[k].clone())
+}
+
+/// Rounds of tool results in the request's current turn: runs of `function_call_output`
+/// items (Responses) or `tool` messages (Chat Completions) after its last user message.
+fn tool_rounds(request: &Value) -> usize {
+    let items = request
+        .get("input")
+        .or_else(|| request.get("messages"))
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice);
+    let turn_start = items
+        .iter()
+        .rposition(|item| item["role"] == "user")
+        .map_or(0, |i| i + 1);
+    let is_result = |item: &Value| item["type"] == "function_call_output" || item["role"] == "tool";
+    let mut rounds = 0;
+    let mut in_run = false;
+    for item in &items[turn_start..] {
+        let result = is_result(item);
+        if result && !in_run {
+            rounds += 1;
+        }
+        in_run = result;
+    }
+    rounds
+}
+
+/// The names of the tools a request offers, in either dialect's shape.
+fn offered_tools(request: &Value) -> HashSet<&str> {
+    request["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| {
+            t["name"]
+                .as_str()
+                .or_else(|| t["function"]["name"].as_str())
+        })
+        .collect()
 }
 
 async fn answer(
@@ -261,6 +523,7 @@ async fn answer(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let received = Instant::now();
     let path = uri.path().to_owned();
     let dialect = if path.ends_with("/chat/completions") {
         Dialect::ChatCompletions
@@ -268,29 +531,49 @@ async fn answer(
         Dialect::Responses
     };
     let parsed = serde_json::from_slice::<Value>(&body);
-    let step = {
+    let times = Arc::new(Mutex::new(Times::default()));
+    let (plan, observe) = {
         let mut s = lock(&script);
-        s.requests.push(match &parsed {
-            Ok(v) => v.clone(),
-            Err(_) => Value::String(String::from_utf8_lossy(&body).into_owned()),
-        });
-        s.paths.push(path);
-        s.authorizations.push(
-            headers
+        s.exchanges.push(Exchange {
+            request: match &parsed {
+                Ok(v) => v.clone(),
+                Err(_) => Value::String(String::from_utf8_lossy(&body).into_owned()),
+            },
+            path,
+            authorization: headers
                 .get(header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned),
-        );
+            received,
+            times: times.clone(),
+        });
         if parsed.is_err() {
             // What the real APIs do; the script is not consumed by a request it cannot answer.
             return error_response(400, "scripted LLM: the request body is not JSON");
         }
-        match s.steps.pop_front().or_else(|| s.forever.clone()) {
-            Some(step) => step,
-            None => return error_response(500, "scripted LLM: script exhausted"),
-        }
+        // An in-order script is consumed here, under the lock, so concurrent requests each
+        // get their own step; the other plans are read without it.
+        let plan = match &mut s.plan {
+            Plan::InOrder(steps) if steps.is_empty() => None,
+            Plan::InOrder(steps) => Some(Ok(steps.remove(0))),
+            other => Some(Err(other.clone())),
+        };
+        (plan, s.observe.clone())
     };
     let request = parsed.unwrap_or_default();
+    if let Some(observe) = observe {
+        observe(&request);
+    }
+    let step = match plan {
+        Some(Ok(step)) => Some(step),
+        Some(Err(Plan::Forever(step))) => Some(step),
+        Some(Err(Plan::PerTurn(steps))) => turn_step(&steps, &request),
+        Some(Err(Plan::Respond(respond))) => Some(respond(&request)),
+        Some(Err(Plan::InOrder(_))) | None => None,
+    };
+    let Some(step) = step else {
+        return error_response(500, "scripted LLM: script exhausted");
+    };
     let model = request
         .get("model")
         .and_then(Value::as_str)
@@ -316,17 +599,23 @@ async fn answer(
                 status,
                 retry_after,
                 body,
-            } => return status_response(status, retry_after, body),
+            } => {
+                lock(&times).answered = Some(Instant::now());
+                return status_response(status, retry_after, body);
+            }
         }
     };
     if !streamed {
         match &ending {
             Ending::Complete => {}
             Ending::Stall => return std::future::pending().await,
-            Ending::Fail(message) => return error_response(500, message),
+            Ending::Fail(message) => {
+                lock(&times).answered = Some(Instant::now());
+                return error_response(500, message);
+            }
         }
     }
-    let (n, calls, pace) = {
+    let (n, calls, pace, usage) = {
         let mut s = lock(&script);
         s.responses += 1;
         let n = s.responses;
@@ -337,19 +626,27 @@ async fn answer(
                 (format!("call_{}", s.calls), name, args)
             })
             .collect();
-        (n, calls, s.pace)
+        (n, calls, s.pace, s.usage)
     };
     let answer = Answer {
         n,
         model: &model,
         text: text.as_deref(),
         calls: &calls,
+        pace,
+        usage,
     };
     if !streamed {
         let body = match dialect {
             Dialect::Responses => responses_body(&answer),
             Dialect::ChatCompletions => chat_completions_body(&answer),
         };
+        // A model takes as long to write an answer it does not stream.
+        let paced = answer.paced_pieces() as u32;
+        if paced > 0 && !pace.every.is_zero() {
+            tokio::time::sleep(pace.every * paced).await;
+        }
+        lock(&times).answered = Some(Instant::now());
         return (StatusCode::OK, axum::Json(body)).into_response();
     }
     let frames = match dialect {
@@ -360,7 +657,7 @@ async fn answer(
             chat_completions_chunks(&answer, &ending, include_usage)
         }
     };
-    event_stream(frames, pace, ending == Ending::Stall)
+    event_stream(frames, pace.every, ending == Ending::Stall, times)
 }
 
 /// What one answered request says, before it is put in a dialect's shape.
@@ -371,30 +668,110 @@ struct Answer<'a> {
     text: Option<&'a str>,
     /// `(call id, name, arguments)`.
     calls: &'a [(String, String, String)],
+    pace: Pace,
+    usage: Usage,
 }
 
-/// One server-sent event, and whether the pace applies before it (text and argument deltas).
+impl Answer<'_> {
+    /// Text cut into the pieces the pace writes.
+    fn pieces(&self, text: &str) -> Vec<String> {
+        match self.pace.piece {
+            Piece::Words => text.split_inclusive(' ').map(str::to_owned).collect(),
+            Piece::Chars(n) => {
+                let chars: Vec<char> = text.chars().collect();
+                chars
+                    .chunks(n.max(1))
+                    .map(|piece| piece.iter().collect())
+                    .collect()
+            }
+        }
+    }
+
+    /// A call's arguments in pieces: the pace's when it applies to them, else whole.
+    fn argument_pieces(&self, arguments: &str) -> Vec<String> {
+        if self.pace.arguments {
+            self.pieces(arguments)
+        } else {
+            vec![arguments.to_owned()]
+        }
+    }
+
+    /// How a stream sends a call's arguments: at the pace, or at once.
+    fn argument_kind(&self) -> Kind {
+        if self.pace.arguments {
+            Kind::Arguments
+        } else {
+            Kind::Meta
+        }
+    }
+
+    /// Pieces written at the pace, as a stream would send them.
+    fn paced_pieces(&self) -> usize {
+        let text = self.text.map_or(0, |t| self.pieces(t).len());
+        let arguments = if self.pace.arguments {
+            self.calls
+                .iter()
+                .map(|(_, _, a)| self.pieces(a).len())
+                .sum()
+        } else {
+            0
+        };
+        text + arguments
+    }
+}
+
+/// What a server-sent event carries, for when it is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Sent at once.
+    Meta,
+    /// A text delta: paced, and the first one's time is recorded.
+    Text,
+    /// A call's arguments delta: paced when the pace covers arguments.
+    Arguments,
+}
+
+/// One server-sent event.
 struct Frame {
-    paced: bool,
+    kind: Kind,
     bytes: Bytes,
 }
 
-/// A `text/event-stream` response sending `frames` in order, waiting `pace` before each paced
-/// one, then ending, or with `stall` never ending (until the client goes away).
-fn event_stream(frames: Vec<Frame>, pace: Duration, stall: bool) -> Response {
+/// A `text/event-stream` response sending `frames` in order, each paced one at its place on
+/// a schedule of one every `every` from the start, then ending (and recording when), or with
+/// `stall` never ending (until the client goes away).
+fn event_stream(
+    frames: Vec<Frame>,
+    every: Duration,
+    stall: bool,
+    times: Arc<Mutex<Times>>,
+) -> Response {
     let frames: VecDeque<Frame> = frames.into();
-    let stream = futures_util::stream::unfold(frames, move |mut frames| async move {
-        match frames.pop_front() {
-            Some(frame) => {
-                if frame.paced && !pace.is_zero() {
-                    tokio::time::sleep(pace).await;
+    let start = tokio::time::Instant::now();
+    let state = (frames, 0u32, times);
+    let stream =
+        futures_util::stream::unfold(state, move |(mut frames, mut paced, times)| async move {
+            match frames.pop_front() {
+                Some(frame) => {
+                    if frame.kind != Kind::Meta && !every.is_zero() {
+                        paced += 1;
+                        tokio::time::sleep_until(start + every * paced).await;
+                    }
+                    {
+                        let mut t = lock(&times);
+                        if frame.kind == Kind::Text && t.first_text.is_none() {
+                            t.first_text = Some(Instant::now());
+                        }
+                        if frames.is_empty() && !stall {
+                            t.answered = Some(Instant::now());
+                        }
+                    }
+                    Some((Ok::<_, Infallible>(frame.bytes), (frames, paced, times)))
                 }
-                Some((Ok::<_, Infallible>(frame.bytes), frames))
+                None if stall => std::future::pending().await,
+                None => None,
             }
-            None if stall => std::future::pending().await,
-            None => None,
-        }
-    });
+        });
     let mut response = Response::new(Body::from_stream(stream));
     let headers = response.headers_mut();
     headers.insert(
@@ -405,15 +782,6 @@ fn event_stream(frames: Vec<Frame>, pace: Duration, stall: bool) -> Response {
     response
 }
 
-/// Text cut into pieces of 4 characters, as a model streams tokens.
-fn pieces(text: &str) -> Vec<String> {
-    let chars: Vec<char> = text.chars().collect();
-    chars
-        .chunks(4)
-        .map(|piece| piece.iter().collect())
-        .collect()
-}
-
 /// The Responses API's named events, numbered by `sequence_number` as OpenAI numbers them.
 #[derive(Default)]
 struct Events {
@@ -422,13 +790,13 @@ struct Events {
 }
 
 impl Events {
-    fn push(&mut self, paced: bool, kind: &str, mut data: Value) {
-        data["type"] = json!(kind);
+    fn push(&mut self, kind: Kind, name: &str, mut data: Value) {
+        data["type"] = json!(name);
         data["sequence_number"] = json!(self.sequence);
         self.sequence += 1;
         self.frames.push(Frame {
-            paced,
-            bytes: Bytes::from(format!("event: {kind}\ndata: {data}\n\n")),
+            kind,
+            bytes: Bytes::from(format!("event: {name}\ndata: {data}\n\n")),
         });
     }
 }
@@ -442,8 +810,12 @@ fn responses_events(answer: &Answer<'_>, ending: &Ending) -> Vec<Frame> {
     opening["output"] = json!([]);
     opening["usage"] = Value::Null;
     let mut events = Events::default();
-    events.push(false, "response.created", json!({"response": opening}));
-    events.push(false, "response.in_progress", json!({"response": opening}));
+    events.push(Kind::Meta, "response.created", json!({"response": opening}));
+    events.push(
+        Kind::Meta,
+        "response.in_progress",
+        json!({"response": opening}),
+    );
     let mut output_index = 0;
     if let Some(text) = answer.text {
         let item_id = format!("msg_{}", answer.n);
@@ -457,20 +829,20 @@ fn responses_events(answer: &Answer<'_>, ending: &Ending) -> Vec<Frame> {
             data
         };
         events.push(
-            false,
+            Kind::Meta,
             "response.output_item.added",
             json!({"output_index": output_index, "item": {
                 "id": item_id, "type": "message", "status": "in_progress", "content": [], "role": "assistant"
             }}),
         );
         events.push(
-            false,
+            Kind::Meta,
             "response.content_part.added",
             with(json!({"part": part("")})),
         );
-        for piece in pieces(text) {
+        for piece in answer.pieces(text) {
             let delta = with(json!({"delta": piece, "logprobs": []}));
-            events.push(true, "response.output_text.delta", delta);
+            events.push(Kind::Text, "response.output_text.delta", delta);
         }
         match ending {
             Ending::Complete => {}
@@ -479,20 +851,20 @@ fn responses_events(answer: &Answer<'_>, ending: &Ending) -> Vec<Frame> {
                 let mut failed = opening.clone();
                 failed["status"] = json!("failed");
                 failed["error"] = json!({"code": "server_error", "message": message});
-                events.push(false, "response.failed", json!({"response": failed}));
+                events.push(Kind::Meta, "response.failed", json!({"response": failed}));
                 return events.frames;
             }
         }
         let done = with(json!({"text": text, "logprobs": []}));
-        events.push(false, "response.output_text.done", done);
+        events.push(Kind::Meta, "response.output_text.done", done);
         events.push(
-            false,
+            Kind::Meta,
             "response.content_part.done",
             with(json!({"part": part(text)})),
         );
         let item = whole["output"][output_index].clone();
         events.push(
-            false,
+            Kind::Meta,
             "response.output_item.done",
             json!({"output_index": output_index, "item": item}),
         );
@@ -502,33 +874,33 @@ fn responses_events(answer: &Answer<'_>, ending: &Ending) -> Vec<Frame> {
         let item = whole["output"][output_index].clone();
         let item_id = item["id"].clone();
         events.push(
-            false,
+            Kind::Meta,
             "response.output_item.added",
             json!({"output_index": output_index, "item": {
                 "id": item_id, "type": "function_call", "status": "in_progress",
                 "arguments": "", "call_id": call_id, "name": name
             }}),
         );
-        for piece in pieces(arguments) {
+        for piece in answer.argument_pieces(arguments) {
             events.push(
-                true,
+                answer.argument_kind(),
                 "response.function_call_arguments.delta",
                 json!({"item_id": item_id, "output_index": output_index, "delta": piece}),
             );
         }
         events.push(
-            false,
+            Kind::Meta,
             "response.function_call_arguments.done",
             json!({"item_id": item_id, "output_index": output_index, "arguments": arguments}),
         );
         events.push(
-            false,
+            Kind::Meta,
             "response.output_item.done",
             json!({"output_index": output_index, "item": item}),
         );
         output_index += 1;
     }
-    events.push(false, "response.completed", json!({"response": whole}));
+    events.push(Kind::Meta, "response.completed", json!({"response": whole}));
     events.frames
 }
 
@@ -553,9 +925,9 @@ fn chat_completions_chunks(
         // OpenAI sends `usage: null` on every chunk but the last when usage is asked for.
         base["usage"] = Value::Null;
     }
-    let mut push = |paced: bool, data: Value| {
+    let mut push = |kind: Kind, data: Value| {
         frames.push(Frame {
-            paced,
+            kind,
             bytes: Bytes::from(format!("data: {data}\n\n")),
         });
     };
@@ -571,21 +943,21 @@ fn chat_completions_chunks(
         Value::Null
     };
     push(
-        false,
+        Kind::Meta,
         chunk(
             json!({"role": "assistant", "content": content, "refusal": null}),
             None,
         ),
     );
-    for piece in pieces(answer.text.unwrap_or_default()) {
-        push(true, chunk(json!({"content": piece}), None));
+    for piece in answer.pieces(answer.text.unwrap_or_default()) {
+        push(Kind::Text, chunk(json!({"content": piece}), None));
     }
     match ending {
         Ending::Complete => {}
         Ending::Stall => return frames,
         Ending::Fail(message) => {
             push(
-                false,
+                Kind::Meta,
                 json!({"error": {"message": message, "type": "server_error", "param": null, "code": null}}),
             );
             return frames;
@@ -593,16 +965,16 @@ fn chat_completions_chunks(
     }
     for (index, (call_id, name, arguments)) in answer.calls.iter().enumerate() {
         push(
-            false,
+            Kind::Meta,
             chunk(
                 json!({"tool_calls": [{"index": index, "id": call_id, "type": "function",
                     "function": {"name": name, "arguments": ""}}]}),
                 None,
             ),
         );
-        for piece in pieces(arguments) {
+        for piece in answer.argument_pieces(arguments) {
             push(
-                true,
+                answer.argument_kind(),
                 chunk(
                     json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}),
                     None,
@@ -615,22 +987,22 @@ fn chat_completions_chunks(
     } else {
         "tool_calls"
     };
-    push(false, chunk(json!({}), Some(finish_reason)));
+    push(Kind::Meta, chunk(json!({}), Some(finish_reason)));
     if include_usage {
         let mut last = base.clone();
         last["choices"] = json!([]);
         last["usage"] = json!({
-            "prompt_tokens": USAGE_INPUT_TOKENS,
-            "completion_tokens": USAGE_OUTPUT_TOKENS,
-            "total_tokens": USAGE_TOTAL_TOKENS,
+            "prompt_tokens": answer.usage.input,
+            "completion_tokens": answer.usage.output,
+            "total_tokens": answer.usage.input + answer.usage.output,
             "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
             "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
                 "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}
         });
-        push(false, last);
+        push(Kind::Meta, last);
     }
     frames.push(Frame {
-        paced: false,
+        kind: Kind::Meta,
         bytes: Bytes::from_static(b"data: [DONE]\n\n"),
     });
     frames
@@ -643,6 +1015,8 @@ fn responses_body(answer: &Answer<'_>) -> Value {
         model,
         text,
         calls,
+        usage,
+        ..
     } = *answer;
     let mut output = Vec::new();
     if let Some(text) = text {
@@ -676,23 +1050,18 @@ fn responses_body(answer: &Answer<'_>) -> Value {
         "parallel_tool_calls": true,
         "store": false,
         "usage": {
-            "input_tokens": USAGE_INPUT_TOKENS,
+            "input_tokens": usage.input,
             "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": USAGE_OUTPUT_TOKENS,
+            "output_tokens": usage.output,
             "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": USAGE_TOTAL_TOKENS
+            "total_tokens": usage.input + usage.output
         }
     })
 }
 
 /// A Chat Completions body as OpenAI sends it (`object: "chat.completion"`, one choice).
 fn chat_completions_body(answer: &Answer<'_>) -> Value {
-    let Answer {
-        n,
-        model,
-        text,
-        calls,
-    } = *answer;
+    let (n, text, calls, usage) = (answer.n, answer.text, answer.calls, answer.usage);
     let mut message = json!({"role": "assistant", "content": text, "refusal": null});
     if !calls.is_empty() {
         message["tool_calls"] = calls
@@ -711,12 +1080,12 @@ fn chat_completions_body(answer: &Answer<'_>) -> Value {
         "id": format!("chatcmpl-{n}"),
         "object": "chat.completion",
         "created": 1_700_000_000 + n,
-        "model": model,
+        "model": answer.model,
         "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish_reason}],
         "usage": {
-            "prompt_tokens": USAGE_INPUT_TOKENS,
-            "completion_tokens": USAGE_OUTPUT_TOKENS,
-            "total_tokens": USAGE_TOTAL_TOKENS
+            "prompt_tokens": usage.input,
+            "completion_tokens": usage.output,
+            "total_tokens": usage.input + usage.output
         }
     })
 }
@@ -977,5 +1346,113 @@ mod tests {
                 "loop"
             );
         }
+    }
+
+    fn turn(items: Value) -> Value {
+        json!({"model": "m", "tools": [{"type": "function", "name": "look"}], "input": items})
+    }
+
+    #[tokio::test]
+    async fn a_per_turn_script_answers_by_the_rounds_of_tool_results_in_the_current_turn() {
+        let llm = ScriptedLlm::per_turn(vec![Step::call("look", "{}"), Step::text("found")]).await;
+        let user = |text: &str| json!({"role": "user", "content": text});
+        let call =
+            json!({"type": "function_call", "call_id": "c", "name": "look", "arguments": "{}"});
+        let output = json!({"type": "function_call_output", "call_id": "c", "output": "[]"});
+        let said = json!({"type": "message", "role": "assistant", "content": "found"});
+        let (_, first) = post(&llm, "/v1/responses", turn(json!([user("a")]))).await;
+        assert_eq!(first["output"][0]["name"], "look");
+        let done = json!([user("a"), call, output]);
+        let (_, second) = post(&llm, "/v1/responses", turn(done)).await;
+        assert_eq!(second["output"][0]["content"][0]["text"], "found");
+        let next_turn = json!([user("a"), call, output, said, user("b")]);
+        let (_, third) = post(&llm, "/v1/responses", turn(next_turn)).await;
+        assert_eq!(
+            third["output"][0]["name"], "look",
+            "a new turn starts the script again"
+        );
+        let chat = json!({"model": "m", "tools": [{"type": "function", "function": {"name": "look"}}],
+            "messages": [{"role": "user", "content": "a"},
+                {"role": "assistant", "tool_calls": [{"id": "c"}]},
+                {"role": "tool", "tool_call_id": "c", "content": "[]"}]});
+        let (_, fourth) = post(&llm, "/v1/chat/completions", chat).await;
+        assert_eq!(fourth["choices"][0]["message"]["content"], "found");
+    }
+
+    #[tokio::test]
+    async fn a_per_turn_script_passes_over_calls_to_tools_the_request_does_not_offer() {
+        let llm =
+            ScriptedLlm::per_turn(vec![Step::call("look", "{}"), Step::text("no tools")]).await;
+        let request = json!({"model": "m", "input": [{"role": "user", "content": "a"}]});
+        let (_, answer) = post(&llm, "/v1/responses", request).await;
+        assert_eq!(answer["output"][0]["content"][0]["text"], "no tools");
+    }
+
+    #[tokio::test]
+    async fn a_responder_answers_from_the_request_and_usage_is_what_was_set() {
+        let llm = ScriptedLlm::responding(|request| {
+            Step::text(format!("you said {}", request["input"][0]["content"]))
+        })
+        .await;
+        llm.set_usage(Usage {
+            input: 1200,
+            output: 80,
+        });
+        let (_, answer) = post(
+            &llm,
+            "/v1/responses",
+            turn(json!([{"role": "user", "content": "hi"}])),
+        )
+        .await;
+        assert_eq!(answer["output"][0]["content"][0]["text"], "you said \"hi\"");
+        assert_eq!(
+            (
+                &answer["usage"]["input_tokens"],
+                &answer["usage"]["total_tokens"]
+            ),
+            (&json!(1200), &json!(1280))
+        );
+    }
+
+    #[tokio::test]
+    async fn exchanges_record_when_the_first_word_went_out_and_when_the_answer_ended() {
+        let llm = ScriptedLlm::start(vec![
+            Step::text("one two three"),
+            Step::text("one two three"),
+        ])
+        .await;
+        llm.set_pacing(Pace {
+            every: Duration::from_millis(60),
+            piece: Piece::Words,
+            arguments: false,
+        });
+        let streamed = json!({"model": "m", "stream": true});
+        let raw = post_raw(&llm, "/v1/responses", streamed, Duration::from_secs(10)).await;
+        let words: Vec<String> = data_lines(&raw)
+            .iter()
+            .filter(|e| e["type"] == "response.output_text.delta")
+            .map(|e| e["delta"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(words, ["one ", "two ", "three"]);
+        post(&llm, "/v1/responses", json!({"model": "m"})).await;
+        let exchanges = llm.take_exchanges();
+        assert_eq!(exchanges.len(), 2);
+        let first_word = exchanges[0]
+            .first_text()
+            .unwrap()
+            .duration_since(exchanges[0].received);
+        assert!(
+            first_word >= Duration::from_millis(60) && first_word < Duration::from_millis(120),
+            "the first word goes out one interval in: {first_word:?}"
+        );
+        for exchange in &exchanges {
+            let took = exchange.took().unwrap();
+            assert!(
+                took >= Duration::from_millis(180),
+                "three words, 60 ms each: {took:?}"
+            );
+        }
+        assert_eq!(exchanges[1].first_text(), None, "an answer not streamed");
+        assert!(llm.take_exchanges().is_empty(), "taken once");
     }
 }
