@@ -142,6 +142,9 @@ struct Script {
     responses: u64,
     /// Tool calls made, to number call ids across the whole script.
     calls: u64,
+    /// Number call ids from `call_0` in each response instead, as some OpenAI-compatible
+    /// servers do, so the same id comes back in the next step.
+    ids_per_response: bool,
     /// The wait before each streamed piece of text or arguments.
     pace: Duration,
 }
@@ -161,6 +164,17 @@ impl ScriptedLlm {
     pub async fn start(steps: Vec<Step>) -> ScriptedLlm {
         Self::serve(Script {
             steps: steps.into(),
+            ..Script::default()
+        })
+        .await
+    }
+
+    /// [`Self::start`], numbering call ids from `call_0` in each response, as servers that
+    /// number calls per response do: the same ids come back in every step.
+    pub async fn numbering_calls_per_response(steps: Vec<Step>) -> ScriptedLlm {
+        Self::serve(Script {
+            steps: steps.into(),
+            ids_per_response: true,
             ..Script::default()
         })
         .await
@@ -330,11 +344,14 @@ async fn answer(
         let mut s = lock(&script);
         s.responses += 1;
         let n = s.responses;
+        let per_response = s.ids_per_response;
         let calls: Vec<(String, String, String)> = calls
             .into_iter()
-            .map(|(name, args)| {
+            .enumerate()
+            .map(|(i, (name, args))| {
                 s.calls += 1;
-                (format!("call_{}", s.calls), name, args)
+                let id = if per_response { i as u64 } else { s.calls };
+                (format!("call_{id}"), name, args)
             })
             .collect();
         (n, calls, s.pace)

@@ -67,11 +67,13 @@ pub struct IdempotencyKey(String);
 impl IdempotencyKey {
     pub const MAX_CHARS: usize = 255;
 
-    /// `<turn>:<call id>`, or `<turn>:<step>.<index>` when the model's call id is empty, too
-    /// long or not printable ASCII. The turn id is unique per turn, and a call id is unique in
-    /// its turn, so no two calls share a key.
+    /// `<turn>:<step>.<index>:<call id>`, or `<turn>:<step>.<index>` when the model's call id
+    /// is empty, too long or not printable ASCII. The turn id is unique per turn and the step
+    /// and index place the call in it: a call id alone is not, as servers that number calls
+    /// per response (`call_0`) reuse it in the next step, and a shared key would make the
+    /// second write a replay of the first. A retry of the same call keeps its key.
     pub fn for_call(turn: &Uuid, call_id: &str, step: u32, index: usize) -> Self {
-        let key = format!("{turn}:{call_id}");
+        let key = format!("{turn}:{step}.{index}:{call_id}");
         let fits = !call_id.is_empty()
             && key.len() <= Self::MAX_CHARS
             && call_id.bytes().all(|b| b.is_ascii_graphic());
@@ -509,11 +511,14 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn an_idempotency_key_is_the_turn_and_the_call_id_when_that_fits() {
+    fn an_idempotency_key_is_the_turn_the_place_of_the_call_and_its_id_when_that_fits() {
         let turn = Uuid::nil();
         let key = IdempotencyKey::for_call(&turn, "call_abc", 1, 0);
-        assert_eq!(key.as_str(), format!("{turn}:call_abc"));
-        for odd in ["", "call id", "café", &"x".repeat(250)] {
+        assert_eq!(key.as_str(), format!("{turn}:1.0:call_abc"));
+        // The same call id in the next step is another call.
+        let next = IdempotencyKey::for_call(&turn, "call_abc", 2, 0);
+        assert_ne!(key, next);
+        for odd in ["", "call id", "café", &"x".repeat(240)] {
             let key = IdempotencyKey::for_call(&turn, odd, 2, 3);
             assert_eq!(key.as_str(), format!("{turn}:2.3"), "{odd:?}");
         }
