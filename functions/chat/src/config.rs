@@ -220,8 +220,33 @@ impl ChatConfig {
                 ),
             ));
         }
+        refuse_tokens_without_service_token(env)?;
         Ok(config)
     }
+}
+
+/// `JWT_SECRET` or `JWT_JWKS_URL` without `MCP_AUTH_TOKEN`, with `MCP_URL` set: an mcp
+/// function given the same settings (as `scripts/dev` and `template.yaml` give both) turns on
+/// user tokens and then refuses the chat's tool listing, which carries no token, so every
+/// turn would run without tools. Refused here, naming both settings.
+fn refuse_tokens_without_service_token(env: &Env) -> Result<(), ConfigError> {
+    let user_tokens = ["JWT_SECRET", "JWT_JWKS_URL"]
+        .into_iter()
+        .find(|var| env.is_set(var));
+    if let Some(var) = user_tokens
+        && env.is_set("MCP_URL")
+        && env.secret("MCP_AUTH_TOKEN").is_none()
+    {
+        return Err(ConfigError::new(
+            "MCP_AUTH_TOKEN",
+            format!(
+                "must be set when {var} is: with {var} the mcp function requires a token, and \
+                 the chat lists its tools with MCP_AUTH_TOKEN; set MCP_AUTH_TOKEN to the same \
+                 value in both functions, or unset {var}"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn mcp_servers(env: &Env) -> Result<Vec<McpServer>, ConfigError> {

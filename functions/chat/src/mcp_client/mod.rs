@@ -184,6 +184,7 @@ impl McpClients {
         }
         let mut listed = Vec::new();
         let mut incomplete = false;
+        let mut refused = Vec::new();
         for (i, server) in self.servers.iter().enumerate() {
             match self.list(server).await {
                 Ok((tools, instructions)) => listed.push(Listing {
@@ -194,11 +195,16 @@ impl McpClients {
                 }),
                 Err(e) => {
                     incomplete = true;
-                    tracing::warn!(server = %server.config.name, error = %e, "cannot list MCP tools; the turn goes on without them");
+                    if e.unauthorized {
+                        refused.push(refused_credentials(&server.config));
+                    }
+                    tracing::warn!(server = %server.config.name, error = %e.message, unauthorized = e.unauthorized, "cannot list MCP tools; the turn goes on without them");
                 }
             }
         }
-        let catalog = Arc::new(Catalog::build(listed, incomplete));
+        let mut catalog = Catalog::build(listed, incomplete);
+        catalog.refused = refused;
+        let catalog = Arc::new(catalog);
         *cached = Some(catalog.clone());
         catalog
     }
@@ -207,7 +213,12 @@ impl McpClients {
     async fn list(
         &self,
         server: &Server,
-    ) -> Result<(Vec<rmcp::model::Tool>, Option<String>), String> {
+    ) -> Result<(Vec<rmcp::model::Tool>, Option<String>), ConnectFailure> {
+        let failure = |message: String, unauthorized: bool| ConnectFailure {
+            message,
+            unauthorized,
+            token_generation: 0,
+        };
         for attempt in 1..=2 {
             let connected = self.connect_authorized(server).await?;
             match tokio::time::timeout(self.timeout, connected.client.list_all_tools()).await {
@@ -224,13 +235,13 @@ impl McpClients {
                         && e.auth_challenge().is_some()
                         && self.renew_token(server, connected.token_generation).await;
                     if !renewed {
-                        return Err(e.to_string());
+                        return Err(failure(e.to_string(), e.auth_challenge().is_some()));
                     }
                 }
-                Err(_) => return Err("timed out".into()),
+                Err(_) => return Err(failure("timed out".into(), false)),
             }
         }
-        Err("the server refused the renewed token".into())
+        Err(failure("the server refused the renewed token".into(), true))
     }
 
     /// Runs one call by the name the model used, for `by`, giving up at `deadline` (the
@@ -266,7 +277,12 @@ impl McpClients {
         by: CallFor<'_>,
     ) -> ToolOutcome {
         let Some(route) = catalog.routes.get(name) else {
-            return ToolOutcome::error(if catalog.incomplete {
+            return ToolOutcome::error(if !catalog.refused.is_empty() {
+                format!(
+                    "the tool `{name}` is unavailable: {}",
+                    catalog.refused.join("; ")
+                )
+            } else if catalog.incomplete {
                 format!(
                     "the tool `{name}` is unavailable right now: a tool server cannot be reached"
                 )
@@ -302,8 +318,12 @@ impl McpClients {
             }
             let connected = match self.connect_authorized(server).await {
                 Ok(c) => c,
+                Err(e) if e.unauthorized => {
+                    tracing::warn!(server = %server.config.name, error = %e.message, "MCP server refused the chat's credentials");
+                    return ToolOutcome::error(refused_credentials(&server.config));
+                }
                 Err(e) => {
-                    tracing::warn!(server = %server.config.name, error = %e, "MCP server unreachable");
+                    tracing::warn!(server = %server.config.name, error = %e.message, "MCP server unreachable");
                     return ToolOutcome::error(format!(
                         "the tool server `{}` is unavailable right now; try again later or answer without it",
                         server.config.name
@@ -390,16 +410,16 @@ impl McpClients {
     }
 
     /// [`Self::connect`], renewing the token once if the server refuses it.
-    async fn connect_authorized(&self, server: &Server) -> Result<Connected, String> {
+    async fn connect_authorized(&self, server: &Server) -> Result<Connected, ConnectFailure> {
         match self.connect(server).await {
             Err(refused) if refused.unauthorized => {
                 if self.renew_token(server, refused.token_generation).await {
-                    self.connect(server).await.map_err(|f| f.message)
+                    self.connect(server).await
                 } else {
-                    Err(refused.message)
+                    Err(refused)
                 }
             }
-            other => other.map_err(|f| f.message),
+            other => other,
         }
     }
 
@@ -462,6 +482,21 @@ impl McpClients {
             *slot = None;
         }
     }
+}
+
+/// What the model (and so the user) is told of a server that answered 401 or 403: it was
+/// reached and refused the chat's credentials, and the setting that holds them. Never the
+/// token itself.
+fn refused_credentials(server: &McpServer) -> String {
+    let setting = match server.token_setting {
+        Some(setting) => format!("{setting}, which must match the mcp function's"),
+        None => format!("the `token` of `{}` in MCP_SERVERS", server.name),
+    };
+    format!(
+        "the tool server `{}` refused the chat's credentials (HTTP 401/403); this needs fixing \
+in the chat function's settings: check {setting}",
+        server.name
+    )
 }
 
 fn unix_now() -> u64 {

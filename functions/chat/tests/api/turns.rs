@@ -706,3 +706,29 @@ async fn the_same_call_id_in_two_steps_is_two_calls_and_both_writes_happen() {
     assert_eq!(keys.len(), 2);
     assert_ne!(keys[0], keys[1]);
 }
+
+#[tokio::test]
+async fn a_tool_server_that_refuses_the_chats_token_is_named_as_refusing_not_unreachable() {
+    let chat = spawn(Options {
+        steps: vec![
+            Step::Calls(vec![call("lad_by_ref", r#"{"ref":"Leeds"}"#)]),
+            Step::Text("I could not look that up.".into()),
+        ],
+        extra_env: vec![("MCP_AUTH_TOKEN", "not-the-mcp-functions-token".into())],
+        ..Options::default()
+    })
+    .await;
+    let body = chat.turn("alice", json!({"message": "Leeds?"})).await;
+    let trace = &body["traces"][0];
+    assert_eq!(trace["is_error"], true, "{body}");
+    let output = trace["output"].as_str().unwrap();
+    assert!(
+        output.contains("refused the chat's credentials") && output.contains("MCP_AUTH_TOKEN"),
+        "{output}"
+    );
+    assert!(!output.contains("cannot be reached"), "{output}");
+    assert!(
+        !output.contains("not-the-mcp"),
+        "the token stays out: {output}"
+    );
+}
