@@ -2,13 +2,15 @@
 //! keeps the conversation in Postgres and returns the reply with a trace of every tool call;
 //! `page` serves a chat page for people at `GET /`.
 //!
-//! Modules: `api` (HTTP surface, parsing at the edge), `auth` (caller identity), `turn` (the
-//! loop), `llm` (the model, two wire dialects), `mcp_client` (tools), `conversation` (memory,
-//! with its own storage errors), `replay` (stored messages back into model input), `nul` (text
-//! Postgres cannot store), `instructions` (what the model is told), `sources` (citable tool rows
-//! and the reply's citations of them), `stream` (a turn as server-sent events in the AI SDK's
-//! UI message stream protocol), `openai` (the OpenAI-compatible endpoint), `config`, `error`
-//! (the one status mapping).
+//! Modules, each importing only modules below it in this list (`lib` alone sees them all):
+//! `api` (the `/api` routes and the router), `openai` (the OpenAI-compatible `/v1` routes),
+//! `stream` (a turn as server-sent events), `error` (the one status mapping), `turn` (the
+//! loop, its `TurnError`), `request` (wire bodies of both routes into a checked
+//! `TurnRequest`), `instructions` (what the model is told), `replay` (stored messages back
+//! into model input), `mcp_client` (tools), `config`, `page` (the page for people),
+//! `conversation` (memory, with its own storage errors), `auth` (caller identity), `nul`
+//! (text Postgres cannot store), `llm` (the model, two wire dialects), `sources` (citable
+//! tool rows and the reply's citations of them).
 
 pub mod api;
 pub mod auth;
@@ -22,6 +24,7 @@ pub mod nul;
 pub mod openai;
 pub mod page;
 pub mod replay;
+pub mod request;
 pub mod sources;
 pub mod stream;
 pub mod turn;
