@@ -12,7 +12,7 @@ use parley_core::jwt::TokenError;
 
 use crate::auth::AuthError;
 use crate::conversation::StorageError;
-use crate::llm::LlmError;
+use crate::llm::{self, LlmError};
 use crate::request::RequestError;
 use crate::turn::{TurnError, TurnFailure};
 
@@ -83,6 +83,13 @@ impl ApiError {
                     StatusCode::UNPROCESSABLE_ENTITY,
                     "unknown_tool",
                     e.to_string(),
+                ),
+                // Nothing upstream was asked, but the gateway has no model behind it: the code
+                // is the one a model's refusal of a missing key gets, and so is the status.
+                TurnError::NoModel => (
+                    StatusCode::BAD_GATEWAY,
+                    "llm_key_missing",
+                    llm::NO_MODEL.to_owned(),
                 ),
                 TurnError::Llm(e) => {
                     let status = match e {

@@ -121,6 +121,7 @@ fn router(config: &ChatConfig, secrets: Option<Secrets>) -> Result<Router, Start
         config.assistant_name.as_str(),
         config.auth.mode,
         config.page_context_options.as_ref(),
+        config.llm.setup_problem(),
     );
     Ok(parley_core::serve::traced(api::router(state).merge(page)))
 }

@@ -38,6 +38,10 @@ pub enum TurnError {
     /// The request narrowed the tools to a name no server offers.
     #[error("`tools` names `{unknown}`, which is not available; available: {available}")]
     UnknownTool { unknown: String, available: String },
+    /// No model can be asked: `LLM_API_KEY` is unset and `LLM_BASE_URL` is OpenAI's, which
+    /// refuses every request without one. Found before anything is sent or stored.
+    #[error("no language model is configured")]
+    NoModel,
     #[error(transparent)]
     Storage(#[from] StorageError),
     #[error(transparent)]
@@ -220,6 +224,10 @@ pub async fn run(
     mut request: TurnRequest,
     progress: Progress,
 ) -> Result<TurnResponse, TurnError> {
+    // Asking OpenAI without a key can only fail, after the question is stored: say so first.
+    if state.llm.config().setup_problem().is_some() {
+        return Err(TurnError::NoModel);
+    }
     let limits = &state.limits;
     let budget = if progress.is_streamed() {
         limits.stream_turn_deadline

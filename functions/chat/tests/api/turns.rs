@@ -708,6 +708,39 @@ async fn the_same_call_id_in_two_steps_is_two_calls_and_both_writes_happen() {
 }
 
 #[tokio::test]
+async fn without_a_key_for_openai_a_turn_answers_llm_key_missing_at_once_and_stores_nothing() {
+    let chat = spawn(Options {
+        extra_env: vec![
+            ("LLM_API_KEY", String::new()),
+            // OpenAI's own, the default: nothing must be sent there.
+            ("LLM_BASE_URL", String::new()),
+            ("LLM_MAX_RETRIES", "0".into()),
+            ("LLM_TIMEOUT_MS", "2000".into()),
+        ],
+        ..Options::default()
+    })
+    .await;
+    let (status, body) = chat
+        .post("alice", json!({"message": "What is in my data?"}))
+        .await;
+    assert_eq!(status, 502, "{body}");
+    assert_eq!(body["error"]["code"], "llm_key_missing", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    for named in ["LLM_API_KEY", "LLM_BASE_URL", "OpenAI-compatible server"] {
+        assert!(message.contains(named), "{named} in {message}");
+    }
+    assert!(!message.contains("retry"), "{message}");
+    let (_, listed) = chat.get(Some("alice"), "/api/conversations").await;
+    assert_eq!(listed["conversations"], json!([]), "no conversation for it");
+
+    // The page says so when it loads, before anyone types.
+    let (_, page) = chat.get(None, "/api/page").await;
+    assert_eq!(page["model_problem"], message, "{page}");
+    let (_, configured) = spawn_chat(Vec::new()).await.get(None, "/api/page").await;
+    assert_eq!(configured["model_problem"], Value::Null);
+}
+
+#[tokio::test]
 async fn a_tool_server_that_refuses_the_chats_token_is_named_as_refusing_not_unreachable() {
     let chat = spawn(Options {
         steps: vec![
