@@ -90,6 +90,9 @@ pub struct ChatConfig {
     /// `ASSISTANT_MODEL_ID`: the model name the OpenAI-compatible endpoint lists and accepts
     /// (default `parley`; 1-64 letters, digits, `.`, `_`, `-`, `:` or `/`).
     pub model_id: String,
+    /// `V1_TOOL_BLOCKS`: whether `/v1` answers start with each tool call as Open WebUI's
+    /// `<details type="tool_calls">` block (default true); a request's `tool_blocks` overrides.
+    pub v1_tool_blocks: bool,
     pub limits: Limits,
     /// `PAGE_CONTEXT_OPTIONS`: the page's context picker (`page::ContextOptions`); unset, none.
     pub page_context_options: Option<ContextOptions>,
@@ -164,6 +167,7 @@ impl ChatConfig {
             caller_key: assertion::key_from_env(env)?,
             assistant_name: AssistantName::from_env(env)?,
             model_id: model_id(env)?,
+            v1_tool_blocks: env.flag("V1_TOOL_BLOCKS", true)?,
             limits: Limits {
                 history: env.limit("HISTORY_LIMIT", 20, 0..=500)? as usize,
                 replay_chars: env.limit("TOOL_OUTPUT_REPLAY_CHARS", 2000, 100..=1_000_000)?

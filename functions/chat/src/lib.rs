@@ -58,6 +58,8 @@ pub struct AppState {
     pub assistant: Arc<AssistantName>,
     /// `ASSISTANT_MODEL_ID`, the model of the OpenAI-compatible endpoint.
     pub model_id: Arc<str>,
+    /// `V1_TOOL_BLOCKS`: whether that endpoint's answers carry the tool calls as blocks.
+    pub v1_tool_blocks: bool,
 }
 
 impl FromRef<AppState> for Arc<Authenticator> {
@@ -116,6 +118,7 @@ fn router(config: &ChatConfig, secrets: Option<Secrets>) -> Result<Router, Start
         limits: Arc::new(config.limits.clone()),
         assistant: Arc::new(config.assistant_name.clone()),
         model_id: Arc::from(config.model_id.as_str()),
+        v1_tool_blocks: config.v1_tool_blocks,
     };
     let page = page::router(
         config.assistant_name.as_str(),

@@ -80,6 +80,7 @@ pub async fn completions(
     let bytes = request::body_bytes(body, state.limits.max_body_bytes)?;
     let completion = parse(&bytes, &headers, &state)?;
     let model = state.model_id.to_string();
+    let tool_blocks = completion.tool_blocks.unwrap_or(state.v1_tool_blocks);
     if completion.stream {
         let (conversation, updates) = stream::begin(state, user, completion.turn).await?;
         return Ok(streamed(
@@ -87,12 +88,15 @@ pub async fn completions(
             conversation,
             model,
             completion.include_usage,
+            tool_blocks,
         ));
     }
     let response = turn::run(&state, &user, completion.turn, Progress::none()).await?;
     let mut content = String::new();
-    for trace in &response.traces {
-        content.push_str(&tool_block(trace));
+    if tool_blocks {
+        for trace in &response.traces {
+            content.push_str(&tool_block(trace));
+        }
     }
     content.push_str(&response.reply);
     let body = json!({
@@ -116,18 +120,20 @@ pub async fn completions(
 }
 
 /// The streamed answer: `chat.completion.chunk`s whose content is the reply as it is written,
-/// with each tool call as a block once its output is in.
+/// with each tool call as a block once its output is in (unless `tool_blocks` is off).
 fn streamed(
     updates: stream::Updates,
     conversation: Option<ConversationId>,
     model: String,
     include_usage: bool,
+    tool_blocks: bool,
 ) -> Response {
     let mut chunks = Chunks {
         id: completion_id(),
         created: now(),
         model,
         include_usage,
+        tool_blocks,
         started: false,
         at_line_start: true,
         pending: Vec::new(),
@@ -146,6 +152,8 @@ struct Chunks {
     created: i64,
     model: String,
     include_usage: bool,
+    /// Tool calls are written as `<details>` blocks (`V1_TOOL_BLOCKS`, `tool_blocks`).
+    tool_blocks: bool,
     /// The first chunk (the role) has gone out.
     started: bool,
     /// The content so far ends a line, so a block can start on its own.
@@ -184,7 +192,7 @@ impl Chunks {
                 call_id,
                 name,
                 args,
-            }) => self.pending.push((call_id, name, args)),
+            }) if self.tool_blocks => self.pending.push((call_id, name, args)),
             Update::Event(TurnEvent::ToolOutput {
                 call_id,
                 output,
@@ -201,7 +209,10 @@ impl Chunks {
                 }
             }
             Update::Event(
-                TurnEvent::Started { .. } | TurnEvent::StepStarted { .. } | TurnEvent::StepFinished,
+                TurnEvent::Started { .. }
+                | TurnEvent::StepStarted { .. }
+                | TurnEvent::StepFinished
+                | TurnEvent::ToolInput { .. },
             ) => {}
             Update::Done(Ok(response)) => {
                 let mut last = self.chunk(json!({}), Some(finish_reason(&response)));

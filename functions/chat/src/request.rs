@@ -183,6 +183,10 @@ pub struct CompletionBody {
     /// The conversation to continue; the route puts the `x-parley-conversation-id` header here.
     #[serde(default)]
     pub conversation_id: Option<String>,
+    /// Whether the answer starts with the tool calls as Open WebUI's `<details>` blocks;
+    /// unset, `V1_TOOL_BLOCKS` decides.
+    #[serde(default)]
+    pub tool_blocks: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -243,6 +247,8 @@ pub struct Completion {
     pub turn: TurnRequest,
     pub stream: bool,
     pub include_usage: bool,
+    /// The request's `tool_blocks`, if it said.
+    pub tool_blocks: Option<bool>,
 }
 
 impl TryFrom<Wire<'_, CompletionBody>> for Completion {
@@ -292,6 +298,7 @@ impl TryFrom<Wire<'_, CompletionBody>> for Completion {
             },
             stream: body.stream,
             include_usage: body.stream_options.is_some_and(|o| o.include_usage),
+            tool_blocks: body.tool_blocks,
         })
     }
 }
@@ -527,6 +534,7 @@ mod tests {
                 {"role": "assistant", "content": "<details type=\"tool_calls\" id=\"c\">\n</details>\nsaid"},
                 {"role": "user", "content": [{"type": "text", "text": "next"}]},
             ],
+            "tool_blocks": false,
         }))
         .unwrap();
         let mut c = Completion::try_from(Wire {
@@ -535,6 +543,7 @@ mod tests {
         })
         .unwrap();
         assert_eq!(c.turn.message(), "next");
+        assert_eq!(c.tool_blocks, Some(false));
         assert_eq!(
             c.turn.take_prior(),
             [Item::User("first".into()), Item::Assistant("said".into())]
