@@ -909,6 +909,10 @@ async function start() {
   }
   $("assistant").textContent = state.info.assistant;
   document.title = state.info.assistant;
+  // No model behind the chat: say so, and how to set one up, before anyone types a question.
+  if (state.info.model_problem) {
+    $("composer").before(el("p", { id: "model-problem", class: "error", role: "alert" }, state.info.model_problem));
+  }
   setUpPicker();
   if (state.info.auth === "token" && !state.token) showSignIn();
   else await showApp();

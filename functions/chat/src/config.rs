@@ -91,6 +91,9 @@ pub struct ChatConfig {
     /// `ASSISTANT_MODEL_ID`: the model name the OpenAI-compatible endpoint lists and accepts
     /// (default `parley`; 1-64 letters, digits, `.`, `_`, `-`, `:` or `/`).
     pub model_id: String,
+    /// `V1_TOOL_BLOCKS`: whether `/v1` answers start with each tool call as Open WebUI's
+    /// `<details type="tool_calls">` block (default true); a request's `tool_blocks` overrides.
+    pub v1_tool_blocks: bool,
     pub limits: Limits,
     /// `PAGE_CONTEXT_OPTIONS`: the page's context picker (`page::ContextOptions`); unset, none.
     pub page_context_options: Option<ContextOptions>,
@@ -171,6 +174,7 @@ impl ChatConfig {
             caller_key: assertion::key_from_env(env)?,
             assistant_name: AssistantName::from_env(env)?,
             model_id: model_id(env)?,
+            v1_tool_blocks: env.flag("V1_TOOL_BLOCKS", true)?,
             limits: Limits {
                 history: env.limit("HISTORY_LIMIT", 20, 0..=500)? as usize,
                 replay_chars: env.limit("TOOL_OUTPUT_REPLAY_CHARS", 2000, 100..=1_000_000)?
@@ -229,8 +233,33 @@ impl ChatConfig {
                 ),
             ));
         }
+        refuse_tokens_without_service_token(env)?;
         Ok(config)
     }
+}
+
+/// `JWT_SECRET` or `JWT_JWKS_URL` without `MCP_AUTH_TOKEN`, with `MCP_URL` set: an mcp
+/// function given the same settings (as `scripts/dev` and `template.yaml` give both) turns on
+/// user tokens and then refuses the chat's tool listing, which carries no token, so every
+/// turn would run without tools. Refused here, naming both settings.
+fn refuse_tokens_without_service_token(env: &Env) -> Result<(), ConfigError> {
+    let user_tokens = ["JWT_SECRET", "JWT_JWKS_URL"]
+        .into_iter()
+        .find(|var| env.is_set(var));
+    if let Some(var) = user_tokens
+        && env.is_set("MCP_URL")
+        && env.secret("MCP_AUTH_TOKEN").is_none()
+    {
+        return Err(ConfigError::new(
+            "MCP_AUTH_TOKEN",
+            format!(
+                "must be set when {var} is: with {var} the mcp function requires a token, and \
+                 the chat lists its tools with MCP_AUTH_TOKEN; set MCP_AUTH_TOKEN to the same \
+                 value in both functions, or unset {var}"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn mcp_servers(env: &Env) -> Result<Vec<McpServer>, ConfigError> {

@@ -13,7 +13,9 @@ use parley_core::jwt::TokenError;
 use crate::auth::AuthError;
 use crate::conversation::StorageError;
 use crate::cross_site::Refusal;
-use crate::llm::LlmError;
+use crate::llm::{self, LlmError};
+use crate::request::RequestError;
+use crate::turn::{TurnError, TurnFailure};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -36,7 +38,7 @@ pub enum ApiError {
     #[error(transparent)]
     Storage(#[from] StorageError),
     #[error(transparent)]
-    Llm(#[from] LlmError),
+    Turn(#[from] TurnError),
     /// Anything else: a bug or an unexpected failure. Logged in full, reported generically.
     #[error("internal error: {0}")]
     Internal(String),
@@ -89,90 +91,39 @@ impl ApiError {
                 }
                 Refusal::CrossSite => (StatusCode::FORBIDDEN, "cross_site_request", e.to_string()),
             },
-            ApiError::Storage(e) => match e {
-                StorageError::NotFound => (
-                    StatusCode::NOT_FOUND,
-                    "conversation_not_found",
+            ApiError::Storage(e) => storage_parts(e, &mut retry_after),
+            ApiError::Turn(e) => match e {
+                TurnError::Storage(e) => storage_parts(e, &mut retry_after),
+                TurnError::UnknownTool { .. } => (
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "unknown_tool",
                     e.to_string(),
                 ),
-                StorageError::Busy => (
-                    StatusCode::CONFLICT,
-                    "conversation_busy",
-                    format!("{e}; retry when it has finished"),
+                // Nothing upstream was asked, but the gateway has no model behind it: the code
+                // is the one a model's refusal of a missing key gets, and so is the status.
+                TurnError::NoModel => (
+                    StatusCode::BAD_GATEWAY,
+                    "llm_key_missing",
+                    llm::NO_MODEL.to_owned(),
                 ),
-                StorageError::LeaseLost => (
-                    StatusCode::CONFLICT,
-                    "turn_lease_lost",
-                    "this turn ran longer than its hold on the conversation (TURN_LEASE_MS) \
-and a later turn took the conversation over; this reply was not stored, send the message again"
-                        .to_owned(),
-                ),
-                StorageError::PoolExhausted => {
-                    retry_after = Some(Duration::from_secs(1));
-                    (
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "database_pool_exhausted",
-                        "every database connection of this instance is in use; retry shortly"
-                            .to_owned(),
-                    )
+                TurnError::Llm(e) => {
+                    let status = match e {
+                        LlmError::RateLimited { retry_after: after } => {
+                            retry_after = *after;
+                            StatusCode::SERVICE_UNAVAILABLE
+                        }
+                        LlmError::Timeout | LlmError::DeadlineReached => {
+                            StatusCode::SERVICE_UNAVAILABLE
+                        }
+                        _ => StatusCode::BAD_GATEWAY,
+                    };
+                    let TurnFailure { code, message } = TurnFailure::of_llm(e);
+                    (status, code, message)
                 }
-                StorageError::TooManyReads { .. } => {
-                    retry_after = Some(Duration::from_secs(1));
-                    (
-                        StatusCode::TOO_MANY_REQUESTS,
-                        "too_many_reads",
-                        format!("{e}; retry shortly"),
-                    )
-                }
-                StorageError::Unavailable(_) => (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "database_unavailable",
-                    "the database cannot be reached; retry shortly".to_owned(),
-                ),
-                StorageError::Failed(_) => (
+                TurnError::Lost => (
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "internal",
                     "an internal error occurred".to_owned(),
-                ),
-            },
-            ApiError::Llm(e) => match e {
-                LlmError::RateLimited { retry_after: after } => {
-                    retry_after = *after;
-                    (
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "llm_rate_limited",
-                        "the language model is rate limited; retry shortly".to_owned(),
-                    )
-                }
-                LlmError::Timeout | LlmError::DeadlineReached => (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "llm_timeout",
-                    e.to_string(),
-                ),
-                // Not transient: retrying will not help until the setting is fixed.
-                LlmError::Unauthorized { key_set: false, .. } => (
-                    StatusCode::BAD_GATEWAY,
-                    "llm_key_missing",
-                    "the language model refused the request: LLM_API_KEY is not set; \
-this needs fixing in the chat function's settings"
-                        .to_owned(),
-                ),
-                LlmError::Unauthorized { .. } => (
-                    StatusCode::BAD_GATEWAY,
-                    "llm_key_rejected",
-                    "the language model rejected LLM_API_KEY; this needs fixing in the chat \
-function's settings"
-                        .to_owned(),
-                ),
-                LlmError::TooLarge { .. } => (
-                    StatusCode::BAD_GATEWAY,
-                    "llm_response_too_large",
-                    e.to_string(),
-                ),
-                _ => (
-                    StatusCode::BAD_GATEWAY,
-                    "llm_unavailable",
-                    "the language model failed to answer; retry shortly".to_owned(),
                 ),
             },
             ApiError::Internal(_) => (
@@ -208,6 +159,75 @@ impl IntoResponse for ApiError {
     }
 }
 
+fn storage_parts(
+    e: &StorageError,
+    retry_after: &mut Option<Duration>,
+) -> (StatusCode, &'static str, String) {
+    match e {
+        StorageError::NotFound => (
+            StatusCode::NOT_FOUND,
+            "conversation_not_found",
+            e.to_string(),
+        ),
+        StorageError::Busy => (
+            StatusCode::CONFLICT,
+            "conversation_busy",
+            format!("{e}; retry when it has finished"),
+        ),
+        StorageError::LeaseLost => (
+            StatusCode::CONFLICT,
+            "turn_lease_lost",
+            "this turn ran longer than its hold on the conversation (TURN_LEASE_MS) and a later \
+turn took the conversation over; this reply was not stored, send the message again"
+                .to_owned(),
+        ),
+        StorageError::PoolExhausted => {
+            *retry_after = Some(Duration::from_secs(1));
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "database_pool_exhausted",
+                "every database connection of this instance is in use; retry shortly".to_owned(),
+            )
+        }
+        StorageError::TooManyReads { .. } => {
+            *retry_after = Some(Duration::from_secs(1));
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_reads",
+                format!("{e}; retry shortly"),
+            )
+        }
+        StorageError::Unavailable(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "database_unavailable",
+            "the database cannot be reached; retry shortly".to_owned(),
+        ),
+        StorageError::Failed(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "an internal error occurred".to_owned(),
+        ),
+    }
+}
+
+/// A refused request body: malformed JSON is 400, JSON the chat does not take is 422.
+impl From<RequestError> for ApiError {
+    fn from(e: RequestError) -> Self {
+        match e {
+            RequestError::Malformed(_) => ApiError::BadRequest {
+                code: "invalid_json",
+                message: e.to_string(),
+            },
+            RequestError::Invalid { code, message } => ApiError::Invalid { code, message },
+            RequestError::TooLarge { limit } => ApiError::TooLarge { limit },
+            RequestError::Unreadable(message) => ApiError::BadRequest {
+                code: "unreadable_body",
+                message,
+            },
+        }
+    }
+}
+
 /// The caller extractor's rejection (`auth` knows nothing of HTTP statuses).
 impl IntoResponse for AuthError {
     fn into_response(self) -> Response {
@@ -215,7 +235,6 @@ impl IntoResponse for AuthError {
     }
 }
 
-/// The cross-site guard's refusal (`cross_site` knows nothing of HTTP statuses).
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
         ApiError::from(self).into_response()

@@ -2,14 +2,16 @@
 //! keeps the conversation in Postgres and returns the reply with a trace of every tool call;
 //! `page` serves a chat page for people at `GET /`.
 //!
-//! Modules: `api` (HTTP surface, parsing at the edge), `auth` (caller identity), `turn` (the
-//! loop), `llm` (the model, two wire dialects), `mcp_client` (tools), `conversation` (memory,
-//! with its own storage errors), `replay` (stored messages back into model input), `nul` (text
-//! Postgres cannot store), `instructions` (what the model is told), `sources` (citable tool rows
-//! and the reply's citations of them), `stream` (a turn as server-sent events in the AI SDK's
-//! UI message stream protocol), `openai` (the OpenAI-compatible endpoint), `cross_site` (what
-//! a page of another site could send, refused before any handler), `config`, `error` (the one
-//! status mapping).
+//! Modules, each importing only modules below it in this list (`lib` alone sees them all):
+//! `api` (the `/api` routes and the router), `cross_site` (what a page of another site could
+//! send, refused before any handler), `openai` (the OpenAI-compatible `/v1` routes),
+//! `stream` (a turn as server-sent events), `error` (the one status mapping), `turn` (the
+//! loop, its `TurnError`), `request` (wire bodies of both routes into a checked
+//! `TurnRequest`), `instructions` (what the model is told), `replay` (stored messages back
+//! into model input), `mcp_client` (tools), `config`, `page` (the page for people),
+//! `conversation` (memory, with its own storage errors), `auth` (caller identity), `nul`
+//! (text Postgres cannot store), `llm` (the model, two wire dialects), `sources` (citable
+//! tool rows and the reply's citations of them).
 
 pub mod api;
 pub mod auth;
@@ -24,6 +26,7 @@ pub mod nul;
 pub mod openai;
 pub mod page;
 pub mod replay;
+pub mod request;
 pub mod sources;
 pub mod stream;
 pub mod turn;
@@ -59,6 +62,8 @@ pub struct AppState {
     pub assistant: Arc<AssistantName>,
     /// `ASSISTANT_MODEL_ID`, the model of the OpenAI-compatible endpoint.
     pub model_id: Arc<str>,
+    /// `V1_TOOL_BLOCKS`: whether that endpoint's answers carry the tool calls as blocks.
+    pub v1_tool_blocks: bool,
 }
 
 impl FromRef<AppState> for Arc<Authenticator> {
@@ -119,11 +124,13 @@ fn router(config: &ChatConfig, secrets: Option<Secrets>) -> Result<Router, Start
         limits: Arc::new(config.limits.clone()),
         assistant: Arc::new(config.assistant_name.clone()),
         model_id: Arc::from(config.model_id.as_str()),
+        v1_tool_blocks: config.v1_tool_blocks,
     };
     let page = page::router(
         config.assistant_name.as_str(),
         config.auth.mode,
         config.page_context_options.as_ref(),
+        config.llm.setup_problem(),
     );
     // Before any handler (and any body is read): what a page of another site could send.
     let guarded = api::router(state).layer(axum::middleware::from_fn_with_state(

@@ -13,23 +13,19 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::AppState;
-use crate::api::{body_bytes, checked_message, invalid, parse_json};
 use crate::auth::User;
 use crate::conversation::{ConversationId, Trace};
 use crate::error::ApiError;
-use crate::llm::{Item, Usage};
+use crate::llm::Usage;
+use crate::request::{self, Completion, CompletionBody, Wire};
 use crate::stream::{self, DONE, Update, frame};
-use crate::turn::{self, Progress, TurnEvent, TurnRequest, TurnResponse};
+use crate::turn::{self, Progress, TurnEvent, TurnResponse};
 
 /// The header a client sends, and gets back, to keep talking in one conversation.
 pub const CONVERSATION_HEADER: &str = "x-parley-conversation-id";
-
-/// Most earlier messages taken from a request that names no conversation.
-const MAX_PRIOR_MESSAGES: usize = 50;
 
 /// `GET /v1/models`: the assistant is the one model.
 pub async fn models(State(state): State<AppState>, _user: User) -> Json<Value> {
@@ -48,175 +44,30 @@ fn model(state: &AppState) -> Value {
     })
 }
 
-#[derive(Debug, Deserialize)]
-struct CompletionBody {
-    model: String,
-    messages: Vec<WireMessage>,
-    #[serde(default)]
-    stream: bool,
-    #[serde(default)]
-    stream_options: Option<StreamOptions>,
-    #[serde(default)]
-    conversation_id: Option<String>,
-    // Sampling settings, `user`, `tools` and the rest are accepted and ignored: the assistant's
-    // own settings and tools apply.
-}
-
-#[derive(Debug, Deserialize)]
-struct StreamOptions {
-    #[serde(default)]
-    include_usage: bool,
-}
-
-#[derive(Debug, Deserialize)]
-struct WireMessage {
-    role: String,
-    #[serde(default)]
-    content: Option<Content>,
-}
-
-/// Message content: a string, or parts of which only text is understood.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum Content {
-    Text(String),
-    Parts(Vec<Value>),
-}
-
-impl Content {
-    fn text(&self) -> Result<String, ApiError> {
-        match self {
-            Content::Text(text) => Ok(text.clone()),
-            Content::Parts(parts) => {
-                let mut text = String::new();
-                for part in parts {
-                    match (part["type"].as_str(), part["text"].as_str()) {
-                        (Some("text"), Some(t)) => {
-                            if !text.is_empty() {
-                                text.push('\n');
-                            }
-                            text.push_str(t);
-                        }
-                        (kind, _) => {
-                            return Err(invalid(
-                                "unsupported_content",
-                                format!(
-                                    "only text content is understood, not `{}`",
-                                    kind.unwrap_or("?")
-                                ),
-                            ));
-                        }
-                    }
-                }
-                Ok(text)
-            }
-        }
+/// A completion request, read and checked: the model must be this server's, and the
+/// conversation header, when sent, names the conversation.
+fn parse(bytes: &[u8], headers: &HeaderMap, state: &AppState) -> Result<Completion, ApiError> {
+    let mut body: CompletionBody = request::parse_json(bytes)?;
+    if *body.model != *state.model_id {
+        return Err(ApiError::NotFound {
+            code: "model_not_found",
+            message: format!(
+                "the model `{}` does not exist; this server's is `{}`",
+                body.model, state.model_id
+            ),
+        });
     }
-}
-
-/// A checked completion request.
-struct Completion {
-    turn: TurnRequest,
-    stream: bool,
-    include_usage: bool,
-}
-
-impl Completion {
-    fn parse(bytes: &[u8], headers: &HeaderMap, state: &AppState) -> Result<Completion, ApiError> {
-        let body: CompletionBody = parse_json(bytes)?;
-        if *body.model != *state.model_id {
-            return Err(ApiError::NotFound {
-                code: "model_not_found",
-                message: format!(
-                    "the model `{}` does not exist; this server's is `{}`",
-                    body.model, state.model_id
-                ),
-            });
-        }
-        let Some((last, earlier)) = body.messages.split_last() else {
-            return Err(invalid("messages_empty", "`messages` must not be empty"));
-        };
-        if last.role != "user" {
-            return Err(invalid(
-                "last_message_not_user",
-                "the last of `messages` must be the user's question",
-            ));
-        }
-        let question = last
-            .content
-            .as_ref()
-            .map(Content::text)
-            .transpose()?
-            .unwrap_or_default();
-        let message = checked_message(&question, &state.limits)?;
-        let raw_id = headers
-            .get(CONVERSATION_HEADER)
-            .map(|v| {
-                v.to_str()
-                    .map(str::to_owned)
-                    .map_err(|_| invalid("invalid_conversation_id", "not a UUID"))
-            })
-            .transpose()?
-            .or(body.conversation_id);
-        let conversation = raw_id
-            .map(|raw| {
-                ConversationId::parse(raw.trim()).ok_or_else(|| {
-                    invalid(
-                        "invalid_conversation_id",
-                        format!("`{CONVERSATION_HEADER}` / `conversation_id` must be a UUID"),
-                    )
-                })
-            })
-            .transpose()?;
-        // A stored conversation has its own history; a new one starts from what the client
-        // says came before.
-        let prior = match conversation {
-            Some(_) => Vec::new(),
-            None => prior_items(earlier)?,
-        };
-        Ok(Completion {
-            turn: TurnRequest {
-                message,
-                context: None,
-                conversation,
-                tools: None,
-                prior,
-            },
-            stream: body.stream,
-            include_usage: body.stream_options.is_some_and(|o| o.include_usage),
-        })
+    if let Some(header) = headers.get(CONVERSATION_HEADER) {
+        let id = header.to_str().map_err(|_| ApiError::Invalid {
+            code: "invalid_conversation_id",
+            message: format!("`{CONVERSATION_HEADER}` must be a UUID"),
+        })?;
+        body.conversation_id = Some(id.to_owned());
     }
-}
-
-/// Earlier user and assistant messages as the model's items; the assistant's tool blocks
-/// (which this endpoint wrote) are left out, and system messages too: the assistant's own
-/// instructions apply.
-fn prior_items(earlier: &[WireMessage]) -> Result<Vec<Item>, ApiError> {
-    let start = earlier.len().saturating_sub(MAX_PRIOR_MESSAGES);
-    let mut items = Vec::new();
-    for message in &earlier[start..] {
-        let Some(content) = &message.content else {
-            continue;
-        };
-        let text = content.text()?;
-        if text.contains('\0') {
-            return Err(invalid(
-                "invalid_characters",
-                "messages must not contain NUL characters",
-            ));
-        }
-        match message.role.as_str() {
-            "user" => items.push(Item::User(text)),
-            "assistant" => {
-                let said = strip_tool_blocks(&text);
-                if !said.trim().is_empty() {
-                    items.push(Item::Assistant(said));
-                }
-            }
-            _ => {}
-        }
-    }
-    Ok(items)
+    Ok(Completion::try_from(Wire {
+        body,
+        limits: &state.limits,
+    })?)
 }
 
 /// `POST /v1/chat/completions`.
@@ -226,9 +77,10 @@ pub async fn completions(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let bytes = body_bytes(body, state.limits.max_body_bytes)?;
-    let completion = Completion::parse(&bytes, &headers, &state)?;
+    let bytes = request::body_bytes(body, state.limits.max_body_bytes)?;
+    let completion = parse(&bytes, &headers, &state)?;
     let model = state.model_id.to_string();
+    let tool_blocks = completion.tool_blocks.unwrap_or(state.v1_tool_blocks);
     if completion.stream {
         let (conversation, updates) = stream::begin(state, user, completion.turn).await?;
         return Ok(streamed(
@@ -236,12 +88,15 @@ pub async fn completions(
             conversation,
             model,
             completion.include_usage,
+            tool_blocks,
         ));
     }
     let response = turn::run(&state, &user, completion.turn, Progress::none()).await?;
     let mut content = String::new();
-    for trace in &response.traces {
-        content.push_str(&tool_block(trace));
+    if tool_blocks {
+        for trace in &response.traces {
+            content.push_str(&tool_block(trace));
+        }
     }
     content.push_str(&response.reply);
     let body = json!({
@@ -265,18 +120,20 @@ pub async fn completions(
 }
 
 /// The streamed answer: `chat.completion.chunk`s whose content is the reply as it is written,
-/// with each tool call as a block once its output is in.
+/// with each tool call as a block once its output is in (unless `tool_blocks` is off).
 fn streamed(
     updates: stream::Updates,
     conversation: Option<ConversationId>,
     model: String,
     include_usage: bool,
+    tool_blocks: bool,
 ) -> Response {
     let mut chunks = Chunks {
         id: completion_id(),
         created: now(),
         model,
         include_usage,
+        tool_blocks,
         started: false,
         at_line_start: true,
         pending: Vec::new(),
@@ -295,6 +152,8 @@ struct Chunks {
     created: i64,
     model: String,
     include_usage: bool,
+    /// Tool calls are written as `<details>` blocks (`V1_TOOL_BLOCKS`, `tool_blocks`).
+    tool_blocks: bool,
     /// The first chunk (the role) has gone out.
     started: bool,
     /// The content so far ends a line, so a block can start on its own.
@@ -333,7 +192,7 @@ impl Chunks {
                 call_id,
                 name,
                 args,
-            }) => self.pending.push((call_id, name, args)),
+            }) if self.tool_blocks => self.pending.push((call_id, name, args)),
             Update::Event(TurnEvent::ToolOutput {
                 call_id,
                 output,
@@ -350,7 +209,10 @@ impl Chunks {
                 }
             }
             Update::Event(
-                TurnEvent::Started { .. } | TurnEvent::StepStarted { .. } | TurnEvent::StepFinished,
+                TurnEvent::Started { .. }
+                | TurnEvent::StepStarted { .. }
+                | TurnEvent::StepFinished
+                | TurnEvent::ToolInput { .. },
             ) => {}
             Update::Done(Ok(response)) => {
                 let mut last = self.chunk(json!({}), Some(finish_reason(&response)));
@@ -413,23 +275,6 @@ fn details(call_id: &str, name: &str, args: &Value, output: &Value, is_error: bo
         escape(&args.to_string()),
         escape(&json!(result.to_string()).to_string()),
     )
-}
-
-/// What [`details`] wrote, taken back out of an assistant message a client replays.
-fn strip_tool_blocks(text: &str) -> String {
-    let mut out = String::new();
-    let mut rest = text;
-    while let Some(start) = rest.find("<details type=\"tool_calls\"") {
-        out.push_str(&rest[..start]);
-        match rest[start..].find("</details>") {
-            Some(end) => rest = &rest[start + end + "</details>".len()..],
-            None => {
-                rest = "";
-            }
-        }
-    }
-    out.push_str(rest);
-    out.trim().to_owned()
 }
 
 /// HTML attribute escaping, as Python's `html.escape` (which Open WebUI uses).
@@ -497,17 +342,9 @@ mod tests {
         );
         assert!(!block.contains("<b>"));
         let replayed = format!("{block}\nLeeds has 3 complaints.");
-        assert_eq!(strip_tool_blocks(&replayed), "Leeds has 3 complaints.");
-    }
-
-    #[test]
-    fn only_text_content_is_understood() {
-        let parts = Content::Parts(vec![
-            json!({"type": "text", "text": "a"}),
-            json!({"type": "text", "text": "b"}),
-        ]);
-        assert_eq!(parts.text().unwrap(), "a\nb");
-        let image = Content::Parts(vec![json!({"type": "image_url", "image_url": {}})]);
-        assert!(image.text().is_err());
+        assert_eq!(
+            request::strip_tool_blocks(&replayed),
+            "Leeds has 3 complaints."
+        );
     }
 }

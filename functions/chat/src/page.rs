@@ -26,8 +26,14 @@ style-src 'self'; img-src 'self'; connect-src 'self'; object-src 'none'; base-ur
 form-action 'self'; frame-ancestors 'none'";
 
 /// The routes: `GET /`, `GET /assets/app.js`, `GET /assets/app.css` (HEAD too) and
-/// `GET /api/page`, whose answer is fixed at start-up: `assistant` is `ASSISTANT_NAME`.
-pub fn router(assistant: &str, auth: AuthMode, context_options: Option<&ContextOptions>) -> Router {
+/// `GET /api/page`, whose answer is fixed at start-up: `assistant` is `ASSISTANT_NAME`;
+/// `model_problem` says why no model can be asked, so the page says so before anyone types.
+pub fn router(
+    assistant: &str,
+    auth: AuthMode,
+    context_options: Option<&ContextOptions>,
+    model_problem: Option<&str>,
+) -> Router {
     let info = json!({
         "assistant": assistant,
         "auth": match auth {
@@ -35,6 +41,7 @@ pub fn router(assistant: &str, auth: AuthMode, context_options: Option<&ContextO
             AuthMode::Disabled => "none",
         },
         "context_options": context_options,
+        "model_problem": model_problem,
     })
     .to_string();
     let file = |body: &'static str, content_type| {

@@ -20,8 +20,9 @@ use crate::AppState;
 use crate::auth::User;
 use crate::conversation::ConversationId;
 use crate::error::ApiError;
+use crate::request::TurnRequest;
 use crate::sources::Source;
-use crate::turn::{self, Progress, TurnEvent, TurnRequest, TurnResponse};
+use crate::turn::{self, Progress, TurnEvent, TurnResponse};
 
 /// Most updates written to the client in one go.
 pub const READY_CHUNK: usize = 64;
@@ -66,7 +67,9 @@ pub async fn begin(
     let (done_tx, done_rx) = oneshot::channel();
     tokio::spawn(
         async move {
-            let outcome = turn::run(&state, &user, request, progress).await;
+            let outcome = turn::run(&state, &user, request, progress)
+                .await
+                .map_err(ApiError::from);
             let _ = done_tx.send(outcome);
         }
         .instrument(tracing::Span::current()),

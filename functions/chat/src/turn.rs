@@ -23,25 +23,78 @@ use serde_json::{Map, Value};
 
 use crate::AppState;
 use crate::auth::User;
-use crate::conversation::{self, ConversationId, Trace, TurnRecord, TurnStart};
-use crate::error::ApiError;
+use crate::conversation::{self, ConversationId, StorageError, Trace, TurnRecord, TurnStart};
 use crate::instructions::{self, Briefing, UiContext};
 use crate::llm::{Item, LlmError, Prompt, ToolCall, ToolDef, Usage};
 use crate::mcp_client::{CallFor, Catalog, IdempotencyKey, ToolOutcome};
+use crate::request::TurnRequest;
 use crate::sources::{Source, Sources};
 use crate::{nul, replay};
 
-/// A checked `POST /api/chat` request.
-#[derive(Debug, Clone)]
-pub struct TurnRequest {
+/// Why a turn failed. It knows no HTTP: `error.rs` picks the status; what is stored with the
+/// failed turn is its [`TurnFailure`].
+#[derive(Debug, thiserror::Error)]
+pub enum TurnError {
+    /// The request narrowed the tools to a name no server offers.
+    #[error("`tools` names `{unknown}`, which is not available; available: {available}")]
+    UnknownTool { unknown: String, available: String },
+    /// No model can be asked: `LLM_API_KEY` is unset and `LLM_BASE_URL` is OpenAI's, which
+    /// refuses every request without one. Found before anything is sent or stored.
+    #[error("no language model is configured")]
+    NoModel,
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error(transparent)]
+    Llm(#[from] LlmError),
+    /// The task running a streamed turn ended without an outcome (it panicked).
+    #[error("the turn's task ended without an outcome")]
+    Lost,
+}
+
+/// What a failed turn records for the user to read later: a stable code and a plain
+/// sentence. Hosts, upstream bodies and other details go to the log, never here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnFailure {
+    pub code: &'static str,
     pub message: String,
-    pub context: Option<UiContext>,
-    pub conversation: Option<ConversationId>,
-    /// Narrows the tools offered to the model to these names.
-    pub tools: Option<Vec<String>>,
-    /// What a stateless client (the OpenAI-compatible endpoint) says came before, for a new
-    /// conversation: the model sees it ahead of the question; it is not stored.
-    pub prior: Vec<Item>,
+}
+
+impl std::fmt::Display for TurnFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl TurnFailure {
+    /// A model that failed to answer, as the user is told it (in the response too).
+    pub fn of_llm(e: &LlmError) -> TurnFailure {
+        let (code, message) = match e {
+            LlmError::RateLimited { .. } => (
+                "llm_rate_limited",
+                "the language model is rate limited; retry shortly".to_owned(),
+            ),
+            LlmError::Timeout | LlmError::DeadlineReached => ("llm_timeout", e.to_string()),
+            // Not transient: retrying will not help until the setting is fixed.
+            LlmError::Unauthorized { key_set: false, .. } => (
+                "llm_key_missing",
+                "the language model refused the request: LLM_API_KEY is not set; this needs \
+fixing in the chat function's settings"
+                    .to_owned(),
+            ),
+            LlmError::Unauthorized { .. } => (
+                "llm_key_rejected",
+                "the language model rejected LLM_API_KEY; this needs fixing in the chat \
+function's settings"
+                    .to_owned(),
+            ),
+            LlmError::TooLarge { .. } => ("llm_response_too_large", e.to_string()),
+            _ => (
+                "llm_unavailable",
+                "the language model failed to answer; retry shortly".to_owned(),
+            ),
+        };
+        TurnFailure { code, message }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -168,9 +221,13 @@ impl Ending {
 pub async fn run(
     state: &AppState,
     user: &User,
-    request: TurnRequest,
+    mut request: TurnRequest,
     progress: Progress,
-) -> Result<TurnResponse, ApiError> {
+) -> Result<TurnResponse, TurnError> {
+    // Asking OpenAI without a key can only fail, after the question is stored: say so first.
+    if state.llm.config().setup_problem().is_some() {
+        return Err(TurnError::NoModel);
+    }
     let limits = &state.limits;
     let budget = if progress.is_streamed() {
         limits.stream_turn_deadline
@@ -186,15 +243,15 @@ pub async fn run(
     let catalog = tokio::time::timeout_at(deadline, state.mcp.catalog())
         .await
         .unwrap_or_else(|_| Arc::new(Catalog::unavailable()));
-    let tools = offered_tools(&catalog, request.tools.as_deref())?;
-    let narrowed = request.tools.is_some().then_some(&*tools);
-    let context_json = request.context.as_ref().map(UiContext::as_json);
+    let tools = offered_tools(&catalog, request.tools())?;
+    let narrowed = request.tools().is_some().then_some(&*tools);
+    let context_json = request.context().map(UiContext::as_json);
     let turn = conversation::begin(
         &state.pool,
         TurnStart {
             owner: &user.id,
-            conversation: request.conversation,
-            message: &request.message,
+            conversation: request.conversation(),
+            message: request.message(),
             context: context_json.as_ref(),
             history_limit: state.limits.history,
             // Waiting past the deadline would only end in the gateway's timeout.
@@ -211,16 +268,16 @@ pub async fn run(
 
     let mut items = replay::replay(&turn.history, state.limits.replay_chars);
     if turn.history.is_empty() {
-        items.extend(request.prior);
+        items.extend(request.take_prior());
     }
-    items.push(Item::User(request.message.clone()));
+    items.push(Item::User(request.message().to_owned()));
     let traits = catalog.traits(&tools);
     let instructions = instructions::build(&Briefing {
         assistant: state.assistant.as_str(),
         now: chrono::Utc::now(),
         tools: &traits,
         guidance: &catalog.guidance,
-        context: request.context.as_ref(),
+        context: request.context(),
     });
 
     let mut usage = Usage::default();
@@ -392,10 +449,9 @@ before reaching an answer. The results gathered so far are in the traces; try a 
             })
         }
         Err(e) => {
-            let e = ApiError::Llm(e);
             // The record is shown to the user later: a stable code and a plain sentence; the
             // details (hosts, upstream bodies) went to the log.
-            let error = e.public_summary();
+            let error = TurnFailure::of_llm(&e).to_string();
             if let Err(record_error) = turn
                 .finish(TurnRecord {
                     reply: &seen_before_failure,
@@ -412,7 +468,7 @@ before reaching an answer. The results gathered so far are in the traces; try a 
             {
                 tracing::error!(error = %record_error, "could not record the failed turn");
             }
-            Err(e)
+            Err(TurnError::Llm(e))
         }
     }
 }
@@ -454,7 +510,7 @@ fn cut_short_note(budget: std::time::Duration, has_traces: bool) -> String {
 fn offered_tools<'a>(
     catalog: &'a Catalog,
     wanted: Option<&[String]>,
-) -> Result<Cow<'a, [ToolDef]>, ApiError> {
+) -> Result<Cow<'a, [ToolDef]>, TurnError> {
     let Some(wanted) = wanted else {
         return Ok(Cow::Borrowed(&catalog.tools));
     };
@@ -466,12 +522,9 @@ fn offered_tools<'a>(
         .find(|n| !catalog.contains(n) && !catalog.is_incomplete())
     {
         let known: Vec<&str> = catalog.tools.iter().map(|t| t.name.as_str()).collect();
-        return Err(ApiError::Invalid {
-            code: "unknown_tool",
-            message: format!(
-                "`tools` names `{unknown}`, which is not available; available: {}",
-                known.join(", ")
-            ),
+        return Err(TurnError::UnknownTool {
+            unknown: unknown.clone(),
+            available: known.join(", "),
         });
     }
     Ok(Cow::Owned(

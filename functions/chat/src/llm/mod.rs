@@ -108,7 +108,19 @@ impl LlmConfig {
     fn key_missing_for_openai(&self) -> bool {
         self.api_key.is_none() && self.is_openai()
     }
+
+    /// Why no model can be asked, and the two ways to configure one; `None` when one can.
+    /// A turn answers it at once (nothing is sent or stored) and the page shows it on load.
+    pub fn setup_problem(&self) -> Option<&'static str> {
+        self.key_missing_for_openai().then_some(NO_MODEL)
+    }
 }
+
+/// What [`LlmConfig::setup_problem`] says.
+pub const NO_MODEL: &str = "No language model is configured: LLM_API_KEY is not set and \
+LLM_BASE_URL is OpenAI's, which refuses every request without a key. Set LLM_API_KEY (or \
+OPENAI_API_KEY) to an OpenAI key, or LLM_BASE_URL to a local OpenAI-compatible server (Ollama, \
+vLLM, llama.cpp, ...) in the chat function's settings, then restart it.";
 
 /// An optional number from 0 to `max`, as sampling settings are.
 fn fraction(env: &Env, var: &str, max: f64) -> Result<Option<f64>, ConfigError> {

@@ -28,6 +28,9 @@ pub struct Catalog {
     pub guidance: Vec<ServerGuidance>,
     /// A server could not be listed; its tools are missing and the next turn tries again.
     pub(super) incomplete: bool,
+    /// Why servers that refused the chat's credentials (401/403) are missing, one sentence
+    /// each naming the setting to check.
+    pub(super) refused: Vec<String>,
 }
 
 #[derive(Debug, Clone)]

@@ -67,11 +67,13 @@ pub struct IdempotencyKey(String);
 impl IdempotencyKey {
     pub const MAX_CHARS: usize = 255;
 
-    /// `<turn>:<call id>`, or `<turn>:<step>.<index>` when the model's call id is empty, too
-    /// long or not printable ASCII. The turn id is unique per turn, and a call id is unique in
-    /// its turn, so no two calls share a key.
+    /// `<turn>:<step>.<index>:<call id>`, or `<turn>:<step>.<index>` when the model's call id
+    /// is empty, too long or not printable ASCII. The turn id is unique per turn and the step
+    /// and index place the call in it: a call id alone is not, as servers that number calls
+    /// per response (`call_0`) reuse it in the next step, and a shared key would make the
+    /// second write a replay of the first. A retry of the same call keeps its key.
     pub fn for_call(turn: &Uuid, call_id: &str, step: u32, index: usize) -> Self {
-        let key = format!("{turn}:{call_id}");
+        let key = format!("{turn}:{step}.{index}:{call_id}");
         let fits = !call_id.is_empty()
             && key.len() <= Self::MAX_CHARS
             && call_id.bytes().all(|b| b.is_ascii_graphic());
@@ -182,6 +184,7 @@ impl McpClients {
         }
         let mut listed = Vec::new();
         let mut incomplete = false;
+        let mut refused = Vec::new();
         for (i, server) in self.servers.iter().enumerate() {
             match self.list(server).await {
                 Ok((tools, instructions)) => listed.push(Listing {
@@ -192,11 +195,16 @@ impl McpClients {
                 }),
                 Err(e) => {
                     incomplete = true;
-                    tracing::warn!(server = %server.config.name, error = %e, "cannot list MCP tools; the turn goes on without them");
+                    if e.unauthorized {
+                        refused.push(refused_credentials(&server.config));
+                    }
+                    tracing::warn!(server = %server.config.name, error = %e.message, unauthorized = e.unauthorized, "cannot list MCP tools; the turn goes on without them");
                 }
             }
         }
-        let catalog = Arc::new(Catalog::build(listed, incomplete));
+        let mut catalog = Catalog::build(listed, incomplete);
+        catalog.refused = refused;
+        let catalog = Arc::new(catalog);
         *cached = Some(catalog.clone());
         catalog
     }
@@ -205,7 +213,12 @@ impl McpClients {
     async fn list(
         &self,
         server: &Server,
-    ) -> Result<(Vec<rmcp::model::Tool>, Option<String>), String> {
+    ) -> Result<(Vec<rmcp::model::Tool>, Option<String>), ConnectFailure> {
+        let failure = |message: String, unauthorized: bool| ConnectFailure {
+            message,
+            unauthorized,
+            token_generation: 0,
+        };
         for attempt in 1..=2 {
             let connected = self.connect_authorized(server).await?;
             match tokio::time::timeout(self.timeout, connected.client.list_all_tools()).await {
@@ -222,13 +235,13 @@ impl McpClients {
                         && e.auth_challenge().is_some()
                         && self.renew_token(server, connected.token_generation).await;
                     if !renewed {
-                        return Err(e.to_string());
+                        return Err(failure(e.to_string(), e.auth_challenge().is_some()));
                     }
                 }
-                Err(_) => return Err("timed out".into()),
+                Err(_) => return Err(failure("timed out".into(), false)),
             }
         }
-        Err("the server refused the renewed token".into())
+        Err(failure("the server refused the renewed token".into(), true))
     }
 
     /// Runs one call by the name the model used, for `by`, giving up at `deadline` (the
@@ -264,7 +277,12 @@ impl McpClients {
         by: CallFor<'_>,
     ) -> ToolOutcome {
         let Some(route) = catalog.routes.get(name) else {
-            return ToolOutcome::error(if catalog.incomplete {
+            return ToolOutcome::error(if !catalog.refused.is_empty() {
+                format!(
+                    "the tool `{name}` is unavailable: {}",
+                    catalog.refused.join("; ")
+                )
+            } else if catalog.incomplete {
                 format!(
                     "the tool `{name}` is unavailable right now: a tool server cannot be reached"
                 )
@@ -312,8 +330,12 @@ impl McpClients {
             }
             let connected = match self.connect_authorized(server).await {
                 Ok(c) => c,
+                Err(e) if e.unauthorized => {
+                    tracing::warn!(server = %server.config.name, error = %e.message, "MCP server refused the chat's credentials");
+                    return ToolOutcome::error(refused_credentials(&server.config));
+                }
                 Err(e) => {
-                    tracing::warn!(server = %server.config.name, error = %e, "MCP server unreachable");
+                    tracing::warn!(server = %server.config.name, error = %e.message, "MCP server unreachable");
                     return unavailable(
                         maybe_ran,
                         "the connection to its server failed before the answer arrived, and \
@@ -417,16 +439,16 @@ sending it again was refused",
     }
 
     /// [`Self::connect`], renewing the token once if the server refuses it.
-    async fn connect_authorized(&self, server: &Server) -> Result<Connected, String> {
+    async fn connect_authorized(&self, server: &Server) -> Result<Connected, ConnectFailure> {
         match self.connect(server).await {
             Err(refused) if refused.unauthorized => {
                 if self.renew_token(server, refused.token_generation).await {
-                    self.connect(server).await.map_err(|f| f.message)
+                    self.connect(server).await
                 } else {
-                    Err(refused.message)
+                    Err(refused)
                 }
             }
-            other => other.map_err(|f| f.message),
+            other => other,
         }
     }
 
@@ -491,6 +513,21 @@ sending it again was refused",
     }
 }
 
+/// What the model (and so the user) is told of a server that answered 401 or 403: it was
+/// reached and refused the chat's credentials, and the setting that holds them. Never the
+/// token itself.
+fn refused_credentials(server: &McpServer) -> String {
+    let setting = match server.token_setting {
+        Some(setting) => format!("{setting}, which must match the mcp function's"),
+        None => format!("the `token` of `{}` in MCP_SERVERS", server.name),
+    };
+    format!(
+        "the tool server `{}` refused the chat's credentials (HTTP 401/403); this needs fixing \
+in the chat function's settings: check {setting}",
+        server.name
+    )
+}
+
 fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -538,11 +575,14 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn an_idempotency_key_is_the_turn_and_the_call_id_when_that_fits() {
+    fn an_idempotency_key_is_the_turn_the_place_of_the_call_and_its_id_when_that_fits() {
         let turn = Uuid::nil();
         let key = IdempotencyKey::for_call(&turn, "call_abc", 1, 0);
-        assert_eq!(key.as_str(), format!("{turn}:call_abc"));
-        for odd in ["", "call id", "café", &"x".repeat(250)] {
+        assert_eq!(key.as_str(), format!("{turn}:1.0:call_abc"));
+        // The same call id in the next step is another call.
+        let next = IdempotencyKey::for_call(&turn, "call_abc", 2, 0);
+        assert_ne!(key, next);
+        for odd in ["", "call id", "café", &"x".repeat(240)] {
             let key = IdempotencyKey::for_call(&turn, odd, 2, 3);
             assert_eq!(key.as_str(), format!("{turn}:2.3"), "{odd:?}");
         }

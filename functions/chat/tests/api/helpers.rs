@@ -229,6 +229,15 @@ pub async fn spawn_chat_with_mcp(
     mcp_settings: &[(&str, &str)],
     steps: Vec<Step>,
 ) -> TestChat {
+    spawn_chat_with_mcp_and_llm(db, mcp_settings, ScriptedLlm::start(steps).await).await
+}
+
+/// [`spawn_chat_with_mcp`] with a scripted model the test started itself.
+pub async fn spawn_chat_with_mcp_and_llm(
+    db: &TestDb,
+    mcp_settings: &[(&str, &str)],
+    llm: ScriptedLlm,
+) -> TestChat {
     let mcp = spawn_mcp_from(
         Env::from_pairs([
             ("DATABASE_URL", db.readonly_url.as_str()),
@@ -237,7 +246,6 @@ pub async fn spawn_chat_with_mcp(
         .overlay(mcp_settings.iter().copied()),
     )
     .await;
-    let llm = ScriptedLlm::start(steps).await;
     let env = Env::from_pairs([
         ("DATABASE_URL", db.url.clone()),
         ("JWT_SECRET", JWT_SECRET.to_owned()),

@@ -5,7 +5,7 @@ use parley_testkit::llm::Step;
 use serde_json::{Value, json};
 
 use crate::clients;
-use crate::helpers::{input_of, spawn_chat, sse_data};
+use crate::helpers::{Options, input_of, spawn, spawn_chat, sse_data};
 
 const CONVERSATION: &str = "x-parley-conversation-id";
 
@@ -227,4 +227,76 @@ async fn the_official_openai_client_lists_completes_and_streams() {
     assert_eq!(out["wrong_model"], 404);
     // Both turns are in the one conversation, kept by the server.
     assert_eq!(chat.messages("alice", conversation).await.len(), 4);
+}
+
+#[tokio::test]
+async fn tool_blocks_are_left_out_by_the_setting_or_by_the_request() {
+    let chat = spawn(Options {
+        steps: vec![
+            Step::call("lad_by_ref", r#"{"ref":"Leeds"}"#),
+            Step::text("Leeds is E08000035."),
+            Step::call("lad_by_ref", r#"{"ref":"York"}"#),
+            Step::text("York is E06000014."),
+            Step::call("lad_by_ref", r#"{"ref":"Bristol"}"#),
+            Step::text("Bristol is E06000023."),
+        ],
+        extra_env: vec![("V1_TOOL_BLOCKS", "false".into())],
+        ..Options::default()
+    })
+    .await;
+    let (status, _, body) = chat
+        .post_json("alice", "/v1/chat/completions", &[], question("Leeds?"))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["choices"][0]["message"]["content"], "Leeds is E08000035.",
+        "{body}"
+    );
+
+    // Streamed, the same: only the reply.
+    let mut streamed = question("York?");
+    streamed["stream"] = json!(true);
+    let response = chat
+        .post_streamed("alice", "/v1/chat/completions", streamed)
+        .await;
+    let content: String = sse_data(&response.text().await.unwrap())
+        .iter()
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(content, "York is E06000014.");
+
+    // A request asks for them back for itself.
+    let mut wanted = question("Bristol?");
+    wanted["tool_blocks"] = json!(true);
+    let (_, _, body) = chat
+        .post_json("alice", "/v1/chat/completions", &[], wanted)
+        .await;
+    let content = body["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(
+        content.starts_with("<details type=\"tool_calls\"") && content.contains("Bristol"),
+        "{content}"
+    );
+}
+
+#[tokio::test]
+async fn a_request_leaves_the_tool_blocks_out_for_itself() {
+    let chat = spawn_chat(vec![
+        Step::call("lad_by_ref", r#"{"ref":"Leeds"}"#),
+        Step::text("Leeds is E08000035."),
+    ])
+    .await;
+    let mut body = question("Leeds?");
+    body["tool_blocks"] = json!(false);
+    let (status, _, body) = chat
+        .post_json("alice", "/v1/chat/completions", &[], body)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["choices"][0]["message"]["content"], "Leeds is E08000035.",
+        "{body}"
+    );
 }

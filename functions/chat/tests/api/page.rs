@@ -94,7 +94,8 @@ async fn api_page_says_how_to_sign_in_and_offers_no_picker_by_default() {
     assert_eq!(status, 200);
     assert_eq!(
         body,
-        json!({"assistant": "Taskbot", "auth": "token", "context_options": null})
+        json!({"assistant": "Taskbot", "auth": "token", "context_options": null,
+               "model_problem": null})
     );
 
     let local = chat(vec![("CHAT_AUTH", "none".into())]).await;

@@ -1,10 +1,13 @@
 //! The tool-calling loop end to end: tool calls through the real mcp function, parallel calls,
 //! the step cap, bad arguments, LLM retries and failures, the MCP function down, both dialects.
 
-use parley_testkit::llm::Step;
+use parley_testkit::TestDb;
+use parley_testkit::llm::{ScriptedLlm, Step};
 use serde_json::{Value, json};
 
-use crate::helpers::{Options, input_of, spawn, spawn_chat};
+use crate::helpers::{
+    FEEDBACK_ROWS, Options, input_of, spawn, spawn_chat, spawn_chat_with_mcp_and_llm,
+};
 
 fn call(name: &str, args: &str) -> (String, String) {
     (name.to_owned(), args.to_owned())
@@ -636,4 +639,129 @@ async fn calls_past_the_per_step_cap_are_not_run_and_the_model_is_told() {
         .collect();
     assert_eq!(outputs.len(), 3);
     assert!(outputs[2].contains("not run"), "{outputs:?}");
+}
+
+#[tokio::test]
+async fn the_same_call_id_in_two_steps_is_two_calls_and_both_writes_happen() {
+    // Servers that number calls per response send `call_0` in every step: the second write is
+    // a new call, not a replay of the first.
+    let db = TestDb::with_demo_data(FEEDBACK_ROWS).await;
+    let llm = ScriptedLlm::numbering_calls_per_response(vec![
+        Step::call(
+            "create_task",
+            r#"{"title":"Call the plumber about call_0"}"#,
+        ),
+        Step::call("create_task", r#"{"title":"Call the roofer about call_0"}"#),
+        Step::text("Added both."),
+    ])
+    .await;
+    let tools = parley_testkit::domains::all_tools();
+    let chat = spawn_chat_with_mcp_and_llm(&db, &[("TOOLS_FILE", &tools)], llm).await;
+    let body = chat
+        .turn("alice", json!({"message": "Add two tasks"}))
+        .await;
+    let traces = body["traces"].as_array().unwrap();
+    assert_eq!(traces.len(), 2, "{body}");
+    for trace in traces {
+        assert_eq!(trace["call_id"], "call_0", "{body}");
+        assert_eq!(trace["is_error"], false, "{body}");
+    }
+    assert_eq!(
+        traces[1]["output"]["rows"][0]["title"], "Call the roofer about call_0",
+        "{body}"
+    );
+    let titles: Vec<String> = db
+        .client()
+        .await
+        .query(
+            "SELECT title FROM tasks WHERE title LIKE '%about call_0' ORDER BY title",
+            &[],
+        )
+        .await
+        .expect("tasks")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        titles,
+        [
+            "Call the plumber about call_0",
+            "Call the roofer about call_0"
+        ]
+    );
+    // The keys the mcp function saw differ, and each names its step.
+    let keys: Vec<String> = chat
+        .mcp
+        .as_ref()
+        .unwrap()
+        .posts("tools/call")
+        .iter()
+        .map(|p| {
+            p.meta["parley/idempotency_key"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(keys.len(), 2);
+    assert_ne!(keys[0], keys[1]);
+}
+
+#[tokio::test]
+async fn without_a_key_for_openai_a_turn_answers_llm_key_missing_at_once_and_stores_nothing() {
+    let chat = spawn(Options {
+        extra_env: vec![
+            ("LLM_API_KEY", String::new()),
+            // OpenAI's own, the default: nothing must be sent there.
+            ("LLM_BASE_URL", String::new()),
+            ("LLM_MAX_RETRIES", "0".into()),
+            ("LLM_TIMEOUT_MS", "2000".into()),
+        ],
+        ..Options::default()
+    })
+    .await;
+    let (status, body) = chat
+        .post("alice", json!({"message": "What is in my data?"}))
+        .await;
+    assert_eq!(status, 502, "{body}");
+    assert_eq!(body["error"]["code"], "llm_key_missing", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    for named in ["LLM_API_KEY", "LLM_BASE_URL", "OpenAI-compatible server"] {
+        assert!(message.contains(named), "{named} in {message}");
+    }
+    assert!(!message.contains("retry"), "{message}");
+    let (_, listed) = chat.get(Some("alice"), "/api/conversations").await;
+    assert_eq!(listed["conversations"], json!([]), "no conversation for it");
+
+    // The page says so when it loads, before anyone types.
+    let (_, page) = chat.get(None, "/api/page").await;
+    assert_eq!(page["model_problem"], message, "{page}");
+    let (_, configured) = spawn_chat(Vec::new()).await.get(None, "/api/page").await;
+    assert_eq!(configured["model_problem"], Value::Null);
+}
+
+#[tokio::test]
+async fn a_tool_server_that_refuses_the_chats_token_is_named_as_refusing_not_unreachable() {
+    let chat = spawn(Options {
+        steps: vec![
+            Step::Calls(vec![call("lad_by_ref", r#"{"ref":"Leeds"}"#)]),
+            Step::Text("I could not look that up.".into()),
+        ],
+        extra_env: vec![("MCP_AUTH_TOKEN", "not-the-mcp-functions-token".into())],
+        ..Options::default()
+    })
+    .await;
+    let body = chat.turn("alice", json!({"message": "Leeds?"})).await;
+    let trace = &body["traces"][0];
+    assert_eq!(trace["is_error"], true, "{body}");
+    let output = trace["output"].as_str().unwrap();
+    assert!(
+        output.contains("refused the chat's credentials") && output.contains("MCP_AUTH_TOKEN"),
+        "{output}"
+    );
+    assert!(!output.contains("cannot be reached"), "{output}");
+    assert!(
+        !output.contains("not-the-mcp"),
+        "the token stays out: {output}"
+    );
 }

@@ -271,6 +271,9 @@ struct Script {
     responses: u64,
     /// Tool calls made, to number call ids across the whole script.
     calls: u64,
+    /// Number call ids from `call_0` in each response instead, as some OpenAI-compatible
+    /// servers do, so the same id comes back in the next step.
+    ids_per_response: bool,
     pace: Pace,
     usage: Usage,
 }
@@ -301,6 +304,14 @@ impl ScriptedLlm {
         Self::serve(Plan::InOrder(steps), 0)
             .await
             .expect("binding the scripted LLM to 127.0.0.1:0")
+    }
+
+    /// [`Self::start`], numbering call ids from `call_0` in each response, as servers that
+    /// number calls per response do: the same ids come back in every step.
+    pub async fn numbering_calls_per_response(steps: Vec<Step>) -> ScriptedLlm {
+        let llm = Self::start(steps).await;
+        lock(&llm.script).ids_per_response = true;
+        llm
     }
 
     /// Starts a server that answers every request with one call to `name` (step-cap tests).
@@ -335,6 +346,7 @@ impl ScriptedLlm {
             observe: None,
             responses: 0,
             calls: 0,
+            ids_per_response: false,
             pace: Pace::default(),
             usage: Usage::default(),
         }));
@@ -619,11 +631,14 @@ async fn answer(
         let mut s = lock(&script);
         s.responses += 1;
         let n = s.responses;
+        let per_response = s.ids_per_response;
         let calls: Vec<(String, String, String)> = calls
             .into_iter()
-            .map(|(name, args)| {
+            .enumerate()
+            .map(|(i, (name, args))| {
                 s.calls += 1;
-                (format!("call_{}", s.calls), name, args)
+                let id = if per_response { i as u64 } else { s.calls };
+                (format!("call_{id}"), name, args)
             })
             .collect();
         (n, calls, s.pace, s.usage)

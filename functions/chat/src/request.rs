@@ -1,0 +1,563 @@
+//! Request parsing for both chat routes: the wire structs of `POST /api/chat` and
+//! `POST /v1/chat/completions` become a checked [`TurnRequest`] here and nowhere else, so
+//! holding one proves its message, context, conversation id and tool names were checked.
+//! It picks no HTTP status: its [`RequestError`]s are mapped in `error.rs`.
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::config::Limits;
+use crate::conversation::ConversationId;
+use crate::instructions::UiContext;
+use crate::llm::Item;
+use crate::nul;
+
+/// Most names a request may narrow the tools to.
+pub const MAX_TOOL_NAMES: usize = 64;
+
+/// Most earlier messages taken from a `/v1` request that names no conversation.
+pub const MAX_PRIOR_MESSAGES: usize = 50;
+
+/// Why a request was refused before any turn began.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// The body is not JSON.
+    #[error("the body is not valid JSON: {0}")]
+    Malformed(String),
+    /// JSON of the wrong shape, or values the chat does not take; `code` says which.
+    #[error("{message}")]
+    Invalid { code: &'static str, message: String },
+    #[error("request body is larger than {limit} bytes")]
+    TooLarge { limit: usize },
+    /// The body could not be read (the client hung up, a broken chunked encoding).
+    #[error("{0}")]
+    Unreadable(String),
+}
+
+fn invalid(code: &'static str, message: impl Into<String>) -> RequestError {
+    RequestError::Invalid {
+        code,
+        message: message.into(),
+    }
+}
+
+/// A checked turn request: only [`TryFrom`] a wire struct of either route makes one.
+#[derive(Debug, Clone)]
+pub struct TurnRequest {
+    message: String,
+    context: Option<UiContext>,
+    conversation: Option<ConversationId>,
+    tools: Option<Vec<String>>,
+    prior: Vec<Item>,
+}
+
+impl TurnRequest {
+    /// The user's message: trimmed, not empty, at most `MAX_MESSAGE_CHARS`, no NUL.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The page's context object, at most `MAX_CONTEXT_BYTES`.
+    pub fn context(&self) -> Option<&UiContext> {
+        self.context.as_ref()
+    }
+
+    /// The conversation to continue; none starts a new one.
+    pub fn conversation(&self) -> Option<ConversationId> {
+        self.conversation
+    }
+
+    /// The names the tools offered to the model are narrowed to (1 to [`MAX_TOOL_NAMES`]).
+    pub fn tools(&self) -> Option<&[String]> {
+        self.tools.as_deref()
+    }
+
+    /// What a stateless client (the OpenAI-compatible endpoint) says came before, for a new
+    /// conversation: the model sees it ahead of the question; it is not stored.
+    pub fn take_prior(&mut self) -> Vec<Item> {
+        std::mem::take(&mut self.prior)
+    }
+}
+
+/// A wire struct and the limits it is checked against: what [`TryFrom`] takes.
+pub struct Wire<'a, T> {
+    pub body: T,
+    pub limits: &'a Limits,
+}
+
+/// The body of `POST /api/chat`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChatBody {
+    pub message: String,
+    #[serde(default)]
+    pub context: Option<Value>,
+    #[serde(default)]
+    pub conversation_id: Option<String>,
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
+}
+
+impl TryFrom<Wire<'_, ChatBody>> for TurnRequest {
+    type Error = RequestError;
+
+    fn try_from(Wire { body, limits }: Wire<'_, ChatBody>) -> Result<Self, RequestError> {
+        if body.context.as_ref().is_some_and(nul::has_nul) {
+            return Err(invalid(
+                "invalid_characters",
+                "`message` and `context` must not contain NUL characters",
+            ));
+        }
+        let message = checked_message(&body.message, limits)?;
+        let context = match body.context {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(map)) => {
+                let size = Value::Object(map.clone()).to_string().len();
+                if size > limits.max_context_bytes {
+                    return Err(invalid(
+                        "context_too_large",
+                        format!(
+                            "`context` is {size} bytes; the limit is {}",
+                            limits.max_context_bytes
+                        ),
+                    ));
+                }
+                Some(UiContext::new(map))
+            }
+            Some(_) => {
+                return Err(invalid(
+                    "invalid_context",
+                    "`context` must be a JSON object",
+                ));
+            }
+        };
+        let conversation = body
+            .conversation_id
+            .map(|raw| {
+                ConversationId::parse(&raw).ok_or_else(|| {
+                    invalid(
+                        "invalid_conversation_id",
+                        "`conversation_id` must be a UUID",
+                    )
+                })
+            })
+            .transpose()?;
+        if let Some(tools) = &body.tools
+            && (tools.is_empty() || tools.len() > MAX_TOOL_NAMES)
+        {
+            return Err(invalid(
+                "invalid_tools",
+                format!("`tools` must list between 1 and {MAX_TOOL_NAMES} tool names"),
+            ));
+        }
+        Ok(TurnRequest {
+            message,
+            context,
+            conversation,
+            tools: body.tools,
+            prior: Vec::new(),
+        })
+    }
+}
+
+/// `POST /api/chat`'s body, read and checked.
+pub fn chat(bytes: &[u8], limits: &Limits) -> Result<TurnRequest, RequestError> {
+    TurnRequest::try_from(Wire {
+        body: parse_json::<ChatBody>(bytes)?,
+        limits,
+    })
+}
+
+/// The body of `POST /v1/chat/completions`. Sampling settings, `user`, `tools` and the rest
+/// are accepted and ignored: the assistant's own settings and tools apply.
+#[derive(Debug, Deserialize)]
+pub struct CompletionBody {
+    pub model: String,
+    pub messages: Vec<WireMessage>,
+    #[serde(default)]
+    pub stream: bool,
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
+    /// The conversation to continue; the route puts the `x-parley-conversation-id` header here.
+    #[serde(default)]
+    pub conversation_id: Option<String>,
+    /// Whether the answer starts with the tool calls as Open WebUI's `<details>` blocks;
+    /// unset, `V1_TOOL_BLOCKS` decides.
+    #[serde(default)]
+    pub tool_blocks: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct StreamOptions {
+    #[serde(default)]
+    include_usage: bool,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct WireMessage {
+    role: String,
+    #[serde(default)]
+    content: Option<Content>,
+}
+
+/// Message content: a string, or parts of which only text is understood.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Content {
+    Text(String),
+    Parts(Vec<Value>),
+}
+
+impl Content {
+    fn text(&self) -> Result<String, RequestError> {
+        match self {
+            Content::Text(text) => Ok(text.clone()),
+            Content::Parts(parts) => {
+                let mut text = String::new();
+                for part in parts {
+                    match (part["type"].as_str(), part["text"].as_str()) {
+                        (Some("text"), Some(t)) => {
+                            if !text.is_empty() {
+                                text.push('\n');
+                            }
+                            text.push_str(t);
+                        }
+                        (kind, _) => {
+                            return Err(invalid(
+                                "unsupported_content",
+                                format!(
+                                    "only text content is understood, not `{}`",
+                                    kind.unwrap_or("?")
+                                ),
+                            ));
+                        }
+                    }
+                }
+                Ok(text)
+            }
+        }
+    }
+}
+
+/// A checked completion request: the turn and how its answer is written.
+#[derive(Debug)]
+pub struct Completion {
+    pub turn: TurnRequest,
+    pub stream: bool,
+    pub include_usage: bool,
+    /// The request's `tool_blocks`, if it said.
+    pub tool_blocks: Option<bool>,
+}
+
+impl TryFrom<Wire<'_, CompletionBody>> for Completion {
+    type Error = RequestError;
+
+    fn try_from(Wire { body, limits }: Wire<'_, CompletionBody>) -> Result<Self, RequestError> {
+        let Some((last, earlier)) = body.messages.split_last() else {
+            return Err(invalid("messages_empty", "`messages` must not be empty"));
+        };
+        if last.role != "user" {
+            return Err(invalid(
+                "last_message_not_user",
+                "the last of `messages` must be the user's question",
+            ));
+        }
+        let question = last
+            .content
+            .as_ref()
+            .map(Content::text)
+            .transpose()?
+            .unwrap_or_default();
+        let message = checked_message(&question, limits)?;
+        let conversation = body
+            .conversation_id
+            .map(|raw| {
+                ConversationId::parse(raw.trim()).ok_or_else(|| {
+                    invalid(
+                        "invalid_conversation_id",
+                        "`x-parley-conversation-id` / `conversation_id` must be a UUID",
+                    )
+                })
+            })
+            .transpose()?;
+        // A stored conversation has its own history; a new one starts from what the client
+        // says came before.
+        let prior = match conversation {
+            Some(_) => Vec::new(),
+            None => prior_items(earlier)?,
+        };
+        Ok(Completion {
+            turn: TurnRequest {
+                message,
+                context: None,
+                conversation,
+                tools: None,
+                prior,
+            },
+            stream: body.stream,
+            include_usage: body.stream_options.is_some_and(|o| o.include_usage),
+            tool_blocks: body.tool_blocks,
+        })
+    }
+}
+
+/// Earlier user and assistant messages as the model's items; the assistant's tool blocks
+/// (which the endpoint wrote) are left out, and system messages too: the assistant's own
+/// instructions apply.
+fn prior_items(earlier: &[WireMessage]) -> Result<Vec<Item>, RequestError> {
+    let start = earlier.len().saturating_sub(MAX_PRIOR_MESSAGES);
+    let mut items = Vec::new();
+    for message in &earlier[start..] {
+        let Some(content) = &message.content else {
+            continue;
+        };
+        let text = content.text()?;
+        if text.contains('\0') {
+            return Err(invalid(
+                "invalid_characters",
+                "messages must not contain NUL characters",
+            ));
+        }
+        match message.role.as_str() {
+            "user" => items.push(Item::User(text)),
+            "assistant" => {
+                let said = strip_tool_blocks(&text);
+                if !said.trim().is_empty() {
+                    items.push(Item::Assistant(said));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(items)
+}
+
+/// The tool blocks the OpenAI-compatible endpoint writes (`<details type="tool_calls" ...>`
+/// up to `</details>`), taken back out of an assistant message a client replays.
+pub fn strip_tool_blocks(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("<details type=\"tool_calls\"") {
+        out.push_str(&rest[..start]);
+        match rest[start..].find("</details>") {
+            Some(end) => rest = &rest[start + end + "</details>".len()..],
+            None => {
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    out.trim().to_owned()
+}
+
+/// The user's message, trimmed: not empty, not too long, no NUL (Postgres text cannot hold
+/// one; refused here rather than failing when stored).
+fn checked_message(raw: &str, limits: &Limits) -> Result<String, RequestError> {
+    if raw.contains('\0') {
+        return Err(invalid(
+            "invalid_characters",
+            "`message` and `context` must not contain NUL characters",
+        ));
+    }
+    let message = raw.trim();
+    if message.is_empty() {
+        return Err(invalid("message_empty", "`message` must not be empty"));
+    }
+    let chars = message.chars().count();
+    if chars > limits.max_message_chars {
+        return Err(invalid(
+            "message_too_long",
+            format!(
+                "`message` has {chars} characters; the limit is {}",
+                limits.max_message_chars
+            ),
+        ));
+    }
+    Ok(message.to_owned())
+}
+
+/// Bad JSON is [`RequestError::Malformed`]; JSON of the wrong shape (types, unknown or missing
+/// fields) is `invalid_request`, with the path of the offending field.
+pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, RequestError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let parsed: Result<T, _> = serde_path_to_error::deserialize(&mut de);
+    let trailing = parsed.is_ok().then(|| de.end()).and_then(Result::err);
+    if let Some(e) = trailing {
+        return Err(RequestError::Malformed(e.to_string()));
+    }
+    parsed.map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if inner.is_data() {
+            let at = if path == "." {
+                String::new()
+            } else {
+                format!(" at `{path}`")
+            };
+            invalid("invalid_request", format!("{inner}{at}"))
+        } else {
+            RequestError::Malformed(inner.to_string())
+        }
+    })
+}
+
+/// The body as axum buffered it, up to `limit` bytes (`MAX_BODY_BYTES`).
+pub fn body_bytes(
+    body: Result<Bytes, BytesRejection>,
+    limit: usize,
+) -> Result<Bytes, RequestError> {
+    body.map_err(|rejection| match rejection {
+        BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)) => {
+            RequestError::TooLarge { limit }
+        }
+        other => RequestError::Unreadable(other.body_text()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ApiError;
+    use axum::response::IntoResponse;
+    use serde_json::json;
+    use std::time::Duration;
+
+    fn limits() -> Limits {
+        Limits {
+            history: 20,
+            replay_chars: 2000,
+            max_steps: 8,
+            max_calls_per_step: 16,
+            turn_deadline: Duration::from_secs(25),
+            stream_turn_deadline: Duration::from_secs(300),
+            max_message_chars: 10,
+            max_body_bytes: 1024,
+            max_context_bytes: 64,
+            turn_lock_wait: Duration::from_secs(1),
+            turn_lease: Duration::from_secs(30),
+            mcp_timeout: Duration::from_secs(1),
+            page_max: 100,
+        }
+    }
+
+    fn error(body: &str) -> (u16, &'static str) {
+        let e = chat(body.as_bytes(), &limits()).unwrap_err();
+        let code = match &e {
+            RequestError::Invalid { code, .. } => *code,
+            RequestError::Malformed(_) => "invalid_json",
+            _ => "other",
+        };
+        (ApiError::from(e).into_response().status().as_u16(), code)
+    }
+
+    #[test]
+    fn malformed_json_is_400() {
+        assert_eq!(error("{\"message\":"), (400, "invalid_json"));
+        assert_eq!(
+            error("{\"message\":\"hi\"} trailing"),
+            (400, "invalid_json")
+        );
+    }
+
+    #[test]
+    fn wrong_shapes_are_422() {
+        assert_eq!(error(r#"{"message": 5}"#), (422, "invalid_request"));
+        assert_eq!(
+            error(r#"{"message": "hi", "colour": "red"}"#),
+            (422, "invalid_request")
+        );
+        assert_eq!(error(r#"{}"#), (422, "invalid_request"));
+        assert_eq!(
+            error(r#"{"message": "hi", "context": [1]}"#),
+            (422, "invalid_context")
+        );
+        assert_eq!(
+            error(r#"{"message": "hi", "conversation_id": "nope"}"#),
+            (422, "invalid_conversation_id")
+        );
+        assert_eq!(
+            error(r#"{"message": "hi", "tools": []}"#),
+            (422, "invalid_tools")
+        );
+        assert_eq!(
+            error(r#"{"message": "a\u0000b"}"#),
+            (422, "invalid_characters")
+        );
+        assert_eq!(
+            error(r#"{"message": "hi", "context": {"x": ["\u0000"]}}"#),
+            (422, "invalid_characters")
+        );
+    }
+
+    #[test]
+    fn message_bounds_are_enforced_after_trimming() {
+        assert_eq!(error(r#"{"message": "   "}"#), (422, "message_empty"));
+        assert_eq!(
+            error(r#"{"message": "eleven chars"}"#),
+            (422, "message_too_long")
+        );
+        let ok = chat(br#"{"message": "  ten chars!  "}"#, &limits()).unwrap();
+        assert_eq!(ok.message(), "ten chars!");
+    }
+
+    #[test]
+    fn a_valid_request_becomes_a_turn_request() {
+        let r = chat(
+            br#"{"message": " hi ", "context": {"district": "Leeds"}, "conversation_id": "6f1c5d2e-8c7b-4f2a-9d1e-3b5a7c9e1f20", "tools": ["lad_by_ref"]}"#,
+            &limits(),
+        )
+        .unwrap();
+        assert_eq!(r.message(), "hi");
+        assert!(r.context().is_some());
+        assert!(r.conversation().is_some());
+        assert_eq!(r.tools().unwrap(), ["lad_by_ref"]);
+    }
+
+    #[test]
+    fn an_oversize_context_is_refused() {
+        let big = format!(
+            r#"{{"message": "hi", "context": {{"note": "{}"}}}}"#,
+            "x".repeat(100)
+        );
+        assert_eq!(error(&big), (422, "context_too_large"));
+    }
+
+    #[test]
+    fn a_completion_without_a_conversation_keeps_the_earlier_messages_minus_tool_blocks() {
+        let body: CompletionBody = serde_json::from_value(json!({
+            "model": "parley",
+            "messages": [
+                {"role": "system", "content": "ignored"},
+                {"role": "user", "content": "first"},
+                {"role": "assistant", "content": "<details type=\"tool_calls\" id=\"c\">\n</details>\nsaid"},
+                {"role": "user", "content": [{"type": "text", "text": "next"}]},
+            ],
+            "tool_blocks": false,
+        }))
+        .unwrap();
+        let mut c = Completion::try_from(Wire {
+            body,
+            limits: &limits(),
+        })
+        .unwrap();
+        assert_eq!(c.turn.message(), "next");
+        assert_eq!(c.tool_blocks, Some(false));
+        assert_eq!(
+            c.turn.take_prior(),
+            [Item::User("first".into()), Item::Assistant("said".into())]
+        );
+    }
+
+    #[test]
+    fn only_text_content_is_understood() {
+        let parts = Content::Parts(vec![
+            json!({"type": "text", "text": "a"}),
+            json!({"type": "text", "text": "b"}),
+        ]);
+        assert_eq!(parts.text().unwrap(), "a\nb");
+        let image = Content::Parts(vec![json!({"type": "image_url", "image_url": {}})]);
+        assert!(image.text().is_err());
+    }
+}
