@@ -6,6 +6,7 @@ mod auth;
 mod callers;
 mod connections;
 mod direct;
+mod disconnects;
 mod embeddings;
 mod helpers;
 mod protocol;
