@@ -9,6 +9,7 @@ mod direct;
 mod disconnects;
 mod embeddings;
 mod helpers;
+mod identity;
 mod protocol;
 mod resilience;
 mod secrets;
