@@ -7,6 +7,7 @@ mod callers;
 mod connections;
 mod direct;
 mod disconnects;
+mod documents_access;
 mod embeddings;
 mod helpers;
 mod identity;
