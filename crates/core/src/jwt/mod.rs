@@ -1,6 +1,7 @@
 //! Verifies bearer JWTs for every function: HS256 with a shared secret, RS256, ES256 and EdDSA
-//! (Ed25519) with keys from a JWKS URL; checks `exp`, `nbf` (with clock skew), `iss`, `aud` and `crit`, and
-//! hands back the verified claims. It knows tokens, not HTTP: each function maps [`TokenError`]
+//! (Ed25519) with keys from a JWKS URL; checks `exp`, `nbf` (with clock skew), `iss`, `aud`, `crit`
+//! and that `sub` is 1 to 255 characters without control characters, and hands back the
+//! verified claims. It knows tokens, not HTTP: each function maps [`TokenError`]
 //! to its own responses and decides what a subject means to it.
 
 pub mod assertion;
