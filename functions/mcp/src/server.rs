@@ -239,7 +239,38 @@ impl ParleyMcp {
     /// `_meta` (the idempotency key), `caller` the verified caller the auth layer found,
     /// `request_id` the request's (already safe to put in SQL comments). Every call, refused
     /// ones included, leaves an audit record.
+    ///
+    /// The call runs in a task of its own: when the client goes away, hyper drops the
+    /// request's future, and a call dropped there would still have run in Postgres (a
+    /// statement runs to its end, a write may commit) with no audit record. The task runs
+    /// the call and writes its record whatever happens to the answer; spawning costs a few
+    /// microseconds against a call's hundreds.
     pub(crate) async fn call(
+        &self,
+        request: CallToolRequestParams,
+        meta: &JsonObject,
+        caller: &Caller,
+        request_id: &str,
+    ) -> Result<CallToolResult, ErrorData> {
+        let this = self.clone();
+        let (meta, caller, request_id) = (meta.clone(), caller.clone(), request_id.to_owned());
+        let call =
+            tokio::spawn(
+                async move { this.call_to_end(request, &meta, &caller, &request_id).await },
+            );
+        match call.await {
+            Ok(answer) => answer,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // Only a runtime shutting down cancels the task.
+            Err(_) => Err(ErrorData::internal_error(
+                "the server is shutting down",
+                None,
+            )),
+        }
+    }
+
+    /// [`Self::call`]'s work, from the arguments to the audit record.
+    async fn call_to_end(
         &self,
         request: CallToolRequestParams,
         meta: &JsonObject,

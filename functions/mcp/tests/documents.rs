@@ -216,15 +216,18 @@ async fn a_user_sees_hits_only_from_the_collections_they_are_enrolled_in() {
             "{collection}"
         );
     }
-    // Nobody enrolled anywhere finds nothing.
+    // Nobody enrolled anywhere is told so, rather than finding nothing.
     let stranger = app
-        .rows(
+        .refusal(
             &user("stranger", &[]),
             "search_documents",
             json!({"query": "transaction"}),
         )
         .await;
-    assert!(stranger.is_empty(), "{stranger:?}");
+    assert!(
+        stranger.starts_with("you may read no collection"),
+        "{stranger}"
+    );
 }
 
 #[tokio::test]
@@ -238,7 +241,7 @@ async fn searching_a_collection_the_caller_is_not_enrolled_in_is_refused_with_a_
         )
         .await;
     assert!(
-        message.contains("you are not enrolled in the collection \"pg-reference\""),
+        message.contains("there is no collection named \"pg-reference\" that you may read"),
         "{message}"
     );
     let message = app
@@ -310,11 +313,14 @@ async fn read_document_returns_sections_in_order_and_refuses_an_unreadable_colle
             json!({"uri": "sql-set-transaction.html"}),
         )
         .await;
+    // Refused as if it did not exist: the collection is not named.
     assert!(
-        message.contains("which you are not enrolled in"),
+        message.contains(
+            "there is no document with uri \"sql-set-transaction.html\" that you may read"
+        ),
         "{message}"
     );
-    assert!(message.contains("pg-reference"), "{message}");
+    assert!(!message.contains("pg-reference"), "{message}");
 }
 
 #[tokio::test]

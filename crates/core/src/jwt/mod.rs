@@ -1,6 +1,7 @@
 //! Verifies bearer JWTs for every function: HS256 with a shared secret, RS256, ES256 and EdDSA
-//! (Ed25519) with keys from a JWKS URL; checks `exp`, `nbf` (with clock skew), `iss`, `aud` and `crit`, and
-//! hands back the verified claims. It knows tokens, not HTTP: each function maps [`TokenError`]
+//! (Ed25519) with keys from a JWKS URL; checks `exp`, `nbf` (with clock skew), `iss`, `aud`, `crit`
+//! and that `sub` is 1 to 255 characters without control characters, and hands back the
+//! verified claims. It knows tokens, not HTTP: each function maps [`TokenError`]
 //! to its own responses and decides what a subject means to it.
 
 pub mod assertion;
@@ -21,6 +22,11 @@ use jwks::JwksCache;
 /// Tokens longer than this are refused before any parsing: real JWTs are a few KiB at most,
 /// and this bounds the work an anonymous caller can cause.
 pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
+
+/// Longest `sub` accepted, in characters; with no control characters and not empty, the same
+/// rule the chat applies to its user ids. An empty subject would also share the service's
+/// idempotency namespace in mcp (`parley.idempotency` keys the service as `''`).
+pub const MAX_SUBJECT_CHARS: usize = 255;
 
 /// HS256 secrets shorter than this (the hash's output size) can be brute-forced offline from
 /// one captured token (RFC 7518 §3.2 asks for at least 256 bits).
@@ -52,6 +58,10 @@ pub struct JwtConfig {
     pub jwks_min_refresh: Duration,
     /// `JWKS_TIMEOUT_MS`: one JWKS request, start to end of body (default 5000).
     pub jwks_timeout: Duration,
+    /// Not a setting: the longest a token may still live when it arrives (`exp` - now, beyond
+    /// the leeway). `None` for identity providers' tokens; caller assertions set their
+    /// 60 s lifetime, so a leaked signing key cannot mint a token that lasts.
+    pub max_lifetime: Option<Duration>,
 }
 
 impl JwtConfig {
@@ -83,6 +93,7 @@ impl JwtConfig {
                 1_000..=3_600_000,
             )?,
             jwks_timeout: env.millis("JWKS_TIMEOUT_MS", Duration::from_secs(5), 100..=60_000)?,
+            max_lifetime: None,
         })
     }
 
@@ -128,6 +139,8 @@ pub struct Verifier {
     jwks: Option<JwksCache>,
     /// Claim checks shared by every algorithm; `algorithms` is set per token.
     validation: Validation,
+    /// [`JwtConfig::max_lifetime`] with the leeway added, in seconds.
+    max_lifetime_secs: Option<u64>,
 }
 
 impl fmt::Debug for Verifier {
@@ -184,6 +197,9 @@ impl Verifier {
                 )
             }),
             validation,
+            max_lifetime_secs: config
+                .max_lifetime
+                .map(|max| max.as_secs() + config.leeway_secs),
         }
     }
 
@@ -225,6 +241,31 @@ impl Verifier {
             .map_err(rejection)?
             .claims;
         let subject = sub.ok_or_else(|| invalid("the sub claim is missing"))?;
+        // Control characters would let a crafted `sub` forge log lines; an empty one names
+        // nobody (and in mcp would share the service's idempotency keys).
+        if subject.is_empty()
+            || subject.chars().count() > MAX_SUBJECT_CHARS
+            || subject.chars().any(char::is_control)
+        {
+            return Err(invalid(format!(
+                "the sub claim must be 1 to {MAX_SUBJECT_CHARS} characters without control \
+                 characters"
+            )));
+        }
+        if let Some(max) = self.max_lifetime_secs {
+            // `exp` is required and was checked to be a number in the future.
+            let exp = claims
+                .get("exp")
+                .and_then(Value::as_u64)
+                .unwrap_or(u64::MAX);
+            let left = exp.saturating_sub(jsonwebtoken::get_current_timestamp());
+            if left > max {
+                return Err(invalid(format!(
+                    "the token lives {left} s more, longer than the {max} s such tokens may \
+                     (exp too far ahead)"
+                )));
+            }
+        }
         claims.insert("sub".to_owned(), Value::String(subject.clone()));
         Ok(VerifiedClaims { subject, claims })
     }
@@ -310,6 +351,37 @@ mod tests {
         let verified = verifier.verify(&token).await.unwrap();
         assert_eq!(verified.subject, "user-1");
         assert_eq!(Value::Object(verified.claims), claims);
+    }
+
+    #[tokio::test]
+    async fn an_empty_long_or_control_character_subject_is_refused() {
+        let verifier = Verifier::new(config(&[("JWT_SECRET", SECRET)]), reqwest::Client::new());
+        let too_long = "x".repeat(MAX_SUBJECT_CHARS + 1);
+        for sub in [
+            "",
+            "alice\nINFO forged log line",
+            "tab\there",
+            too_long.as_str(),
+        ] {
+            let token = encode(
+                &Header::new(Algorithm::HS256),
+                &json!({"sub": sub, "exp": get_current_timestamp() + 600}),
+                &EncodingKey::from_secret(SECRET.as_bytes()),
+            )
+            .unwrap();
+            assert_eq!(
+                verifier.verify(&token).await.unwrap_err(),
+                invalid("the sub claim must be 1 to 255 characters without control characters"),
+                "{sub:?}"
+            );
+        }
+        let longest = encode(
+            &Header::new(Algorithm::HS256),
+            &json!({"sub": "é".repeat(MAX_SUBJECT_CHARS), "exp": get_current_timestamp() + 600}),
+            &EncodingKey::from_secret(SECRET.as_bytes()),
+        )
+        .unwrap();
+        assert!(verifier.verify(&longest).await.is_ok());
     }
 
     #[tokio::test]

@@ -326,7 +326,19 @@ impl McpClients {
         for attempt in 1..=2 {
             if let Some((signer, lent)) = &caller {
                 // Fresh for each attempt, so a retry never sends an assertion near its expiry.
-                lent.set(signer.sign(by.user.id.as_str(), &by.user.claims, unix_now()));
+                match signer.sign(by.user.id.as_str(), &by.user.claims, unix_now()) {
+                    Ok(assertion) => lent.set(assertion),
+                    Err(too_large) => {
+                        // Nothing was sent: the mcp function would refuse it for its length,
+                        // and no retry makes the user's claims smaller.
+                        tracing::warn!(server = %server.config.name, bytes = too_large.bytes, "caller assertion too large; tool call not sent");
+                        return ToolOutcome::error(format!(
+                            "the tool server `{}` cannot be called for this user: {too_large}; \
+                             nothing was run, and retrying will not help",
+                            server.config.name
+                        ));
+                    }
+                }
             }
             let connected = match self.connect_authorized(server).await {
                 Ok(c) => c,

@@ -189,3 +189,41 @@ answer without it"
         assert_ne!(call.bearer.as_deref(), Some(MCP_TOKEN));
     }
 }
+
+#[tokio::test]
+async fn a_user_whose_claims_outgrow_an_assertion_gets_a_tool_error_saying_so_and_nothing_is_sent()
+{
+    let chat = spawn(Options {
+        steps: vec![lookup("Leeds"), Step::text("I could not look it up.")],
+        ..Options::default()
+    })
+    .await;
+    // A token just under the 16 KiB the chat accepts: the assertion of its claims, with the
+    // assertion's own iss, aud and iat added, is over what the mcp function accepts.
+    let big = |n: usize| {
+        token_with(
+            json!({"sub": "alice", "exp": now() + 3600, "profile": "x".repeat(n)}),
+            JWT_SECRET,
+        )
+    };
+    let mut n = 12_300;
+    while big(n).len() > parley_core::jwt::MAX_TOKEN_BYTES - 8 {
+        n -= 1;
+    }
+    let (status, body) = chat
+        .post_raw(Some(&big(n)), json!({"message": "Leeds?"}).to_string())
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let output = body["traces"][0]["output"].as_str().expect("a trace");
+    assert!(
+        output.starts_with(
+            "the tool server `parley` cannot be called for this user: the signed-in user's \
+             claims make a caller assertion of "
+        ) && output.ends_with(
+            "bytes, more than the 16384 the mcp function accepts (the identity provider's \
+             token carries too many claims); nothing was run, and retrying will not help"
+        ),
+        "{output}"
+    );
+    assert!(chat.mcp().posts("tools/call").is_empty());
+}

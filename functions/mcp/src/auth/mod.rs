@@ -152,6 +152,13 @@ impl Authenticator {
         {
             match verifier.verify(presented).await {
                 Ok(verified) => return Ok(Caller::User(verified)),
+                // A token naming the chat as its issuer is an assertion or nothing: its own
+                // refusal (expired, say) is the one to report, not that the identity
+                // provider's keys do not verify it either.
+                Err(e) if parley_core::jwt::assertion::claims_to_be_one(presented) => {
+                    tracing::warn!(why = %e, "request refused: caller assertion not valid");
+                    return Err(HttpError::InvalidToken(self.challenge.clone(), Some(e)));
+                }
                 Err(e) => refused = Some(e),
             }
         }
@@ -292,11 +299,13 @@ mod tests {
         use parley_core::jwt::assertion::Signer;
         const KEY: &str = "a-caller-key-that-is-at-least-32-bytes";
         let claims = json!({"email": "u@example.com"});
-        let assertion = Signer::new(&SecretString::from(KEY)).sign(
-            "user-9",
-            claims.as_object().unwrap(),
-            get_current_timestamp(),
-        );
+        let assertion = Signer::new(&SecretString::from(KEY))
+            .sign(
+                "user-9",
+                claims.as_object().unwrap(),
+                get_current_timestamp(),
+            )
+            .unwrap();
         let auth = authenticator(&[("MCP_AUTH_TOKEN", "service-token"), ("MCP_CALLER_KEY", KEY)]);
         match caller(&auth, &assertion).await.unwrap() {
             Caller::User(VerifiedClaims { subject, claims }) => {
@@ -316,7 +325,8 @@ mod tests {
         let forged = Signer::new(&SecretString::from(
             "another-key-that-is-at-least-32-bytes!",
         ))
-        .sign("user-9", &serde_json::Map::new(), get_current_timestamp());
+        .sign("user-9", &serde_json::Map::new(), get_current_timestamp())
+        .unwrap();
         assert!(matches!(
             caller(&dev, &forged).await,
             Err(HttpError::InvalidToken(_, Some(_)))

@@ -179,7 +179,8 @@ async fn a_raised_exception_reaches_the_caller_as_the_tool_error() {
     assert_eq!(
         app.tool_error("searchable", json!({"collection": "nope"}))
             .await,
-        "there is no collection named \"nope\"; list_collections shows the ones you may read"
+        "there is no collection named \"nope\" that you may read (it does not exist, or you are \
+         not enrolled in it); list_collections shows the ones you may read"
     );
     // Any other error keeps its generic message.
     let other = app.tool_error("broken", json!({"n": 1})).await;
