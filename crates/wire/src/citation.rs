@@ -109,8 +109,16 @@ mod tests {
             Err(CitationError::NoId)
         );
         assert_eq!(
+            Citation::from_meta(&json!({"id": ""})),
+            Err(CitationError::NotAColumn("id"))
+        );
+        assert_eq!(
             Citation::from_meta(&json!({"id": "d", "uri": " "})),
             Err(CitationError::NotAColumn("uri"))
+        );
+        assert_eq!(
+            Citation::from_meta(&json!({"id": "d", "score": 5})),
+            Err(CitationError::NotAColumn("score"))
         );
     }
 }

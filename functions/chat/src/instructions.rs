@@ -375,8 +375,7 @@ mod tests {
         let plain = check(&[reader("lookup", &[])], None);
         assert!(!plain.contains("`cite`"), "{plain}");
         let mut search = reader("search", &[]);
-        search.citation =
-            Some(crate::sources::Citation::from_meta(&json!({"id": "doc_id"})).unwrap());
+        search.citation = Some(parley_wire::Citation::from_meta(&json!({"id": "doc_id"})).unwrap());
         let s = check(&[reader("lookup", &[]), search], None);
         assert!(
             s.contains(

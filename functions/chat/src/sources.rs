@@ -10,49 +10,12 @@
 
 use std::collections::HashMap;
 
+use parley_wire::Citation;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-/// Tool `_meta` key: `{"id": "<column>", "title"?, "uri"?, "snippet"?, "score"?}`, the output
-/// columns that make a row of the tool a source.
-pub const CITATION_META: &str = "parley/citation";
-
 /// The field added to each source row: its number in this turn (`"S3"`).
 pub const CITE_FIELD: &str = "cite";
-
-/// Which output columns of a tool make a citation: `id` identifies the source (rows of any tool
-/// with the same id column and value are one source), the others describe it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Citation {
-    pub id: String,
-    pub title: Option<String>,
-    pub uri: Option<String>,
-    pub snippet: Option<String>,
-    pub score: Option<String>,
-}
-
-impl Citation {
-    /// A tool's `_meta["parley/citation"]`: an object whose `id` is a column name, and whose
-    /// `title`, `uri`, `snippet` and `score`, when present, are too. Other keys are ignored, so
-    /// a server may describe more than this client uses.
-    pub fn from_meta(meta: &Value) -> Result<Citation, String> {
-        let Value::Object(map) = meta else {
-            return Err("it is not a JSON object".into());
-        };
-        let column = |key: &str| match map.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) if !s.trim().is_empty() => Ok(Some(s.clone())),
-            Some(_) => Err(format!("`{key}` is not a column name")),
-        };
-        Ok(Citation {
-            id: column("id")?.ok_or("`id` is missing")?,
-            title: column("title")?,
-            uri: column("uri")?,
-            snippet: column("snippet")?,
-            score: column("score")?,
-        })
-    }
-}
 
 /// One source of a reply, as `POST /api/chat` returns it and `chat.messages.sources` stores it.
 /// A column the tool's citation does not name, or a row does not have, is `null`.
@@ -383,16 +346,6 @@ mod tests {
             ids,
             [("S3", true), ("S1", true), ("S2", false), ("S4", false)]
         );
-    }
-
-    #[test]
-    fn a_citation_needs_an_id_column_and_column_names() {
-        assert!(Citation::from_meta(&json!({"title": "t"})).is_err());
-        assert!(Citation::from_meta(&json!({"id": ""})).is_err());
-        assert!(Citation::from_meta(&json!({"id": "x", "score": 5})).is_err());
-        assert!(Citation::from_meta(&json!("x")).is_err());
-        let c = Citation::from_meta(&json!({"id": "x", "extra": 1})).unwrap();
-        assert_eq!((c.id.as_str(), c.title), ("x", None));
     }
 
     #[test]

@@ -26,7 +26,7 @@ use crate::auth::User;
 use crate::conversation::{self, ConversationId, StorageError, Trace, TurnRecord, TurnStart};
 use crate::instructions::{self, Briefing, UiContext};
 use crate::llm::{Item, LlmError, Prompt, ToolCall, ToolDef, Usage};
-use crate::mcp_client::{CallFor, Catalog, IdempotencyKey, ToolOutcome};
+use crate::mcp_client::{CallFor, Catalog, IdempotencyKey, ToolOutcome, key_for_call};
 use crate::request::TurnRequest;
 use crate::sources::{Source, Sources};
 use crate::{nul, replay};
@@ -379,7 +379,7 @@ before reaching an answer. The results gathered so far are in the traces; try a 
         }
         let cap = state.limits.max_calls_per_step;
         let results = futures::future::join_all(reply.calls.iter().enumerate().map(|(i, call)| {
-            let key = IdempotencyKey::for_call(&turn_id, &call.call_id, steps, i);
+            let key = key_for_call(&turn_id, &call.call_id, steps, i);
             let call = Call {
                 call,
                 step: steps,

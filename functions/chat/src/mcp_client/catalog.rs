@@ -10,14 +10,7 @@ use rmcp::model::Tool;
 use serde_json::{Map, Value};
 
 use crate::llm::ToolDef;
-use crate::sources::{CITATION_META, Citation};
-
-/// Tool `_meta` key: `{"<ui context key>": "<parameter>"}`, the parameter that resolves what
-/// the user's screen refers to under that key.
-pub const CONTEXT_META: &str = "parley/context";
-/// Tool `_meta` key: `true` when the server records a call's idempotency key and answers a
-/// repeat with the first result instead of running it again.
-pub const IDEMPOTENCY_META: &str = "parley/idempotency_key";
+use parley_wire::{Citation, META_CITATION, META_CONTEXT, META_IDEMPOTENCY_KEY};
 
 /// The tools offered to the model, under the names the model uses.
 #[derive(Debug, Default)]
@@ -142,7 +135,8 @@ impl Catalog {
                 let read_only = hint(|a| a.read_only_hint) == Some(true);
                 let idempotent = hint(|a| a.idempotent_hint) == Some(true);
                 let meta = t.meta.as_ref().map(|m| &m.0);
-                let keyed = meta.and_then(|m| m.get(IDEMPOTENCY_META)) == Some(&Value::Bool(true));
+                let keyed =
+                    meta.and_then(|m| m.get(META_IDEMPOTENCY_KEY)) == Some(&Value::Bool(true));
                 let traits = ToolTraits {
                     name: name.clone(),
                     writes: !read_only,
@@ -174,7 +168,7 @@ impl Catalog {
 
 /// `_meta["parley/context"]` as pairs; entries that are not strings are ignored.
 fn context_pairs(meta: Option<&Map<String, Value>>) -> Vec<(String, String)> {
-    meta.and_then(|m| m.get(CONTEXT_META))
+    meta.and_then(|m| m.get(META_CONTEXT))
         .and_then(Value::as_object)
         .map(|map| {
             map.iter()
@@ -187,13 +181,13 @@ fn context_pairs(meta: Option<&Map<String, Value>>) -> Vec<(String, String)> {
 /// `_meta["parley/citation"]`; a malformed one is logged and ignored, so the tool is still
 /// offered, only without sources.
 fn citation(tool: &str, meta: Option<&Map<String, Value>>) -> Option<Citation> {
-    let declared = meta?.get(CITATION_META)?;
+    let declared = meta?.get(META_CITATION)?;
     match Citation::from_meta(declared) {
         Ok(citation) => Some(citation),
         Err(why) => {
             tracing::warn!(
                 tool,
-                why,
+                why = %why,
                 "ignoring the tool's malformed `_meta[\"parley/citation\"]`"
             );
             None
@@ -317,24 +311,24 @@ mod tests {
                     tool(
                         "lookup",
                         (Some(true), None, None),
-                        json!({CONTEXT_META: {"project": "code", "bad": 1}}),
+                        json!({META_CONTEXT: {"project": "code", "bad": 1}}),
                     ),
                     tool(
                         "create",
                         (Some(false), Some(false), Some(false)),
-                        json!({IDEMPOTENCY_META: true}),
+                        json!({META_IDEMPOTENCY_KEY: true}),
                     ),
                     tool("remove", (Some(false), None, Some(true)), json!({})),
                     tool("send", (Some(false), Some(false), Some(false)), json!({})),
                     tool(
                         "search",
                         (Some(true), None, None),
-                        json!({CITATION_META: {"id": "doc", "title": "name"}}),
+                        json!({META_CITATION: {"id": "doc", "title": "name"}}),
                     ),
                     tool(
                         "broken",
                         (Some(true), None, None),
-                        json!({CITATION_META: {"title": "name"}}),
+                        json!({META_CITATION: {"title": "name"}}),
                     ),
                 ],
                 Some("Guidance."),

@@ -36,14 +36,14 @@ use serde_json::{Map, Value};
 use tokio::sync::Mutex;
 use uuid::Uuid;
 
-pub use catalog::{
-    CONTEXT_META, Catalog, IDEMPOTENCY_META, ServerGuidance, ToolTraits, check_arguments,
-};
+pub use catalog::{Catalog, ServerGuidance, ToolTraits, check_arguments};
+pub use parley_wire::IdempotencyKey;
 
 use crate::auth::User;
 use crate::config::McpServer;
 use catalog::Listing;
 use http::{Assertions, CALLER_META, UrlFree};
+use parley_wire::META_IDEMPOTENCY_KEY;
 
 type Client = RunningService<RoleClient, ClientConfig>;
 
@@ -58,35 +58,21 @@ pub struct McpClients {
     assertions: Assertions,
 }
 
-/// `_meta["parley/idempotency_key"]` of one tool call: 1-255 printable ASCII characters, the
-/// same on each attempt, so a server that records keys runs the call once however often it is
-/// sent.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IdempotencyKey(String);
-
-impl IdempotencyKey {
-    pub const MAX_CHARS: usize = 255;
-
-    /// `<turn>:<step>.<index>:<call id>`, or `<turn>:<step>.<index>` when the model's call id
-    /// is empty, too long or not printable ASCII. The turn id is unique per turn and the step
-    /// and index place the call in it: a call id alone is not, as servers that number calls
-    /// per response (`call_0`) reuse it in the next step, and a shared key would make the
-    /// second write a replay of the first. A retry of the same call keeps its key.
-    pub fn for_call(turn: &Uuid, call_id: &str, step: u32, index: usize) -> Self {
-        let key = format!("{turn}:{step}.{index}:{call_id}");
-        let fits = !call_id.is_empty()
-            && key.len() <= Self::MAX_CHARS
-            && call_id.bytes().all(|b| b.is_ascii_graphic());
-        if fits {
-            Self(key)
-        } else {
-            Self(format!("{turn}:{step}.{index}"))
-        }
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
+/// The idempotency key of one tool call of a turn: `<turn>:<step>.<index>:<call id>`, or
+/// `<turn>:<step>.<index>` when the model's call id is empty, not printable ASCII or too long
+/// for a key. The turn id is unique per turn and the step and index place the call in it: a
+/// call id alone is not, as servers that number calls per response (`call_0`) reuse it in the
+/// next step, and a shared key would make the second write a replay of the first. A retry of
+/// the same call keeps its key, so a server that records keys runs it once.
+pub fn key_for_call(turn: &Uuid, call_id: &str, step: u32, index: usize) -> IdempotencyKey {
+    let place = format!("{turn}:{step}.{index}");
+    let printable = !call_id.is_empty() && call_id.bytes().all(|b| b.is_ascii_graphic());
+    printable
+        .then(|| IdempotencyKey::new(format!("{place}:{call_id}")).ok())
+        .flatten()
+        .unwrap_or_else(|| {
+            IdempotencyKey::new(place).expect("a UUID and two numbers make a valid key")
+        })
 }
 
 /// Who a tool call acts for, and its idempotency key.
@@ -295,7 +281,7 @@ impl McpClients {
         }
         let server = &self.servers[route.server];
         let mut meta = Map::new();
-        meta.insert(IDEMPOTENCY_META.into(), by.key.as_str().into());
+        meta.insert(META_IDEMPOTENCY_KEY.into(), by.key.as_str().into());
         // The assertion itself stays out of the message (see `http`); the call holds its slot
         // until it ends.
         let caller = self
@@ -589,13 +575,13 @@ mod tests {
     #[test]
     fn an_idempotency_key_is_the_turn_the_place_of_the_call_and_its_id_when_that_fits() {
         let turn = Uuid::nil();
-        let key = IdempotencyKey::for_call(&turn, "call_abc", 1, 0);
+        let key = key_for_call(&turn, "call_abc", 1, 0);
         assert_eq!(key.as_str(), format!("{turn}:1.0:call_abc"));
         // The same call id in the next step is another call.
-        let next = IdempotencyKey::for_call(&turn, "call_abc", 2, 0);
+        let next = key_for_call(&turn, "call_abc", 2, 0);
         assert_ne!(key, next);
         for odd in ["", "call id", "café", &"x".repeat(240)] {
-            let key = IdempotencyKey::for_call(&turn, odd, 2, 3);
+            let key = key_for_call(&turn, odd, 2, 3);
             assert_eq!(key.as_str(), format!("{turn}:2.3"), "{odd:?}");
         }
     }
