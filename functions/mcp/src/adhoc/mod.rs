@@ -23,7 +23,7 @@ pub use run::SqlError;
 pub use spec::{Kind, SqlSpec};
 
 use crate::audit::Marker;
-use crate::tools::ToolOutput;
+use crate::output::{ToolOutput, output_schema};
 use run::{Session, Statement};
 
 /// The SQL tools of one deployment: their settings, the SQL role's pool, their descriptions.
@@ -582,7 +582,7 @@ fn describe(kind: Kind, spec: &SqlSpec) -> Tool {
                     "required": ["sql"],
                     "additionalProperties": false
                 }),
-                Value::Object(crate::tools::output_schema()),
+                Value::Object(output_schema()),
             )
         }
         Kind::ListTables => (
@@ -598,7 +598,7 @@ fn describe(kind: Kind, spec: &SqlSpec) -> Tool {
                 },
                 "additionalProperties": false
             }),
-            Value::Object(crate::tools::output_schema()),
+            Value::Object(output_schema()),
         ),
         Kind::DescribeTable => (
             format!(

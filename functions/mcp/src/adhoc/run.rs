@@ -16,8 +16,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
 use crate::audit::Marker;
-use crate::tools::ToolOutput;
-use crate::tools::exec::Render;
+use crate::output::{Render, ToolOutput};
 
 /// What a statement failed with, worded for the model that wrote it.
 #[derive(Debug, thiserror::Error)]
