@@ -28,6 +28,13 @@ use crate::output::{Render, ToolOutput, render};
 pub enum ExecError {
     #[error("the query took longer than {ms} ms and was cancelled; narrow the filters{} and try again", hint.as_ref().map(|h| format!(" ({h})")).unwrap_or_default())]
     Timeout { ms: u128, hint: Option<String> },
+    /// Cancelled before its time was up, by another session (`pg_cancel_backend`) or an
+    /// administrator: not for taking too long.
+    #[error(
+        "the query was cancelled by the database (another session or an administrator) before \
+         its {limit_ms} ms limit; it was not too slow, and it may be tried again"
+    )]
+    Cancelled { limit_ms: u128 },
     #[error("the database is unavailable right now; try again in a few seconds")]
     Unavailable,
     #[error("this tool is read-only and its statement tried to change data; nothing was changed")]
@@ -110,6 +117,7 @@ pub async fn run(
     key: Option<&IdempotencyKey>,
     marker: Marker<'_>,
 ) -> Result<ToolOutput, ExecError> {
+    let started = std::time::Instant::now();
     let row_limit = tool
         .limit_param
         .and_then(|i| args[i].as_i64())
@@ -146,6 +154,14 @@ pub async fn run(
         };
     }
     outcome.map_err(|e| {
+        // Our `statement_timeout` and a `pg_cancel_backend` share this SQLSTATE (the message
+        // that tells them apart is in the server's language); the timeout cannot fire sooner
+        // than the tool's timeout after `started`.
+        if e.sqlstate() == Some(&SqlState::QUERY_CANCELED) && started.elapsed() < tool.timeout {
+            return ExecError::Cancelled {
+                limit_ms: tool.timeout.as_millis(),
+            };
+        }
         if e.sqlstate() == Some(&SqlState::QUERY_CANCELED) {
             return ExecError::Timeout {
                 ms: tool.timeout.as_millis(),
