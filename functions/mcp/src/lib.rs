@@ -162,7 +162,9 @@ async fn sql_tools(
         .sql_db
         .as_ref()
         .ok_or(StartupError::Function(SetupError::SqlUrlMissing))?;
-    let tools = adhoc::SqlTools::new(spec.clone(), parley_core::db::pool(db)?);
+    let mut db = db.clone();
+    db.max_message_bytes = Some(adhoc::max_message_bytes(spec));
+    let tools = adhoc::SqlTools::new(spec.clone(), parley_core::db::pool(&db)?);
     match tools.check_role().await {
         Ok(true) => tracing::info!(
             schemas = %spec.schemas.join(","),

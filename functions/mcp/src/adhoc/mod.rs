@@ -376,6 +376,14 @@ fn explain_non_query(e: SqlError, sql: &str) -> SqlError {
     }
 }
 
+/// Most bytes one message from the SQL role's server may take: what the largest row can take
+/// on the wire (rows are cut at `max_bytes` characters, up to 4 bytes each) and 64 KiB more.
+/// Postgres quotes values in some errors, and a value can reach 1 GB: an error over this
+/// arrives with each field cut to 8 KiB instead of whole (see `parley_core::db::DbConfig`).
+pub fn max_message_bytes(spec: &SqlSpec) -> usize {
+    usize::try_from(4 * spec.max_bytes + 64 * 1024).unwrap_or(usize::MAX)
+}
+
 /// The statement a call of `run_sql` or `explain_sql` sent (their `sql` argument), as the
 /// audit stores it; `None` for the other tools or a call without one.
 pub fn statement_of(arguments: Option<&JsonObject>) -> Option<&str> {

@@ -192,7 +192,9 @@ pub async fn rows(
         let (checked, read) = tokio::join!(checked, read);
         Ok(checked.map(|()| read))
     };
-    let (outcome, clean) = transaction(&client, session, work).await;
+    let Some((outcome, clean)) = transaction(&client, session, work).await else {
+        return Err(overdue(client, session));
+    };
     release(client, clean);
     match outcome {
         Err(e) => Err(failure(e, session, statement, started)),
@@ -290,7 +292,9 @@ pub async fn texts(
             .map(|r| r.get::<_, Option<String>>(0).unwrap_or_default())
             .collect())
     };
-    let (outcome, clean) = transaction(&client, session, work).await;
+    let Some((outcome, clean)) = transaction(&client, session, work).await else {
+        return Err(overdue(client, session));
+    };
     release(client, clean);
     outcome.map_err(|e| failure(e, session, statement, started))
 }
@@ -302,23 +306,48 @@ async fn connection(pool: &Pool) -> Result<Object, SqlError> {
     })
 }
 
+/// How long past its `statement_timeout` a call waits for the server's answer. The timeout
+/// stops a statement at its next interrupt check, but Postgres builds an error message without
+/// one: an error quoting a 450 MB value took 12 s after the value was built. A call past
+/// this closes its connection instead (the backend stops when it next writes to it).
+pub const DEADLINE_GRACE: Duration = Duration::from_secs(2);
+
 /// The pipeline around `work`. Postgres answers in order, so `work`'s statement runs inside
 /// the transaction `begin` opened, and the clean-up runs whatever `work` did. The flag is
-/// false when the clean-up failed.
+/// false when the clean-up failed; `None` when no answer came within the statement timeout
+/// and [`DEADLINE_GRACE`].
 async fn transaction<T>(
     client: &Object,
     session: &Session<'_>,
     work: impl Future<Output = Result<T, tokio_postgres::Error>>,
-) -> (Result<T, tokio_postgres::Error>, bool) {
+) -> Option<(Result<T, tokio_postgres::Error>, bool)> {
     let begin = session.begin();
-    let (begun, output, rolled_back, discarded) = tokio::join!(
-        client.batch_execute(&begin),
-        work,
-        client.batch_execute("ROLLBACK"),
-        client.batch_execute("DISCARD ALL"),
-    );
+    let pipeline = async {
+        tokio::join!(
+            client.batch_execute(&begin),
+            work,
+            client.batch_execute("ROLLBACK"),
+            client.batch_execute("DISCARD ALL"),
+        )
+    };
+    let (begun, output, rolled_back, discarded) =
+        tokio::time::timeout(session.timeout + DEADLINE_GRACE, pipeline)
+            .await
+            .ok()?;
     let clean = rolled_back.is_ok() && discarded.is_ok();
-    (begun.and(output), clean)
+    Some((begun.and(output), clean))
+}
+
+/// A call that outlived its deadline: its connection, mid-answer, is closed, not pooled.
+fn overdue(client: Object, session: &Session<'_>) -> SqlError {
+    tracing::warn!(
+        "an SQL tool call got no answer within its timeout and {} s; connection closed",
+        DEADLINE_GRACE.as_secs()
+    );
+    drop(Object::take(client));
+    SqlError::Timeout {
+        ms: session.timeout.as_millis(),
+    }
 }
 
 /// Back to the pool, unless the clean-up failed: then whatever the statement left on the

@@ -868,6 +868,49 @@ async fn a_statement_another_session_cancels_is_reported_as_cancelled_not_as_a_t
     assert_eq!(out["rows"], json!([{"one": 1}]));
 }
 
+/// This process's peak resident memory, in KiB. nextest runs each test in a process of its
+/// own, so the peak is this test's.
+fn peak_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_error_quoting_a_huge_value_reaches_the_function_cut() {
+    // A minute's timeout, so Postgres builds the whole message however loaded the machine.
+    let app = spawn_sql_with(
+        &SQL_TOOLS.replace("timeout_ms = 1000", "timeout_ms = 60000"),
+        &[],
+    )
+    .await;
+    run_sql(&app, "SELECT 1").await.unwrap();
+    let before = peak_kib();
+    // Postgres quotes the 64 MB value in its message; tokio-postgres would read all of it,
+    // then copy it into the error's text.
+    let message = run_sql(&app, "SELECT repeat('x', 64000000)::int")
+        .await
+        .unwrap_err();
+    let grown_mib = (peak_kib() - before) / 1024;
+    assert!(
+        message.starts_with("ERROR 22P02: invalid input syntax for type integer")
+            && message.contains("[cut]")
+            && message.len() < 3000,
+        "{}",
+        &message[..message.len().min(300)]
+    );
+    assert!(
+        grown_mib < 16,
+        "the message cost {grown_mib} MiB; each of its fields is cut to 8 KiB as it arrives"
+    );
+    // The connection carries on.
+    let out = run_sql(&app, "SELECT 1 AS one").await.unwrap();
+    assert_eq!(out["rows"], json!([{"one": 1}]));
+}
+
 #[tokio::test]
 async fn a_dba_sees_the_tool_and_request_in_pg_stat_activity() {
     let app = spawn_sql(&[]).await;
