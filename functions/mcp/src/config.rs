@@ -11,7 +11,7 @@ use parley_core::db::DbConfig;
 use parley_core::jwt::JwtConfig;
 use parley_embed::EmbedSettings;
 
-use crate::tools::Limits;
+use crate::output::{HARD_MAX_ROWS, Limits};
 
 /// Hosts accepted in the `Host` header when `MCP_ALLOWED_HOSTS` is not set: loopback only,
 /// which keeps DNS-rebinding protection on for local use.
@@ -111,11 +111,7 @@ impl McpConfig {
                 as usize,
             tools_files: tools_files(env)?,
             limits: Limits {
-                max_rows: env.limit(
-                    "TOOL_MAX_ROWS",
-                    defaults.max_rows,
-                    1..=crate::tools::spec::HARD_MAX_ROWS,
-                )?,
+                max_rows: env.limit("TOOL_MAX_ROWS", defaults.max_rows, 1..=HARD_MAX_ROWS)?,
                 max_bytes: env.limit(
                     "TOOL_MAX_RESULT_BYTES",
                     defaults.max_bytes,

@@ -2,7 +2,7 @@
 //! body `{"error":{"code","message"}}`. JSON-RPC errors inside MCP are rmcp's to shape, and so
 //! are the statuses of its transport's refusals: [`json_transport_errors`] only gives them this
 //! body (and makes an unparsable JSON body 400 instead of 415). The direct path
-//! (`server/fast.rs`) answers as rmcp's transport would, its two 500s included.
+//! (`server/direct.rs`) answers as rmcp's transport would, its two 500s included.
 
 use std::sync::Arc;
 
@@ -105,7 +105,7 @@ pub async fn json_transport_errors(request: Request, next: Next) -> Response {
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(crate::server::is_json_media_type);
+        .is_some_and(crate::media_type::is_json_media_type);
     let response = next.run(request).await;
     let mut status = response.status();
     // rmcp answers a body it cannot parse with 415 even when the media type was right; for the

@@ -2,16 +2,22 @@
 //! in the TOML files `TOOLS_FILE` names, served over stateless Streamable HTTP at `/mcp` behind
 //! bearer auth; each call runs for its verified caller (see `auth` and `tools::exec`).
 //!
-//! Modules: `config` (settings), `tools` (declarations → running queries), `server` (rmcp
-//! handler, the direct path for `tools/call` and `tools/list`, and rmcp's transport), `auth`
-//! (the verified caller: service token or user JWT; the protected resource metadata), `error`
-//! (HTTP error responses).
+//! Modules, each importing only those after it: `server` (rmcp handler, the direct path for
+//! `tools/call` and `tools/list`, rmcp's transport, what a caller sees of a call), `auth` (the
+//! verified caller: service token or user JWT; the protected resource metadata), `error` (HTTP
+//! error responses), `catalog` (the tools files: declared tools, prompts, `[sql]`), `tools`
+//! (declared tools: checked, published, run), `adhoc` (the ad-hoc SQL tools), `config`
+//! (settings), `audit` (the audit trail), `output` (the result envelope and its limits),
+//! `media_type` (what counts as a JSON body). Start-up ([`Application`]) is here.
 
 pub mod adhoc;
 pub mod audit;
 pub mod auth;
+pub mod catalog;
 pub mod config;
 pub mod error;
+pub mod media_type;
+pub mod output;
 pub mod server;
 pub mod tools;
 
@@ -26,20 +32,45 @@ use parley_core::secrets::Secrets;
 use parley_core::serve::{Bound, Listener, StartupFailure};
 use serde_json::json;
 
+use crate::catalog::{Catalog, CatalogError};
 use crate::config::McpConfig;
 use crate::error::HttpError;
-use crate::tools::{Catalog, CatalogError};
 
 /// Where the function listens outside Lambda when `LISTEN_ADDR` is not set.
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:3001";
 
-/// Why the function did not start; its own part is the tools file.
-pub type StartupError = parley_core::serve::StartupError<CatalogError>;
+/// Why the function did not start; its own part is [`SetupError`].
+pub type StartupError = parley_core::serve::StartupError<SetupError>;
 
-impl StartupFailure for CatalogError {
-    /// The tools file, or how it fits the schema, is configuration.
+/// The MCP function's own start-up failures: the tools files, then what they need (the SQL
+/// role, the embedder) and the audit.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    #[error(
+        "[sql] needs SQL_DATABASE_URL: the URL of the login role the SQL tools run as (see docs/sql.md)"
+    )]
+    SqlUrlMissing,
+    #[error(transparent)]
+    UnsafeSqlRole(#[from] adhoc::role::UnsafeRole),
+    #[error(transparent)]
+    Audit(#[from] audit::AuditUnwritable),
+    #[error("the tools embed text, and the embedder cannot be loaded: {0}")]
+    Embedder(#[source] parley_embed::EmbedError),
+}
+
+impl StartupFailure for SetupError {
+    /// The tools file, how it fits the schema, the SQL role and the audit table are all
+    /// configuration.
     fn is_bad_setting(&self) -> bool {
         true
+    }
+}
+
+impl From<CatalogError> for StartupError {
+    fn from(e: CatalogError) -> Self {
+        StartupError::Function(SetupError::Catalog(e))
     }
 }
 
@@ -63,8 +94,7 @@ impl Application {
 /// Loads the tools (and the embedder, when a tool embeds text), builds the pool, checks every
 /// tool statement against the database and returns the whole HTTP surface.
 async fn router(config: &McpConfig, secrets: Option<Secrets>) -> Result<Router, StartupError> {
-    let catalog =
-        Catalog::load(&config.tools_files, config.limits).map_err(StartupError::Function)?;
+    let catalog = Catalog::load(&config.tools_files, config.limits)?;
     let catalog = Arc::new(catalog);
     // The model loads on a blocking thread while the statements are checked, so a cold start
     // pays for the longer of the two, not both.
@@ -73,11 +103,7 @@ async fn router(config: &McpConfig, secrets: Option<Secrets>) -> Result<Router, 
         tokio::task::spawn_blocking(move || parley_embed::Embedder::from_settings(&settings))
     });
     let pool = parley_core::db::pool_with_secrets(&config.db, secrets.as_ref())?;
-    if catalog
-        .check_against(&pool)
-        .await
-        .map_err(StartupError::Function)?
-    {
+    if catalog.check_against(&pool).await? {
         tracing::info!(
             tools = catalog.specs().len(),
             "tool statements checked against the database"
@@ -96,7 +122,7 @@ async fn router(config: &McpConfig, secrets: Option<Secrets>) -> Result<Router, 
                     parley_embed::EmbedError::Inference(format!("loading the model failed: {e}"))
                 })
                 .and_then(|loaded| loaded)
-                .map_err(|e| StartupError::Function(CatalogError::Embedder(e)))?;
+                .map_err(|e| StartupError::Function(SetupError::Embedder(e)))?;
             tracing::info!(model = embedder.model_id(), "embedder loaded");
             Some(embedder)
         }
@@ -119,7 +145,7 @@ async fn router(config: &McpConfig, secrets: Option<Secrets>) -> Result<Router, 
     }
     audit::check(config.audit, &pool)
         .await
-        .map_err(|e| StartupError::Function(CatalogError::Audit(e)))?;
+        .map_err(|e| StartupError::Function(SetupError::Audit(e)))?;
     let audit = audit::Audit::start(config.audit, &pool);
     let handler = server::ParleyMcp::new(catalog, pool.clone(), embedder)
         .with_sql(sql)
@@ -135,8 +161,10 @@ async fn sql_tools(
     let db = config
         .sql_db
         .as_ref()
-        .ok_or(StartupError::Function(CatalogError::SqlUrlMissing))?;
-    let tools = adhoc::SqlTools::new(spec.clone(), parley_core::db::pool(db)?);
+        .ok_or(StartupError::Function(SetupError::SqlUrlMissing))?;
+    let mut db = db.clone();
+    db.max_message_bytes = Some(adhoc::max_message_bytes(spec));
+    let tools = adhoc::SqlTools::new(spec.clone(), parley_core::db::pool(&db)?);
     match tools.check_role().await {
         Ok(true) => tracing::info!(
             schemas = %spec.schemas.join(","),
@@ -144,7 +172,7 @@ async fn sql_tools(
         ),
         Ok(false) => {}
         Err(unsafe_role) => {
-            return Err(StartupError::Function(CatalogError::UnsafeSqlRole(
+            return Err(StartupError::Function(SetupError::UnsafeSqlRole(
                 unsafe_role,
             )));
         }

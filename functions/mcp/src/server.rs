@@ -1,12 +1,15 @@
 //! The MCP server: rmcp's `ServerHandler` over the tool catalog (tools and prompts), served
 //! statelessly over Streamable HTTP (no sessions, JSON responses, POST only) so any Lambda
 //! instance can answer any request. `tools/call` and `tools/list` usually skip rmcp's
-//! per-request service through the direct path in [`fast`]; everything else goes through
-//! rmcp's `StreamableHttpService`. Both hand a call the verified `Caller` from the request.
+//! per-request service through the direct path in [`direct`]; everything else goes through
+//! rmcp's `StreamableHttpService`. Both hand a call the verified `Caller` from the request, and
+//! both answer through [`outcome::to_call_result`].
 
-mod fast;
+mod direct;
+pub mod outcome;
 
-pub use fast::McpService;
+pub use direct::McpService;
+pub use outcome::{ToolError, to_call_result};
 
 use std::sync::Arc;
 
@@ -28,8 +31,10 @@ use rmcp::{ErrorData, ServerHandler};
 use crate::adhoc::{self, SqlTools};
 use crate::audit::{self, Audit, Marker, Outcome, Record};
 use crate::auth::Caller;
+use crate::catalog::Catalog;
 use crate::config::McpConfig;
-use crate::tools::{self, Catalog, IdempotencyKey, ToolError, ToolOutput, ToolSpec};
+use crate::output::ToolOutput;
+use crate::tools::{self, IdempotencyKey, ToolSpec};
 
 /// What every deployment says about its tools, whatever the data; each tools file's own
 /// `instructions` follow it.
@@ -332,7 +337,7 @@ impl ParleyMcp {
                 adhoc::statement_of(request.arguments.as_ref()),
                 outcome.as_ref().map_err(failed),
             );
-            return Ok(tools::to_call_result(outcome));
+            return Ok(to_call_result(outcome));
         }
         // An unknown tool is a protocol error (the spec's -32602); everything after this point
         // is a tool result the model can read and act on.
@@ -360,7 +365,7 @@ impl ParleyMcp {
         log_call(&tool.name, &outcome, started);
         let sensitive = |name: &str| tool.params.iter().any(|p| p.sensitive && p.name == name);
         record(&sensitive, None, outcome.as_ref().map_err(failed));
-        Ok(tools::to_call_result(outcome))
+        Ok(to_call_result(outcome))
     }
 
     /// Arguments checked, caller-bound values filled in, the key read, texts embedded (before
@@ -396,12 +401,6 @@ fn log_call(tool: &str, outcome: &Result<ToolOutput, ToolError>, started: std::t
             tracing::info!(tool = %tool, error = %e.log_kind(), "tool call refused or failed")
         }
     }
-}
-
-/// `Content-Type` names JSON, parameters aside (rmcp's own test; `application/jsonx` is not).
-pub(crate) fn is_json_media_type(value: &str) -> bool {
-    let essence = value.split_once(';').map_or(value, |(essence, _)| essence);
-    essence.trim().eq_ignore_ascii_case("application/json")
 }
 
 /// The tower service mounted at `/mcp`: the direct path in front of rmcp's transport.

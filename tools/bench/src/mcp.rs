@@ -20,8 +20,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use deadpool_postgres::Pool;
 use parley_core::jwt::VerifiedClaims;
+use parley_mcp::catalog::Catalog;
+use parley_mcp::output::Limits;
 use parley_mcp::tools::params::SqlValue;
-use parley_mcp::tools::{Catalog, Limits, ToolSpec, exec};
+use parley_mcp::tools::{ToolSpec, exec};
 use serde_json::{Map, Value, json};
 use tokio_postgres::types::{ToSql, Type};
 

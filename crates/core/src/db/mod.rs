@@ -7,6 +7,7 @@
 //! a [`RotatingSecret`]: a password the server refuses renews it (fetched again, rate-limited)
 //! and the connection is retried once, so a rotated secret does not wait for the next cold start.
 
+mod bounded;
 mod tls;
 
 use std::fmt;
@@ -177,6 +178,11 @@ pub struct DbConfig {
     /// `DB_CA_FILE`: PEM bundle of CAs to trust for `verify-ca`/`verify-full`
     /// (e.g. Amazon's RDS global bundle). Overrides `sslrootcert` in the URL.
     pub ca_file: Option<PathBuf>,
+    /// Most bytes one server message may take, for connections whose statements are not the
+    /// deployment's (mcp's ad-hoc SQL): an error or notice over it arrives with each field cut
+    /// to 8 KiB, any other message over it closes the connection. `None`: unbounded. Applies
+    /// to TCP hosts (a Unix socket is not bounded).
+    pub max_message_bytes: Option<usize>,
 }
 
 impl DbConfig {
@@ -201,6 +207,7 @@ impl DbConfig {
                 10..=120_000,
             )?,
             ca_file: env.optional("DB_CA_FILE")?,
+            max_message_bytes: None,
         })
     }
 
@@ -442,6 +449,7 @@ struct Connector {
     prepared: RwLock<Arc<Target>>,
     connect_timeout: Duration,
     ca_file: Option<PathBuf>,
+    max_message_bytes: Option<usize>,
 }
 
 /// One URL made ready to connect with, and the generation of the URL it was made from.
@@ -449,21 +457,24 @@ struct Target {
     pg: tokio_postgres::Config,
     tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
     generation: u64,
+    max_message_bytes: Option<usize>,
 }
 
 impl Connector {
     fn new(config: &DbConfig, secrets: Option<Secrets>) -> Result<Self, DbError> {
-        let first = prepare(
+        let mut first = prepare(
             &config.url,
             config.connect_timeout,
             config.ca_file.as_deref(),
             0,
         )?;
+        first.max_message_bytes = config.max_message_bytes;
         Ok(Self {
             url: RotatingSecret::new("DATABASE_URL", Some(config.url.clone()), secrets),
             prepared: RwLock::new(Arc::new(first)),
             connect_timeout: config.connect_timeout,
             ca_file: config.ca_file.clone(),
+            max_message_bytes: config.max_message_bytes,
         })
     }
 
@@ -486,7 +497,8 @@ impl Connector {
             self.ca_file.as_deref(),
             generation,
         ) {
-            Ok(next) => {
+            Ok(mut next) => {
+                next.max_message_bytes = self.max_message_bytes;
                 let next = Arc::new(next);
                 let mut slot = self.prepared.write().unwrap_or_else(|p| p.into_inner());
                 if slot.generation < generation {
@@ -533,6 +545,11 @@ impl Target {
     async fn connect(
         &self,
     ) -> Result<(tokio_postgres::Client, JoinHandle<()>), tokio_postgres::Error> {
+        if let Some(limit) = self.max_message_bytes
+            && let Some((host, port)) = self.tcp_address()
+        {
+            return self.connect_bounded(&host, port, limit).await;
+        }
         match &self.tls {
             None => {
                 let (client, connection) = self.pg.connect(tokio_postgres::NoTls).await?;
@@ -543,6 +560,99 @@ impl Target {
                 Ok((client, tokio::spawn(watch(connection))))
             }
         }
+    }
+}
+
+impl Target {
+    /// The first host and its port when it is reached over TCP, as tokio-postgres would try
+    /// first (`hostaddr` when given).
+    fn tcp_address(&self) -> Option<(String, u16)> {
+        let port = self.pg.get_ports().first().copied().unwrap_or(5432);
+        if let Some(ip) = self.pg.get_hostaddrs().first() {
+            return Some((ip.to_string(), port));
+        }
+        match self.pg.get_hosts().first()? {
+            tokio_postgres::config::Host::Tcp(host) => Some((host.clone(), port)),
+            #[cfg(unix)]
+            tokio_postgres::config::Host::Unix(_) => None,
+        }
+    }
+
+    /// Opens the socket itself (tokio-postgres offers no hook into its own) so that every
+    /// server message goes through [`bounded::Bounded`]: on the socket without TLS, on what
+    /// TLS decrypted with it.
+    async fn connect_bounded(
+        &self,
+        host: &str,
+        port: u16,
+        limit: usize,
+    ) -> Result<(tokio_postgres::Client, JoinHandle<()>), tokio_postgres::Error> {
+        let socket = match self.open(host, port).await {
+            Ok(socket) => socket,
+            Err(e) => {
+                let failed = self
+                    .pg
+                    .connect_raw(bounded::Unopened(Some(e)), tokio_postgres::NoTls)
+                    .await?;
+                return Ok((failed.0, tokio::spawn(watch(failed.1))));
+            }
+        };
+        match &self.tls {
+            None => {
+                let (client, connection) = self
+                    .pg
+                    .connect_raw(bounded::Bounded::new(socket, limit), tokio_postgres::NoTls)
+                    .await?;
+                Ok((client, tokio::spawn(watch(connection))))
+            }
+            Some(tls) => {
+                let name = match self.pg.get_hosts().first() {
+                    Some(tokio_postgres::config::Host::Tcp(name)) => name.clone(),
+                    _ => host.to_owned(),
+                };
+                let inner =
+                    tokio_postgres::tls::MakeTlsConnect::<tokio::net::TcpStream>::make_tls_connect(
+                        &mut tls.clone(),
+                        &name,
+                    );
+                let inner = match inner {
+                    Ok(inner) => inner,
+                    Err(e) => {
+                        let e = std::io::Error::other(e);
+                        let failed = self
+                            .pg
+                            .connect_raw(bounded::Unopened(Some(e)), tokio_postgres::NoTls)
+                            .await?;
+                        return Ok((failed.0, tokio::spawn(watch(failed.1))));
+                    }
+                };
+                let (client, connection) = self
+                    .pg
+                    .connect_raw(socket, bounded::BoundedTls { inner, limit })
+                    .await?;
+                Ok((client, tokio::spawn(watch(connection))))
+            }
+        }
+    }
+
+    /// A TCP connection as tokio-postgres makes one: the connect timeout, no Nagle delay,
+    /// keepalives.
+    async fn open(&self, host: &str, port: u16) -> std::io::Result<tokio::net::TcpStream> {
+        let connecting = tokio::net::TcpStream::connect((host, port));
+        let socket = match self.pg.get_connect_timeout() {
+            Some(limit) => tokio::time::timeout(*limit, connecting)
+                .await
+                .map_err(|_| {
+                    std::io::Error::new(std::io::ErrorKind::TimedOut, "connection timed out")
+                })??,
+            None => connecting.await?,
+        };
+        socket.set_nodelay(true)?;
+        if self.pg.get_keepalives() {
+            let keepalive = socket2::TcpKeepalive::new().with_time(self.pg.get_keepalives_idle());
+            socket2::SockRef::from(&socket).set_tcp_keepalive(&keepalive)?;
+        }
+        Ok(socket)
     }
 }
 
@@ -594,6 +704,7 @@ fn prepare(
         pg,
         tls,
         generation,
+        max_message_bytes: None,
     })
 }
 

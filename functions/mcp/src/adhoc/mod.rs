@@ -23,7 +23,7 @@ pub use run::SqlError;
 pub use spec::{Kind, SqlSpec};
 
 use crate::audit::Marker;
-use crate::tools::ToolOutput;
+use crate::output::{ToolOutput, output_schema};
 use run::{Session, Statement};
 
 /// The SQL tools of one deployment: their settings, the SQL role's pool, their descriptions.
@@ -376,6 +376,14 @@ fn explain_non_query(e: SqlError, sql: &str) -> SqlError {
     }
 }
 
+/// Most bytes one message from the SQL role's server may take: what the largest row can take
+/// on the wire (rows are cut at `max_bytes` characters, up to 4 bytes each) and 64 KiB more.
+/// Postgres quotes values in some errors, and a value can reach 1 GB: an error over this
+/// arrives with each field cut to 8 KiB instead of whole (see `parley_core::db::DbConfig`).
+pub fn max_message_bytes(spec: &SqlSpec) -> usize {
+    usize::try_from(4 * spec.max_bytes + 64 * 1024).unwrap_or(usize::MAX)
+}
+
 /// The statement a call of `run_sql` or `explain_sql` sent (their `sql` argument), as the
 /// audit stores it; `None` for the other tools or a call without one.
 pub fn statement_of(arguments: Option<&JsonObject>) -> Option<&str> {
@@ -582,7 +590,7 @@ fn describe(kind: Kind, spec: &SqlSpec) -> Tool {
                     "required": ["sql"],
                     "additionalProperties": false
                 }),
-                Value::Object(crate::tools::output_schema()),
+                Value::Object(output_schema()),
             )
         }
         Kind::ListTables => (
@@ -598,7 +606,7 @@ fn describe(kind: Kind, spec: &SqlSpec) -> Tool {
                 },
                 "additionalProperties": false
             }),
-            Value::Object(crate::tools::output_schema()),
+            Value::Object(output_schema()),
         ),
         Kind::DescribeTable => (
             format!(

@@ -7,17 +7,21 @@
 //! statement can leave on the session past its transaction (advisory locks, prepared
 //! statements, settings, `LISTEN`s). A connection whose clean-up failed is closed, not pooled.
 
+use std::borrow::Cow;
+use std::collections::HashSet;
 use std::time::Duration;
 
 use deadpool_postgres::{Object, Pool};
 use futures_util::TryStreamExt;
 use parley_core::db::DbError;
+use serde::Deserializer;
+use serde::de::{MapAccess, Visitor};
+use serde_json::value::RawValue;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
 use crate::audit::Marker;
-use crate::tools::ToolOutput;
-use crate::tools::exec::Render;
+use crate::output::{Render, ToolOutput};
 
 /// What a statement failed with, worded for the model that wrote it.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +38,14 @@ pub enum SqlError {
     /// Something the call named that the role cannot see (a table, a schema).
     #[error("{0}")]
     NotFound(String),
+    /// Cancelled before its time was up: by another session (`pg_cancel_backend`), an
+    /// administrator, or the statement itself; not by our timeout.
+    #[error(
+        "the statement was cancelled after {ms} ms, before its {limit_ms} ms limit, by another \
+         session or an administrator (pg_cancel_backend), not for taking too long; nothing was \
+         changed, and it may be run again"
+    )]
+    Cancelled { ms: u128, limit_ms: u128 },
     #[error("the database is unavailable right now; try again in a few seconds")]
     Unavailable,
 }
@@ -141,6 +153,7 @@ pub async fn rows(
     max_bytes: u64,
 ) -> Result<ToolOutput, SqlError> {
     let client = connection(pool).await?;
+    let started = std::time::Instant::now();
     let checked = async {
         match check {
             Some(check) => client
@@ -156,11 +169,19 @@ pub async fn rows(
             .await?;
         let mut stream = std::pin::pin!(stream);
         let mut out = Render::new(row_limit, max_bytes);
+        // Every row has the same columns, so the first one tells whether two share a name
+        // (`SELECT 1 AS a, 2 AS a`, `SELECT min(x), min(y)`): objects with a key twice parse
+        // differently in every client (most keep the last value), so those rows are rebuilt
+        // with the later columns renamed.
+        let mut renamed: Option<Option<Vec<String>>> = None;
         while let Some(row) = stream.try_next().await? {
             // The wrapper makes every value a JSON text; anything else is shown as null
             // rather than trusted.
             let text = row.try_get::<_, Option<&str>>(0).ok().flatten();
-            if !out.push(text.unwrap_or("null")) {
+            let text = text.unwrap_or("null");
+            let names = renamed.get_or_insert_with(|| distinct_names(text));
+            let rebuilt = names.as_deref().and_then(|names| rename_keys(text, names));
+            if !out.push(rebuilt.as_deref().unwrap_or(text)) {
                 break;
             }
         }
@@ -171,13 +192,86 @@ pub async fn rows(
         let (checked, read) = tokio::join!(checked, read);
         Ok(checked.map(|()| read))
     };
-    let (outcome, clean) = transaction(&client, session, work).await;
+    let Some((outcome, clean)) = transaction(&client, session, work).await else {
+        return Err(overdue(client, session));
+    };
     release(client, clean);
     match outcome {
-        Err(e) => Err(failure(e, session, statement)),
-        Ok(Err(e)) => Err(failure(e, session, check.unwrap_or(statement))),
-        Ok(Ok(read)) => read.map_err(|e| failure(e, session, statement)),
+        Err(e) => Err(failure(e, session, statement, started)),
+        Ok(Err(e)) => Err(failure(e, session, check.unwrap_or(statement), started)),
+        Ok(Ok(read)) => read.map_err(|e| failure(e, session, statement, started)),
     }
+}
+
+/// One row object's members in order, values as the exact JSON text Postgres wrote.
+fn members(row: &str) -> Option<Vec<(Cow<'_, str>, &RawValue)>> {
+    struct Members;
+    impl<'de> Visitor<'de> for Members {
+        type Value = Vec<(Cow<'de, str>, &'de RawValue)>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut members = Vec::new();
+            while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                members.push((key, map.next_value::<&'de RawValue>()?));
+            }
+            Ok(members)
+        }
+    }
+    let mut deserializer = serde_json::Deserializer::from_str(row);
+    deserializer.deserialize_map(Members).ok()
+}
+
+/// The column names of a row whose columns do not all have distinct names, each made
+/// distinct: the first keeps its name, a later one becomes `name_2`, `name_3`... (a suffix no
+/// other column has). `None` when the names are distinct already.
+fn distinct_names(row: &str) -> Option<Vec<String>> {
+    let keys: Vec<String> = members(row)?
+        .into_iter()
+        .map(|(k, _)| k.into_owned())
+        .collect();
+    let taken: HashSet<&str> = keys.iter().map(String::as_str).collect();
+    if taken.len() == keys.len() {
+        return None;
+    }
+    let mut used: HashSet<String> = HashSet::new();
+    let names = keys
+        .iter()
+        .map(|key| {
+            if used.insert(key.clone()) {
+                return key.clone();
+            }
+            let name = (2..)
+                .map(|n| format!("{key}_{n}"))
+                .find(|name| !taken.contains(name.as_str()) && !used.contains(name))
+                .unwrap_or_default();
+            used.insert(name.clone());
+            name
+        })
+        .collect();
+    Some(names)
+}
+
+/// `row` with its keys replaced by `names`, values untouched; `None` if it does not have as
+/// many members.
+fn rename_keys(row: &str, names: &[String]) -> Option<String> {
+    let members = members(row)?;
+    if members.len() != names.len() {
+        return None;
+    }
+    let mut out = String::with_capacity(row.len() + 8 * names.len());
+    out.push('{');
+    for (i, ((_, value), name)) in members.iter().zip(names).enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&serde_json::to_string(name).ok()?);
+        out.push(':');
+        out.push_str(value.get());
+    }
+    out.push('}');
+    Some(out)
 }
 
 /// Runs `statement` and returns its rows' first columns as text: for EXPLAIN and the catalog
@@ -188,6 +282,7 @@ pub async fn texts(
     statement: &Statement<'_>,
 ) -> Result<Vec<String>, SqlError> {
     let client = connection(pool).await?;
+    let started = std::time::Instant::now();
     let work = async {
         let rows = client
             .query_typed(&statement.text, &statement.params)
@@ -197,9 +292,11 @@ pub async fn texts(
             .map(|r| r.get::<_, Option<String>>(0).unwrap_or_default())
             .collect())
     };
-    let (outcome, clean) = transaction(&client, session, work).await;
+    let Some((outcome, clean)) = transaction(&client, session, work).await else {
+        return Err(overdue(client, session));
+    };
     release(client, clean);
-    outcome.map_err(|e| failure(e, session, statement))
+    outcome.map_err(|e| failure(e, session, statement, started))
 }
 
 async fn connection(pool: &Pool) -> Result<Object, SqlError> {
@@ -209,23 +306,48 @@ async fn connection(pool: &Pool) -> Result<Object, SqlError> {
     })
 }
 
+/// How long past its `statement_timeout` a call waits for the server's answer. The timeout
+/// stops a statement at its next interrupt check, but Postgres builds an error message without
+/// one: an error quoting a 450 MB value took 12 s after the value was built. A call past
+/// this closes its connection instead (the backend stops when it next writes to it).
+pub const DEADLINE_GRACE: Duration = Duration::from_secs(2);
+
 /// The pipeline around `work`. Postgres answers in order, so `work`'s statement runs inside
 /// the transaction `begin` opened, and the clean-up runs whatever `work` did. The flag is
-/// false when the clean-up failed.
+/// false when the clean-up failed; `None` when no answer came within the statement timeout
+/// and [`DEADLINE_GRACE`].
 async fn transaction<T>(
     client: &Object,
     session: &Session<'_>,
     work: impl Future<Output = Result<T, tokio_postgres::Error>>,
-) -> (Result<T, tokio_postgres::Error>, bool) {
+) -> Option<(Result<T, tokio_postgres::Error>, bool)> {
     let begin = session.begin();
-    let (begun, output, rolled_back, discarded) = tokio::join!(
-        client.batch_execute(&begin),
-        work,
-        client.batch_execute("ROLLBACK"),
-        client.batch_execute("DISCARD ALL"),
-    );
+    let pipeline = async {
+        tokio::join!(
+            client.batch_execute(&begin),
+            work,
+            client.batch_execute("ROLLBACK"),
+            client.batch_execute("DISCARD ALL"),
+        )
+    };
+    let (begun, output, rolled_back, discarded) =
+        tokio::time::timeout(session.timeout + DEADLINE_GRACE, pipeline)
+            .await
+            .ok()?;
     let clean = rolled_back.is_ok() && discarded.is_ok();
-    (begun.and(output), clean)
+    Some((begun.and(output), clean))
+}
+
+/// A call that outlived its deadline: its connection, mid-answer, is closed, not pooled.
+fn overdue(client: Object, session: &Session<'_>) -> SqlError {
+    tracing::warn!(
+        "an SQL tool call got no answer within its timeout and {} s; connection closed",
+        DEADLINE_GRACE.as_secs()
+    );
+    drop(Object::take(client));
+    SqlError::Timeout {
+        ms: session.timeout.as_millis(),
+    }
 }
 
 /// Back to the pool, unless the clean-up failed: then whatever the statement left on the
@@ -236,7 +358,14 @@ fn release(client: Object, clean: bool) {
     }
 }
 
-fn failure(e: tokio_postgres::Error, session: &Session<'_>, statement: &Statement<'_>) -> SqlError {
+/// `started`: just before the call's first message went out, so the time since bounds the
+/// statement's own.
+fn failure(
+    e: tokio_postgres::Error,
+    session: &Session<'_>,
+    statement: &Statement<'_>,
+    started: std::time::Instant,
+) -> SqlError {
     let (original, offset) = (statement.original, statement.offset);
     if parley_core::db::is_connection_error(&e) {
         tracing::warn!(error = %parley_core::db::pg_message(&e), "SQL tools lost their connection");
@@ -246,6 +375,17 @@ fn failure(e: tokio_postgres::Error, session: &Session<'_>, statement: &Statemen
         return SqlError::Refused(format!("the statement could not be sent: {e}"));
     };
     if *db.code() == SqlState::QUERY_CANCELED {
+        // Our `statement_timeout` and a `pg_cancel_backend` share this SQLSTATE, and the
+        // message that tells them apart is in the server's language. The timeout cannot fire
+        // before the statement has run that long, and the statement started after `started`:
+        // sooner than that, someone else cancelled it.
+        let elapsed = started.elapsed();
+        if elapsed < session.timeout {
+            return SqlError::Cancelled {
+                ms: elapsed.as_millis(),
+                limit_ms: session.timeout.as_millis(),
+            };
+        }
         return SqlError::Timeout {
             ms: session.timeout.as_millis(),
         };
@@ -315,6 +455,19 @@ mod tests {
     fn positions_become_lines_and_columns() {
         assert_eq!(line_column("SELECT x", 8), (1, 8));
         assert_eq!(line_column("SELECT\n  x", 10), (2, 3));
+    }
+
+    #[test]
+    fn later_columns_of_a_name_already_taken_are_renamed_values_untouched() {
+        let row = r#"{"a":1.10,"a":"x","a_2":null,"\u0061":[1]}"#;
+        let names = distinct_names(row).unwrap();
+        assert_eq!(names, ["a", "a_3", "a_2", "a_4"]);
+        assert_eq!(
+            rename_keys(row, &names).unwrap(),
+            r#"{"a":1.10,"a_3":"x","a_2":null,"a_4":[1]}"#
+        );
+        assert_eq!(distinct_names(r#"{"a":1,"b":{"b":1,"b":2}}"#), None);
+        assert_eq!(distinct_names("null"), None);
     }
 
     #[test]

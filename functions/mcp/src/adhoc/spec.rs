@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::tools::Limits;
+use crate::output::{HARD_MAX_ROWS, Limits};
 
 /// Largest `max_statement_bytes` a file may set: a query a person could still read.
 pub const HARD_MAX_STATEMENT_BYTES: u64 = 1024 * 1024;
@@ -120,11 +120,8 @@ pub fn parse(raw: RawSql, limits: Limits) -> Result<SqlSpec, String> {
         return Err("`tools` is empty; leave `[sql]` out to turn the SQL tools off".into());
     }
     let max_rows = raw.max_rows.unwrap_or(limits.max_rows);
-    if !(1..=crate::tools::spec::HARD_MAX_ROWS).contains(&max_rows) {
-        return Err(format!(
-            "max_rows must be between 1 and {}",
-            crate::tools::spec::HARD_MAX_ROWS
-        ));
+    if !(1..=HARD_MAX_ROWS).contains(&max_rows) {
+        return Err(format!("max_rows must be between 1 and {HARD_MAX_ROWS}"));
     }
     let max_bytes = raw.max_bytes.unwrap_or(limits.max_bytes);
     if !(1024..=16 * 1024 * 1024).contains(&max_bytes) {

@@ -20,22 +20,7 @@ use super::idempotency::IdempotencyKey;
 use super::params::SqlValue;
 use super::spec::ToolSpec;
 use crate::audit::Marker;
-
-/// A tool's result: the exact JSON text sent to clients, plus what the log and tests need.
-#[derive(Debug, Clone)]
-pub struct ToolOutput {
-    pub json: String,
-    pub row_count: usize,
-    pub truncated: Option<Truncation>,
-    /// The rows are a repeat's: recorded under the call's idempotency key the first time.
-    pub replayed: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Truncation {
-    MaxRows,
-    MaxBytes,
-}
+use crate::output::{Render, ToolOutput, render};
 
 /// Why a call failed after its arguments were accepted. The messages are for the model or
 /// person calling the tool: actionable, never internals.
@@ -43,6 +28,13 @@ pub enum Truncation {
 pub enum ExecError {
     #[error("the query took longer than {ms} ms and was cancelled; narrow the filters{} and try again", hint.as_ref().map(|h| format!(" ({h})")).unwrap_or_default())]
     Timeout { ms: u128, hint: Option<String> },
+    /// Cancelled before its time was up, by another session (`pg_cancel_backend`) or an
+    /// administrator: not for taking too long.
+    #[error(
+        "the query was cancelled by the database (another session or an administrator) before \
+         its {limit_ms} ms limit; it was not too slow, and it may be tried again"
+    )]
+    Cancelled { limit_ms: u128 },
     #[error("the database is unavailable right now; try again in a few seconds")]
     Unavailable,
     #[error("this tool is read-only and its statement tried to change data; nothing was changed")]
@@ -125,6 +117,7 @@ pub async fn run(
     key: Option<&IdempotencyKey>,
     marker: Marker<'_>,
 ) -> Result<ToolOutput, ExecError> {
+    let started = std::time::Instant::now();
     let row_limit = tool
         .limit_param
         .and_then(|i| args[i].as_i64())
@@ -161,6 +154,14 @@ pub async fn run(
         };
     }
     outcome.map_err(|e| {
+        // Our `statement_timeout` and a `pg_cancel_backend` share this SQLSTATE (the message
+        // that tells them apart is in the server's language); the timeout cannot fire sooner
+        // than the tool's timeout after `started`.
+        if e.sqlstate() == Some(&SqlState::QUERY_CANCELED) && started.elapsed() < tool.timeout {
+            return ExecError::Cancelled {
+                limit_ms: tool.timeout.as_millis(),
+            };
+        }
         if e.sqlstate() == Some(&SqlState::QUERY_CANCELED) {
             return ExecError::Timeout {
                 ms: tool.timeout.as_millis(),
@@ -370,149 +371,21 @@ async fn transaction<T>(
     Ok(output)
 }
 
-/// Builds `{"rows":[...],"row_count":n,"truncated":bool}` from rows Postgres already rendered.
-pub fn render<'a>(
-    rows: impl IntoIterator<Item = &'a str>,
-    row_limit: u64,
-    max_bytes: u64,
-) -> ToolOutput {
-    let mut out = Render::new(row_limit, max_bytes);
-    for row in rows {
-        if !out.push(row) {
-            break;
-        }
-    }
-    out.finish()
-}
-
-/// A result being built one row at a time, as rows arrive.
-pub struct Render {
-    json: String,
-    row_count: usize,
-    truncated: Option<Truncation>,
-    row_limit: u64,
-    max_bytes: usize,
-}
-
-impl Render {
-    /// Room kept for the closing fields and the truncation note.
-    const ENVELOPE: usize = 256;
-
-    pub fn new(row_limit: u64, max_bytes: u64) -> Self {
-        Self {
-            json: String::from("{\"rows\":["),
-            row_count: 0,
-            truncated: None,
-            row_limit,
-            max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
-        }
-    }
-
-    /// Adds `row` if it fits; `false` once the result is full and further rows are not wanted.
-    pub fn push(&mut self, row: &str) -> bool {
-        if self.row_count as u64 == self.row_limit {
-            self.truncated = Some(Truncation::MaxRows);
-            return false;
-        }
-        if self.json.len() + row.len() + Self::ENVELOPE > self.max_bytes {
-            self.truncated = Some(Truncation::MaxBytes);
-            return false;
-        }
-        if self.row_count > 0 {
-            self.json.push(',');
-        }
-        self.json.push_str(row);
-        self.row_count += 1;
-        true
-    }
-
-    pub fn finish(self) -> ToolOutput {
-        let Self {
-            mut json,
-            row_count,
-            truncated,
-            ..
-        } = self;
-        json.push_str("],\"row_count\":");
-        json.push_str(&row_count.to_string());
-        match truncated {
-            None => json.push_str(",\"truncated\":false}"),
-            Some(reason) => {
-                let (reason, note) = match reason {
-                    Truncation::MaxRows => (
-                        "max_rows",
-                        "more rows match than were returned; narrow the filters or ask for fewer",
-                    ),
-                    Truncation::MaxBytes => (
-                        "max_bytes",
-                        "the result was cut to fit the size limit; narrow the filters or ask for fewer rows",
-                    ),
-                };
-                json.push_str(",\"truncated\":true,\"truncated_reason\":\"");
-                json.push_str(reason);
-                json.push_str("\",\"note\":\"");
-                json.push_str(note);
-                json.push_str("\"}");
-            }
-        }
-        ToolOutput {
-            json,
-            row_count,
-            truncated,
-            replayed: false,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn rows_are_embedded_verbatim() {
-        let out = render([r#"{"n":1.10}"#, r#"{"n":2}"#], 10, 4096);
-        assert_eq!(
-            out.json,
-            r#"{"rows":[{"n":1.10},{"n":2}],"row_count":2,"truncated":false}"#
-        );
-    }
-
-    #[test]
-    fn one_row_past_the_limit_marks_the_result_truncated() {
-        let out = render(["{}", "{}", "{}"], 2, 4096);
-        assert_eq!(out.row_count, 2);
-        assert_eq!(out.truncated, Some(Truncation::MaxRows));
-        let v: serde_json::Value = serde_json::from_str(&out.json).unwrap();
-        assert_eq!(v["truncated"], true);
-        assert_eq!(v["truncated_reason"], "max_rows");
-    }
-
-    #[test]
-    fn exactly_the_limit_is_not_truncated() {
-        let out = render(["{}", "{}"], 2, 4096);
-        assert_eq!(out.truncated, None);
-    }
-
-    #[test]
-    fn the_byte_cap_stops_before_the_row_that_would_cross_it() {
-        let big = format!("{{\"s\":\"{}\"}}", "x".repeat(600));
-        let out = render([big.as_str(), big.as_str(), big.as_str()], 10, 1200);
-        assert_eq!(out.row_count, 1);
-        assert_eq!(out.truncated, Some(Truncation::MaxBytes));
-        assert!(out.json.len() <= 1200);
-        serde_json::from_str::<serde_json::Value>(&out.json).unwrap();
-    }
-
-    #[test]
     fn settings_go_in_the_begin_batch_before_the_role() {
-        let file = super::super::spec::parse(
-            "[[tool]]\nname = \"t\"\ndescription = \"d\"\nsql = \"SELECT 1\"\n\
+        let raw = toml::from_str(
+            "name = \"t\"\ndescription = \"d\"\nsql = \"SELECT 1\"\n\
              role = \"reader\"\nsettings = { \"hnsw.ef_search\" = 100 }\n",
-            super::super::Limits::default(),
         )
         .unwrap();
+        let tools =
+            super::super::spec::parse_tools(vec![raw], crate::output::Limits::default()).unwrap();
         assert_eq!(
-            begin_sql(&file.tools[0]),
+            begin_sql(&tools[0]),
             "BEGIN READ ONLY; SET LOCAL statement_timeout = 5000; \
              SET LOCAL hnsw.ef_search = '100'; SET LOCAL ROLE \"reader\""
         );

@@ -1,9 +1,9 @@
-//! The tools file (TOML) parsed into [`ToolSpec`]s: tools are declared, not coded.
+//! A tools file's `[[tool]]` tables parsed into [`ToolSpec`]s: tools are declared, not coded.
 //!
 //! Everything that can be wrong with a declaration (a bad name, an unknown type, a default
 //! outside its bounds, a `:param` the SQL uses but nobody declared, a write without a role) is
-//! refused here, at start-up, naming the tool and the field. A file also declares MCP prompts
-//! ([`PromptSpec`]) and instructions for models.
+//! refused here, at start-up, naming the tool and the field. The rest of the file (prompts,
+//! instructions, `[sql]`) is the catalog's (`catalog::file`).
 
 use std::time::Duration;
 
@@ -13,30 +13,7 @@ use tokio_postgres::types::Type;
 
 use super::params::{ParamSpec, ParamType, Source, SqlValue};
 use super::sql;
-
-/// Most rows any tool may return, whatever its file says: a guard against a typo of `max_rows`.
-pub const HARD_MAX_ROWS: u64 = 10_000;
-
-/// Server-wide defaults for what a tool declaration leaves out.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    /// `TOOL_MAX_ROWS`
-    pub max_rows: u64,
-    /// `TOOL_MAX_RESULT_BYTES`
-    pub max_bytes: u64,
-    /// `TOOL_TIMEOUT_MS`
-    pub timeout: Duration,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            max_rows: 100,
-            max_bytes: 256 * 1024,
-            timeout: Duration::from_secs(5),
-        }
-    }
-}
+use crate::output::{HARD_MAX_ROWS, Limits};
 
 /// One declared tool, ready to publish and run.
 #[derive(Debug, Clone)]
@@ -90,84 +67,18 @@ pub struct ToolSpec {
     pub keyed_sql: Option<String>,
 }
 
-/// One declared MCP prompt: a message text with `{{argument}}` slots.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PromptSpec {
-    pub name: String,
-    pub title: Option<String>,
-    pub description: Option<String>,
-    pub text: String,
-    pub arguments: Vec<PromptArgumentSpec>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct PromptArgumentSpec {
-    pub name: String,
-    pub description: Option<String>,
-    pub required: bool,
-}
-
-/// Everything one tools file declares.
-#[derive(Debug, Clone, Default)]
-pub struct ToolsFile {
-    /// Guidance for models about this file's tools (the server's instructions include it).
-    pub instructions: Option<String>,
-    pub tools: Vec<ToolSpec>,
-    pub prompts: Vec<PromptSpec>,
-    /// `[sql]`: the ad-hoc SQL tools this file turns on.
-    pub sql: Option<crate::adhoc::SqlSpec>,
-}
-
+/// What is wrong with one `[[tool]]`, naming the tool.
 #[derive(Debug, thiserror::Error)]
-pub enum SpecError {
-    #[error("tools file is not valid TOML: {0}")]
-    Toml(String),
-    #[error("tools file does not follow the tools format: {0}")]
-    Format(String),
-    #[error("tool `{tool}`: {problem}")]
-    Tool { tool: String, problem: String },
-    #[error("prompt `{prompt}`: {problem}")]
-    Prompt { prompt: String, problem: String },
-    #[error("[sql]: {0}")]
-    Sql(String),
-    #[error("tools file declares no tools, no prompts and no [sql]")]
-    Empty,
+#[error("tool `{tool}`: {problem}")]
+pub struct DeclarationError {
+    pub tool: String,
+    pub problem: String,
 }
 
+/// One `[[tool]]` table as written.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawFile {
-    instructions: Option<String>,
-    /// The ad-hoc SQL tools, off unless present (see `crate::adhoc`).
-    sql: Option<crate::adhoc::spec::RawSql>,
-    #[serde(default, rename = "tool")]
-    tools: Vec<RawTool>,
-    #[serde(default, rename = "prompt")]
-    prompts: Vec<RawPrompt>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawPrompt {
-    name: Option<String>,
-    title: Option<String>,
-    description: Option<String>,
-    text: Option<String>,
-    #[serde(default)]
-    arguments: IndexMap<String, RawPromptArgument>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawPromptArgument {
-    description: Option<String>,
-    #[serde(default)]
-    required: bool,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawTool {
+pub struct RawTool {
     // Required, but optional here so a missing one is reported by name and tool, not as a
     // TOML error.
     name: Option<String>,
@@ -246,82 +157,33 @@ struct RawParam {
     values: Option<Vec<String>>,
 }
 
-/// Parses a whole tools file.
-pub fn parse(text: &str, limits: Limits) -> Result<ToolsFile, SpecError> {
-    // Syntax first, so "not valid TOML" is only said of text that is not.
-    text.parse::<toml::Table>()
-        .map_err(|e| SpecError::Toml(e.to_string()))?;
-    let raw: RawFile = toml::from_str(text).map_err(|e| SpecError::Format(e.to_string()))?;
-    if raw.tools.is_empty() && raw.prompts.is_empty() && raw.sql.is_none() {
-        return Err(SpecError::Empty);
-    }
-    let sql = raw
-        .sql
-        .map(|sql| crate::adhoc::spec::parse(sql, limits))
-        .transpose()
-        .map_err(SpecError::Sql)?;
-    let instructions = raw
-        .instructions
-        .map(|i| i.trim().to_owned())
-        .filter(|i| !i.is_empty());
-    let mut prompts: Vec<PromptSpec> = Vec::with_capacity(raw.prompts.len());
-    for (i, p) in raw.prompts.into_iter().enumerate() {
-        let name = p
-            .name
-            .clone()
-            .unwrap_or_else(|| format!("number {}", i + 1));
-        let spec = prompt(p).map_err(|problem| SpecError::Prompt {
-            prompt: name.clone(),
-            problem,
-        })?;
-        if prompts.iter().any(|other| other.name == spec.name) {
-            return Err(SpecError::Prompt {
-                prompt: name,
-                problem: "is declared twice".into(),
-            });
-        }
-        prompts.push(spec);
-    }
-    let mut tools: Vec<ToolSpec> = Vec::with_capacity(raw.tools.len());
-    for (i, t) in raw.tools.into_iter().enumerate() {
+/// The `[[tool]]` tables of one file, each checked; names unique within the file.
+pub fn parse_tools(raw: Vec<RawTool>, limits: Limits) -> Result<Vec<ToolSpec>, DeclarationError> {
+    let mut tools: Vec<ToolSpec> = Vec::with_capacity(raw.len());
+    for (i, t) in raw.into_iter().enumerate() {
         let Some(name) = t.name.clone() else {
-            return Err(SpecError::Tool {
+            return Err(DeclarationError {
                 tool: format!("number {}", i + 1),
                 problem: "needs a name (every [[tool]] needs name, description and sql)".into(),
             });
         };
-        let spec = tool(t, limits).map_err(|problem| SpecError::Tool {
+        let spec = tool(t, limits).map_err(|problem| DeclarationError {
             tool: name.clone(),
             problem,
         })?;
         if tools.iter().any(|other| other.name == spec.name) {
-            return Err(SpecError::Tool {
+            return Err(DeclarationError {
                 tool: name,
                 problem: "is declared twice".into(),
             });
         }
         tools.push(spec);
     }
-    if let Some(clash) = tools
-        .iter()
-        .find(|t| crate::adhoc::Kind::from_name(&t.name).is_some())
-        .filter(|_| sql.is_some())
-    {
-        return Err(SpecError::Tool {
-            tool: clash.name.clone(),
-            problem: "has the name of one of the [sql] tools".into(),
-        });
-    }
-    Ok(ToolsFile {
-        instructions,
-        tools,
-        prompts,
-        sql,
-    })
+    Ok(tools)
 }
 
 /// Tool and prompt names: acceptable to every LLM API a client may forward them to.
-fn valid_name(name: &str) -> bool {
+pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
         && name
@@ -330,94 +192,8 @@ fn valid_name(name: &str) -> bool {
 }
 
 /// Parameter and prompt argument names: they appear in SQL (`:name`) and templates.
-fn valid_param_name(name: &str) -> bool {
+pub fn valid_param_name(name: &str) -> bool {
     !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-fn prompt(raw: RawPrompt) -> Result<PromptSpec, String> {
-    let Some(name) = raw.name else {
-        return Err("needs a name (every [[prompt]] needs name and text)".into());
-    };
-    if !valid_name(&name) {
-        return Err("name must be 1-64 characters of A-Z, a-z, 0-9, _ or -".into());
-    }
-    let text = raw.text.unwrap_or_default();
-    if text.trim().is_empty() {
-        return Err("needs text: the message the prompt gives the model".into());
-    }
-    let arguments = raw
-        .arguments
-        .into_iter()
-        .map(|(name, a)| {
-            if !valid_param_name(&name) {
-                return Err(format!(
-                    "argument `{name}`: names are letters, digits and _"
-                ));
-            }
-            Ok(PromptArgumentSpec {
-                name,
-                description: a.description.map(|d| d.trim().to_owned()),
-                required: a.required,
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    for slot in template_slots(&text) {
-        if !arguments.iter().any(|a| a.name == slot) {
-            return Err(format!(
-                "text uses {{{{{slot}}}}}, which is not a declared argument"
-            ));
-        }
-    }
-    if let Some(unused) = arguments
-        .iter()
-        .find(|a| !template_slots(&text).any(|slot| slot == a.name))
-    {
-        return Err(format!(
-            "argument `{0}` is declared but the text never uses {{{{{0}}}}}",
-            unused.name
-        ));
-    }
-    Ok(PromptSpec {
-        name,
-        title: raw.title,
-        description: raw.description.map(|d| d.trim().to_owned()),
-        text,
-        arguments,
-    })
-}
-
-/// The names in `{{name}}` slots of a prompt text, in order.
-fn template_slots(text: &str) -> impl Iterator<Item = &str> {
-    text.split("{{").skip(1).filter_map(|rest| {
-        let (name, _) = rest.split_once("}}")?;
-        valid_param_name(name.trim()).then(|| name.trim())
-    })
-}
-
-impl PromptSpec {
-    /// The text with each `{{name}}` replaced by its argument, or by nothing when absent.
-    pub fn render(&self, arguments: &IndexMap<String, String>) -> String {
-        let mut out = String::with_capacity(self.text.len());
-        let mut rest = self.text.as_str();
-        while let Some(start) = rest.find("{{") {
-            let after = &rest[start + 2..];
-            match after.split_once("}}") {
-                Some((name, tail)) if valid_param_name(name.trim()) => {
-                    out.push_str(&rest[..start]);
-                    if let Some(value) = arguments.get(name.trim()) {
-                        out.push_str(value);
-                    }
-                    rest = tail;
-                }
-                _ => {
-                    out.push_str(&rest[..start + 2]);
-                    rest = after;
-                }
-            }
-        }
-        out.push_str(rest);
-        out
-    }
 }
 
 fn tool(raw: RawTool, limits: Limits) -> Result<ToolSpec, String> {
@@ -914,27 +690,19 @@ mod tests {
     /// The feedback demo's tools file, as deployments of the demo serve it.
     const FEEDBACK_TOOLS: &str = include_str!("../../../../domains/feedback/tools.toml");
 
-    fn parse_one(text: &str) -> Result<ToolSpec, SpecError> {
-        parse(text, Limits::default()).map(|mut f| f.tools.remove(0))
+    /// The `[[tool]]` tables of a tools file's text, its other tables ignored.
+    fn parse_tools_text(text: &str) -> Result<Vec<ToolSpec>, String> {
+        #[derive(Deserialize)]
+        struct Tools {
+            #[serde(default, rename = "tool")]
+            tools: Vec<RawTool>,
+        }
+        let raw: Tools = toml::from_str(text).map_err(|e| e.to_string())?;
+        parse_tools(raw.tools, Limits::default()).map_err(|e| e.to_string())
     }
 
-    #[test]
-    fn the_feedback_tools_file_parses() {
-        let tools = parse(FEEDBACK_TOOLS, Limits::default()).unwrap().tools;
-        let names: Vec<_> = tools.iter().map(|t| t.name.as_str()).collect();
-        for expected in [
-            "lad_by_ref",
-            "list_lads",
-            "search_feedback",
-            "feedback_stats",
-            "get_feedback",
-        ] {
-            assert!(
-                names.contains(&expected),
-                "{expected} missing from {names:?}"
-            );
-        }
-        assert!(tools.iter().all(|t| !t.writes));
+    fn parse_one(text: &str) -> Result<ToolSpec, String> {
+        parse_tools_text(text).map(|mut tools| tools.remove(0))
     }
 
     #[test]
@@ -962,7 +730,7 @@ mod tests {
 
     #[test]
     fn tools_with_nullable_filters_are_planned_per_call() {
-        let tools = parse(FEEDBACK_TOOLS, Limits::default()).unwrap().tools;
+        let tools = parse_tools_text(FEEDBACK_TOOLS).unwrap();
         let planned: Vec<_> = tools
             .iter()
             .filter(|t| t.custom_plans)
@@ -1026,16 +794,6 @@ mod tests {
     }
 
     #[test]
-    fn duplicate_names_are_refused() {
-        let one = "[[tool]]\nname = \"t\"\ndescription = \"d\"\nsql = \"SELECT 1\"\n";
-        let err = parse(&format!("{one}{one}"), Limits::default()).unwrap_err();
-        assert_eq!(err.to_string(), "tool `t`: is declared twice");
-        let prompt = "[[prompt]]\nname = \"p\"\ntext = \"hi\"\n";
-        let err = parse(&format!("{one}{prompt}{prompt}"), Limits::default()).unwrap_err();
-        assert_eq!(err.to_string(), "prompt `p`: is declared twice");
-    }
-
-    #[test]
     fn a_missing_required_field_names_the_tool_and_the_field() {
         let err = parse_one("[[tool]]\nname = \"t\"\nsql = \"SELECT 1\"\n").unwrap_err();
         assert_eq!(
@@ -1048,29 +806,13 @@ mod tests {
             "tool `t`: needs sql: the statement the tool runs"
         );
         let one = "[[tool]]\nname = \"a\"\ndescription = \"d\"\nsql = \"SELECT 1\"\n";
-        let err = parse(
-            &format!("{one}[[tool]]\ndescription = \"d\"\nsql = \"SELECT 1\"\n"),
-            Limits::default(),
-        )
+        let err = parse_tools_text(&format!(
+            "{one}[[tool]]\ndescription = \"d\"\nsql = \"SELECT 1\"\n"
+        ))
         .unwrap_err();
         assert_eq!(
             err.to_string(),
             "tool `number 2`: needs a name (every [[tool]] needs name, description and sql)"
-        );
-    }
-
-    #[test]
-    fn only_text_that_is_not_toml_is_called_invalid_toml() {
-        let err = parse_one("[[tool]\nname = ").unwrap_err();
-        assert!(
-            err.to_string().starts_with("tools file is not valid TOML"),
-            "{err}"
-        );
-        let err = parse_one("[[tool]]\nname = 5\n").unwrap_err();
-        assert!(
-            err.to_string()
-                .starts_with("tools file does not follow the tools format"),
-            "{err}"
         );
     }
 
@@ -1298,59 +1040,6 @@ mod tests {
         assert_eq!(
             err,
             "tool `find`: context `district` names `nope`, which is not a parameter taken as an argument"
-        );
-    }
-
-    #[test]
-    fn instructions_and_prompts_are_read_with_their_arguments() {
-        let file = parse(
-            "instructions = \"\"\"\n  Use the tools.\n\"\"\"\n\
-             [[prompt]]\nname = \"overdue\"\ntitle = \"Overdue\"\ndescription = \"My overdue tasks\"\n\
-             text = \"Which tasks are overdue{{tag}}?\"\n\
-             [prompt.arguments.tag]\ndescription = \"a tag\"\n",
-            Limits::default(),
-        )
-        .unwrap();
-        assert_eq!(file.instructions.as_deref(), Some("Use the tools."));
-        assert!(file.tools.is_empty());
-        let p = &file.prompts[0];
-        assert_eq!(p.arguments[0].name, "tag");
-        assert!(!p.arguments[0].required);
-        let mut args = IndexMap::new();
-        assert_eq!(p.render(&args), "Which tasks are overdue?");
-        args.insert("tag".to_owned(), " tagged home".to_owned());
-        assert_eq!(p.render(&args), "Which tasks are overdue tagged home?");
-    }
-
-    #[test]
-    fn prompt_templates_and_arguments_must_match() {
-        let err = parse(
-            "[[prompt]]\nname = \"p\"\ntext = \"a {{x}}\"\n",
-            Limits::default(),
-        )
-        .unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "prompt `p`: text uses {{x}}, which is not a declared argument"
-        );
-        let err = parse(
-            "[[prompt]]\nname = \"p\"\ntext = \"a\"\n[prompt.arguments.x]\n",
-            Limits::default(),
-        )
-        .unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "prompt `p`: argument `x` is declared but the text never uses {{x}}"
-        );
-        let err = parse("[[prompt]]\nname = \"p\"\n", Limits::default()).unwrap_err();
-        assert!(
-            err.to_string().starts_with("prompt `p`: needs text"),
-            "{err}"
-        );
-        let err = parse("instructions = \"x\"\n", Limits::default()).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "tools file declares no tools, no prompts and no [sql]"
         );
     }
 

@@ -108,6 +108,43 @@ async fn a_statement_over_its_timeout_is_cancelled_and_reported() {
 }
 
 #[tokio::test]
+async fn a_statement_another_session_cancels_is_reported_as_cancelled_not_as_a_timeout() {
+    // A minute's timeout: the cancel comes long before it, however loaded the machine.
+    let app = spawn(Options {
+        tools_toml: Some(SLOW_TOOL.replace("timeout_ms = 200", "timeout_ms = 60000")),
+        ..Options::default()
+    })
+    .await;
+    let call = app.tool_error("slow", json!({"seconds": 30}));
+    let cancel = async {
+        // As a DBA would: the tool's active statement, once it is running.
+        for _ in 0..400 {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            let cancelled: i64 = app
+                .sql_one(
+                    "SELECT count(*) FILTER (WHERE pg_cancel_backend(pid)) FROM pg_stat_activity \
+                     WHERE datname = current_database() AND state = 'active' \
+                     AND query LIKE '%parley tool=slow%' AND pid <> pg_backend_pid()",
+                )
+                .await
+                .get(0);
+            if cancelled > 0 {
+                return;
+            }
+        }
+        panic!("the statement never showed in pg_stat_activity");
+    };
+    let (message, ()) = tokio::join!(call, cancel);
+    assert_eq!(
+        message,
+        "the query was cancelled by the database (another session or an administrator) before \
+         its 60000 ms limit; it was not too slow, and it may be tried again"
+    );
+    let out = app.rows("slow", json!({"seconds": 0.01})).await;
+    assert_eq!(out["row_count"], 1);
+}
+
+#[tokio::test]
 async fn a_tool_that_writes_without_declaring_it_is_refused_by_the_read_only_transaction() {
     // Connect as the owner, not the read-only role, so only the transaction mode stops it.
     let db = TestDb::with_demo_data(100).await;

@@ -65,6 +65,11 @@ notes = "Amounts are in pounds."
 /// The function with only the SQL tools, all sharing ONE connection of the SQL role, so
 /// anything a statement left on its session would show in the next call.
 async fn spawn_sql(extra: &[(&str, &str)]) -> TestApp {
+    spawn_sql_with(SQL_TOOLS, extra).await
+}
+
+/// [`spawn_sql`] with another `[sql]` table.
+async fn spawn_sql_with(tools_toml: &str, extra: &[(&str, &str)]) -> TestApp {
     let db = TestDb::with_demo_data(FEEDBACK_ROWS).await;
     db.client()
         .await
@@ -77,7 +82,7 @@ async fn spawn_sql(extra: &[(&str, &str)]) -> TestApp {
     spawn_on(
         db,
         Options {
-            tools_toml: Some(SQL_TOOLS.into()),
+            tools_toml: Some(tools_toml.into()),
             extra_env,
             ..Options::default()
         },
@@ -540,7 +545,7 @@ async fn results_are_capped_and_errors_point_into_the_statement() {
     let app = spawn_sql(&[]).await;
     let out = run_sql(
         &app,
-        "SELECT * FROM analytics.sales a CROSS JOIN analytics.sales b",
+        "SELECT a.*, b.id AS other_id FROM analytics.sales a CROSS JOIN analytics.sales b",
     )
     .await
     .unwrap();
@@ -783,6 +788,127 @@ async fn the_tools_are_described_with_their_schemas_and_limits() {
     let result = client_call(&client, "run_sql", json!({"sql": "DELETE FROM regions"})).await;
     assert_eq!(result.is_error, Some(true));
     client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn columns_of_one_name_come_back_as_distinct_keys() {
+    let app = spawn_sql(&[]).await;
+    // An object with a key twice parses differently in every client (most keep the last), so
+    // a later column of a name already taken gets a suffix no other column has.
+    let out = run_sql(
+        &app,
+        "SELECT 1 AS a, 2.50 AS a, 'x' AS a_2, min(id), min(region_id) FROM analytics.sales",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        out["rows"],
+        json!([{"a": 1, "a_3": 2.50, "a_2": "x", "min": 1, "min_2": 1}])
+    );
+    let text = app
+        .call("run_sql", json!({"sql": "SELECT 1 AS a, 2.50 AS a"}))
+        .await["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        text.starts_with(r#"{"rows":[{"a":1,"a_2":2.50}]"#),
+        "values exactly as Postgres wrote them: {text}"
+    );
+    let out = run_sql(
+        &app,
+        "SELECT r.name, s.id AS name FROM analytics.regions r JOIN analytics.sales s ON s.region_id = r.id ORDER BY s.id LIMIT 1",
+    )
+    .await
+    .unwrap();
+    assert_eq!(out["rows"], json!([{"name": "South", "name_2": 1}]));
+}
+
+#[tokio::test]
+async fn a_statement_another_session_cancels_is_reported_as_cancelled_not_as_a_timeout() {
+    // A minute's timeout: the cancel comes long before it, however loaded the machine.
+    let app = spawn_sql_with(
+        &SQL_TOOLS.replace("timeout_ms = 1000", "timeout_ms = 60000"),
+        &[],
+    )
+    .await;
+    let call = run_sql(&app, "SELECT pg_sleep(30) AS slept");
+    let cancel = async {
+        // As a DBA would: the SQL role's active statement, once it is running.
+        for _ in 0..400 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let cancelled: i64 = app
+                .sql_one(&format!(
+                    "SELECT count(*) FILTER (WHERE pg_cancel_backend(pid)) FROM pg_stat_activity \
+                     WHERE usename = '{SQL_READER_USER}' AND datname = current_database() \
+                     AND state = 'active' AND query LIKE '%pg_sleep(30)%'"
+                ))
+                .await
+                .get(0);
+            if cancelled > 0 {
+                return;
+            }
+        }
+        panic!("the statement never showed in pg_stat_activity");
+    };
+    let started = Instant::now();
+    let (outcome, ()) = tokio::join!(call, cancel);
+    let message = outcome.unwrap_err();
+    assert!(
+        message.contains("cancelled") && message.contains("another session"),
+        "{message}"
+    );
+    assert!(!message.contains("ran longer than"), "{message}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the cancel ended the call"
+    );
+    // The connection is clean for the next call.
+    let out = run_sql(&app, "SELECT 1 AS one").await.unwrap();
+    assert_eq!(out["rows"], json!([{"one": 1}]));
+}
+
+/// This process's peak resident memory, in KiB. nextest runs each test in a process of its
+/// own, so the peak is this test's.
+fn peak_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_error_quoting_a_huge_value_reaches_the_function_cut() {
+    // A minute's timeout, so Postgres builds the whole message however loaded the machine.
+    let app = spawn_sql_with(
+        &SQL_TOOLS.replace("timeout_ms = 1000", "timeout_ms = 60000"),
+        &[],
+    )
+    .await;
+    run_sql(&app, "SELECT 1").await.unwrap();
+    let before = peak_kib();
+    // Postgres quotes the 64 MB value in its message; tokio-postgres would read all of it,
+    // then copy it into the error's text.
+    let message = run_sql(&app, "SELECT repeat('x', 64000000)::int")
+        .await
+        .unwrap_err();
+    let grown_mib = (peak_kib() - before) / 1024;
+    assert!(
+        message.starts_with("ERROR 22P02: invalid input syntax for type integer")
+            && message.contains("[cut]")
+            && message.len() < 3000,
+        "{}",
+        &message[..message.len().min(300)]
+    );
+    assert!(
+        grown_mib < 16,
+        "the message cost {grown_mib} MiB; each of its fields is cut to 8 KiB as it arrives"
+    );
+    // The connection carries on.
+    let out = run_sql(&app, "SELECT 1 AS one").await.unwrap();
+    assert_eq!(out["rows"], json!([{"one": 1}]));
 }
 
 #[tokio::test]

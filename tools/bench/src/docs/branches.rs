@@ -269,9 +269,9 @@ GROUP BY id ORDER BY score DESC";
 
     #[test]
     fn the_shipped_search_documents_has_both_branches() {
-        let catalog = parley_mcp::tools::Catalog::load(
+        let catalog = parley_mcp::catalog::Catalog::load(
             &[parley_domain_documents::tools_path()],
-            parley_mcp::tools::Limits::default(),
+            parley_mcp::output::Limits::default(),
         )
         .unwrap();
         let spec = catalog.get("search_documents").unwrap();

@@ -14,8 +14,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use parley_embed::{EmbedSettings, Embedder};
+use parley_mcp::catalog::Catalog;
+use parley_mcp::output::Limits;
 use parley_mcp::tools::params::Source;
-use parley_mcp::tools::{Catalog, Limits, ToolSpec, exec};
+use parley_mcp::tools::{ToolSpec, exec};
 use serde_json::{Map, Value, json};
 use tokio_postgres::types::ToSql;
 

@@ -20,9 +20,10 @@ use rmcp::transport::common::http_header::{
 use rmcp::transport::streamable_http_server::StreamableHttpService;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 
-use super::{ParleyMcp, is_json_media_type};
+use super::ParleyMcp;
 use crate::auth::Caller;
 use crate::config::McpConfig;
+use crate::media_type::is_json_media_type;
 
 type Transport = StreamableHttpService<ParleyMcp, NeverSessionManager>;
 

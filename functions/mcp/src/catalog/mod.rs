@@ -1,0 +1,310 @@
+//! The tools files a deployment serves (`TOOLS_FILE`), merged into one [`Catalog`]: the declared
+//! tools, the prompts, the instructions and the `[sql]` table that turns the ad-hoc SQL tools
+//! on; names unique across files, every statement checked against the database at start-up.
+//!
+//! Submodules: `file` (one file's text → [`ToolsFile`]), `prompt` (`[[prompt]]` →
+//! [`PromptSpec`]). It sits above `tools` and `adhoc`, which know nothing of files.
+
+pub mod file;
+pub mod prompt;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use deadpool_postgres::Pool;
+use rmcp::model::{Prompt, Tool};
+
+pub use file::{FileError, ToolsFile};
+pub use prompt::PromptSpec;
+
+use crate::adhoc;
+use crate::output::Limits;
+use crate::tools::{self, ToolSpec};
+
+/// All declared tools and prompts, with their MCP descriptions built once at start-up.
+#[derive(Debug)]
+pub struct Catalog {
+    specs: Vec<ToolSpec>,
+    listed: Vec<Tool>,
+    by_name: HashMap<String, usize>,
+    prompts: Vec<PromptSpec>,
+    listed_prompts: Vec<Prompt>,
+    instructions: Vec<String>,
+    /// The ad-hoc SQL tools, when a file turned them on.
+    sql: Option<adhoc::SqlSpec>,
+}
+
+/// Why the tools files cannot be served: unreadable, invalid, clashing, or not matching the
+/// database.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error("cannot read tools file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("tools file {path}: {source}")]
+    File { path: String, source: FileError },
+    #[error("{kind} `{name}` is declared in both {first} and {second}; names must be unique")]
+    Duplicate {
+        kind: &'static str,
+        name: String,
+        first: String,
+        second: String,
+    },
+    #[error("the tools files declare no tools")]
+    NoTools,
+    #[error("[sql] is declared in both {first} and {second}; declare the SQL tools once")]
+    SqlTwice { first: String, second: String },
+    #[error("tool `{0}` in the tools files has the name of one of the [sql] tools")]
+    SqlName(String),
+    #[error("tool `{tool}` does not match the database schema: {message}")]
+    Schema { tool: String, message: String },
+}
+
+impl Catalog {
+    /// The tools files at `paths` (`TOOLS_FILE`), merged: names unique across them.
+    pub fn load(paths: &[PathBuf], limits: Limits) -> Result<Self, CatalogError> {
+        let mut files = Vec::with_capacity(paths.len());
+        for path in paths {
+            files.push((path.display().to_string(), read(path, limits)?));
+        }
+        Self::merge(files)
+    }
+
+    /// Files already parsed, each with the name errors call it by.
+    pub fn merge(files: Vec<(String, ToolsFile)>) -> Result<Self, CatalogError> {
+        let mut specs: Vec<ToolSpec> = Vec::new();
+        let mut prompts: Vec<PromptSpec> = Vec::new();
+        let mut instructions = Vec::new();
+        let mut origin: HashMap<(&'static str, String), String> = HashMap::new();
+        let mut sql: Option<(String, adhoc::SqlSpec)> = None;
+        for (path, file) in files {
+            if let Some(spec) = file.sql {
+                if let Some((first, _)) = &sql {
+                    return Err(CatalogError::SqlTwice {
+                        first: first.clone(),
+                        second: path,
+                    });
+                }
+                sql = Some((path.clone(), spec));
+            }
+            let names = file
+                .tools
+                .iter()
+                .map(|t| ("tool", t.name.clone()))
+                .chain(file.prompts.iter().map(|p| ("prompt", p.name.clone())));
+            for (kind, name) in names {
+                if let Some(first) = origin.insert((kind, name.clone()), path.clone()) {
+                    return Err(CatalogError::Duplicate {
+                        kind,
+                        name,
+                        first,
+                        second: path,
+                    });
+                }
+            }
+            instructions.extend(file.instructions);
+            specs.extend(file.tools);
+            prompts.extend(file.prompts);
+        }
+        if specs.is_empty() && sql.is_none() {
+            return Err(CatalogError::NoTools);
+        }
+        if sql.is_some()
+            && let Some(clash) = specs
+                .iter()
+                .find(|t| adhoc::Kind::from_name(&t.name).is_some())
+        {
+            return Err(CatalogError::SqlName(clash.name.clone()));
+        }
+        let mut catalog = Self::new(specs);
+        catalog.sql = sql.map(|(_, spec)| spec);
+        catalog.listed_prompts = prompts.iter().map(prompt::describe).collect();
+        catalog.prompts = prompts;
+        catalog.instructions = instructions;
+        Ok(catalog)
+    }
+
+    /// Tools alone: no prompts, no instructions.
+    pub fn new(specs: Vec<ToolSpec>) -> Self {
+        let listed = specs.iter().map(tools::describe).collect();
+        let by_name = specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.name.clone(), i))
+            .collect();
+        Self {
+            specs,
+            listed,
+            by_name,
+            prompts: Vec::new(),
+            listed_prompts: Vec::new(),
+            instructions: Vec::new(),
+            sql: None,
+        }
+    }
+
+    /// The `[sql]` settings, when some file turned the ad-hoc SQL tools on.
+    pub fn sql(&self) -> Option<&adhoc::SqlSpec> {
+        self.sql.as_ref()
+    }
+
+    pub fn get(&self, name: &str) -> Option<&ToolSpec> {
+        self.by_name.get(name).map(|&i| &self.specs[i])
+    }
+
+    pub fn specs(&self) -> &[ToolSpec] {
+        &self.specs
+    }
+
+    /// Some tool takes an embedding or the embedder's model id: start-up loads the embedder.
+    pub fn needs_embedder(&self) -> bool {
+        tools::embedding::needed_by(&self.specs)
+    }
+
+    pub fn listed(&self) -> &[Tool] {
+        &self.listed
+    }
+
+    pub fn prompt(&self, name: &str) -> Option<&PromptSpec> {
+        self.prompts.iter().find(|p| p.name == name)
+    }
+
+    pub fn listed_prompts(&self) -> &[Prompt] {
+        &self.listed_prompts
+    }
+
+    /// Each file's top-level `instructions`, in file order.
+    pub fn instructions(&self) -> &[String] {
+        &self.instructions
+    }
+
+    /// Prepares every declared statement, so a tool that does not fit the schema fails the
+    /// deploy rather than the first model that calls it. `Ok(false)` when the database could
+    /// not be reached: start anyway and recover once it is back.
+    pub async fn check_against(&self, pool: &Pool) -> Result<bool, CatalogError> {
+        let client = match pool.get().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %parley_core::db::DbError::from(e), "database unreachable at start-up; tool statements not checked yet");
+                return Ok(false);
+            }
+        };
+        for tool in &self.specs {
+            let mut statements = vec![(tool.wrapped_sql.as_str(), tool.placeholder_types.clone())];
+            if let Some(keyed) = &tool.keyed_sql {
+                statements.push((keyed.as_str(), tools::exec::keyed_types(tool)));
+            }
+            for (sql, types) in statements {
+                if !check_statement(&client, tool, sql, &types).await? {
+                    return Ok(false);
+                }
+            }
+            if !check_settings(&client, tool).await? || !check_citation(&client, tool).await? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// A tools file read and parsed; errors name the file.
+fn read(path: &Path, limits: Limits) -> Result<ToolsFile, CatalogError> {
+    let text = std::fs::read_to_string(path).map_err(|source| CatalogError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    file::parse(&text, limits).map_err(|source| CatalogError::File {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// Prepares one statement of `tool`: `Err(Schema)` when it does not fit the database,
+/// `Ok(false)` when the connection was lost on the way.
+async fn check_statement(
+    client: &deadpool_postgres::Object,
+    tool: &ToolSpec,
+    sql: &str,
+    types: &[tokio_postgres::types::Type],
+) -> Result<bool, CatalogError> {
+    match client.prepare_typed_cached(sql, types).await {
+        Ok(_) => Ok(true),
+        Err(e) if parley_core::db::is_connection_error(&e) => {
+            tracing::warn!(error = %parley_core::db::pg_message(&e), "database connection lost while checking tools");
+            Ok(false)
+        }
+        Err(e) => Err(CatalogError::Schema {
+            tool: tool.name.clone(),
+            message: parley_core::db::pg_message(&e),
+        }),
+    }
+}
+
+/// Applies the tool's `[tool.settings]` in a transaction rolled back at once, so an unknown
+/// setting or a value it does not take stops start-up, not the first call.
+async fn check_settings(
+    client: &deadpool_postgres::Object,
+    tool: &ToolSpec,
+) -> Result<bool, CatalogError> {
+    if tool.settings.is_empty() {
+        return Ok(true);
+    }
+    let sets = tool.settings.join("; ");
+    let outcome = client
+        .batch_execute(&format!("BEGIN READ ONLY; {sets}; ROLLBACK"))
+        .await;
+    match outcome {
+        Ok(()) => Ok(true),
+        Err(e) if parley_core::db::is_connection_error(&e) => {
+            tracing::warn!(error = %parley_core::db::pg_message(&e), "database connection lost while checking tools");
+            Ok(false)
+        }
+        Err(e) => {
+            // The failed SET left the transaction open and aborted.
+            let _ = client.batch_execute("ROLLBACK").await;
+            Err(CatalogError::Schema {
+                tool: tool.name.clone(),
+                message: format!("[tool.settings]: {}", parley_core::db::pg_message(&e)),
+            })
+        }
+    }
+}
+
+/// A citation must name columns the statement returns: a misspelt one would give the chat
+/// sources without titles, not an error.
+async fn check_citation(
+    client: &deadpool_postgres::Object,
+    tool: &ToolSpec,
+) -> Result<bool, CatalogError> {
+    let (Some(citation), Some(sql)) = (&tool.citation, &tool.columns_sql) else {
+        return Ok(true);
+    };
+    // Prepared, never run, and not cached: only its description is wanted.
+    let statement = match client.prepare_typed(sql, &tool.placeholder_types).await {
+        Ok(statement) => statement,
+        Err(e) if parley_core::db::is_connection_error(&e) => return Ok(false),
+        Err(e) => {
+            return Err(CatalogError::Schema {
+                tool: tool.name.clone(),
+                message: parley_core::db::pg_message(&e),
+            });
+        }
+    };
+    let returned: Vec<&str> = statement.columns().iter().map(|c| c.name()).collect();
+    match citation
+        .columns()
+        .find(|(_, column)| !returned.contains(column))
+    {
+        None => Ok(true),
+        Some((key, column)) => Err(CatalogError::Schema {
+            tool: tool.name.clone(),
+            message: format!(
+                "citation `{key}` names the column `{column}`, which the statement does not \
+                 return (it returns {})",
+                returned.join(", ")
+            ),
+        }),
+    }
+}
