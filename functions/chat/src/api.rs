@@ -12,7 +12,7 @@ use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, patch, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -24,13 +24,17 @@ use crate::error::ApiError;
 use crate::instructions::UiContext;
 use crate::nul;
 use crate::turn::{self, Progress, TurnRequest, TurnResponse};
-use crate::{openai, stream};
+use crate::{manage, openai, stream};
 
 pub fn router(state: AppState) -> Router {
     let body_limit = state.limits.max_body_bytes;
     Router::new()
         .route("/api/chat", post(chat))
         .route("/api/conversations", get(list_conversations))
+        .route(
+            "/api/conversations/{id}",
+            patch(manage::rename).delete(manage::delete),
+        )
         .route(
             "/api/conversations/{id}/messages",
             get(conversation_messages),

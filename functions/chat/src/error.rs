@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use parley_core::jwt::TokenError;
 
 use crate::auth::AuthError;
-use crate::conversation::StorageError;
+use crate::conversation::{ConversationId, StorageError};
 use crate::cross_site::Refusal;
 use crate::llm::LlmError;
 
@@ -37,6 +37,14 @@ pub enum ApiError {
     Storage(#[from] StorageError),
     #[error(transparent)]
     Llm(#[from] LlmError),
+    /// A turn that failed after its conversation was created or claimed (the question is
+    /// stored first): the client is told the failure and the conversation to retry in, so a
+    /// retry does not start another one.
+    #[error("{error}")]
+    InConversation {
+        conversation: ConversationId,
+        error: Box<ApiError>,
+    },
     /// Anything else: a bug or an unexpected failure. Logged in full, reported generically.
     #[error("internal error: {0}")]
     Internal(String),
@@ -58,6 +66,7 @@ impl ApiError {
     fn public_parts(&self) -> (StatusCode, &'static str, String, Option<Duration>) {
         let mut retry_after: Option<Duration> = None;
         let (status, code, message) = match self {
+            ApiError::InConversation { error, .. } => return error.public_parts(),
             ApiError::BadRequest { code, message } => {
                 (StatusCode::BAD_REQUEST, *code, message.clone())
             }
@@ -194,6 +203,13 @@ impl IntoResponse for ApiError {
             tracing::info!(error = %self, "request refused");
         }
         let mut response = parley_core::http::error_response(status, code, &message);
+        if let ApiError::InConversation { conversation, .. } = &self {
+            let body = serde_json::json!({
+                "error": {"code": code, "message": message},
+                "conversation_id": conversation,
+            });
+            *response.body_mut() = axum::body::Body::from(body.to_string());
+        }
         if status == StatusCode::UNAUTHORIZED {
             response
                 .headers_mut()

@@ -4,12 +4,12 @@
 //!
 //! Modules: `api` (HTTP surface, parsing at the edge), `auth` (caller identity), `turn` (the
 //! loop), `llm` (the model, two wire dialects), `mcp_client` (tools), `conversation` (memory,
-//! with its own storage errors), `replay` (stored messages back into model input), `nul` (text
-//! Postgres cannot store), `instructions` (what the model is told), `sources` (citable tool rows
-//! and the reply's citations of them), `stream` (a turn as server-sent events in the AI SDK's
-//! UI message stream protocol), `openai` (the OpenAI-compatible endpoint), `cross_site` (what
-//! a page of another site could send, refused before any handler), `config`, `error` (the one
-//! status mapping).
+//! with its own storage errors), `manage` (renaming and deleting a conversation), `replay`
+//! (stored messages back into model input), `nul` (text Postgres cannot store), `instructions`
+//! (what the model is told), `sources` (citable tool rows and the reply's citations of them),
+//! `stream` (a turn as server-sent events in the AI SDK's UI message stream protocol), `openai`
+//! (the OpenAI-compatible endpoint), `cross_site` (what a page of another site could send,
+//! refused before any handler), `config`, `error` (the one status mapping).
 
 pub mod api;
 pub mod auth;
@@ -19,6 +19,7 @@ pub mod cross_site;
 pub mod error;
 pub mod instructions;
 pub mod llm;
+pub mod manage;
 pub mod mcp_client;
 pub mod nul;
 pub mod openai;

@@ -412,7 +412,10 @@ before reaching an answer. The results gathered so far are in the traces; try a 
             {
                 tracing::error!(error = %record_error, "could not record the failed turn");
             }
-            Err(e)
+            Err(ApiError::InConversation {
+                conversation: conversation_id,
+                error: Box::new(e),
+            })
         }
     }
 }
