@@ -125,6 +125,7 @@ fn router(config: &ChatConfig, secrets: Option<Secrets>) -> Result<Router, Start
         config.assistant_name.as_str(),
         config.auth.mode,
         config.page_context_options.as_ref(),
+        config.page_examples.as_ref(),
     );
     // Before any handler (and any body is read): what a page of another site could send.
     let guarded = api::router(state).layer(axum::middleware::from_fn_with_state(
