@@ -13,6 +13,21 @@ pub fn error_body(code: &str, message: &str) -> String {
     serde_json::json!({"error": {"code": code, "message": message}}).to_string()
 }
 
+/// The error body with fields of its own beside `error` (e.g. the conversation a failed turn
+/// was stored in, so the client retries there).
+pub fn error_body_with(
+    code: &str,
+    message: &str,
+    beside: serde_json::Map<String, serde_json::Value>,
+) -> String {
+    let mut body = beside;
+    body.insert(
+        "error".into(),
+        serde_json::json!({"code": code, "message": message}),
+    );
+    serde_json::Value::Object(body).to_string()
+}
+
 /// A response with `status` and the error body.
 pub fn error_response(status: StatusCode, code: &str, message: &str) -> Response {
     let mut response = Response::new(Body::empty());

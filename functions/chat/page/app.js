@@ -1,12 +1,15 @@
 // Parley's chat page (served by functions/chat/src/page.rs; no framework, no build step).
 //
 // It talks only to this origin's API: GET api/page (settings), GET api/conversations,
-// GET api/conversations/{id}/messages and POST api/chat, whose reply it reads as the AI SDK UI
-// message stream (v1) when the server streams, else as the JSON response. Everything a model or
-// a tool wrote is put on the page as text nodes or built elements, never as HTML: there is no
-// innerHTML here, and the Content-Security-Policy allows no inline script besides.
+// GET api/conversations/{id}/messages, PATCH and DELETE api/conversations/{id} and
+// POST api/chat, whose reply it reads as the AI SDK UI message stream (v1) when the server
+// streams, else as the JSON response. Everything a model or a tool wrote is put on the page as
+// text nodes or built elements, never as HTML: there is no innerHTML here, and the
+// Content-Security-Policy allows no inline script besides.
 
 const TOKEN_KEY = "parley.token";
+// The picker's last choice (its label), kept across reloads for a new conversation.
+const CONTEXT_KEY = "parley.context";
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 const $ = (id) => document.getElementById(id);
@@ -430,7 +433,7 @@ class ReplyView {
     if (!view) return;
     view.details.classList.add(isError ? "failed" : "done");
     view.status.textContent = isError ? "failed" : describeOutput(output);
-    view.output.replaceChildren(isError ? el("pre", { class: "error" }, typeof output === "string" ? output : pretty(output)) : renderOutput(output));
+    view.output.replaceChildren(isError ? toolError(typeof output === "string" ? output : pretty(output)) : renderOutput(output));
   }
 
   /** `sources` as the API returns them, or the stream's `source-url`/`source-document` parts. */
@@ -438,13 +441,18 @@ class ReplyView {
     if (!sources?.length) return;
     const list = el("ol", { class: "sources" });
     const prefix = `source-${++replies}-`;
+    // A tool's score is on its own scale (a similarity, a fused rank): only its ratio to the
+    // best one of this reply means something to a reader, so that is what is shown.
+    const scores = sources.map((s) => s.score).filter((n) => typeof n === "number" && n > 0);
+    const best = scores.length ? Math.max(...scores) : 0;
     for (const s of sources) {
-      const href = s.uri && /^https?:/i.test(s.uri) ? safeUrl(s.uri) : null;
+      const href = sourceLink(s.uri);
       const title = s.title || s.uri || s.id;
       list.append(el("li", { id: prefix + s.id, tabindex: -1 },
         el("span", { class: "source-id" }, `[${s.id}]`), " ",
-        href ? el("a", { href, rel: "noopener noreferrer nofollow", target: "_blank" }, title) : el("span", {}, title),
+        href ? el("a", { href, rel: "noopener noreferrer nofollow", target: "_blank" }, title) : el("span", { class: "source-title" }, title),
         s.uri && !href ? el("span", { class: "source-uri" }, ` (${s.uri})`) : null,
+        best > 0 && typeof s.score === "number" ? relevance(s.score / best, scores.length) : null,
         s.snippet ? el("div", { class: "snippet" }, s.snippet) : null));
     }
     this.footer.append(el("section", { class: "sources-box", "aria-label": "Sources" }, el("h4", {}, "Sources"), list));
@@ -472,15 +480,20 @@ class ReplyView {
 
   meta({ usage, steps, cutShort, interrupted }) {
     const bits = [];
-    if (usage) bits.push(`${fmt(usage.input_tokens)} tokens in, ${fmt(usage.output_tokens)} out`);
+    // A turn that failed before the model answered, or a server that reports no usage, stores
+    // zeros: saying "0 tokens" would be wrong, so nothing is said.
+    if (usage && (usage.input_tokens > 0 || usage.output_tokens > 0)) {
+      bits.push(`${fmt(usage.input_tokens)} tokens in, ${fmt(usage.output_tokens)} out`);
+    }
     if (steps) bits.push(`${steps} tool step${steps === 1 ? "" : "s"}`);
     if (cutShort) bits.push("cut short at the time limit");
     if (interrupted) bits.push("interrupted");
     if (bits.length) this.footer.append(el("p", { class: "usage" }, bits.join(" · ")));
   }
 
-  error(message) {
-    this.footer.append(el("p", { class: "error", role: "alert" }, message));
+  /** A failure: what happened and what to do, the code kept small for support. */
+  error(problem) {
+    this.footer.append(problemNode(problem));
   }
 
   /** The JSON `TurnResponse`, or a stored assistant message (same fields, `content`). */
@@ -493,7 +506,7 @@ class ReplyView {
     if (text) this.fullText(text);
     this.sources(turn.sources);
     this.meta({ usage: turn.usage, steps: turn.steps, cutShort: turn.cut_short, interrupted: turn.interrupted });
-    if (turn.error) this.error(turn.error);
+    if (turn.error) this.error(fromSummary(turn.error));
   }
 }
 
@@ -503,6 +516,89 @@ const fmt = (n) => (typeof n === "number" ? n.toLocaleString("en") : "?");
 
 function pretty(value) {
   return typeof value === "string" ? value : JSON.stringify(value, null, 2);
+}
+
+/** A source's address as a link target: http(s) only; anything else stays text. */
+export function sourceLink(uri) {
+  if (typeof uri !== "string" || !/^https?:\/\//i.test(uri.trim())) return null;
+  const href = safeUrl(uri.trim());
+  return href && /^https?:/.test(href) ? href : null;
+}
+
+/** How well a source matched, relative to the reply's best (`ratio` 0-1) as a bar. */
+function relevance(ratio, count) {
+  const percent = Math.round(Math.min(1, Math.max(0, ratio)) * 100);
+  const words = count < 2 ? "the only scored match" : percent >= 100 ? "best match" : `${percent}% as relevant as the best match`;
+  return el("span", { class: "relevance" }, " ",
+    el("meter", { min: 0, max: 100, value: percent, "aria-label": `Relevance: ${words}`, title: `Relevance: ${words}` }),
+    percent >= 100 && count > 1 ? el("span", { class: "best" }, " best match") : null);
+}
+
+/** Tool errors past this many characters or lines start folded, with a button to unfold. */
+const FOLD_CHARS = 320;
+const FOLD_LINES = 6;
+
+/** A tool's error, wrapped at the box's edge; a long one folded behind "Show all". */
+function toolError(text) {
+  const pre = el("pre", { class: "error tool-error" }, text);
+  if (text.length <= FOLD_CHARS && text.split("\n").length <= FOLD_LINES) return pre;
+  pre.classList.add("folded");
+  const toggle = el("button", { type: "button", class: "unfold", "aria-expanded": "false" }, "Show all");
+  toggle.addEventListener("click", () => {
+    const folded = pre.classList.toggle("folded");
+    toggle.setAttribute("aria-expanded", String(!folded));
+    toggle.textContent = folded ? "Show all" : "Show less";
+  });
+  return el("div", {}, pre, toggle);
+}
+
+// --- failures, in words --------------------------------------------------------------------
+// Each code the API documents (docs/api.md, "chat errors") as what happened and what to do;
+// the code itself stays beside it, small, for whoever is asked for help.
+
+const PROBLEMS = {
+  llm_key_missing: "The assistant has no key for its language model. Whoever runs it must set LLM_API_KEY (or point LLM_BASE_URL at a local OpenAI-compatible server).",
+  llm_key_rejected: "The language model refused the assistant's key. Whoever runs it must fix LLM_API_KEY.",
+  llm_unavailable: "The language model did not answer. Your question is kept in this conversation: send it again in a moment.",
+  llm_rate_limited: "The language model is busy right now. Wait a minute, then send your question again.",
+  llm_timeout: "The language model took too long to answer. Send your question again, or ask for less at once.",
+  llm_response_too_large: "The language model's answer was too large to accept. Ask for less at once.",
+  conversation_busy: "Another reply is still being written in this conversation. Wait for it to finish, then try again.",
+  turn_lease_lost: "This reply took too long and was not saved. Send your message again.",
+  conversation_not_found: "This conversation no longer exists, or is not yours. Start a new one.",
+  database_unavailable: "The assistant cannot reach its database. Try again in a minute.",
+  database_pool_exhausted: "The assistant is very busy. Try again in a few seconds.",
+  too_many_reads: "Too many of your conversations are loading at once. Try again in a moment.",
+  auth_unavailable: "Your sign-in cannot be checked right now. Try again in a minute.",
+  unauthorized: "Your sign-in was refused or has expired. Sign in again.",
+  message_empty: "The message is empty. Type a question first.",
+  message_too_long: "The message is too long. Shorten it and send it again.",
+  payload_too_large: "The message is too large to send. Shorten it and send it again.",
+  invalid_characters: "The message holds characters that cannot be stored. Remove them and send it again.",
+  invalid_context: "The chosen context cannot be sent. Choose another, or None.",
+  context_too_large: "The chosen context is too large to send. Choose another, or None.",
+  unknown_tool: "A tool this page asked for is not offered any more. Reload the page and try again.",
+  invalid_title: "That title cannot be used: give 1 to 200 characters on one line.",
+  host_not_allowed: "This server does not answer to the address in your browser. Open the chat at the address you were given.",
+  cross_site_request: "The request was refused as coming from another site. Reload the page and try again.",
+  internal: "Something went wrong inside the assistant. Try again; if it keeps happening, tell whoever runs it, with the code below.",
+};
+
+/** `{code, message}` from a stored or streamed `"<code>: <message>"`. */
+export function fromSummary(summary) {
+  const m = /^([a-z][a-z0-9_]*): ([\s\S]*)$/.exec(String(summary));
+  return m ? { code: m[1], message: m[2] } : { code: null, message: String(summary) };
+}
+
+/** What happened and what to do for `{code, message}`; the server's words when the code is new. */
+export function problemText({ code, message }) {
+  return (code && PROBLEMS[code]) || message || "Something went wrong.";
+}
+
+function problemNode(problem) {
+  const { code } = problem;
+  return el("p", { class: "error", role: "alert" }, problemText(problem),
+    code ? el("small", { class: "code" }, ` (${code})`) : null);
 }
 
 /** The rows of a tool's output when it is a list of objects (alone or as `rows`). */
@@ -548,10 +644,12 @@ const state = {
 };
 
 class HttpError extends Error {
-  constructor(status, code, message) {
+  constructor(status, code, message, conversationId = null) {
     super(message);
     this.status = status;
     this.code = code;
+    // A turn that failed after its question was stored names its conversation.
+    this.conversationId = conversationId;
   }
 }
 
@@ -563,15 +661,17 @@ async function api(path, init = {}) {
   if (!response.ok) {
     let code = "http_error";
     let message = `${response.status} ${response.statusText}`;
+    let conversationId = null;
     try {
       const body = await response.json();
       code = body.error?.code ?? code;
       message = body.error?.message ?? message;
+      if (typeof body.conversation_id === "string" && UUID.test(body.conversation_id)) conversationId = body.conversation_id;
     } catch {
       // not the API's JSON error: keep the status line
     }
     if (response.status === 401 && state.info?.auth === "token") signOut(`The token was refused: ${message}`);
-    throw new HttpError(response.status, code, message);
+    throw new HttpError(response.status, code, message, conversationId);
   }
   return response;
 }
@@ -631,7 +731,7 @@ async function loadConversations(reset) {
     const cursor = state.cursor ? `&cursor=${encodeURIComponent(state.cursor)}` : "";
     page = await (await api(`api/conversations?limit=30${cursor}`)).json();
   } catch (e) {
-    setStatus(`Could not load your conversations: ${e.message}`);
+    setStatus(`Could not load your conversations: ${problemText(e)}`);
     return;
   }
   const list = $("conversations");
@@ -658,10 +758,82 @@ function newConversation() {
   state.conversation = null;
   if (location.hash) history.replaceState(null, "", location.pathname + location.search);
   $("messages").replaceChildren();
-  $("conversation-title").textContent = "New conversation";
+  showTitle("New conversation");
   markCurrent();
   setStatus("");
+  welcome();
   $("message").focus();
+}
+
+/** The open conversation's title, with Rename and Delete when it exists. */
+function showTitle(title) {
+  $("conversation-title").textContent = title;
+  $("conversation-title").hidden = false;
+  $("rename-form").hidden = true;
+  $("conversation-actions").hidden = !state.conversation;
+}
+
+/** On an empty conversation: what to do, and the deployment's example questions. */
+function welcome() {
+  $("welcome").hidden = $("messages").childElementCount > 0;
+}
+
+function setUpExamples() {
+  const examples = state.info.examples ?? [];
+  $("examples").replaceChildren(...examples.map((question) => {
+    const button = el("button", { type: "button", class: "example" }, question);
+    button.addEventListener("click", () => {
+      $("message").value = question;
+      $("message").focus();
+    });
+    return el("li", {}, button);
+  }));
+  $("examples-box").hidden = !examples.length;
+}
+
+function startRename() {
+  $("rename-title").value = $("conversation-title").textContent;
+  $("conversation-title").hidden = true;
+  $("conversation-actions").hidden = true;
+  $("rename-form").hidden = false;
+  $("rename-title").select();
+  $("rename-title").focus();
+}
+
+async function rename(event) {
+  event.preventDefault();
+  const id = state.conversation;
+  const title = $("rename-title").value.trim();
+  if (!id || !title) return;
+  try {
+    const renamed = await (await api(`api/conversations/${encodeURIComponent(id)}`, {
+      method: "PATCH",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ title }),
+    })).json();
+    showTitle(renamed.title);
+    const item = $("conversations").querySelector(`a[data-id="${id}"] .title`);
+    if (item) item.textContent = renamed.title;
+    setStatus("Renamed.");
+    $("rename").focus();
+  } catch (e) {
+    setStatus(`Could not rename: ${problemText(e)}`);
+  }
+}
+
+async function remove() {
+  const id = state.conversation;
+  if (!id) return;
+  const title = $("conversation-title").textContent;
+  if (!confirm(`Delete “${title}” and all its messages? This cannot be undone.`)) return;
+  try {
+    await api(`api/conversations/${encodeURIComponent(id)}`, { method: "DELETE" });
+    newConversation();
+    await loadConversations(true);
+    setStatus(`Deleted “${title}”.`);
+  } catch (e) {
+    setStatus(`Could not delete: ${problemText(e)}`);
+  }
 }
 
 async function openConversation(id) {
@@ -673,12 +845,14 @@ async function openConversation(id) {
     state.conversation = id;
     messages.replaceChildren(...body.messages.map(renderStored));
     const title = $("conversations").querySelector(`a[data-id="${id}"] .title`);
-    $("conversation-title").textContent = title ? title.textContent : "Conversation";
+    showTitle(title ? title.textContent : "Conversation");
+    restoreContext(body.messages);
     setStatus("");
   } catch (e) {
     if (e.status === 404) newConversation();
-    setStatus(`Could not open the conversation: ${e.message}`);
+    setStatus(`Could not open the conversation: ${problemText(e)}`);
   } finally {
+    welcome();
     messages.removeAttribute("aria-busy");
     markCurrent();
     closeSidebar();
@@ -715,6 +889,32 @@ function canonical(value) {
     : v));
 }
 
+/** The picker set to the context the conversation's last question was asked with. */
+function restoreContext(messages) {
+  const options = state.info?.context_options;
+  const last = [...messages].reverse().find((m) => m.role === "user");
+  if (!options || !last) return;
+  if (!last.context) {
+    setPicker("");
+    return;
+  }
+  const json = canonical(last.context);
+  const index = options.options.findIndex((o) => canonical(o.context) === json);
+  if (index >= 0) setPicker(String(index));
+}
+
+function setPicker(value) {
+  $("context-picker").value = value;
+  rememberContext();
+}
+
+/** The choice, kept for the next reload (a new conversation starts with it). */
+function rememberContext() {
+  const options = state.info?.context_options;
+  const index = $("context-picker").value;
+  localStorage.setItem(CONTEXT_KEY, options && index !== "" ? options.options[Number(index)].label : "");
+}
+
 function chosenContext() {
   const options = state.info?.context_options;
   const index = $("context-picker").value;
@@ -733,6 +933,7 @@ async function send(event) {
 
   const messages = $("messages");
   messages.append(userMessage(message, context));
+  welcome();
   const view = new ReplyView();
   view.node.setAttribute("aria-busy", "true");
   messages.append(view.node);
@@ -761,10 +962,15 @@ async function send(event) {
     setStatus("");
   } catch (e) {
     if (abort.signal.aborted) {
-      view.error("Stopped.");
+      view.error({ code: null, message: "Stopped." });
       setStatus("Stopped.");
+    } else if (e instanceof HttpError) {
+      // The question may be stored already: a retry must join that conversation.
+      adopt(e.conversationId);
+      view.error(e);
+      setStatus("The turn failed.");
     } else {
-      view.error(e instanceof HttpError ? `${e.code}: ${e.message}` : `The reply broke off: ${e.message}`);
+      view.error({ code: null, message: `The connection broke off before the reply ended (${e.message}). Send your message again.` });
       setStatus("The turn failed.");
     }
   } finally {
@@ -774,6 +980,8 @@ async function send(event) {
     scrollDown();
     await loadConversations(true);
     markCurrent();
+    const title = $("conversations").querySelector(`a[data-id="${state.conversation}"] .title`);
+    if (title && $("rename-form").hidden) showTitle(title.textContent);
   }
 }
 
@@ -819,14 +1027,14 @@ async function readStream(body, view) {
         break;
       }
       case "error":
-        view.error(part.errorText);
+        view.error(fromSummary(part.errorText));
         ended = true;
         break;
       default:
         break; // start-step, finish-step, text-end and parts this page does not show
     }
   }
-  if (!ended) view.error("The reply broke off before it finished.");
+  if (!ended) view.error({ code: null, message: "The reply broke off before it finished. Send your message again." });
 }
 
 /** The conversation a turn belongs to becomes the open one (a new one gets its id here). */
@@ -834,6 +1042,7 @@ function adopt(id) {
   if (!id || id === state.conversation) return;
   state.conversation = id;
   history.replaceState(null, "", `#${id}`);
+  $("conversation-actions").hidden = false;
 }
 
 /** While a reply comes, Stop replaces Send; the message box keeps the focus. */
@@ -861,6 +1070,9 @@ function setUpPicker() {
   const select = $("context-picker");
   select.replaceChildren(el("option", { value: "" }, "None"),
     ...options.options.map((o, i) => el("option", { value: i }, o.label)));
+  const kept = options.options.findIndex((o) => o.label === localStorage.getItem(CONTEXT_KEY));
+  select.value = kept >= 0 ? String(kept) : "";
+  select.addEventListener("change", rememberContext);
   $("picker").hidden = false;
 }
 
@@ -874,6 +1086,16 @@ async function start() {
     closeSidebar();
   });
   $("more-conversations").addEventListener("click", () => loadConversations(false));
+  $("rename").addEventListener("click", startRename);
+  $("rename-form").addEventListener("submit", rename);
+  $("rename-cancel").addEventListener("click", () => {
+    showTitle($("conversation-title").textContent);
+    $("rename").focus();
+  });
+  $("rename-title").addEventListener("keydown", (event) => {
+    if (event.key === "Escape") $("rename-cancel").click();
+  });
+  $("delete").addEventListener("click", remove);
   // A citation moves to its source without touching the address (which names the conversation).
   $("messages").addEventListener("click", (event) => {
     const cite = event.target.closest("a[data-cite]");
@@ -914,6 +1136,7 @@ async function start() {
     $("composer").before(el("p", { id: "model-problem", class: "error", role: "alert" }, state.info.model_problem));
   }
   setUpPicker();
+  setUpExamples();
   if (state.info.auth === "token" && !state.token) showSignIn();
   else await showApp();
   document.body.dataset.ready = "true";

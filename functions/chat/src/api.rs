@@ -13,7 +13,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, patch, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -22,13 +22,17 @@ use crate::auth::User;
 use crate::conversation::{self, ConversationId, PageCursor, StorageError};
 use crate::error::ApiError;
 use crate::turn::{self, Progress, TurnResponse};
-use crate::{openai, request, stream};
+use crate::{manage, openai, request, stream};
 
 pub fn router(state: AppState) -> Router {
     let body_limit = state.limits.max_body_bytes;
     Router::new()
         .route("/api/chat", post(chat))
         .route("/api/conversations", get(list_conversations))
+        .route(
+            "/api/conversations/{id}",
+            patch(manage::rename).delete(manage::delete),
+        )
         .route(
             "/api/conversations/{id}/messages",
             get(conversation_messages),

@@ -17,7 +17,7 @@ use serde::Deserialize;
 use crate::auth::AuthConfig;
 use crate::cross_site::CrossSiteConfig;
 use crate::llm::LlmConfig;
-use crate::page::ContextOptions;
+use crate::page::{ContextOptions, Examples};
 
 /// Limits of one turn; each is a named setting.
 #[derive(Debug, Clone)]
@@ -97,6 +97,8 @@ pub struct ChatConfig {
     pub limits: Limits,
     /// `PAGE_CONTEXT_OPTIONS`: the page's context picker (`page::ContextOptions`); unset, none.
     pub page_context_options: Option<ContextOptions>,
+    /// `PAGE_EXAMPLES`: the page's example questions (`page::Examples`); unset, none.
+    pub page_examples: Option<Examples>,
     /// `CHAT_ALLOWED_HOSTS` and, from `CHAT_AUTH`, whether cross-site requests are refused.
     pub cross_site: CrossSiteConfig,
     /// `HISTORY_READS_PER_USER`: reads of one user's conversations run at once (default 2,
@@ -165,6 +167,7 @@ impl ChatConfig {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         // Read first: the page's context options must fit it.
         let max_context_bytes = env.limit("MAX_CONTEXT_BYTES", 8192, 0..=1024 * 1024)? as usize;
+        let max_message_chars = env.limit("MAX_MESSAGE_CHARS", 4000, 1..=100_000)? as usize;
         let auth = AuthConfig::from_env(env)?;
         let config = Self {
             db: DbConfig::from_env(env)?,
@@ -191,7 +194,7 @@ impl ChatConfig {
                     Duration::from_secs(300),
                     100..=900_000,
                 )?,
-                max_message_chars: env.limit("MAX_MESSAGE_CHARS", 4000, 1..=100_000)? as usize,
+                max_message_chars,
                 max_body_bytes: env.limit(
                     "CHAT_MAX_BODY_BYTES",
                     64 * 1024,
@@ -216,6 +219,7 @@ impl ChatConfig {
                 page_max: env.limit("CONVERSATIONS_PAGE_MAX", 100, 1..=1000)? as u32,
             },
             page_context_options: ContextOptions::from_env(env, max_context_bytes)?,
+            page_examples: Examples::from_env(env, max_message_chars)?,
             cross_site: CrossSiteConfig::from_env(env, auth.mode)?,
             history_reads_per_user: env.limit("HISTORY_READS_PER_USER", 2, 1..=256)? as usize,
         };

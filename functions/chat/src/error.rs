@@ -106,7 +106,7 @@ impl ApiError {
                     "llm_key_missing",
                     llm::NO_MODEL.to_owned(),
                 ),
-                TurnError::Llm(e) => {
+                TurnError::Llm(e) | TurnError::LlmInConversation { error: e, .. } => {
                     let status = match e {
                         LlmError::RateLimited { retry_after: after } => {
                             retry_after = *after;
@@ -145,6 +145,14 @@ impl IntoResponse for ApiError {
             tracing::info!(error = %self, "request refused");
         }
         let mut response = parley_core::http::error_response(status, code, &message);
+        // A turn that failed after its question was stored names its conversation, so the
+        // client's retry goes there instead of starting another.
+        if let ApiError::Turn(TurnError::LlmInConversation { conversation, .. }) = &self {
+            let mut beside = serde_json::Map::new();
+            beside.insert("conversation_id".into(), serde_json::json!(conversation));
+            let body = parley_core::http::error_body_with(code, &message, beside);
+            *response.body_mut() = axum::body::Body::from(body);
+        }
         if status == StatusCode::UNAUTHORIZED {
             response
                 .headers_mut()

@@ -9,7 +9,8 @@
 //! loop, its `TurnError`), `request` (wire bodies of both routes into a checked
 //! `TurnRequest`), `instructions` (what the model is told), `replay` (stored messages back
 //! into model input), `mcp_client` (tools), `config`, `page` (the page for people),
-//! `conversation` (memory, with its own storage errors), `auth` (caller identity), `nul`
+//! `manage` (renaming and deleting a conversation), `conversation` (memory,
+//! with its own storage errors), `auth` (caller identity), `nul`
 //! (text Postgres cannot store), `llm` (the model, two wire dialects), `sources` (citable
 //! tool rows and the reply's citations of them).
 
@@ -21,6 +22,7 @@ pub mod cross_site;
 pub mod error;
 pub mod instructions;
 pub mod llm;
+pub mod manage;
 pub mod mcp_client;
 pub mod nul;
 pub mod openai;
@@ -131,6 +133,7 @@ fn router(config: &ChatConfig, secrets: Option<Secrets>) -> Result<Router, Start
         config.auth.mode,
         config.page_context_options.as_ref(),
         config.llm.setup_problem(),
+        config.page_examples.as_ref(),
     );
     // Before any handler (and any body is read): what a page of another site could send.
     let guarded = api::router(state).layer(axum::middleware::from_fn_with_state(

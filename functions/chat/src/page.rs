@@ -3,8 +3,8 @@
 //! `GET /api/page`, what the page must know before its first API call.
 //!
 //! Nothing here reads a token: the page is the same for everyone, and what `/api/page` tells
-//! (the assistant's name, whether to ask for a token, the picker's options) is settings, not
-//! data. The page itself then calls the API with the caller's token like any other client.
+//! (the assistant's name, whether to ask for a token, the picker's options, the example
+//! questions) is settings, not data. The page itself then calls the API with the caller's token like any other client.
 
 use axum::Router;
 use axum::http::StatusCode;
@@ -27,12 +27,14 @@ form-action 'self'; frame-ancestors 'none'";
 
 /// The routes: `GET /`, `GET /assets/app.js`, `GET /assets/app.css` (HEAD too) and
 /// `GET /api/page`, whose answer is fixed at start-up: `assistant` is `ASSISTANT_NAME`;
-/// `model_problem` says why no model can be asked, so the page says so before anyone types.
+/// `model_problem` says why no model can be asked, so the page says so before anyone types; `examples` are
+/// `PAGE_EXAMPLES`, questions the first screen offers.
 pub fn router(
     assistant: &str,
     auth: AuthMode,
     context_options: Option<&ContextOptions>,
     model_problem: Option<&str>,
+    examples: Option<&Examples>,
 ) -> Router {
     let info = json!({
         "assistant": assistant,
@@ -42,6 +44,7 @@ pub fn router(
         },
         "context_options": context_options,
         "model_problem": model_problem,
+        "examples": examples,
     })
     .to_string();
     let file = |body: &'static str, content_type| {
@@ -244,6 +247,55 @@ impl ContextOptions {
     }
 }
 
+/// `PAGE_EXAMPLES`: questions the page offers on an empty conversation, so a new user sees
+/// what the tools can answer. They come from the deployment (`scripts/dev` passes the demo
+/// domains' `domains/page-examples.json`), never from the engine, which knows no domain.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct Examples(Vec<String>);
+
+impl Examples {
+    pub const SETTING: &str = "PAGE_EXAMPLES";
+    /// More would not fit a first screen anyone reads.
+    const MAX_EXAMPLES: usize = 12;
+    /// A question, not an essay: one or two lines on the page.
+    const MAX_EXAMPLE_CHARS: usize = 200;
+
+    /// The setting, if set; `max_message_chars` is `MAX_MESSAGE_CHARS`.
+    pub fn from_env(env: &Env, max_message_chars: usize) -> Result<Option<Self>, ConfigError> {
+        env.get(Self::SETTING)
+            .map(|raw| Self::parse(raw, max_message_chars))
+            .transpose()
+    }
+
+    /// A JSON list of 1 to 12 questions, each 1 to 200 characters (and no longer than
+    /// `MAX_MESSAGE_CHARS`, so sending one is never refused), without control characters.
+    pub fn parse(raw: &str, max_message_chars: usize) -> Result<Self, ConfigError> {
+        let bad = |problem: String| ConfigError::new(Self::SETTING, problem);
+        let list: Vec<String> = serde_json::from_str(raw)
+            .map_err(|e| bad(format!("must be a JSON list of questions (strings): {e}")))?;
+        if list.is_empty() || list.len() > Self::MAX_EXAMPLES {
+            return Err(bad(format!(
+                "must list 1 to {} questions",
+                Self::MAX_EXAMPLES
+            )));
+        }
+        let most = Self::MAX_EXAMPLE_CHARS.min(max_message_chars);
+        let mut examples = Vec::with_capacity(list.len());
+        for (i, question) in list.iter().enumerate() {
+            let question = question.trim();
+            let chars = question.chars().count();
+            if !(1..=most).contains(&chars) || question.chars().any(char::is_control) {
+                return Err(bad(format!(
+                    "question {i} must be 1 to {most} characters without control characters"
+                )));
+            }
+            examples.push(question.to_owned());
+        }
+        Ok(Self(examples))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,6 +377,37 @@ mod tests {
         );
         let problem = parse(&big).unwrap_err();
         assert!(problem.contains("MAX_CONTEXT_BYTES (200)"), "{problem}");
+    }
+
+    #[test]
+    fn examples_are_a_short_list_of_short_questions() {
+        let examples = Examples::parse(
+            r#"[" Which districts are in Kent? ", "What is due?"]"#,
+            4000,
+        )
+        .unwrap();
+        assert_eq!(
+            serde_json::to_value(&examples).unwrap(),
+            json!(["Which districts are in Kent?", "What is due?"])
+        );
+        for (raw, max, says) in [
+            ("{}", 4000, "must be a JSON list"),
+            ("[1]", 4000, "must be a JSON list"),
+            ("[]", 4000, "1 to 12 questions"),
+            (
+                &*format!("[{}]", vec!["\"q\""; 13].join(",")),
+                4000,
+                "1 to 12 questions",
+            ),
+            (r#"[" "]"#, 4000, "question 0 must be 1 to 200"),
+            (r#"["a", "b\nc"]"#, 4000, "question 1"),
+            (&*format!(r#"["{}"]"#, "x".repeat(201)), 4000, "1 to 200"),
+            (r#"["a question"]"#, 5, "1 to 5 characters"),
+        ] {
+            let e = Examples::parse(raw, max).unwrap_err();
+            assert_eq!(e.var, "PAGE_EXAMPLES");
+            assert!(e.problem.contains(says), "{raw}: {}", e.problem);
+        }
     }
 
     #[test]

@@ -46,6 +46,13 @@ pub enum TurnError {
     Storage(#[from] StorageError),
     #[error(transparent)]
     Llm(#[from] LlmError),
+    /// The model failed after the question was stored in `conversation`, with the failure
+    /// recorded there: a retry belongs in the same conversation, not a new one.
+    #[error("{error}")]
+    LlmInConversation {
+        conversation: ConversationId,
+        error: LlmError,
+    },
     /// The task running a streamed turn ended without an outcome (it panicked).
     #[error("the turn's task ended without an outcome")]
     Lost,
@@ -468,7 +475,10 @@ before reaching an answer. The results gathered so far are in the traces; try a 
             {
                 tracing::error!(error = %record_error, "could not record the failed turn");
             }
-            Err(TurnError::Llm(e))
+            Err(TurnError::LlmInConversation {
+                conversation: conversation_id,
+                error: e,
+            })
         }
     }
 }

@@ -26,6 +26,7 @@ macro_rules! columns {
 }
 
 mod lease;
+pub mod manage;
 
 pub use lease::{Turn, TurnRecord, TurnStart, begin};
 

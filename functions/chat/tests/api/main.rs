@@ -9,6 +9,7 @@ mod cross_site;
 mod helpers;
 mod identity;
 mod logs;
+mod manage;
 mod openai;
 mod page;
 mod secrets;

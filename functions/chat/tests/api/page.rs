@@ -88,14 +88,14 @@ async fn the_page_and_its_assets_are_served_without_a_token_under_a_strict_polic
 }
 
 #[tokio::test]
-async fn api_page_says_how_to_sign_in_and_offers_no_picker_by_default() {
+async fn api_page_says_how_to_sign_in_and_offers_no_picker_or_examples_by_default() {
     let app = chat(vec![("ASSISTANT_NAME", "Taskbot".into())]).await;
     let (status, body) = app.get(None, "/api/page").await;
     assert_eq!(status, 200);
     assert_eq!(
         body,
         json!({"assistant": "Taskbot", "auth": "token", "context_options": null,
-               "model_problem": null})
+               "model_problem": null, "examples": null})
     );
 
     let local = chat(vec![("CHAT_AUTH", "none".into())]).await;
@@ -114,6 +114,15 @@ async fn api_page_offers_the_configured_context_options() {
     let (status, body) = app.get(None, "/api/page").await;
     assert_eq!(status, 200);
     assert_eq!(body["context_options"], options);
+}
+
+#[tokio::test]
+async fn api_page_offers_the_configured_example_questions() {
+    let examples = json!(["Which districts are in Kent?", "What is on my task list?"]);
+    let app = chat(vec![("PAGE_EXAMPLES", examples.to_string())]).await;
+    let (status, body) = app.get(None, "/api/page").await;
+    assert_eq!(status, 200);
+    assert_eq!(body["examples"], examples);
 }
 
 #[tokio::test]
