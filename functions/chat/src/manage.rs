@@ -9,11 +9,11 @@ use axum::http::StatusCode;
 use serde::Deserialize;
 
 use crate::AppState;
-use crate::request::{body_bytes, parse_json};
 use crate::auth::User;
 use crate::conversation::manage::{self, MAX_TITLE_CHARS};
 use crate::conversation::{ConversationId, ConversationSummary, StorageError};
 use crate::error::ApiError;
+use crate::request::{body_bytes, parse_json};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

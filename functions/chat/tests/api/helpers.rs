@@ -489,3 +489,38 @@ pub fn sse_data(text: &str) -> Vec<Value> {
         })
         .collect()
 }
+
+/// Reads a streamed response until a part satisfies `until`; the parts so far and the rest of
+/// the response, still open.
+pub async fn read_until(
+    mut response: reqwest::Response,
+    until: impl Fn(&Value) -> bool,
+) -> (Vec<Value>, reqwest::Response) {
+    let mut text = String::new();
+    loop {
+        let chunk = tokio::time::timeout(std::time::Duration::from_secs(30), response.chunk())
+            .await
+            .expect("the stream went quiet")
+            .unwrap()
+            .expect("the stream ended early");
+        text.push_str(std::str::from_utf8(&chunk).unwrap());
+        // Only whole frames.
+        let whole = match text.rfind("\n\n") {
+            Some(end) => &text[..end + 2],
+            None => continue,
+        };
+        let parts = sse_data(whole);
+        if parts.iter().any(&until) {
+            return (parts, response);
+        }
+    }
+}
+
+/// The text of a stream's `text-delta` parts, in order.
+pub fn streamed_text(parts: &[Value]) -> String {
+    parts
+        .iter()
+        .filter(|p| p["type"] == "text-delta")
+        .map(|p| p["delta"].as_str().unwrap())
+        .collect()
+}

@@ -10,39 +10,10 @@ use parley_testkit::llm::{ScriptedLlm, Step};
 use parley_testkit::{TestCluster, TestDb};
 use serde_json::{Value, json};
 
-use crate::helpers::{JWT_SECRET, Options, spawn, spawn_chat_from, sse_data, token};
-
-/// Reads a streamed response until a part satisfies `until`; the parts so far and the rest.
-async fn read_until(
-    mut response: reqwest::Response,
-    until: impl Fn(&Value) -> bool,
-) -> (Vec<Value>, reqwest::Response) {
-    let mut text = String::new();
-    loop {
-        let chunk = tokio::time::timeout(Duration::from_secs(30), response.chunk())
-            .await
-            .expect("the stream went quiet")
-            .unwrap()
-            .expect("the stream ended early");
-        text.push_str(std::str::from_utf8(&chunk).unwrap());
-        let whole = match text.rfind("\n\n") {
-            Some(end) => &text[..end + 2],
-            None => continue,
-        };
-        let parts = sse_data(whole);
-        if parts.iter().any(&until) {
-            return (parts, response);
-        }
-    }
-}
-
-fn streamed_text(parts: &[Value]) -> String {
-    parts
-        .iter()
-        .filter(|p| p["type"] == "text-delta")
-        .map(|p| p["delta"].as_str().unwrap())
-        .collect()
-}
+use crate::helpers::{
+    JWT_SECRET, MCP_TOKEN, Options, read_until, spawn, spawn_chat_from, sse_data, streamed_text,
+    token,
+};
 
 #[tokio::test]
 async fn a_reply_whose_store_failed_while_postgres_restarted_is_stored_once_it_is_back_and_frees_the_conversation()
@@ -63,6 +34,7 @@ async fn a_reply_whose_store_failed_while_postgres_restarted_is_stored_once_it_i
     let env = Env::from_pairs([
         ("DATABASE_URL", db.url.clone()),
         ("JWT_SECRET", JWT_SECRET.to_owned()),
+        ("MCP_AUTH_TOKEN", MCP_TOKEN.to_owned()),
         ("MCP_URL", format!("http://{nothing_listens}/mcp")),
         ("LLM_BASE_URL", llm.base_url()),
         ("LLM_API_KEY", "sk-test-not-a-real-key".to_owned()),

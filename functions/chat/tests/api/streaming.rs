@@ -8,7 +8,7 @@ use parley_testkit::llm::Step;
 use serde_json::{Value, json};
 
 use crate::clients;
-use crate::helpers::{Options, TestChat, spawn, spawn_chat, sse_data};
+use crate::helpers::{Options, TestChat, read_until, spawn, spawn_chat, sse_data, streamed_text};
 
 fn call(name: &str, args: &str) -> (String, String) {
     (name.to_owned(), args.to_owned())
@@ -32,47 +32,12 @@ fn types(parts: &[Value]) -> Vec<&str> {
         .collect()
 }
 
-/// The text of every `text-delta`, joined.
-fn streamed_text(parts: &[Value]) -> String {
-    parts
-        .iter()
-        .filter(|p| p["type"] == "text-delta")
-        .map(|p| p["delta"].as_str().unwrap())
-        .collect()
-}
-
 async fn stream_all(chat: &TestChat, body: Value) -> (reqwest::header::HeaderMap, Vec<Value>) {
     let response = chat.post_streamed("alice", "/api/chat", body).await;
     assert_eq!(response.status(), 200);
     let headers = response.headers().clone();
     let text = response.text().await.unwrap();
     (headers, sse_data(&text))
-}
-
-/// Reads the stream until a part satisfies `until`; returns the parts so far and the rest of
-/// the response, still open.
-async fn read_until(
-    mut response: reqwest::Response,
-    until: impl Fn(&Value) -> bool,
-) -> (Vec<Value>, reqwest::Response) {
-    let mut text = String::new();
-    loop {
-        let chunk = tokio::time::timeout(Duration::from_secs(30), response.chunk())
-            .await
-            .expect("the stream went quiet")
-            .unwrap()
-            .expect("the stream ended early");
-        text.push_str(std::str::from_utf8(&chunk).unwrap());
-        // Only whole frames.
-        let whole = match text.rfind("\n\n") {
-            Some(end) => &text[..end + 2],
-            None => continue,
-        };
-        let parts = sse_data(whole);
-        if parts.iter().any(&until) {
-            return (parts, response);
-        }
-    }
 }
 
 #[tokio::test]
