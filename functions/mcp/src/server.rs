@@ -312,7 +312,7 @@ impl ParleyMcp {
                     statement: statement.map(str::to_owned),
                     rows,
                     truncated,
-                    duration: started.elapsed(),
+                    duration_ms: started.elapsed().as_secs_f64() * 1000.0,
                     outcome,
                     error,
                 }
