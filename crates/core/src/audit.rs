@@ -1,8 +1,34 @@
-//! What the audit trail (`parley.audit`, migration 0007) calls the ways a tool call ends: the
-//! mcp function writes these values and `parley audit` filters on them.
+//! The audit trail's record (`parley.audit`, migration 0007), one per tool call, and the ways a
+//! call ends: the mcp function writes records, `parley audit` reads them back and filters on
+//! their outcome.
 
 use std::fmt;
 use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+/// One tool call, as `parley.audit` stores it (the table adds the row's `id`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    pub at: DateTime<Utc>,
+    pub request_id: String,
+    /// The user's subject, or `service`.
+    pub caller: String,
+    pub tool: String,
+    /// As sent, sensitive parameters replaced by their hash.
+    pub arguments: Value,
+    pub statement: Option<String>,
+    pub rows: Option<i32>,
+    /// The caps cut the answer short: more rows matched than `rows`.
+    pub truncated: bool,
+    /// Milliseconds, as the `duration_ms` column holds them: what the writer measured is
+    /// converted once, so what is read back is what was written, to the bit.
+    pub duration_ms: f64,
+    pub outcome: Outcome,
+    /// What went wrong, without argument values.
+    pub error: Option<String>,
+}
 
 /// How a tool call ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

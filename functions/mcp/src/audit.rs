@@ -1,5 +1,6 @@
 //! The audit trail: one record per tool call (declared tools, ad-hoc SQL, writes) saying who
-//! called which tool with what, and how it went. `AUDIT` picks where it goes: `postgres`
+//! called which tool with what, and how it went ([`Record`], core's: `parley audit` reads the
+//! same type back). `AUDIT` picks where it goes: `postgres`
 //! (default, the append-only `parley.audit`), `log` (a JSON log line), or `off`.
 //!
 //! Writing to Postgres stays off the call's critical path: the call hands its record to a
@@ -7,11 +8,8 @@
 //! transaction with `synchronous_commit = off`, so no call waits for a round trip or a WAL
 //! flush. A full queue or a failed INSERT puts the records in the log instead of losing them.
 
-use std::time::Duration;
-
-use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
-pub use parley_core::audit::Outcome;
+pub use parley_core::audit::{Outcome, Record};
 use parley_core::config::{ConfigError, Env};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -53,25 +51,6 @@ impl AuditConfig {
             queue: env.limit("AUDIT_QUEUE", 10_000, 1..=1_000_000)? as usize,
         })
     }
-}
-
-/// One tool call.
-#[derive(Debug, Clone)]
-pub struct Record {
-    pub at: DateTime<Utc>,
-    pub request_id: String,
-    /// The user's subject, or `service`.
-    pub caller: String,
-    pub tool: String,
-    /// As sent, sensitive parameters replaced by their hash (see [`redact`]).
-    pub arguments: Value,
-    pub statement: Option<String>,
-    pub rows: Option<i32>,
-    pub truncated: bool,
-    pub duration: Duration,
-    pub outcome: Outcome,
-    /// What went wrong, without argument values.
-    pub error: Option<String>,
 }
 
 /// Where the function's records go; cheap to clone.
@@ -180,7 +159,7 @@ fn log(record: &Record, message: &str) {
         statement = record.statement.as_deref(),
         rows = record.rows,
         truncated = record.truncated,
-        duration_ms = record.duration.as_secs_f64() * 1000.0,
+        duration_ms = record.duration_ms,
         outcome = record.outcome.as_str(),
         error = record.error.as_deref(),
         "{message}"
@@ -238,10 +217,7 @@ async fn write(pool: &Pool, batch: &[Record]) -> Result<(), parley_core::db::DbE
     let statements: Vec<_> = batch.iter().map(|r| r.statement.as_deref()).collect();
     let rows: Vec<_> = batch.iter().map(|r| r.rows).collect();
     let truncated: Vec<_> = batch.iter().map(|r| r.truncated).collect();
-    let duration: Vec<_> = batch
-        .iter()
-        .map(|r| r.duration.as_secs_f64() * 1000.0)
-        .collect();
+    let duration: Vec<_> = batch.iter().map(|r| r.duration_ms).collect();
     let outcome: Vec<_> = batch.iter().map(|r| r.outcome.as_str()).collect();
     let error: Vec<_> = batch.iter().map(|r| r.error.as_deref()).collect();
     // One round trip. The mcp login may default to read-only transactions; the audit's are
@@ -371,6 +347,8 @@ pub fn request_id(parts: &http::request::Parts) -> String {
 
 #[cfg(test)]
 mod tests {
+    use chrono::Utc;
+
     use super::*;
 
     #[test]
@@ -396,7 +374,7 @@ mod tests {
             statement: Some(format!("SELECT '\u{0}{}'", "é".repeat(MAX_STORED_BYTES))),
             rows: None,
             truncated: false,
-            duration: Duration::ZERO,
+            duration_ms: 0.0,
             outcome: Outcome::Refused,
             error: None,
         };
@@ -424,7 +402,7 @@ mod tests {
             statement: None,
             rows: None,
             truncated: false,
-            duration: Duration::ZERO,
+            duration_ms: 0.0,
             outcome: Outcome::Refused,
             error: Some("e\u{0}".repeat(2000)),
         };

@@ -17,6 +17,7 @@ use deadpool_postgres::Pool;
 use indexmap::IndexMap;
 use parley_core::jwt::VerifiedClaims;
 use parley_embed::Embedder;
+use parley_wire::IdempotencyKey;
 use rmcp::model::{
     CallToolRequestMethod, CallToolRequestParams, CallToolResponse, CallToolResult, ConstString,
     CustomRequest, CustomResult, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
@@ -34,7 +35,7 @@ use crate::auth::Caller;
 use crate::catalog::Catalog;
 use crate::config::McpConfig;
 use crate::output::ToolOutput;
-use crate::tools::{self, IdempotencyKey, ToolSpec};
+use crate::tools::{self, ToolSpec};
 
 /// What every deployment says about its tools, whatever the data; each tools file's own
 /// `instructions` follow it.
@@ -311,7 +312,7 @@ impl ParleyMcp {
                     statement: statement.map(str::to_owned),
                     rows,
                     truncated,
-                    duration: started.elapsed(),
+                    duration_ms: started.elapsed().as_secs_f64() * 1000.0,
                     outcome,
                     error,
                 }

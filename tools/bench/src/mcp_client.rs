@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use parley_mcp::tools::idempotency::META_KEY;
+use parley_wire::META_IDEMPOTENCY_KEY;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde_json::{Map, Value, json};
 
@@ -98,7 +98,10 @@ impl Driver for Mcp<'_> {
     async fn call(&self, i: usize) -> anyhow::Result<(Duration, u64)> {
         let params = &self.params[i % self.params.len()];
         let meta = match self.keys {
-            Some(keys) => format!(r#","_meta":{{"{META_KEY}":"{}"}}}}"#, keys.next()),
+            Some(keys) => format!(
+                r#","_meta":{{"{META_IDEMPOTENCY_KEY}":"{}"}}}}"#,
+                keys.next()
+            ),
             None => String::new(),
         };
         let body = format!(

@@ -245,6 +245,31 @@ async fn a_role_that_may_not_read_the_trail_is_told_which_may() {
     assert!(stderr.contains("SELECT on parley.audit"), "{stderr}");
 }
 
+#[tokio::test]
+async fn an_outcome_this_build_does_not_know_is_an_error_naming_it() {
+    let db = db_with_calls().await;
+    // As a newer migration could allow: the CHECK widened to an outcome this build predates.
+    db.client()
+        .await
+        .batch_execute(
+            "ALTER TABLE parley.audit DROP CONSTRAINT audit_outcome_check;
+             INSERT INTO parley.audit
+                 (at, request_id, caller, tool, arguments, rows, truncated, duration_ms, outcome)
+             VALUES (now(), 'req-new', 'alice', 'search_feedback', '{}', 0, false, 1.0, 'cancelled')",
+        )
+        .await
+        .expect("an outcome from the future");
+    let stderr = failure(&parley(&[], &db.url), 1);
+    assert!(stderr.contains("outcome `cancelled`"), "{stderr}");
+    assert!(
+        stderr.contains("ok, tool_error, timeout, refused"),
+        "{stderr}"
+    );
+    // Filtering it out leaves records this build can show.
+    let out = stdout_of(&parley(&["--outcome", "ok"], &db.url));
+    assert_eq!(requests(&out), ["req-old", "req-sql", "req-bob"], "{out}");
+}
+
 /// Refused by the argument parser before connecting: nothing listens on the URL's port.
 fn usage_error(args: &[&str]) -> String {
     failure(&parley(args, "postgres://u@127.0.0.1:9/none"), 2)

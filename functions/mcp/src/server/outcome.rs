@@ -2,13 +2,14 @@
 //! call produced no rows, and [`to_call_result`] is the one place an outcome becomes an MCP
 //! tool result. It sits above `tools` and `adhoc`, whose errors it maps.
 
+use parley_wire::KeyError;
 use rmcp::model::{CallToolResult, ContentBlock};
 use serde_json::Value;
 
 use crate::adhoc::SqlError;
 use crate::audit::Outcome;
 use crate::output::ToolOutput;
-use crate::tools::{ArgumentError, CallerError, EmbeddingError, ExecError, KeyError};
+use crate::tools::{ArgumentError, CallerError, EmbeddingError, ExecError};
 
 /// Why a known tool's call did not produce rows.
 #[derive(Debug, thiserror::Error)]

@@ -13,10 +13,10 @@ use futures_util::TryStreamExt;
 use parley_core::db::DbError;
 use parley_core::db::retry_once_if_stale;
 use parley_core::jwt::VerifiedClaims;
+use parley_wire::IdempotencyKey;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
-use super::idempotency::IdempotencyKey;
 use super::params::SqlValue;
 use super::spec::ToolSpec;
 use crate::audit::Marker;

@@ -4,36 +4,27 @@
 //!
 //! Submodules: `spec` (`[[tool]]` → [`ToolSpec`]), `sql` (named parameters), `params` (argument
 //! checking and JSON Schema), `embedding` (the values the server computes: embeddings and the
-//! model id), `idempotency` (the key of an exactly-once write), `exec` (running against
-//! Postgres).
+//! model id), `exec` (running against Postgres). The `_meta` keys, the citation and the
+//! idempotency key are the wire contract with the chat (`parley_wire`).
 
 pub mod embedding;
 pub mod exec;
-pub mod idempotency;
 pub mod params;
 pub mod spec;
 pub mod sql;
 
 use std::sync::Arc;
 
+use parley_wire::{META_CITATION, META_CONTEXT, META_IDEMPOTENCY_KEY};
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde_json::json;
 
 pub use embedding::EmbeddingError;
 pub use exec::ExecError;
-pub use idempotency::{IdempotencyKey, KeyError};
 pub use params::{ArgumentError, CallerError};
-pub use spec::{Citation, DeclarationError, ToolSpec};
+pub use spec::{DeclarationError, ToolSpec};
 
 use crate::output::output_schema;
-
-/// Tool `_meta` key: UI context key -> the parameter that resolves it.
-pub const META_CONTEXT: &str = "parley/context";
-/// Tool `_meta` key: which output columns make a citable source (see [`spec::Citation`]).
-pub const META_CITATION: &str = "parley/citation";
-/// Tool `_meta` key, `true` on writes: a call carrying an idempotency key is recorded and a
-/// repeat of it replayed (the key itself travels in the call's `_meta`, see [`idempotency`]).
-pub const META_IDEMPOTENCY: &str = idempotency::META_KEY;
 
 /// How a tool is published in `tools/list`.
 pub fn describe(spec: &ToolSpec) -> Tool {
@@ -57,8 +48,9 @@ pub fn describe(spec: &ToolSpec) -> Tool {
     if !spec.context.is_empty() {
         meta.insert(META_CONTEXT.into(), json!(spec.context));
     }
+    // Every write records a call's key (see `exec`) and replays a repeat.
     if spec.writes {
-        meta.insert(META_IDEMPOTENCY.into(), json!(true));
+        meta.insert(META_IDEMPOTENCY_KEY.into(), json!(true));
     }
     if let Some(citation) = &spec.citation {
         meta.insert(META_CITATION.into(), json!(citation));

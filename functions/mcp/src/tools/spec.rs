@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use indexmap::IndexMap;
+use parley_wire::Citation;
 use serde::Deserialize;
 use tokio_postgres::types::Type;
 
@@ -102,37 +103,6 @@ pub struct RawTool {
     citation: Option<Citation>,
     #[serde(default)]
     params: IndexMap<String, RawParam>,
-}
-
-/// The output columns of a tool whose rows are sources: `id` tells sources apart, the others
-/// are shown with them. Published as the tool's `_meta["parley/citation"]`, keys as declared.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct Citation {
-    pub id: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub title: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub uri: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub snippet: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub score: Option<String>,
-}
-
-impl Citation {
-    /// Every column named, keyed by what it is for.
-    pub fn columns(&self) -> impl Iterator<Item = (&'static str, &str)> {
-        [
-            ("id", Some(&self.id)),
-            ("title", self.title.as_ref()),
-            ("uri", self.uri.as_ref()),
-            ("snippet", self.snippet.as_ref()),
-            ("score", self.score.as_ref()),
-        ]
-        .into_iter()
-        .filter_map(|(key, column)| column.map(|c| (key, c.as_str())))
-    }
 }
 
 #[derive(Deserialize)]

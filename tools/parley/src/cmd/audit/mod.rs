@@ -9,13 +9,13 @@ use std::io::Write;
 
 use clap::builder::TypedValueParser;
 
-use parley_core::audit::Outcome;
+use parley_core::audit::{Outcome, Record};
 use parley_core::db::pg_message;
-use tokio_postgres::Client;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Row};
 
-pub use render::{Record, WHAT_CHARS};
+pub use render::{Stored, WHAT_CHARS};
 pub use since::{Since, SinceError};
 
 use super::CmdError;
@@ -76,6 +76,16 @@ pub enum AuditError {
     NotAllowed(#[source] tokio_postgres::Error),
     #[error("reading parley.audit failed: {}", pg_message(.0))]
     Query(#[source] tokio_postgres::Error),
+    /// A value the table's CHECK allows but this build does not know: a newer migration's.
+    #[error(
+        "audit record {id} has the outcome `{outcome}`, which this parley does not know \
+         (expected {expected}); use the parley that ran the database's migrations"
+    )]
+    UnknownOutcome {
+        id: i64,
+        outcome: String,
+        expected: String,
+    },
     #[error("writing the audit records failed: {0}")]
     Output(#[source] std::io::Error),
 }
@@ -100,7 +110,7 @@ impl<'a> Conditions<'a> {
 
 /// The newest `filter.limit` records that match, oldest first. Every value is a parameter;
 /// only the fixed conditions below are pasted into the statement.
-pub async fn recent(client: &Client, filter: &Filter) -> Result<Vec<Record>, AuditError> {
+pub async fn recent(client: &Client, filter: &Filter) -> Result<Vec<Stored>, AuditError> {
     let ago_secs = match filter.since {
         Some(Since::Ago(d)) => Some(d.as_secs_f64()),
         _ => None,
@@ -148,10 +158,25 @@ pub async fn recent(client: &Client, filter: &Filter) -> Result<Vec<Record>, Aud
             Some(&SqlState::INSUFFICIENT_PRIVILEGE) => AuditError::NotAllowed(e),
             _ => AuditError::Query(e),
         })?;
-    let mut records: Vec<Record> = rows
-        .iter()
-        .map(|row| Record {
-            id: row.get("id"),
+    let mut records = rows.iter().map(stored).collect::<Result<Vec<_>, _>>()?;
+    records.reverse();
+    Ok(records)
+}
+
+/// One row read back into the record the mcp function wrote.
+fn stored(row: &Row) -> Result<Stored, AuditError> {
+    let id = row.get("id");
+    let outcome: String = row.get("outcome");
+    let outcome = outcome
+        .parse::<Outcome>()
+        .map_err(|expected| AuditError::UnknownOutcome {
+            id,
+            outcome,
+            expected,
+        })?;
+    Ok(Stored {
+        id,
+        record: Record {
             at: row.get("at"),
             request_id: row.get("request_id"),
             caller: row.get("caller"),
@@ -161,12 +186,10 @@ pub async fn recent(client: &Client, filter: &Filter) -> Result<Vec<Record>, Aud
             rows: row.get("rows"),
             truncated: row.get("truncated"),
             duration_ms: row.get("duration_ms"),
-            outcome: row.get("outcome"),
+            outcome,
             error: row.get("error"),
-        })
-        .collect();
-    records.reverse();
-    Ok(records)
+        },
+    })
 }
 
 pub async fn run(args: Args) -> Result<(), CmdError> {

@@ -2,24 +2,16 @@
 //! line for `jq`. Audit rows carry text callers chose (subjects, arguments, SQL), so the table
 //! turns control characters into spaces: a record must not be able to drive the terminal.
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::SecondsFormat;
+use parley_core::audit::Record;
 use serde_json::{Value, json};
 
-/// One row of `parley.audit`, every column.
+/// One row of `parley.audit`: the record the mcp function wrote, under the id the table gave
+/// it (ids break ties between records of the same instant).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Record {
+pub struct Stored {
     pub id: i64,
-    pub at: DateTime<Utc>,
-    pub request_id: String,
-    pub caller: String,
-    pub tool: String,
-    pub arguments: Value,
-    pub statement: Option<String>,
-    pub rows: Option<i32>,
-    pub truncated: bool,
-    pub duration_ms: f64,
-    pub outcome: String,
-    pub error: Option<String>,
+    pub record: Record,
 }
 
 /// The "what" column's width: a statement or arguments longer than this end in an ellipsis.
@@ -31,56 +23,58 @@ const HEADER: [&str; 8] = [
 /// The numeric columns (rows, ms) align right, the rest left.
 const RIGHT_ALIGNED: [bool; 8] = [false, false, false, false, false, true, true, false];
 
-impl Record {
+impl Stored {
     /// Every column under its own name, the time as RFC 3339 in UTC to the microsecond.
     pub fn to_json(&self) -> Value {
+        let Stored { id, record: r } = self;
         json!({
-            "id": self.id,
-            "at": self.at.to_rfc3339_opts(SecondsFormat::AutoSi, true),
-            "request_id": self.request_id,
-            "caller": self.caller,
-            "tool": self.tool,
-            "arguments": self.arguments,
-            "statement": self.statement,
-            "rows": self.rows,
-            "truncated": self.truncated,
-            "duration_ms": self.duration_ms,
-            "outcome": self.outcome,
-            "error": self.error,
+            "id": id,
+            "at": r.at.to_rfc3339_opts(SecondsFormat::AutoSi, true),
+            "request_id": r.request_id,
+            "caller": r.caller,
+            "tool": r.tool,
+            "arguments": r.arguments,
+            "statement": r.statement,
+            "rows": r.rows,
+            "truncated": r.truncated,
+            "duration_ms": r.duration_ms,
+            "outcome": r.outcome.as_str(),
+            "error": r.error,
         })
     }
 
     fn cells(&self) -> [String; 8] {
-        let rows = match self.rows {
+        let r = &self.record;
+        let rows = match r.rows {
             // `+`: the caps cut the answer short, so more rows matched than were returned.
-            Some(n) if self.truncated => format!("{n}+"),
+            Some(n) if r.truncated => format!("{n}+"),
             Some(n) => n.to_string(),
             None => String::new(),
         };
         // The statement for the calls that have one (run_sql, explain_sql), else the
         // arguments, which serde_json writes on one line.
-        let what = match &self.statement {
+        let what = match &r.statement {
             Some(statement) => statement.clone(),
-            None => self.arguments.to_string(),
+            None => r.arguments.to_string(),
         };
         [
-            self.at.format("%Y-%m-%d %H:%M:%S%.3f").to_string(),
-            one_line(&self.request_id),
-            one_line(&self.caller),
-            one_line(&self.tool),
-            one_line(&self.outcome),
+            r.at.format("%Y-%m-%d %H:%M:%S%.3f").to_string(),
+            one_line(&r.request_id),
+            one_line(&r.caller),
+            one_line(&r.tool),
+            r.outcome.to_string(),
             rows,
-            format!("{:.1}", self.duration_ms),
+            format!("{:.1}", r.duration_ms),
             cut(&one_line(&what), WHAT_CHARS),
         ]
     }
 }
 
 /// The records as an aligned table under a header, one line each, columns two spaces apart.
-pub fn table(records: &[Record]) -> String {
+pub fn table(records: &[Stored]) -> String {
     let header = HEADER.map(str::to_owned);
     let lines: Vec<[String; 8]> = std::iter::once(header)
-        .chain(records.iter().map(Record::cells))
+        .chain(records.iter().map(Stored::cells))
         .collect();
     let mut widths = [0; 8];
     for line in &lines {
@@ -148,11 +142,13 @@ fn cut(text: &str, max: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    use chrono::DateTime;
+    use parley_core::audit::Outcome;
+
     use super::*;
 
     fn record() -> Record {
         Record {
-            id: 7,
             at: DateTime::parse_from_rfc3339("2026-11-24T10:00:01.234567Z")
                 .unwrap()
                 .to_utc(),
@@ -164,15 +160,18 @@ mod tests {
             rows: Some(3),
             truncated: false,
             duration_ms: 1.26,
-            outcome: "ok".into(),
+            outcome: Outcome::Ok,
             error: None,
         }
+    }
+
+    fn stored(id: i64, record: Record) -> Stored {
+        Stored { id, record }
     }
 
     #[test]
     fn the_table_aligns_columns_under_a_header() {
         let sql = Record {
-            id: 8,
             request_id: "req-22".into(),
             caller: "service".into(),
             tool: "run_sql".into(),
@@ -185,11 +184,11 @@ mod tests {
         };
         let refused = Record {
             rows: None,
-            outcome: "refused".into(),
+            outcome: Outcome::Refused,
             ..record()
         };
         assert_eq!(
-            table(&[record(), sql, refused]),
+            table(&[stored(7, record()), stored(8, sql), stored(9, refused)]),
             "\
 at (UTC)                 request  caller   tool             outcome  rows    ms  what
 2026-11-24 10:00:01.234  req-1    alice    search_feedback  ok          3   1.3  {\"q\":\"bins\"}
@@ -205,7 +204,7 @@ at (UTC)                 request  caller   tool             outcome  rows    ms 
             statement: Some(format!("select {}", "x, ".repeat(40))),
             ..record()
         };
-        let what = &long.cells()[7];
+        let what = &stored(7, long).cells()[7];
         assert_eq!(what.chars().count(), WHAT_CHARS);
         assert!(what.starts_with("select x, x,"), "{what}");
         assert!(what.ends_with('…'), "{what}");
@@ -222,11 +221,14 @@ at (UTC)                 request  caller   tool             outcome  rows    ms 
 
     #[test]
     fn json_has_every_column_and_the_exact_time() {
-        let value = Record {
-            statement: Some("select 1".into()),
-            error: Some("boom".into()),
-            ..record()
-        }
+        let value = stored(
+            7,
+            Record {
+                statement: Some("select 1".into()),
+                error: Some("boom".into()),
+                ..record()
+            },
+        )
         .to_json();
         assert_eq!(
             value,
