@@ -1,7 +1,9 @@
 //! The contract between the chat and the mcp function, written once: the `_meta` keys a tool
-//! listing and a `tools/call` carry, the citation a tool publishes, and the idempotency key's
-//! form. Any MCP client may rely on the same. Nothing here knows HTTP, SQL or a domain.
+//! listing and a `tools/call` carry, the citation a tool publishes, the idempotency key's
+//! form, and what a caller assertion says about itself. Any MCP client may rely on the same.
+//! Nothing here knows HTTP, SQL or a domain.
 
+pub mod assertion;
 mod citation;
 mod idempotency;
 

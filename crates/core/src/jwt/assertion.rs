@@ -18,12 +18,8 @@ use crate::config::{ConfigError, Env, ExposeSecret, SecretString};
 
 /// The setting (and app secret key) both functions read.
 pub const KEY_SETTING: &str = "MCP_CALLER_KEY";
-/// `iss` of every assertion.
-pub const ISSUER: &str = "parley-chat";
-/// `aud` of every assertion: only the mcp function accepts it.
-pub const AUDIENCE: &str = "parley-mcp";
-/// How long an assertion is valid: one tool call, with room for clock skew, never a session.
-pub const LIFETIME: Duration = Duration::from_secs(60);
+/// `iss`, `aud` and the lifetime of every assertion: the wire contract both functions share.
+pub use parley_wire::assertion::{AUDIENCE, ISSUER, LIFETIME};
 /// The key is an HS256 secret: at least the hash's output size (RFC 7518 §3.2).
 const MIN_KEY_BYTES: usize = 32;
 
