@@ -175,11 +175,11 @@ _venv_make() {
 # build_workspace: THE debug build. scripts/test, scripts/dev and tests/*/run all build every
 # target of every package (so one feature set: `cargo run -p X` would resolve another and
 # compile again) and run the binaries from $TARGET/debug. Quiet (warnings and errors still
-# show); with --progress and a terminal on stderr, cargo's own progress ("Compiling x", then a
-# bar of crates done of all) instead, so a first build of minutes is not a silent one.
+# show); with BUILD_PROGRESS=1 and a terminal on stderr, cargo's own progress ("Compiling x",
+# then a bar of crates done of all) instead, so a first build of minutes is not a silent one.
 build_workspace() {
   local quiet=--quiet
-  [[ ${1-} == --progress && -t 2 ]] && quiet=
+  [[ ${BUILD_PROGRESS:-0} == 1 && -t 2 ]] && quiet=
   cargo build ${quiet:+"$quiet"} --workspace --all-targets
 }
 
