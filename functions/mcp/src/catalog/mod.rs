@@ -201,7 +201,7 @@ impl Catalog {
                     return Ok(false);
                 }
             }
-            if !check_settings(&client, tool).await? || !check_citation(&client, tool).await? {
+            if !check_settings(&client, tool).await? || !check_columns(&client, tool).await? {
                 return Ok(false);
             }
         }
@@ -272,17 +272,19 @@ async fn check_settings(
     }
 }
 
-/// A citation must name columns the statement returns: a misspelt one would give the chat
-/// sources without titles, not an error.
-async fn check_citation(
+/// The columns a statement returns: each name once, since `row_to_json` would give a row
+/// two values under one key (which JSON parsers keep one of); and a citation must name
+/// columns the statement returns: a misspelt one would give the chat sources without titles,
+/// not an error.
+async fn check_columns(
     client: &deadpool_postgres::Object,
     tool: &ToolSpec,
 ) -> Result<bool, CatalogError> {
-    let (Some(citation), Some(sql)) = (&tool.citation, &tool.columns_sql) else {
-        return Ok(true);
-    };
     // Prepared, never run, and not cached: only its description is wanted.
-    let statement = match client.prepare_typed(sql, &tool.placeholder_types).await {
+    let statement = match client
+        .prepare_typed(&tool.columns_sql, &tool.placeholder_types)
+        .await
+    {
         Ok(statement) => statement,
         Err(e) if parley_core::db::is_connection_error(&e) => return Ok(false),
         Err(e) => {
@@ -293,6 +295,19 @@ async fn check_citation(
         }
     };
     let returned: Vec<&str> = statement.columns().iter().map(|c| c.name()).collect();
+    let mut seen = std::collections::HashSet::new();
+    if let Some(twice) = returned.iter().find(|name| !seen.insert(**name)) {
+        return Err(CatalogError::Schema {
+            tool: tool.name.clone(),
+            message: format!(
+                "the statement returns two columns named `{twice}`; name each one (`AS`), as \
+                 each row is one JSON object and a key holds one value"
+            ),
+        });
+    }
+    let Some(citation) = &tool.citation else {
+        return Ok(true);
+    };
     match citation
         .columns()
         .find(|(_, column)| !returned.contains(column))

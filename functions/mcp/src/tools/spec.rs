@@ -59,9 +59,10 @@ pub struct ToolSpec {
     pub settings: Vec<String>,
     /// Which output columns make a source the chat can cite (tool `_meta` `parley/citation`).
     pub citation: Option<Citation>,
-    /// For a tool with a citation: the statement's rows as columns (placeholders as in
-    /// [`ToolSpec::wrapped_sql`]), prepared at start-up to check the columns it names.
-    pub columns_sql: Option<String>,
+    /// The statement's rows as columns (placeholders as in [`ToolSpec::wrapped_sql`]),
+    /// prepared at start-up to check its columns: each name once (a row becomes one JSON
+    /// object), and every column a citation names.
+    pub columns_sql: String,
     /// For a write: [`ToolSpec::wrapped_sql`] that also records its rows in
     /// `parley.idempotency` under a key, in the same statement. Its placeholders are
     /// [`ToolSpec::placeholder_types`] followed by the tool's name and the key (both text).
@@ -310,13 +311,11 @@ fn tool(raw: RawTool, limits: Limits) -> Result<ToolSpec, String> {
             }
         }
     }
-    let columns_sql = raw.citation.as_ref().map(|_| {
-        format!(
-            "WITH tool_rows AS (\n{}\n) SELECT * FROM tool_rows LIMIT ${}",
-            rewritten.sql,
-            placeholder_types.len()
-        )
-    });
+    let columns_sql = format!(
+        "WITH tool_rows AS (\n{}\n) SELECT * FROM tool_rows LIMIT ${}",
+        rewritten.sql,
+        placeholder_types.len()
+    );
     // The same rows as `wrapped_sql`, numbered so their order survives the array they are
     // recorded in; the INSERT runs whether or not the outer SELECT reads it.
     let keyed_sql = raw.writes.then(|| {

@@ -155,6 +155,23 @@ sql = "SELECT 1 AS id, 'A page' AS title"
 }
 
 #[tokio::test]
+async fn a_statement_returning_two_columns_of_one_name_stops_start_up() {
+    let tools = r#"
+[[tool]]
+name = "twice"
+description = "d"
+sql = "SELECT 1 AS a, 2 AS a"
+"#;
+    let err = app(tools).await.err().expect("start-up refused");
+    assert_eq!(
+        err,
+        "tool `twice` does not match the database schema: the statement returns two columns \
+         named `a`; name each one (`AS`), as each row is one JSON object and a key holds one \
+         value"
+    );
+}
+
+#[tokio::test]
 async fn a_raised_exception_reaches_the_caller_as_the_tool_error() {
     let app = app(TOOLS).await.expect("starts");
     assert_eq!(
