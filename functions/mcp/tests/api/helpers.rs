@@ -297,3 +297,16 @@ pub fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect()
 }
+
+/// A run_sql call's result: `Ok(structured)` or `Err(message)`.
+pub async fn run_sql(app: &TestApp, sql: &str) -> Result<Value, String> {
+    let result = app.call("run_sql", json!({ "sql": sql })).await;
+    if result["isError"] == true {
+        Err(result["content"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned())
+    } else {
+        Ok(result["structuredContent"].clone())
+    }
+}

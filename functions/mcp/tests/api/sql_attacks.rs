@@ -10,7 +10,7 @@ use parley_testkit::SQL_READER_USER;
 use parley_testkit::TestDb;
 use serde_json::{Value, json};
 
-use crate::helpers::{FEEDBACK_ROWS, Options, TestApp, client_call, env, spawn_on};
+use crate::helpers::{FEEDBACK_ROWS, Options, TestApp, client_call, env, run_sql, spawn_on};
 
 /// The allowed and forbidden data, made by the database's owner.
 const SETUP: &str = "
@@ -89,19 +89,6 @@ async fn spawn_sql_with(tools_toml: &str, extra: &[(&str, &str)]) -> TestApp {
     )
     .await
     .expect("the MCP function starts with the SQL tools")
-}
-
-/// A run_sql call's result: `Ok(structured)` or `Err(message)`.
-async fn run_sql(app: &TestApp, sql: &str) -> Result<Value, String> {
-    let result = app.call("run_sql", json!({ "sql": sql })).await;
-    if result["isError"] == true {
-        Err(result["content"][0]["text"]
-            .as_str()
-            .unwrap_or("")
-            .to_owned())
-    } else {
-        Ok(result["structuredContent"].clone())
-    }
 }
 
 async fn count(app: &TestApp, sql: &str) -> i64 {

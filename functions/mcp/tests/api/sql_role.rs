@@ -5,9 +5,8 @@
 use std::time::{Duration, Instant};
 
 use parley_testkit::{SQL_READER_USER, TestDb, connect};
-use serde_json::{Value, json};
 
-use crate::helpers::{Options, TestApp, env, spawn_on};
+use crate::helpers::{Options, TestApp, env, run_sql, spawn_on};
 use crate::sql_attacks::wait_for_audit;
 
 const SQL_TOOLS: &str = "[sql]\nschemas = [\"public\"]\ntimeout_ms = 5000\n";
@@ -23,19 +22,6 @@ async fn start(db: TestDb, sql_url: &str) -> Result<TestApp, String> {
         },
     )
     .await
-}
-
-/// A run_sql call's result: `Ok(structured)` or `Err(message)`.
-async fn run_sql(app: &TestApp, sql: &str) -> Result<Value, String> {
-    let result = app.call("run_sql", json!({ "sql": sql })).await;
-    if result["isError"] == true {
-        Err(result["content"][0]["text"]
-            .as_str()
-            .unwrap_or("")
-            .to_owned())
-    } else {
-        Ok(result["structuredContent"].clone())
-    }
 }
 
 #[tokio::test]
