@@ -6,7 +6,7 @@ use std::time::Duration;
 use parley_testkit::llm::Step;
 use serde_json::{Value, json};
 
-use crate::helpers::{Options, input_of, spawn, spawn_chat};
+use crate::helpers::{Options, hold_conversation, input_of, spawn, spawn_chat};
 
 /// A call whose output is far longer than the replay limit set below.
 fn lookup(n: usize) -> Step {
@@ -463,9 +463,6 @@ async fn a_turn_that_outlives_its_lease_is_taken_over_and_its_late_answer_is_not
 /// timeout, and the client got the gateway's error instead of 409.
 #[tokio::test]
 async fn a_turn_waits_for_a_busy_conversation_no_longer_than_its_deadline() {
-    use parley_chat::auth::UserId;
-    use parley_chat::conversation::{self, ConversationId, TurnStart};
-
     let (chat, id) = started_conversation(
         vec![Step::text("never sent")],
         vec![
@@ -475,24 +472,7 @@ async fn a_turn_waits_for_a_busy_conversation_no_longer_than_its_deadline() {
     )
     .await;
     // Another instance's turn holds the conversation (begun, not finished).
-    let url = chat.db_url.clone().expect("the chat's database");
-    let pool =
-        parley_core::db::pool(&parley_core::db::DbConfig::from_url(&url).unwrap()).expect("a pool");
-    let alice = UserId::new("alice").unwrap();
-    let held = conversation::begin(
-        &pool,
-        TurnStart {
-            owner: &alice,
-            conversation: ConversationId::parse(id.as_str().unwrap()),
-            message: "elsewhere",
-            context: None,
-            history_limit: 0,
-            lock_wait: Duration::from_secs(1),
-            lease: Duration::from_secs(60),
-        },
-    )
-    .await
-    .unwrap();
+    let held = hold_conversation(&chat, "alice", id.as_str().unwrap(), "elsewhere").await;
 
     let answer = tokio::time::timeout(
         Duration::from_secs(20),

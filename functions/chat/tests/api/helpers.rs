@@ -524,3 +524,33 @@ pub fn streamed_text(parts: &[Value]) -> String {
         .map(|p| p["delta"].as_str().unwrap())
         .collect()
 }
+
+/// A turn of another instance holding `conversation` for `owner`: begun (its question stored),
+/// not finished, its lease held for a minute. Dropping it gives the lease back.
+pub async fn hold_conversation(
+    chat: &TestChat,
+    owner: &str,
+    conversation: &str,
+    message: &str,
+) -> parley_chat::conversation::Turn {
+    use parley_chat::auth::UserId;
+    use parley_chat::conversation::{self, ConversationId, TurnStart};
+    let url = chat.db_url.clone().expect("the chat's database");
+    let pool =
+        parley_core::db::pool(&parley_core::db::DbConfig::from_url(&url).unwrap()).expect("a pool");
+    let owner = UserId::new(owner).unwrap();
+    conversation::begin(
+        &pool,
+        TurnStart {
+            owner: &owner,
+            conversation: ConversationId::parse(conversation),
+            message,
+            context: None,
+            history_limit: 0,
+            lock_wait: std::time::Duration::from_secs(1),
+            lease: std::time::Duration::from_secs(60),
+        },
+    )
+    .await
+    .expect("the other instance's turn begins")
+}

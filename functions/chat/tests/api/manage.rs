@@ -1,12 +1,10 @@
 //! What the page needs to keep a person's list tidy: a failed turn names the conversation it
 //! stored the question in (so a retry joins it), and renaming and deleting a conversation.
 
-use std::time::Duration;
-
 use parley_testkit::llm::Step;
 use serde_json::{Value, json};
 
-use crate::helpers::{Options, TestChat, spawn, token};
+use crate::helpers::{Options, TestChat, hold_conversation, spawn, token};
 
 /// `method path` as `user` with an optional JSON body: status and JSON body (`null` if none).
 async fn send(
@@ -162,9 +160,6 @@ async fn the_owner_renames_a_conversation_and_nobody_else_can() {
 
 #[tokio::test]
 async fn the_owner_deletes_a_conversation_with_its_messages_unless_a_turn_runs_in_it() {
-    use parley_chat::auth::UserId;
-    use parley_chat::conversation::{self, ConversationId, TurnStart};
-
     let chat = spawn(Options {
         steps: vec![Step::text("One."), Step::text("Two.")],
         extra_env: vec![("TURN_LEASE_MS", "60000".into())],
@@ -195,24 +190,7 @@ async fn the_owner_deletes_a_conversation_with_its_messages_unless_a_turn_runs_i
 
     // A turn (of another instance, say) holds the second conversation: deleting it now would
     // lose that turn's reply, so the owner is told to wait.
-    let url = chat.db_url.clone().expect("the chat's database");
-    let pool =
-        parley_core::db::pool(&parley_core::db::DbConfig::from_url(&url).unwrap()).expect("a pool");
-    let alice = UserId::new("alice").unwrap();
-    let held = conversation::begin(
-        &pool,
-        TurnStart {
-            owner: &alice,
-            conversation: ConversationId::parse(&second),
-            message: "still thinking",
-            context: None,
-            history_limit: 0,
-            lock_wait: Duration::from_secs(1),
-            lease: Duration::from_secs(60),
-        },
-    )
-    .await
-    .unwrap();
+    let held = hold_conversation(&chat, "alice", &second, "still thinking").await;
     let (status, body) = send(
         &chat,
         "DELETE",
@@ -254,7 +232,13 @@ async fn the_owner_deletes_a_conversation_with_its_messages_unless_a_turn_runs_i
     .await;
     assert_eq!(status, 404, "deleting twice finds nothing the second time");
 
-    let db = pool.get().await.unwrap();
+    let (db, connection) = tokio_postgres::connect(
+        chat.db_url.as_deref().expect("the chat's database"),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .expect("a connection");
+    tokio::spawn(connection);
     let left: i64 = db
         .query_one(
             "SELECT count(*) FROM chat.messages WHERE conversation_id = $1::text::uuid",
