@@ -434,6 +434,58 @@ def main() -> None:
 
         check("rename and delete a conversation", rename_and_delete)
 
+        def streams_elsewhere() -> str:
+            # A deployment's page, served through API Gateway (which buffers), streams its turns
+            # through the chat's Function URL: /api/page names it, and only POST api/chat goes
+            # there. The CSP that lets it is the server's (tested in functions/chat/tests/api);
+            # here the browser's is bypassed, as the stand-in origin is not in it.
+            stream = "http://stream.test/"
+            cors = {
+                "Access-Control-Allow-Origin": BASE.rstrip("/"),
+                "Access-Control-Allow-Headers": "authorization, content-type",
+                "Access-Control-Allow-Methods": "POST",
+            }
+            elsewhere = browser.new_context(bypass_csp=True)
+            elsewhere.add_init_script(f"sessionStorage.setItem('parley.token', {json.dumps(TOKEN)})")
+            tab = elsewhere.new_page()
+            sent: list[tuple[str, str]] = []
+
+            def info(route) -> None:
+                body = route.fetch().json()
+                body["stream_url"] = stream
+                route.fulfill(json=body)
+
+            def function_url(route) -> None:
+                request = route.request
+                sent.append((request.method, request.url))
+                if request.method == "OPTIONS":
+                    route.fulfill(status=204, headers=cors)
+                    return
+                assert request.headers.get("authorization") == f"Bearer {TOKEN}", request.headers
+                route.fulfill(
+                    status=200,
+                    headers=cors,
+                    json={"conversation_id": "6f1c5d2e-8c7b-4f2a-9d1e-3b5a7c9e1f20",
+                          "reply": "Streamed from elsewhere.", "traces": [],
+                          "usage": {"input_tokens": 3, "output_tokens": 4, "total_tokens": 7},
+                          "steps": 1, "cut_short": False, "sources": []},
+                )
+
+            local: list[str] = []
+            tab.on("request", lambda r: local.append(r.url) if r.url == BASE + "api/chat" else None)
+            tab.route("**/api/page", info)
+            tab.route(stream + "**", function_url)
+            tab.goto(BASE)
+            tab.get_by_label("Message", exact=True).fill("Where do turns go?")
+            tab.get_by_label("Message", exact=True).press("Enter")
+            expect(tab.locator(".message.assistant .markdown").last).to_contain_text("Streamed from elsewhere.")
+            elsewhere.close()
+            assert ("POST", stream + "api/chat") in sent, f"the turn did not go to the stream URL: {sent}"
+            assert not local, f"the turn went to the page's own origin too: {local}"
+            return "with stream_url set, POST api/chat goes to that URL with the token; nothing else does"
+
+        check("turns go to the stream URL when /api/page names one", streams_elsewhere)
+
         def clean() -> str:
             assert not outside, f"requests left the origin: {outside}"
             # The refused token (401) and the failed turn (502) are logged by the browser on purpose.

@@ -3,7 +3,9 @@
 // It talks only to this origin's API: GET api/page (settings), GET api/conversations,
 // GET api/conversations/{id}/messages, PATCH and DELETE api/conversations/{id} and
 // POST api/chat, whose reply it reads as the AI SDK UI message stream (v1) when the server
-// streams, else as the JSON response. Everything a model or a tool wrote is put on the page as
+// streams, else as the JSON response. The one exception: when api/page names a stream_url (a
+// deployment's streaming Function URL, as this origin's API Gateway buffers), POST api/chat
+// goes there. Everything a model or a tool wrote is put on the page as
 // text nodes or built elements, never as HTML: there is no innerHTML here, and the
 // Content-Security-Policy allows no inline script besides.
 
@@ -944,7 +946,9 @@ async function send(event) {
   busy(true);
   setStatus("Working…");
   try {
-    const response = await api("api/chat", {
+    // A deployment whose gateway buffers names where turns can stream (PAGE_STREAM_URL).
+    const target = state.info?.stream_url ? new URL("api/chat", state.info.stream_url).href : "api/chat";
+    const response = await api(target, {
       method: "POST",
       headers: { "Content-Type": "application/json", Accept: "text/event-stream, application/json;q=0.9" },
       body: JSON.stringify(body),

@@ -17,7 +17,7 @@ use serde::Deserialize;
 use crate::auth::AuthConfig;
 use crate::cross_site::CrossSiteConfig;
 use crate::llm::LlmConfig;
-use crate::page::{ContextOptions, Examples};
+use crate::page::{ContextOptions, Examples, StreamUrl};
 
 /// Limits of one turn; each is a named setting.
 #[derive(Debug, Clone)]
@@ -99,6 +99,8 @@ pub struct ChatConfig {
     pub page_context_options: Option<ContextOptions>,
     /// `PAGE_EXAMPLES`: the page's example questions (`page::Examples`); unset, none.
     pub page_examples: Option<Examples>,
+    /// `PAGE_STREAM_URL`: where the page sends streamed turns.
+    pub page_stream_url: Option<StreamUrl>,
     /// `CHAT_ALLOWED_HOSTS` and, from `CHAT_AUTH`, whether cross-site requests are refused.
     pub cross_site: CrossSiteConfig,
     /// `HISTORY_READS_PER_USER`: reads of one user's conversations run at once (default 2,
@@ -220,6 +222,7 @@ impl ChatConfig {
             },
             page_context_options: ContextOptions::from_env(env, max_context_bytes)?,
             page_examples: Examples::from_env(env, max_message_chars)?,
+            page_stream_url: StreamUrl::from_env(env)?,
             cross_site: CrossSiteConfig::from_env(env, auth.mode)?,
             history_reads_per_user: env.limit("HISTORY_READS_PER_USER", 2, 1..=256)? as usize,
         };

@@ -128,13 +128,14 @@ fn router(config: &ChatConfig, secrets: Option<Secrets>) -> Result<Router, Start
         model_id: Arc::from(config.model_id.as_str()),
         v1_tool_blocks: config.v1_tool_blocks,
     };
-    let page = page::router(
-        config.assistant_name.as_str(),
-        config.auth.mode,
-        config.page_context_options.as_ref(),
-        config.llm.setup_problem(),
-        config.page_examples.as_ref(),
-    );
+    let page = page::router(&page::PageSettings {
+        assistant: config.assistant_name.as_str(),
+        auth: config.auth.mode,
+        context_options: config.page_context_options.as_ref(),
+        model_problem: config.llm.setup_problem(),
+        examples: config.page_examples.as_ref(),
+        stream_url: config.page_stream_url.as_ref(),
+    });
     // Before any handler (and any body is read): what a page of another site could send.
     let guarded = api::router(state).layer(axum::middleware::from_fn_with_state(
         Arc::new(config.cross_site.clone()),

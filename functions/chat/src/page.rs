@@ -18,37 +18,61 @@ use serde_json::{Map, Value, json};
 
 use crate::auth::AuthMode;
 
-/// What the browser may load and run: this origin only, no inline script or style, never
-/// inside another site's frame. The Markdown the page renders is built as DOM nodes, not HTML,
-/// so this is a second wall, not the first.
-pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
-style-src 'self'; img-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; \
-form-action 'self'; frame-ancestors 'none'";
+/// What the browser may load and run: this origin only (and the streaming URL's, for the
+/// page's streamed turns), no inline script or style, never inside another site's frame. The
+/// Markdown the page renders is built as DOM nodes, not HTML, so this is a second wall, not
+/// the first.
+pub fn content_security_policy(stream_url: Option<&StreamUrl>) -> String {
+    let connect = match stream_url {
+        Some(url) => format!("'self' {}", url.origin()),
+        None => "'self'".to_owned(),
+    };
+    format!(
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; \
+         connect-src {connect}; object-src 'none'; base-uri 'none'; form-action 'self'; \
+         frame-ancestors 'none'"
+    )
+}
+
+/// What `GET /api/page` tells the page, all fixed at start-up.
+pub struct PageSettings<'a> {
+    /// `ASSISTANT_NAME`.
+    pub assistant: &'a str,
+    pub auth: AuthMode,
+    /// `PAGE_CONTEXT_OPTIONS`: the picker.
+    pub context_options: Option<&'a ContextOptions>,
+    /// Why no model can be asked, so the page says so before anyone types.
+    pub model_problem: Option<&'a str>,
+    /// `PAGE_EXAMPLES`: questions the first screen offers.
+    pub examples: Option<&'a Examples>,
+    /// `PAGE_STREAM_URL`: where the page sends its streamed turns instead of this origin.
+    pub stream_url: Option<&'a StreamUrl>,
+}
 
 /// The routes: `GET /`, `GET /assets/app.js`, `GET /assets/app.css` (HEAD too) and
-/// `GET /api/page`, whose answer is fixed at start-up: `assistant` is `ASSISTANT_NAME`;
-/// `model_problem` says why no model can be asked, so the page says so before anyone types; `examples` are
-/// `PAGE_EXAMPLES`, questions the first screen offers.
-pub fn router(
-    assistant: &str,
-    auth: AuthMode,
-    context_options: Option<&ContextOptions>,
-    model_problem: Option<&str>,
-    examples: Option<&Examples>,
-) -> Router {
+/// `GET /api/page`.
+pub fn router(settings: &PageSettings<'_>) -> Router {
     let info = json!({
-        "assistant": assistant,
-        "auth": match auth {
+        "assistant": settings.assistant,
+        "auth": match settings.auth {
             AuthMode::Jwt => "token",
             AuthMode::Disabled => "none",
         },
-        "context_options": context_options,
-        "model_problem": model_problem,
-        "examples": examples,
+        "context_options": settings.context_options,
+        "model_problem": settings.model_problem,
+        "examples": settings.examples,
+        "stream_url": settings.stream_url.map(StreamUrl::as_str),
     })
     .to_string();
+    // Built from a URL's origin (ASCII) and fixed text: always a valid header value.
+    let csp = HeaderValue::try_from(content_security_policy(settings.stream_url))
+        .expect("an origin and fixed text make a header value");
     let file = |body: &'static str, content_type| {
-        Asset::new(Bytes::from_static(body.as_bytes()), content_type)
+        Asset::new(
+            Bytes::from_static(body.as_bytes()),
+            content_type,
+            csp.clone(),
+        )
     };
     Router::new()
         .route("/", file(INDEX_HTML, "text/html; charset=utf-8").route())
@@ -62,7 +86,7 @@ pub fn router(
         )
         .route(
             "/api/page",
-            Asset::new(Bytes::from(info), "application/json").route(),
+            Asset::new(Bytes::from(info), "application/json", csp.clone()).route(),
         )
 }
 
@@ -76,16 +100,18 @@ struct Asset {
     body: Bytes,
     content_type: HeaderValue,
     etag: HeaderValue,
+    csp: HeaderValue,
 }
 
 impl Asset {
-    fn new(body: Bytes, content_type: &'static str) -> Self {
+    fn new(body: Bytes, content_type: &'static str, csp: HeaderValue) -> Self {
         let etag = format!("\"{:016x}\"", fnv1a(&body));
         Self {
             body,
             content_type: HeaderValue::from_static(content_type),
             // Quotes and hex digits only: always a valid header value.
             etag: HeaderValue::try_from(etag).expect("a quoted hex string is a header value"),
+            csp,
         }
     }
 
@@ -108,10 +134,7 @@ impl Asset {
         let headers = [
             (header::ETAG, self.etag.clone()),
             (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
-            (
-                header::CONTENT_SECURITY_POLICY,
-                HeaderValue::from_static(CONTENT_SECURITY_POLICY),
-            ),
+            (header::CONTENT_SECURITY_POLICY, self.csp.clone()),
             (
                 header::X_CONTENT_TYPE_OPTIONS,
                 HeaderValue::from_static("nosniff"),
@@ -135,6 +158,51 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
         (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
     })
+}
+
+/// `PAGE_STREAM_URL`: the base URL of a chat that streams turns when this one cannot (a
+/// deployment's streaming Function URL, while the page is served through API Gateway, which
+/// buffers). The page posts its streamed turns to `<url>api/chat` and everything else to its
+/// own origin. An absolute `http(s)` URL whose path ends in `/`, without query or fragment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamUrl(url::Url);
+
+impl StreamUrl {
+    pub const SETTING: &str = "PAGE_STREAM_URL";
+
+    /// The setting, if set and not blank.
+    pub fn from_env(env: &Env) -> Result<Option<Self>, ConfigError> {
+        match env.get(Self::SETTING).map(str::trim) {
+            None | Some("") => Ok(None),
+            Some(raw) => Self::parse(raw).map(Some),
+        }
+    }
+
+    pub fn parse(raw: &str) -> Result<Self, ConfigError> {
+        let bad = |problem: &str| ConfigError::new(Self::SETTING, problem);
+        let url = url::Url::parse(raw).map_err(|_| {
+            bad("must be an absolute URL such as https://<id>.lambda-url.<region>.on.aws/")
+        })?;
+        if !matches!(url.scheme(), "https" | "http") || url.host_str().is_none() {
+            return Err(bad("must be an http(s) URL with a host"));
+        }
+        if url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() {
+            return Err(bad("must have no query, fragment or credentials"));
+        }
+        if !url.path().ends_with('/') {
+            return Err(bad("must end in `/`: the page adds `api/chat` to it"));
+        }
+        Ok(Self(url))
+    }
+
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+
+    /// `scheme://host[:port]`, as a Content-Security-Policy source and CORS names it.
+    pub fn origin(&self) -> String {
+        self.0.origin().ascii_serialization()
+    }
 }
 
 /// `PAGE_CONTEXT_OPTIONS`: a picker on the page whose choice is sent as the turn's `context`,
@@ -305,6 +373,28 @@ mod tests {
             assert_eq!(e.var, "PAGE_CONTEXT_OPTIONS");
             e.problem
         })
+    }
+
+    #[test]
+    fn a_stream_url_is_an_http_base_url_and_its_origin_joins_the_policy() {
+        let url = StreamUrl::parse("https://abc123.lambda-url.eu-west-1.on.aws/").unwrap();
+        assert_eq!(url.origin(), "https://abc123.lambda-url.eu-west-1.on.aws");
+        assert!(
+            content_security_policy(Some(&url))
+                .contains("connect-src 'self' https://abc123.lambda-url.eu-west-1.on.aws;")
+        );
+        assert!(content_security_policy(None).contains("connect-src 'self';"));
+        for bad in [
+            "abc.lambda-url.on.aws/",
+            "ftp://host/",
+            "https://host/chat",
+            "https://host/?x=1",
+            "https://user:pw@host/",
+            "javascript:alert(1)",
+        ] {
+            let e = StreamUrl::parse(bad).unwrap_err();
+            assert_eq!(e.var, "PAGE_STREAM_URL", "{bad}");
+        }
     }
 
     #[test]

@@ -95,7 +95,7 @@ async fn api_page_says_how_to_sign_in_and_offers_no_picker_or_examples_by_defaul
     assert_eq!(
         body,
         json!({"assistant": "Taskbot", "auth": "token", "context_options": null,
-               "model_problem": null, "examples": null})
+               "model_problem": null, "examples": null, "stream_url": null})
     );
 
     let local = chat(vec![("CHAT_AUTH", "none".into())]).await;
@@ -123,6 +123,36 @@ async fn api_page_offers_the_configured_example_questions() {
     let (status, body) = app.get(None, "/api/page").await;
     assert_eq!(status, 200);
     assert_eq!(body["examples"], examples);
+}
+
+#[tokio::test]
+async fn a_stream_url_reaches_the_page_and_its_origin_the_policy() {
+    let stream = "https://abc123.lambda-url.eu-west-1.on.aws/";
+    let app = chat(vec![("PAGE_STREAM_URL", stream.into())]).await;
+    let (status, body) = app.get(None, "/api/page").await;
+    assert_eq!(status, 200);
+    assert_eq!(body["stream_url"], stream);
+    let page = reqwest::get(format!("{}/", app.base)).await.unwrap();
+    let csp = header(&page, "content-security-policy");
+    assert!(
+        csp.contains("connect-src 'self' https://abc123.lambda-url.eu-west-1.on.aws;"),
+        "{csp}"
+    );
+
+    let env = parley_core::config::Env::from_pairs([
+        ("DATABASE_URL", "postgres://u@localhost/db"),
+        ("CHAT_AUTH", "none"),
+        ("MCP_URL", "http://127.0.0.1:3001/mcp"),
+        ("LISTEN_ADDR", "127.0.0.1:0"),
+        (
+            "PAGE_STREAM_URL",
+            "https://abc123.lambda-url.eu-west-1.on.aws/api/chat",
+        ),
+    ]);
+    let Err(e) = parley_chat::Application::build(env).await else {
+        panic!("a stream URL that is not a base URL was accepted");
+    };
+    assert!(e.to_string().contains("PAGE_STREAM_URL"), "{e}");
 }
 
 #[tokio::test]
