@@ -53,6 +53,7 @@ pub fn verifier_config(key: SecretString) -> JwtConfig {
         jwks_min_refresh: Duration::from_secs(60),
         jwks_timeout: Duration::from_secs(5),
         // However it was signed, an assertion that would outlive one call is refused.
+        token_use: crate::jwt::TokenUse::Any,
         max_lifetime: Some(LIFETIME),
     }
 }

@@ -382,6 +382,7 @@ mod tests {
             jwks_cache_ttl: Duration::from_secs(3600),
             jwks_min_refresh: Duration::from_secs(60),
             jwks_timeout: Duration::from_secs(5),
+            token_use: crate::jwt::TokenUse::Any,
             max_lifetime: None,
         }
     }

@@ -1,7 +1,8 @@
 //! Verifies bearer JWTs for every function: HS256 with a shared secret, RS256, ES256 and EdDSA
 //! (Ed25519) with keys from a JWKS URL; checks `exp`, `nbf` (with clock skew), `iss`, `aud`, `crit`
-//! and that `sub` is 1 to 255 characters without control characters, and hands back the
-//! verified claims. It knows tokens, not HTTP: each function maps [`TokenError`]
+//! and that `sub` is 1 to 255 characters without control characters; with `JWT_TOKEN_USE`, the
+//! kind of token (an access token's `client_id` standing for `aud`, as Amazon Cognito's have no
+//! `aud`); and hands back the verified claims. It knows tokens, not HTTP: each function maps [`TokenError`]
 //! to its own responses and decides what a subject means to it.
 
 pub mod assertion;
@@ -58,6 +59,8 @@ pub struct JwtConfig {
     pub jwks_min_refresh: Duration,
     /// `JWKS_TIMEOUT_MS`: one JWKS request, start to end of body (default 5000).
     pub jwks_timeout: Duration,
+    /// `JWT_TOKEN_USE`: which kind of token the service takes ([`TokenUse`]).
+    pub token_use: TokenUse,
     /// Not a setting: the longest a token may still live when it arrives (`exp` - now, beyond
     /// the leeway). `None` for identity providers' tokens; caller assertions set their
     /// 60 s lifetime, so a leaked signing key cannot mint a token that lasts.
@@ -93,6 +96,7 @@ impl JwtConfig {
                 1_000..=3_600_000,
             )?,
             jwks_timeout: env.millis("JWKS_TIMEOUT_MS", Duration::from_secs(5), 100..=60_000)?,
+            token_use: TokenUse::from_env(env)?,
             max_lifetime: None,
         })
     }
@@ -100,6 +104,51 @@ impl JwtConfig {
     /// Whether any token can verify: `JWT_SECRET` or `JWT_JWKS_URL` is set.
     pub fn has_keys(&self) -> bool {
         self.secret.is_some() || self.jwks_url.is_some()
+    }
+}
+
+/// Which kind of token a service takes. Identity providers issue two from one sign-in: an ID
+/// token (for the client: `aud` is the client's id) and an access token (for the API). Amazon
+/// Cognito marks each with `token_use` and gives its access tokens `client_id` and no `aud`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TokenUse {
+    /// Unset: `aud` must contain one of `JWT_AUDIENCE` (when set); `token_use` is not read.
+    #[default]
+    Any,
+    /// `access`: a token that says `token_use` other than `access` is refused; the audience
+    /// check passes when `aud` contains one of `JWT_AUDIENCE` or `client_id` is one of them.
+    Access,
+    /// `id`: a token that says `token_use` other than `id` is refused; `aud` as for `Any`.
+    Id,
+}
+
+impl TokenUse {
+    pub const SETTING: &str = "JWT_TOKEN_USE";
+
+    fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        match env
+            .get(Self::SETTING)
+            .map(|v| v.trim().to_ascii_lowercase())
+            .as_deref()
+        {
+            None | Some("") => Ok(Self::Any),
+            Some("access") => Ok(Self::Access),
+            Some("id") => Ok(Self::Id),
+            Some(_) => Err(ConfigError::new(
+                Self::SETTING,
+                "must be access (access tokens, e.g. Amazon Cognito's, whose client_id stands \
+                 for aud) or id (ID tokens), or unset",
+            )),
+        }
+    }
+
+    /// What the token's own `token_use` must be, if it says.
+    fn expected(self) -> Option<&'static str> {
+        match self {
+            Self::Any => None,
+            Self::Access => Some("access"),
+            Self::Id => Some("id"),
+        }
     }
 }
 
@@ -141,6 +190,10 @@ pub struct Verifier {
     validation: Validation,
     /// [`JwtConfig::max_lifetime`] with the leeway added, in seconds.
     max_lifetime_secs: Option<u64>,
+    token_use: TokenUse,
+    /// `JWT_AUDIENCE`, checked here (not by the library) for access tokens, whose `client_id`
+    /// may stand for `aud`.
+    access_audience: Vec<String>,
 }
 
 impl fmt::Debug for Verifier {
@@ -174,8 +227,13 @@ impl Verifier {
             validation.set_issuer(&[issuer]);
             required.push("iss");
         }
-        if config.audience.is_empty() {
-            // Otherwise every token that names any audience would be refused.
+        let access_audience = match config.token_use {
+            TokenUse::Access => config.audience.clone(),
+            TokenUse::Any | TokenUse::Id => Vec::new(),
+        };
+        if config.audience.is_empty() || config.token_use == TokenUse::Access {
+            // Otherwise every token that names any audience would be refused; an access token's
+            // audience is checked in `verify`, where `client_id` may stand for it.
             validation.validate_aud = false;
         } else {
             validation.set_audience(&config.audience);
@@ -200,6 +258,8 @@ impl Verifier {
             max_lifetime_secs: config
                 .max_lifetime
                 .map(|max| max.as_secs() + config.leeway_secs),
+            token_use: config.token_use,
+            access_audience,
         }
     }
 
@@ -266,8 +326,43 @@ impl Verifier {
                 )));
             }
         }
+        self.check_token_use(&claims)?;
         claims.insert("sub".to_owned(), Value::String(subject.clone()));
         Ok(VerifiedClaims { subject, claims })
+    }
+
+    /// `JWT_TOKEN_USE`: an ID token where access tokens are expected is refused, and the
+    /// reverse; an access token's `client_id` counts as its audience.
+    fn check_token_use(&self, claims: &Map<String, Value>) -> Result<(), TokenError> {
+        if let Some(expected) = self.token_use.expected()
+            && let Some(said) = claims.get("token_use")
+            && said.as_str() != Some(expected)
+        {
+            let said = said.as_str().unwrap_or("not a string");
+            return Err(invalid(format!(
+                "this service takes {expected} tokens, and this one is a {said} token \
+                 (token_use)"
+            )));
+        }
+        if self.access_audience.is_empty() {
+            return Ok(());
+        }
+        let named = |value: Option<&Value>| match value {
+            Some(Value::String(one)) => self.access_audience.contains(one),
+            Some(Value::Array(many)) => many
+                .iter()
+                .filter_map(Value::as_str)
+                .any(|one| self.access_audience.iter().any(|a| a == one)),
+            _ => false,
+        };
+        if named(claims.get("aud")) || named(claims.get("client_id")) {
+            Ok(())
+        } else {
+            Err(invalid(
+                "neither the audience (aud) nor the client (client_id) is one this service \
+                 accepts",
+            ))
+        }
     }
 
     fn accepted_algorithms(&self) -> &'static str {
@@ -382,6 +477,103 @@ mod tests {
         )
         .unwrap();
         assert!(verifier.verify(&longest).await.is_ok());
+    }
+
+    fn signed(claims: &Value) -> String {
+        encode(
+            &Header::new(Algorithm::HS256),
+            claims,
+            &EncodingKey::from_secret(SECRET.as_bytes()),
+        )
+        .unwrap()
+    }
+
+    /// What Amazon Cognito issues from one sign-in: an access token (`client_id`, no `aud`)
+    /// and an ID token (`aud` is the client).
+    fn cognito_tokens(client: &str) -> (String, String) {
+        let iss = "https://cognito-idp.eu-west-1.amazonaws.com/eu-west-1_Example";
+        let exp = get_current_timestamp() + 600;
+        let access = signed(&json!({
+            "sub": "user-1", "iss": iss, "client_id": client, "token_use": "access",
+            "scope": "openid email", "username": "user-1", "exp": exp,
+        }));
+        let id = signed(&json!({
+            "sub": "user-1", "iss": iss, "aud": client, "token_use": "id",
+            "email": "a@example.com", "exp": exp,
+        }));
+        (access, id)
+    }
+
+    #[tokio::test]
+    async fn an_access_tokens_client_id_stands_for_its_audience_and_an_id_token_is_refused() {
+        let verifier = Verifier::new(
+            config(&[
+                ("JWT_SECRET", SECRET),
+                ("JWT_AUDIENCE", "page-client"),
+                ("JWT_TOKEN_USE", "access"),
+            ]),
+            reqwest::Client::new(),
+        );
+        let (access, id) = cognito_tokens("page-client");
+        assert_eq!(verifier.verify(&access).await.unwrap().subject, "user-1");
+        assert_eq!(
+            verifier.verify(&id).await.unwrap_err(),
+            invalid("this service takes access tokens, and this one is a id token (token_use)")
+        );
+        let (other_client, _) = cognito_tokens("another-client");
+        assert_eq!(
+            verifier.verify(&other_client).await.unwrap_err(),
+            invalid(
+                "neither the audience (aud) nor the client (client_id) is one this service \
+                 accepts"
+            )
+        );
+        // Another provider's access token names the API in `aud`, with no token_use.
+        let api_token = signed(&json!({
+            "sub": "user-1", "aud": ["https://api.example", "page-client"],
+            "exp": get_current_timestamp() + 600,
+        }));
+        assert!(verifier.verify(&api_token).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn an_id_token_service_refuses_access_tokens() {
+        let verifier = Verifier::new(
+            config(&[
+                ("JWT_SECRET", SECRET),
+                ("JWT_AUDIENCE", "page-client"),
+                ("JWT_TOKEN_USE", "id"),
+            ]),
+            reqwest::Client::new(),
+        );
+        let (access, id) = cognito_tokens("page-client");
+        assert_eq!(verifier.verify(&id).await.unwrap().subject, "user-1");
+        let refused = verifier.verify(&access).await.unwrap_err();
+        assert_eq!(refused, invalid("the aud claim is missing"));
+        // Even with an audience, an access token is not an ID token.
+        let with_aud = signed(&json!({
+            "sub": "user-1", "aud": "page-client", "token_use": "access",
+            "exp": get_current_timestamp() + 600,
+        }));
+        assert_eq!(
+            verifier.verify(&with_aud).await.unwrap_err(),
+            invalid("this service takes id tokens, and this one is a access token (token_use)")
+        );
+    }
+
+    #[tokio::test]
+    async fn without_jwt_token_use_a_cognito_access_token_fails_the_audience_check() {
+        let verifier = Verifier::new(
+            config(&[("JWT_SECRET", SECRET), ("JWT_AUDIENCE", "page-client")]),
+            reqwest::Client::new(),
+        );
+        let (access, _) = cognito_tokens("page-client");
+        assert_eq!(
+            verifier.verify(&access).await.unwrap_err(),
+            invalid("the aud claim is missing")
+        );
+        let bad = JwtConfig::from_env(&Env::from_pairs([("JWT_TOKEN_USE", "refresh")]));
+        assert_eq!(bad.unwrap_err().var, "JWT_TOKEN_USE");
     }
 
     #[tokio::test]
