@@ -340,8 +340,8 @@ impl Verifier {
         {
             let said = said.as_str().unwrap_or("not a string");
             return Err(invalid(format!(
-                "this service takes {expected} tokens, and this one is a {said} token \
-                 (token_use)"
+                "this service takes {expected} tokens, and this token's token_use is \
+                 {said:?}"
             )));
         }
         if self.access_audience.is_empty() {
@@ -518,7 +518,7 @@ mod tests {
         assert_eq!(verifier.verify(&access).await.unwrap().subject, "user-1");
         assert_eq!(
             verifier.verify(&id).await.unwrap_err(),
-            invalid("this service takes access tokens, and this one is a id token (token_use)")
+            invalid("this service takes access tokens, and this token's token_use is \"id\"")
         );
         let (other_client, _) = cognito_tokens("another-client");
         assert_eq!(
@@ -557,7 +557,7 @@ mod tests {
         }));
         assert_eq!(
             verifier.verify(&with_aud).await.unwrap_err(),
-            invalid("this service takes id tokens, and this one is a access token (token_use)")
+            invalid("this service takes id tokens, and this token's token_use is \"access\"")
         );
     }
 
