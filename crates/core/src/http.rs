@@ -1,5 +1,5 @@
 //! The HTTP conventions both functions share: the `{"error":{"code","message"}}` body of every
-//! refusal, and reading a bearer token from `Authorization`. Which status a failure gets is each
+//! refusal, reading a bearer token from `Authorization`, and what counts as a JSON body. Which status a failure gets is each
 //! function's `error.rs`'s choice, not this module's.
 
 use axum::body::Body;
@@ -26,6 +26,12 @@ pub fn error_body_with(
         serde_json::json!({"code": code, "message": message}),
     );
     serde_json::Value::Object(body).to_string()
+}
+
+/// `Content-Type` names JSON, parameters aside (rmcp's own test; `application/jsonx` is not).
+pub fn is_json_media_type(value: &str) -> bool {
+    let essence = value.split_once(';').map_or(value, |(essence, _)| essence);
+    essence.trim().eq_ignore_ascii_case("application/json")
 }
 
 /// A response with `status` and the error body.
@@ -59,6 +65,14 @@ pub fn bearer_token(authorization: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parameters_and_case_aside_only_application_json_is_json() {
+        assert!(is_json_media_type("application/json"));
+        assert!(is_json_media_type("Application/JSON; charset=utf-8"));
+        assert!(!is_json_media_type("application/jsonx"));
+        assert!(!is_json_media_type("text/plain"));
+    }
 
     #[test]
     fn the_bearer_scheme_is_case_insensitive() {

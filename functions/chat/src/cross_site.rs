@@ -120,7 +120,7 @@ impl CrossSiteConfig {
         }
         if *method == Method::POST {
             match single(headers, header::CONTENT_TYPE) {
-                Some(value) if is_json(value) => {}
+                Some(value) if parley_core::http::is_json_media_type(value) => {}
                 Some(value) => return Err(Refusal::NotJson(format!("`{}`", shown(value)))),
                 None => return Err(Refusal::NotJson("not given".to_owned())),
             }
@@ -176,14 +176,6 @@ fn is_cross_site(headers: &HeaderMap) -> bool {
             origin_host.is_none() || origin_host != host
         }
     }
-}
-
-/// `application/json`, with parameters or not (`; charset=utf-8`).
-fn is_json(value: &str) -> bool {
-    value
-        .split(';')
-        .next()
-        .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
 }
 
 /// The one value of a header sent once, as text.

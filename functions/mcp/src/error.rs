@@ -105,7 +105,7 @@ pub async fn json_transport_errors(request: Request, next: Next) -> Response {
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(crate::media_type::is_json_media_type);
+        .is_some_and(parley_core::http::is_json_media_type);
     let response = next.run(request).await;
     let mut status = response.status();
     // rmcp answers a body it cannot parse with 415 even when the media type was right; for the

@@ -7,8 +7,8 @@
 //! verified caller: service token or user JWT; the protected resource metadata), `error` (HTTP
 //! error responses), `catalog` (the tools files: declared tools, prompts, `[sql]`), `tools`
 //! (declared tools: checked, published, run), `adhoc` (the ad-hoc SQL tools), `config`
-//! (settings), `audit` (the audit trail), `output` (the result envelope and its limits),
-//! `media_type` (what counts as a JSON body). Start-up ([`Application`]) is here.
+//! (settings), `audit` (the audit trail), `output` (the result envelope and its limits).
+//! Start-up ([`Application`]) is here.
 
 pub mod adhoc;
 pub mod audit;
@@ -16,7 +16,6 @@ pub mod auth;
 pub mod catalog;
 pub mod config;
 pub mod error;
-pub mod media_type;
 pub mod output;
 pub mod server;
 pub mod tools;

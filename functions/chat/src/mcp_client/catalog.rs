@@ -188,7 +188,7 @@ fn citation(tool: &str, meta: Option<&Map<String, Value>>) -> Option<Citation> {
             tracing::warn!(
                 tool,
                 why = %why,
-                "ignoring the tool's malformed `_meta[\"parley/citation\"]`"
+                "ignoring the tool's malformed `_meta[\"{META_CITATION}\"]`"
             );
             None
         }

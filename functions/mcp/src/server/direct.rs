@@ -23,7 +23,7 @@ use rmcp::transport::streamable_http_server::session::never::NeverSessionManager
 use super::ParleyMcp;
 use crate::auth::Caller;
 use crate::config::McpConfig;
-use crate::media_type::is_json_media_type;
+use parley_core::http::is_json_media_type;
 
 type Transport = StreamableHttpService<ParleyMcp, NeverSessionManager>;
 
