@@ -356,6 +356,13 @@ async fn fetch_one(
     })
 }
 
+/// The text of one secret (`id`: a name or ARN), fetched with the client [`load`] uses, for
+/// callers that read a secret's fields themselves rather than as settings (the admin function
+/// reads the login roles' secrets it sets up).
+pub async fn fetch(env: &Env, id: &str) -> Result<SecretString, SecretsError> {
+    fetch_one(&client(env).await, id).await
+}
+
 /// `AccessDeniedException: User ... is not authorized ...` for a refusal, else the chain of
 /// causes (`dispatch failure: ... Connection refused`). Requests carry no secret, so neither can
 /// these.
@@ -478,9 +485,9 @@ fn is_setting_name(key: &str) -> bool {
         && chars.all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
 }
 
-/// `postgres://user:password@host:port/dbname?sslmode=...` from an RDS secret. `DATABASE_HOST`
-/// and `DATABASE_NAME` in the environment say where to connect (e.g. an RDS Proxy endpoint);
-/// the secret supplies the credentials.
+/// `postgres://user:password@host:port/dbname?sslmode=...` from an RDS secret. `DATABASE_HOST`,
+/// `DATABASE_PORT` and `DATABASE_NAME` in the environment say where to connect (e.g. an RDS
+/// Proxy endpoint); the secret supplies the credentials.
 fn database_url(
     base: &Env,
     id: &str,
@@ -519,11 +526,23 @@ fn database_url(
     if host.contains(['/', '@', '?', '#', ' ']) {
         return Err(SecretsError::invalid(id, "key `host` is not a host name"));
     }
-    let port = match object.get("port") {
-        None | Some(Value::Null) => 5432,
-        Some(Value::Number(n)) => n.as_u64().unwrap_or(0),
-        Some(Value::String(s)) => s.trim().parse().unwrap_or(0),
-        Some(_) => 0,
+    let port = match base.get("DATABASE_PORT") {
+        // Like DATABASE_HOST: where to connect is the deployment's, e.g. an RDS-managed master
+        // secret holds only `username` and `password`.
+        Some(raw) => match raw.trim().parse::<u64>() {
+            Ok(port) if (1..=65535).contains(&port) => port,
+            _ => {
+                return Err(
+                    ConfigError::new("DATABASE_PORT", "must be a port number (1-65535)").into(),
+                );
+            }
+        },
+        None => match object.get("port") {
+            None | Some(Value::Null) => 5432,
+            Some(Value::Number(n)) => n.as_u64().unwrap_or(0),
+            Some(Value::String(s)) => s.trim().parse().unwrap_or(0),
+            Some(_) => 0,
+        },
     };
     if !(1..=65535).contains(&port) {
         return Err(SecretsError::invalid(
@@ -614,6 +633,23 @@ mod tests {
         assert_eq!(
             env.get("DATABASE_URL"),
             Some("postgres://parley_mcp:pw@proxy.internal:5432/app?sslmode=require")
+        );
+    }
+
+    #[test]
+    fn database_port_from_the_environment_wins_over_the_secret_and_is_checked() {
+        let base = Env::from_pairs([("DATABASE_PORT", "6543"), ("DB_SSLMODE", "disable")]);
+        let env = merge(&base, &fetched(&[("db", rds())])).unwrap();
+        assert_eq!(
+            env.get("DATABASE_URL"),
+            Some("postgres://parley_mcp:pw@db.internal:6543/parley?sslmode=disable")
+        );
+        let bad = Env::from_pairs([("DATABASE_PORT", "70000")]);
+        assert_eq!(
+            merge(&bad, &fetched(&[("db", rds())]))
+                .unwrap_err()
+                .to_string(),
+            "invalid setting DATABASE_PORT: must be a port number (1-65535)"
         );
     }
 
