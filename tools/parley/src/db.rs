@@ -1,4 +1,5 @@
-//! The admin connection from `DATABASE_URL`: one dedicated session through `parley_core::db`,
+//! The admin connection from `DATABASE_URL` (given, or built from `SECRET_IDS`' RDS secret):
+//! one dedicated session through `parley_core::db`,
 //! with the functions' TLS rules. Usage mistakes (unset, malformed) are told from a database
 //! that refuses or cannot be reached, for the exit code.
 
@@ -29,18 +30,17 @@ impl ConnectError {
 }
 
 /// Parses the settings without connecting, so usage errors surface before any network wait.
-pub fn config_from_env() -> Result<DbConfig, ConnectError> {
-    let env = Env::from_process();
+pub fn config_from_env(env: &Env) -> Result<DbConfig, ConnectError> {
     if !env.is_set(DATABASE_URL) {
         return Err(ConnectError::Missing);
     }
-    DbConfig::from_env(&env).map_err(|e| ConnectError::Invalid(e.problem))
+    DbConfig::from_env(env).map_err(|e| ConnectError::Invalid(e.problem))
 }
 
 /// A dedicated session (the migration runner holds a session advisory lock on it), with the
 /// same TLS rules as the functions: `sslmode=verify-full` and `DB_CA_FILE` work here too.
-pub async fn connect() -> Result<Client, ConnectError> {
-    let config = config_from_env()?;
+pub async fn connect(env: &Env) -> Result<Client, ConnectError> {
+    let config = config_from_env(env)?;
     parley_core::db::connect(&config)
         .await
         .map_err(|e| ConnectError::Connect(e.to_string()))

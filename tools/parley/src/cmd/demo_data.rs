@@ -8,7 +8,7 @@ use parley_core::config::Env;
 use parley_domain_documents::{DEFAULT_MANUAL_DIR, ManualOptions};
 use parley_embed::{EmbedSettings, Embedder};
 
-use super::{CmdError, secs};
+use super::{CmdError, Out, secs};
 use crate::demo::{self, DemoError, DemoOptions, Domain};
 
 #[derive(Debug, clap::Args)]
@@ -42,7 +42,7 @@ fn feedback_rows(raw: &str) -> Result<u64, String> {
     }
 }
 
-pub async fn run(args: Args) -> Result<(), CmdError> {
+pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
     let domains = if args.domains.is_empty() {
         Domain::DEFAULT.to_vec()
     } else {
@@ -50,7 +50,7 @@ pub async fn run(args: Args) -> Result<(), CmdError> {
     };
     // Only the documents domain embeds; the model loads before anything is written.
     let embedder = if domains.contains(&Domain::Documents) {
-        let settings = EmbedSettings::from_env(&Env::from_process()).map_err(DemoError::from)?;
+        let settings = EmbedSettings::from_env(env).map_err(DemoError::from)?;
         Some(Embedder::from_settings(&settings).map_err(DemoError::from)?)
     } else {
         None
@@ -67,53 +67,58 @@ pub async fn run(args: Args) -> Result<(), CmdError> {
         },
         embedder,
     };
-    let mut client = crate::db::connect().await?;
+    let mut client = crate::db::connect(env).await?;
     let s = demo::load(&mut client, &opts).await?;
     if let Some(f) = &s.feedback {
-        println!("lads: {} rows ({} changed)", f.lads, f.lads_changed);
+        writeln!(out, "lads: {} rows ({} changed)", f.lads, f.lads_changed)?;
         if f.reloaded {
-            println!(
+            writeln!(
+                out,
                 "feedback: {} rows in {} (seed {}; copy {}, indexes {})",
                 f.feedback,
                 secs(f.copy_elapsed + f.index_elapsed),
                 f.seed,
                 secs(f.copy_elapsed),
                 secs(f.index_elapsed)
-            );
-            println!("analyze: {}", secs(f.analyze_elapsed));
+            )?;
+            writeln!(out, "analyze: {}", secs(f.analyze_elapsed))?;
         } else {
-            println!(
+            writeln!(
+                out,
                 "feedback: {} rows for seed {} already loaded, nothing to do",
                 f.feedback, f.seed
-            );
+            )?;
         }
     }
     if let Some(t) = &s.tasks {
-        println!(
+        writeln!(
+            out,
             "tasks: {} added for {} ({} in all)",
             t.seeded,
             parley_domain_tasks::SEED_OWNER,
             t.tasks
-        );
+        )?;
     }
     if let Some(d) = &s.documents {
         for (collection, c) in &d.collections {
-            println!(
+            writeln!(
+                out,
                 "{collection}: {} documents added, {} replaced, {} unchanged, {} deleted; {} chunks",
                 c.added, c.replaced, c.unchanged, c.deleted, c.chunks
-            );
+            )?;
             for skipped in &c.skipped {
-                println!("  skipped {}: {}", skipped.uri, skipped.reason);
+                writeln!(out, "  skipped {}: {}", skipped.uri, skipped.reason)?;
             }
         }
         let total = d.total();
-        println!(
+        writeln!(
+            out,
             "documents: {} chunks written in {}; {} enrollments added",
             total.chunks,
             secs(d.elapsed),
             d.enrolled
-        );
+        )?;
     }
-    println!("done in {}", secs(s.elapsed));
+    writeln!(out, "done in {}", secs(s.elapsed))?;
     Ok(())
 }

@@ -3,7 +3,9 @@
 
 use parley_ingest::Member;
 
-use super::CmdError;
+use parley_core::config::Env;
+
+use super::{CmdError, Out};
 
 #[derive(Debug, clap::Args)]
 #[command(group = clap::ArgGroup::new("members").required(true).multiple(true))]
@@ -22,24 +24,25 @@ pub struct Args {
     pub remove: bool,
 }
 
-pub async fn run(args: Args) -> Result<(), CmdError> {
+pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
     let members: Vec<Member> = args
         .users
         .into_iter()
         .map(Member::User)
         .chain(args.groups.into_iter().map(Member::Group))
         .collect();
-    let client = crate::db::connect().await?;
+    let client = crate::db::connect(env).await?;
     let changed = parley_ingest::enroll(&client, &args.collection, &members, args.remove).await?;
     let (verb, unchanged) = if args.remove {
         ("removed", "were not members")
     } else {
         ("added", "were already members")
     };
-    println!(
+    writeln!(
+        out,
         "{}: {changed} {verb}, {} {unchanged}",
         args.collection,
         members.len() as u64 - changed
-    );
+    )?;
     Ok(())
 }

@@ -11,7 +11,7 @@ use parley_core::config::Env;
 use parley_embed::{EmbedSettings, Embedder};
 use parley_ingest::{ChunkOptions, CollectionSpec, ExtractLimits, IngestOptions};
 
-use super::CmdError;
+use super::{CmdError, Out};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -54,13 +54,13 @@ fn collection_name(raw: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
-pub async fn run(args: Args) -> Result<(), CmdError> {
+pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
     let found = parley_ingest::discover_all(&args.paths)?;
-    let settings = EmbedSettings::from_env(&Env::from_process()).map_err(CmdError::Settings)?;
+    let settings = EmbedSettings::from_env(env).map_err(CmdError::Settings)?;
     // Usage mistakes in DATABASE_URL surface before the model takes its second to load.
-    crate::db::config_from_env()?;
+    crate::db::config_from_env(env)?;
     let embedder = Embedder::from_settings(&settings)?;
-    let mut client = crate::db::connect().await?;
+    let mut client = crate::db::connect(env).await?;
     let spec = CollectionSpec {
         name: args.collection,
         title: args.title,
@@ -81,17 +81,18 @@ pub async fn run(args: Args) -> Result<(), CmdError> {
     let summary =
         parley_ingest::ingest(&mut client, &embedder, &spec, found.files, &options).await?;
     for s in &summary.skipped {
-        println!("skipped {}: {}", s.uri, s.reason);
+        writeln!(out, "skipped {}: {}", s.uri, s.reason)?;
     }
     let ignored = match found.ignored {
         0 => String::new(),
         n => format!("; {n} files of other types ignored"),
     };
-    println!(
+    writeln!(
+        out,
         "{} ({}): {summary}{ignored}",
         spec.name,
         embedder.model_id()
-    );
+    )?;
     // On stderr too, so a run whose output goes to a file still says so where it was started.
     if !summary.skipped.is_empty() {
         eprintln!(

@@ -1,19 +1,26 @@
 //! `parley migrate`: applies the embedded SQL migrations to the database in `DATABASE_URL`
 //! and prints one line per migration applied.
 
-use super::CmdError;
+use parley_core::config::Env;
+
+use super::{CmdError, Out};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {}
 
-pub async fn run(_args: Args) -> Result<(), CmdError> {
-    let mut client = crate::db::connect().await?;
-    let applied = parley_core::migrate::run(&mut client).await?;
+pub async fn run(_args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
+    let applied = apply(env).await?;
     if applied.is_empty() {
-        println!("schema up to date");
+        writeln!(out, "schema up to date")?;
     }
     for name in applied {
-        println!("applied {name}");
+        writeln!(out, "applied {name}")?;
     }
     Ok(())
+}
+
+/// The migrations applied, by name, in order (none when the schema was up to date).
+pub async fn apply(env: &Env) -> Result<Vec<String>, CmdError> {
+    let mut client = crate::db::connect(env).await?;
+    Ok(parley_core::migrate::run(&mut client).await?)
 }

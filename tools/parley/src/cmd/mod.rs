@@ -1,15 +1,83 @@
-//! One module per `parley` subcommand, each with clap `Args` and an async `run`. Adding a
-//! subcommand is a module here plus a variant (and match arm) in main.rs.
+//! The `parley` command line as data: [`Cli`] is what clap parses, [`run`] runs one
+//! [`Command`] with its settings and a writer for its output, so the `parley` binary and the
+//! `parley-admin` function (which runs an allow-listed few) share every subcommand's code.
 
 pub mod audit;
 pub mod demo_data;
 pub mod enroll;
 pub mod ingest;
+pub mod logins;
 pub mod migrate;
 
+use std::io::Write;
 use std::process::ExitCode;
 
+use clap::{Parser, Subcommand};
+use parley_core::config::Env;
+
 use crate::db::ConnectError;
+
+/// Where a subcommand writes what a person reads: stdout for the CLI, a buffer that becomes
+/// the answer's `output` in the function.
+pub type Out = dyn Write + Send;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "parley",
+    version,
+    about = "Admin command for a Parley database (reads DATABASE_URL, or SECRET_IDS)"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+// A new subcommand is one variant here, one arm in `run` and one module in cmd/; the function
+// runs it too once admin::invoke's allow-list names it.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Apply pending database migrations.
+    Migrate(migrate::Args),
+    /// Load demo domains (schema and data): feedback, tasks, or both (the default).
+    DemoData(demo_data::Args),
+    /// Ingest Markdown, HTML and text files into a document collection (embeds with EMBEDDINGS_*).
+    Ingest(ingest::Args),
+    /// Add or remove readers of a document collection: users by subject, groups by name.
+    Enroll(enroll::Args),
+    /// Print the audit trail of tool calls: who called which tool, with what, and how it went.
+    Audit(audit::Args),
+    /// Create or update the functions' login roles (mcp, chat, SQL tools) with their grants.
+    Logins(logins::Args),
+}
+
+impl Command {
+    /// The subcommand's name, as typed.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Migrate(_) => "migrate",
+            Command::DemoData(_) => "demo-data",
+            Command::Ingest(_) => "ingest",
+            Command::Enroll(_) => "enroll",
+            Command::Audit(_) => "audit",
+            Command::Logins(_) => "logins",
+        }
+    }
+}
+
+/// Runs `command` with the settings in `env` (the process environment with the secrets of
+/// `SECRET_IDS` laid over it), writing its report to `out`.
+pub async fn run(command: Command, env: &Env, out: &mut Out) -> Result<(), CmdError> {
+    // Boxed: the subcommands' futures together are deep enough to overflow the compiler's
+    // layout recursion limit inside the admin function's.
+    match command {
+        Command::Migrate(args) => Box::pin(migrate::run(args, env, out)).await,
+        Command::DemoData(args) => Box::pin(demo_data::run(args, env, out)).await,
+        Command::Ingest(args) => Box::pin(ingest::run(args, env, out)).await,
+        Command::Enroll(args) => Box::pin(enroll::run(args, env, out)).await,
+        Command::Audit(args) => Box::pin(audit::run(args, env, out)).await,
+        Command::Logins(args) => Box::pin(logins::run(args, env, out)).await,
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum CmdError {
@@ -26,7 +94,15 @@ pub enum CmdError {
     #[error(transparent)]
     Audit(#[from] audit::AuditError),
     #[error(transparent)]
+    Logins(#[from] crate::logins::LoginError),
+    #[error(transparent)]
+    LoginSource(#[from] logins::SourceError),
+    #[error(transparent)]
     Settings(parley_core::config::ConfigError),
+    #[error(transparent)]
+    Secrets(#[from] parley_core::secrets::SecretsError),
+    #[error("writing the output failed: {0}")]
+    Output(#[from] std::io::Error),
 }
 
 impl CmdError {
@@ -35,9 +111,20 @@ impl CmdError {
         match self {
             CmdError::Connect(e) if e.is_usage() => ExitCode::from(2),
             CmdError::Ingest(e) if e.is_usage() => ExitCode::from(2),
+            CmdError::Logins(e) if e.is_usage() => ExitCode::from(2),
+            CmdError::LoginSource(logins::SourceError::NoPassword { .. }) => ExitCode::from(2),
             CmdError::Settings(_) => ExitCode::from(2),
             _ => ExitCode::FAILURE,
         }
+    }
+
+    /// A reader that went away (`parley audit | head`) is not a failure.
+    pub fn is_broken_pipe(&self) -> bool {
+        let io = match self {
+            CmdError::Output(e) | CmdError::Audit(audit::AuditError::Output(e)) => e,
+            _ => return false,
+        };
+        io.kind() == std::io::ErrorKind::BrokenPipe
     }
 }
 

@@ -5,8 +5,6 @@
 mod render;
 mod since;
 
-use std::io::Write;
-
 use clap::builder::TypedValueParser;
 
 use parley_core::audit::{Outcome, Record};
@@ -18,7 +16,8 @@ use tokio_postgres::{Client, Row};
 pub use render::{Stored, WHAT_CHARS};
 pub use since::{Since, SinceError};
 
-use super::CmdError;
+use super::{CmdError, Out};
+use parley_core::config::Env;
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
@@ -192,7 +191,7 @@ fn stored(row: &Row) -> Result<Stored, AuditError> {
     })
 }
 
-pub async fn run(args: Args) -> Result<(), CmdError> {
+pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
     let filter = Filter {
         since: args.since,
         caller: args.caller,
@@ -200,7 +199,7 @@ pub async fn run(args: Args) -> Result<(), CmdError> {
         outcome: args.outcome,
         limit: args.limit,
     };
-    let client = crate::db::connect().await?;
+    let client = crate::db::connect(env).await?;
     let records = recent(&client, &filter).await?;
     let text = if args.json {
         records
@@ -212,7 +211,7 @@ pub async fn run(args: Args) -> Result<(), CmdError> {
     } else {
         render::table(&records)
     };
-    print(&text)?;
+    print(out, &text)?;
     if !args.json && records.len() as i64 == filter.limit {
         eprintln!(
             "(the {} most recent; older ones may match: raise --limit or narrow the filters)",
@@ -222,13 +221,9 @@ pub async fn run(args: Args) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// Writes to stdout; a reader that went away (`parley audit | head`) is not a failure.
-fn print(text: &str) -> Result<(), AuditError> {
-    let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
+/// Writes the records; a reader that went away (`parley audit | head`) is not a failure.
+fn print(out: &mut Out, text: &str) -> Result<(), AuditError> {
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(AuditError::Output(e)),
         _ => Ok(()),
     }
