@@ -1,0 +1,182 @@
+//! Direct invocation (`aws lambda invoke --payload '{"command": ["audit", "--since", "1h"]}'`):
+//! the argv is parsed by the `parley` command's own parser, run if its subcommand is on the
+//! allow-list, and answered as `{"ok", "output", "error"}`: a refusal is an answer, not a crash.
+
+use clap::Parser;
+use clap::error::ErrorKind;
+use serde_json::{Value, json};
+
+use super::Admin;
+use crate::cmd::{self, Cli, Command};
+
+/// Lambda answers at most 6 MB; `audit --limit` can ask for more. The output is cut here,
+/// saying so, rather than the invocation failing with a payload error.
+const MAX_OUTPUT_BYTES: usize = 5 * 1024 * 1024;
+
+/// The subcommands the function runs. Not `ingest`: it reads files, and the function has none
+/// of the caller's (upload them to a machine that can reach the database instead).
+pub const ALLOWED: [&str; 5] = ["migrate", "demo-data", "enroll", "audit", "logins"];
+
+pub fn is_command(event: &Value) -> bool {
+    event.get("command").is_some()
+}
+
+/// The parsed command, or the answer that refuses it.
+fn parse(event: &Value) -> Result<Command, Value> {
+    let argv = match event.get("command") {
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| v.as_str().map(str::to_owned))
+            .collect::<Option<Vec<String>>>(),
+        _ => None,
+    };
+    let Some(argv) = argv else {
+        return Err(answer(
+            false,
+            "",
+            "\"command\" must be a list of strings, e.g. [\"audit\", \"--since\", \"1h\"]",
+        ));
+    };
+    let cli = match Cli::try_parse_from(std::iter::once("parley".to_owned()).chain(argv)) {
+        Ok(cli) => cli,
+        // `--help` and `--version` are answers, not mistakes.
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+            return Err(answer(true, &e.render().to_string(), ""));
+        }
+        Err(e) => return Err(answer(false, "", e.render().to_string().trim_end())),
+    };
+    if !ALLOWED.contains(&cli.command.name()) {
+        return Err(answer(
+            false,
+            "",
+            &format!(
+                "`{}` cannot run in the function; it runs {}",
+                cli.command.name(),
+                ALLOWED.join(", ")
+            ),
+        ));
+    }
+    Ok(cli.command)
+}
+
+/// Runs the event's command; always an answer.
+pub async fn handle(admin: &Admin, event: &Value) -> Value {
+    let command = match parse(event) {
+        Ok(command) => command,
+        Err(refusal) => return refusal,
+    };
+    let name = command.name();
+    tracing::info!(command = name, "running a parley command");
+    let mut output = Vec::new();
+    let result = async {
+        let (env, _) = parley_core::secrets::load(&admin.base).await?;
+        cmd::run(command, &env, &mut output).await
+    }
+    .await;
+    let output = cut(String::from_utf8_lossy(&output).into_owned());
+    match result {
+        Ok(()) => answer(true, &output, ""),
+        Err(e) => {
+            tracing::warn!(command = name, error = %e, "the command failed");
+            answer(false, &output, &e.to_string())
+        }
+    }
+}
+
+fn answer(ok: bool, output: &str, error: &str) -> Value {
+    json!({"ok": ok, "output": output, "error": error})
+}
+
+/// `text` cut to [`MAX_OUTPUT_BYTES`] at a character boundary, saying so.
+fn cut(mut text: String) -> String {
+    if text.len() <= MAX_OUTPUT_BYTES {
+        return text;
+    }
+    let mut end = MAX_OUTPUT_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push_str("\n(output cut at 5 MiB: narrow the command, e.g. audit --limit)\n");
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(event: Value) -> Value {
+        parse(&event).expect_err("refused")
+    }
+
+    #[test]
+    fn an_allowed_command_parses_with_its_arguments() {
+        let command =
+            parse(&json!({"command": ["enroll", "--collection", "handbook", "--group", "staff"]}))
+                .expect("parsed");
+        match command {
+            Command::Enroll(args) => {
+                assert_eq!(args.collection, "handbook");
+                assert_eq!(args.groups, ["staff"]);
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn ingest_is_refused_because_the_function_has_no_files() {
+        let answer = refusal(json!({"command": ["ingest", "--collection", "c", "docs/"]}));
+        assert_eq!(answer["ok"], false);
+        assert_eq!(
+            answer["error"],
+            "`ingest` cannot run in the function; it runs migrate, demo-data, enroll, audit, logins"
+        );
+    }
+
+    #[test]
+    fn bad_arguments_come_back_with_the_parsers_message() {
+        let answer = refusal(json!({"command": ["audit", "--limit", "0"]}));
+        assert_eq!(answer["ok"], false);
+        let error = answer["error"].as_str().unwrap();
+        assert!(
+            error.starts_with("error: invalid value '0' for '--limit <N>'"),
+            "{error}"
+        );
+        let answer = refusal(json!({"command": ["drop-everything"]}));
+        assert!(
+            answer["error"]
+                .as_str()
+                .unwrap()
+                .contains("unrecognized subcommand 'drop-everything'")
+        );
+    }
+
+    #[test]
+    fn a_command_that_is_not_a_list_of_strings_is_refused_saying_what_is_expected() {
+        for command in [json!("migrate"), json!(["audit", 3]), json!(null)] {
+            let answer = refusal(json!({ "command": command }));
+            assert_eq!(answer["ok"], false);
+            assert!(
+                answer["error"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("\"command\" must be a list")
+            );
+        }
+    }
+
+    #[test]
+    fn help_is_an_answer_not_an_error() {
+        let answer = refusal(json!({"command": ["audit", "--help"]}));
+        assert_eq!(answer["ok"], true);
+        assert!(answer["output"].as_str().unwrap().contains("--since"));
+    }
+
+    #[test]
+    fn long_output_is_cut_at_a_character_boundary_saying_so() {
+        let text = "é".repeat(MAX_OUTPUT_BYTES);
+        let cut = cut(text);
+        assert!(cut.len() < MAX_OUTPUT_BYTES + 100);
+        assert!(cut.ends_with("audit --limit)\n"));
+    }
+}
