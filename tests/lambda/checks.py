@@ -21,7 +21,10 @@ built the workspace and made a database:
    (e) the chat under runtime_api.py, a Lambda Runtime API emulator that records each chunk of
        a response with its arrival time: buffered by default, and with
        LAMBDA_RESPONSE_STREAMING=true the streamed prelude (status, headers), the body after
-       it, and the event-stream turn's body in several chunks spread over the stub's pace.
+       it, and the event-stream turn's body in several chunks spread over the stub's pace;
+   (f) parley-admin, the migration function, with the custom-resource events events/admin-*.json
+       against the empty database --admin-db-url (admin.py: moto for the secrets, a local
+       receiver for CloudFormation's ResponseURL), and a direct `audit`.
 Prints one `ok:`/`FAIL:` line per check (`skip:` for a check that cannot run yet) and `lambda: N passed, N failed` (N counting --passed,
 the setup checks tests/lambda/run made); exits 1 if anything failed. KEEP_WORK=1 keeps the logs.
 """
@@ -52,6 +55,7 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 import sse  # noqa: E402 - beside this file
 from coldstart import free_port, stop  # noqa: E402 - beside this file
+from admin import run_admin  # noqa: E402 - beside this file
 from runtime_api import Invocation, RuntimeApi, function_url_event  # noqa: E402 - beside this file
 
 MCP_TOKEN = "local-mcp-token"  # the token the events carry
@@ -281,6 +285,8 @@ def run_events(checks: Checks, cargo_lambda: str, port: int, work: Path, events:
     turn_conversation = ""  # the first chat turn's: the list and messages events read it back
     for event in sorted(events, key=lambda e: (event_order(e), e.name)):
         base, shown = event.stem, f"events/{event.name}"
+        if base.startswith("admin-"):
+            continue  # parley-admin's, (f) below
 
         def call(function: str, path: Path = event) -> Callable[[], Answer]:
             return lambda: invoke(cargo_lambda, port, function, path)
@@ -656,6 +662,9 @@ def main() -> int:
     p.add_argument("--bin-dir", required=True)
     p.add_argument("--interop-python", default="")
     p.add_argument("--passed", type=int, default=0)
+    p.add_argument("--admin-db-url", default="", help="an empty database for parley-admin's events")
+    p.add_argument("--moto-server", default="", help="moto_server, the Secrets Manager parley-admin reads")
+    p.add_argument("--psql", default="", help="psql, to look at what parley-admin did")
     args = p.parse_args()
 
     checks = Checks(passed=args.passed)
@@ -758,6 +767,8 @@ def run(args: argparse.Namespace, checks: Checks, work: Path, procs: list[subpro
               f"(GET /lambda-url/{{mcp,chat}}/health 200; Init + first answer: {', '.join(first_answers)})")
 
     run_events(checks, args.cargo_lambda, port, work, events)
+    run_admin(checks, args.cargo_lambda, args.bin_dir, base, args.admin_db_url, args.moto_server, args.psql,
+              keep, work, procs, start_function, ROOT / "events")
     run_function_urls(checks, base, work)
     if args.interop_python:
         run_python_sdk(checks, args.interop_python, base)
