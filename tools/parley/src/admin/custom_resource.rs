@@ -3,7 +3,6 @@
 //! `ChatSecretArn` and `SqlSecretArn`; on Delete, nothing. Whatever happens, CloudFormation is
 //! answered by a PUT to `ResponseURL`: a stack left unanswered waits an hour.
 
-use std::io::Write;
 use std::time::Duration;
 
 use parley_core::config::Env;
@@ -215,8 +214,8 @@ pub async fn handle(admin: &Admin, event: Value, time_left: Duration) -> Result<
             Outcome {
                 result: Err(format!(
                     "not done within the function's timeout (stopped {} s before it to answer); \
-                 each migration commits on its own, so the database holds the ones that \
-                 finished: raise the function's Timeout and deploy again",
+                     each migration commits on its own, so the database holds the ones that \
+                     finished: raise the function's Timeout and deploy again",
                     ANSWER_MARGIN.as_secs()
                 )),
                 physical_id: None,
@@ -455,7 +454,6 @@ async fn put(admin: &Admin, url: &str, host: &str, response: &Response) -> Resul
         }
         tracing::warn!(attempt, host, problem = %last, "the answer to CloudFormation did not go through");
     }
-    let _ = std::io::stderr().flush();
     Err(AdminError::Respond {
         host: host.to_owned(),
         reason: last,

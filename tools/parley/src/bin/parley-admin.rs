@@ -12,7 +12,12 @@ use serde_json::Value;
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     let env = Env::from_process();
-    parley_core::telemetry::init(&env)?;
+    // A bad LOG_FORMAT or RUST_LOG must not stop the function: an init error leaves a custom
+    // resource unanswered, and CloudFormation waits an hour. Default logging, saying why.
+    if let Err(e) = parley_core::telemetry::init(&env) {
+        parley_core::telemetry::init(&Env::default())?;
+        tracing::warn!(error = %e, "logging with the defaults");
+    }
     let admin = Admin::new(env)?;
     lambda_runtime::run(service_fn(|event: LambdaEvent<Value>| {
         let admin = admin.clone();
