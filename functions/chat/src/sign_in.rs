@@ -57,7 +57,10 @@ impl SignInSettings {
             }
             return Ok(None);
         };
-        let issuer = http_url(Self::ISSUER, issuer)?.to_owned();
+        http_url(Self::ISSUER, issuer)?;
+        // Kept as written, not as the URL parser would write it back (it adds a `/` to a bare
+        // host): discovery compares the document's `issuer` with exactly this text.
+        let issuer = issuer.to_owned();
         let client_id = env.get(Self::CLIENT_ID).ok_or_else(|| {
             ConfigError::new(
                 Self::CLIENT_ID,
@@ -76,10 +79,7 @@ impl SignInSettings {
         let redirect_path = redirect_path(env.get(Self::REDIRECT_PATH).unwrap_or("/"))?;
         let end_session_url = env
             .get(Self::END_SESSION_URL)
-            .map(|raw| {
-                http_url(Self::END_SESSION_URL, raw)?;
-                url::Url::parse(raw).map_err(|_| ConfigError::new(Self::END_SESSION_URL, "bad URL"))
-            })
+            .map(|raw| http_url(Self::END_SESSION_URL, raw))
             .transpose()?;
         Ok(Some(Self {
             issuer,
@@ -100,8 +100,9 @@ impl SignInSettings {
     }
 }
 
-/// `raw` if it is an absolute http(s) URL with a host and no query, fragment or credentials.
-fn http_url<'a>(var: &str, raw: &'a str) -> Result<&'a str, ConfigError> {
+/// `raw` as a URL if it is an absolute http(s) URL with a host and no query, fragment or
+/// credentials.
+fn http_url(var: &str, raw: &str) -> Result<url::Url, ConfigError> {
     let url = url::Url::parse(raw)
         .map_err(|_| ConfigError::new(var, "must be an absolute http(s) URL"))?;
     if !matches!(url.scheme(), "https" | "http") || url.host_str().is_none() {
@@ -113,7 +114,7 @@ fn http_url<'a>(var: &str, raw: &'a str) -> Result<&'a str, ConfigError> {
             "must have no query, fragment or credentials",
         ));
     }
-    Ok(raw)
+    Ok(url)
 }
 
 /// Space-separated scope tokens (RFC 6749 section 3.3), `openid` among them: without it the
@@ -203,6 +204,9 @@ impl Discovery {
     /// Long enough to cover one page load (the page, then `/api/page`), short enough that a
     /// provider back up is used within a minute.
     pub const RETRY_AFTER: Duration = Duration::from_secs(30);
+    /// Discovery documents are a few kilobytes (Cognito's: 1.5 KB, Entra ID's: 1.8 KB, Auth0's
+    /// 3 KB); the bound keeps a misbehaving endpoint from filling the instance's memory.
+    const MAX_DOCUMENT_BYTES: usize = 256 * 1024;
 
     pub fn new(settings: SignInSettings, http: reqwest::Client) -> Self {
         Self {
@@ -256,11 +260,11 @@ impl Discovery {
                     self.settings.discovery_timeout.as_millis()
                 )
             } else {
-                // The chain without the URL, which the message already names.
-                error_chain(&e.without_url())
+                // The causes without the URL, which the message already names.
+                parley_core::error::chain(&e.without_url())
             },
         };
-        let response = self
+        let mut response = self
             .http
             .get(&url)
             .header(reqwest::header::ACCEPT, "application/json")
@@ -274,11 +278,20 @@ impl Discovery {
                 status: response.status().as_u16(),
             });
         }
-        let body = response.bytes().await.map_err(unreachable)?;
         let invalid = |reason: String| DiscoveryError::Invalid {
             url: url.clone(),
             reason,
         };
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(unreachable)? {
+            if body.len() + chunk.len() > Self::MAX_DOCUMENT_BYTES {
+                return Err(invalid(format!(
+                    "larger than {} bytes",
+                    Self::MAX_DOCUMENT_BYTES
+                )));
+            }
+            body.extend_from_slice(&chunk);
+        }
         let document: Document = serde_json::from_slice(&body)
             .map_err(|e| invalid(format!("not the JSON of a discovery document ({e})")))?;
         if document.issuer != self.settings.issuer {
@@ -315,18 +328,6 @@ impl Discovery {
             end_session,
         })
     }
-}
-
-/// An error and its causes, `: `-joined (reqwest's own text stops at the first).
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// What `GET /api/page` says about signing in (`sign_in`), so one build of the page serves

@@ -141,8 +141,15 @@ async fn a_provider_whose_discovery_fails_leaves_the_page_saying_why() {
         doc
     })
     .await;
+    let huge = provider(StatusCode::OK, |base| {
+        let mut doc = document(base);
+        doc["op_policy_uri"] = json!("x".repeat(300 * 1024));
+        doc
+    })
+    .await;
     for (idp, reason) in [
         (&broken, "answered HTTP 503".to_owned()),
+        (&huge, "larger than 262144 bytes".to_owned()),
         (
             &other,
             "names issuer \"https://someone-else.example\", not OIDC_ISSUER".to_owned(),
