@@ -137,6 +137,25 @@ venv_page() { venv_install page bin/python -c 'import playwright.sync_api' -- -r
 venv_moto() { venv_install moto test -x bin/moto_server -- "moto[server]==$MOTO_VERSION"; }
 VENVS=$ROOT/.parley # venv NAME is $VENVS/venv-NAME
 
+# npm_ci DIR PROBE: `npm ci` in DIR (relative to ROOT; its package.json + package-lock.json, so
+# exact versions) unless its stamp says it already did and DIR/node_modules/PROBE exists. Quiet:
+# the log is shown only on failure. Parallel runs wait for each other.
+npm_ci() { with_lock "$VENVS/npm-${1//\//-}.lock" _npm_ci "$1" "$2"; }
+_npm_ci() {
+  local dir=$ROOT/$1 log=$VENVS/npm-${1//\//-}.log want
+  local stamp=$dir/node_modules/.parley-stamp
+  want=$(cat "$dir/package.json" "$dir/package-lock.json" | sha256sum | cut -d' ' -f1) || return
+  if [[ -f $stamp && $(<"$stamp") == "$want" && -e $dir/node_modules/$2 ]]; then return 0; fi
+  command -v npm >/dev/null || { echo "$PROG: npm is not installed" >&2; return 1; }
+  echo "$PROG: npm ci in $1" >&2
+  if (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error) >"$log" 2>&1; then
+    echo "$want" >"$stamp"
+    return
+  fi
+  tail -n 30 "$log" >&2
+  return 1
+}
+
 # _venv_ok VENV STAMP PROBE...
 _venv_ok() {
   local venv=$1 want=$2

@@ -5,11 +5,22 @@
 // POST api/chat, whose reply it reads as the AI SDK UI message stream (v1) when the server
 // streams, else as the JSON response. The one exception: when api/page names a stream_url (a
 // deployment's streaming Function URL, as this origin's API Gateway buffers), POST api/chat
-// goes there. Everything a model or a tool wrote is put on the page as
+// goes there. When api/page names an OpenID provider (sign_in), the page signs people in there
+// (authorization code + PKCE, navigation to its login page) and posts to its token endpoint,
+// the only other origin the Content-Security-Policy lets it reach. Everything a model or a tool
+// wrote is put on the page as
 // text nodes or built elements, never as HTML: there is no innerHTML here, and the
 // Content-Security-Policy allows no inline script besides.
 
 const TOKEN_KEY = "parley.token";
+// With an OpenID provider: this tab's tokens ({access_token, id_token, refresh_token,
+// issued_at, expires_at}), the sign-in under way ({state, verifier, hash}), the question a
+// refused turn left in the message box, and that the person signed out. All in sessionStorage:
+// this tab only, gone when it closes, never a cookie and never localStorage.
+const SESSION_KEY = "parley.session";
+const PENDING_KEY = "parley.sign-in";
+const DRAFT_KEY = "parley.draft";
+const SIGNED_OUT_KEY = "parley.signed-out";
 // The picker's last choice (its label), kept across reloads for a new conversation.
 const CONTEXT_KEY = "parley.context";
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -639,7 +650,10 @@ function renderOutput(output) {
 
 const state = {
   info: null,
-  token: sessionStorage.getItem(TOKEN_KEY),
+  token: null, // the bearer token every API call carries
+  session: null, // with an OpenID provider: this tab's tokens (SESSION_KEY)
+  refreshing: null, // the refresh under way, which every caller waits for
+  refreshTimer: null,
   conversation: null, // the open conversation's id, null for a new one
   cursor: null,
   abort: null,
@@ -657,9 +671,21 @@ class HttpError extends Error {
 
 /** A call of this origin's API (relative, so a path prefix in front of the page works too). */
 async function api(path, init = {}) {
+  // Signed out of the provider (a session that ended): nothing to call with until signed in.
+  if (state.info?.sign_in && !state.session) throw new SessionEnded();
+  await freshToken();
   const headers = new Headers(init.headers);
   if (state.token) headers.set("Authorization", `Bearer ${state.token}`);
-  const response = await fetch(path, { ...init, headers });
+  let response = await fetch(path, { ...init, headers });
+  // A token refused early (revoked, or a clock ahead of this one): one refresh, one retry.
+  if (response.status === 401 && state.session?.refresh_token && !init.retried) {
+    try {
+      await refresh();
+      return await api(path, { ...init, retried: true });
+    } catch (e) {
+      if (!(e instanceof SessionEnded)) throw e;
+    }
+  }
   if (!response.ok) {
     let code = "http_error";
     let message = `${response.status} ${response.statusText}`;
@@ -672,10 +698,275 @@ async function api(path, init = {}) {
     } catch {
       // not the API's JSON error: keep the status line
     }
-    if (response.status === 401 && state.info?.auth === "token") signOut(`The token was refused: ${message}`);
+    if (response.status === 401 && state.info?.sign_in) sessionExpired();
+    else if (response.status === 401 && state.info?.auth === "token") signOut(`The token was refused: ${message}`);
     throw new HttpError(response.status, code, message, conversationId);
   }
   return response;
+}
+
+// --- signing in with an OpenID provider (authorization code + PKCE) ---------------------------
+
+/** A session that can no longer be renewed: the person must sign in again. */
+class SessionEnded extends Error {
+  constructor(message = "Your session has ended.") {
+    super(message);
+    this.status = 401;
+    this.code = "session_ended";
+    this.conversationId = null;
+  }
+}
+
+const b64url = (bytes) => btoa(String.fromCharCode(...new Uint8Array(bytes)))
+  .replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+const randomText = (bytes) => b64url(crypto.getRandomValues(new Uint8Array(bytes)));
+
+/** Where the provider sends the browser back: OIDC_REDIRECT_PATH on this origin. */
+function redirectUri() {
+  return new URL(state.info.sign_in.redirect_path, location.origin).href;
+}
+
+/** The provider's sign-in screen of this page: `heading`, what happened, and one button. */
+function showProviderScreen({ heading = "Sign in", message = "", problem = "", button = "Sign in" } = {}) {
+  $("app").hidden = true;
+  $("sign-out").hidden = true;
+  $("sidebar-toggle").hidden = true;
+  $("sign-in-form").hidden = true;
+  $("sign-in").hidden = false;
+  $("provider-sign-in").hidden = false;
+  $("sign-in-title").textContent = heading;
+  $("provider-message").textContent = message;
+  $("provider-problem").textContent = problem;
+  $("provider-start").textContent = button;
+  $("provider-start").hidden = !button;
+  if (button) $("provider-start").focus();
+}
+
+/** To the provider's login page, with a fresh state and PKCE verifier kept in this tab. */
+async function startSignIn() {
+  const { sign_in: provider } = state.info;
+  const verifier = randomText(48);
+  const pending = { state: randomText(24), verifier, hash: location.hash };
+  sessionStorage.setItem(PENDING_KEY, JSON.stringify(pending));
+  const challenge = b64url(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(verifier)));
+  const url = new URL(provider.authorization_endpoint);
+  for (const [name, value] of Object.entries({
+    response_type: "code",
+    client_id: provider.client_id,
+    redirect_uri: redirectUri(),
+    scope: provider.scopes,
+    state: pending.state,
+    code_challenge: challenge,
+    code_challenge_method: "S256",
+  })) url.searchParams.set(name, value);
+  location.assign(url.href);
+}
+
+/** A POST of `fields` to the token endpoint; its JSON, or an Error saying what it answered. */
+async function tokenRequest(fields) {
+  const response = await fetch(state.info.sign_in.token_endpoint, {
+    method: "POST",
+    headers: { "Content-Type": "application/x-www-form-urlencoded", Accept: "application/json" },
+    body: new URLSearchParams({ client_id: state.info.sign_in.client_id, ...fields }),
+  });
+  let body = {};
+  try {
+    body = await response.json();
+  } catch {
+    // not JSON: the status says enough
+  }
+  if (!response.ok || typeof body.access_token !== "string") {
+    const error = new Error(body.error_description || body.error || `HTTP ${response.status}`);
+    error.oauth = body.error ?? null;
+    throw error;
+  }
+  return body;
+}
+
+/** The tokens of a token response (a refresh may leave out the ID and refresh tokens). */
+function keepTokens(body, previous = null) {
+  const now = Date.now();
+  state.session = {
+    access_token: body.access_token,
+    id_token: body.id_token ?? previous?.id_token ?? null,
+    refresh_token: body.refresh_token ?? previous?.refresh_token ?? null,
+    issued_at: now,
+    expires_at: Number.isFinite(body.expires_in) ? now + body.expires_in * 1000 : null,
+  };
+  state.token = state.session.access_token;
+  sessionStorage.setItem(SESSION_KEY, JSON.stringify(state.session));
+  scheduleRefresh();
+}
+
+function forgetTokens() {
+  clearTimeout(state.refreshTimer);
+  state.session = null;
+  state.token = null;
+  sessionStorage.removeItem(SESSION_KEY);
+}
+
+/** When to renew: a quarter of the token's life before it ends, at most a minute before. */
+function renewAt(session) {
+  const life = session.expires_at - session.issued_at;
+  return session.expires_at - Math.min(60_000, life / 4);
+}
+
+function scheduleRefresh() {
+  clearTimeout(state.refreshTimer);
+  if (!state.session?.expires_at) return;
+  state.refreshTimer = setTimeout(() => freshToken().catch(() => {}), Math.max(0, renewAt(state.session) - Date.now()));
+}
+
+/** A new access token from the refresh token; one at a time, whoever asks. */
+function refresh() {
+  state.refreshing ??= (async () => {
+    const session = state.session;
+    if (!session?.refresh_token) throw new SessionEnded();
+    try {
+      keepTokens(await tokenRequest({ grant_type: "refresh_token", refresh_token: session.refresh_token }), session);
+    } catch (e) {
+      // The provider refused the refresh token (revoked, expired, signed out elsewhere).
+      if (e.oauth) throw new SessionEnded();
+      throw e;
+    }
+  })().finally(() => {
+    state.refreshing = null;
+  });
+  return state.refreshing;
+}
+
+/** An access token that is not about to expire: renewed first when it is due. */
+async function freshToken() {
+  const session = state.session;
+  if (!session?.expires_at || Date.now() < renewAt(session)) return;
+  try {
+    await refresh();
+  } catch (e) {
+    // A token still good is used to its end, whether the provider is unreachable or refused
+    // to renew it (then it is not asked again); after that, the session has ended.
+    if (e instanceof SessionEnded && state.session === session) session.refresh_token = null;
+    if (Date.now() < session.expires_at) return;
+    sessionExpired();
+    throw e instanceof SessionEnded ? e : new SessionEnded();
+  }
+}
+
+/** The session ended (a refused token or refresh): the sign-in-again screen. A turn under way
+ * is not stopped here: it failed already, and keeps its question for after the sign-in. */
+function sessionExpired() {
+  forgetTokens();
+  showProviderScreen({
+    heading: "Session expired",
+    message: "Your session has ended. Sign in again to go on; a question you were sending is kept in the message box.",
+    button: "Sign in again",
+  });
+}
+
+/** Sign-out: the tokens go, then the provider ends its own session and sends the browser back. */
+function providerSignOut() {
+  const { sign_in: provider } = state.info;
+  const idToken = state.session?.id_token;
+  forgetTokens();
+  sessionStorage.removeItem(DRAFT_KEY);
+  state.abort?.abort();
+  sessionStorage.setItem(SIGNED_OUT_KEY, "1");
+  if (!provider.end_session_endpoint) {
+    startWithProvider();
+    return;
+  }
+  const url = new URL(provider.end_session_endpoint);
+  url.searchParams.set("client_id", provider.client_id);
+  if (provider.end_session_style === "logout_uri") {
+    // Amazon Cognito's /logout: client_id and logout_uri, no ID token.
+    url.searchParams.set("logout_uri", redirectUri());
+  } else {
+    if (idToken) url.searchParams.set("id_token_hint", idToken);
+    url.searchParams.set("post_logout_redirect_uri", redirectUri());
+  }
+  location.assign(url.href);
+}
+
+/**
+ * The provider's answer in the address (`code` or `error`, with `state`): the code exchanged for
+ * tokens, the address cleaned. Returns what to tell the person when it failed, else null.
+ */
+async function finishSignIn(params) {
+  const pending = JSON.parse(sessionStorage.getItem(PENDING_KEY) ?? "null");
+  sessionStorage.removeItem(PENDING_KEY);
+  // The code must not stay in the address (history, bookmarks, a reload sending it twice).
+  history.replaceState(null, "", location.pathname + (pending?.hash ?? ""));
+  const again = { heading: "Sign in", button: "Sign in again" };
+  if (!pending || params.get("state") !== pending.state) {
+    return { ...again, problem: "This sign-in answer is not for this tab's request (its state differs). Sign in again." };
+  }
+  const issuer = params.get("iss");
+  if (issuer && issuer !== state.info.sign_in.issuer) {
+    return { ...again, problem: `The answer came from ${issuer}, not this service's sign-in provider. Sign in again.` };
+  }
+  if (params.has("error")) {
+    const error = params.get("error");
+    const said = params.get("error_description");
+    const refused = error === "access_denied" || error === "login_required" || error === "consent_required";
+    return {
+      heading: refused ? "Sign-in refused" : "Sign-in failed",
+      message: refused ? "The sign-in provider did not sign you in, so this page cannot show your conversations." : "",
+      problem: `${said || error} (${error})`,
+      button: "Try again",
+    };
+  }
+  try {
+    keepTokens(await tokenRequest({
+      grant_type: "authorization_code",
+      code: params.get("code"),
+      redirect_uri: redirectUri(),
+      code_verifier: pending.verifier,
+    }));
+  } catch (e) {
+    return { ...again, heading: "Sign-in failed", problem: `The sign-in provider did not give this page its tokens: ${e.message}` };
+  }
+  return null;
+}
+
+/** The page's start with an OpenID provider: its answer, this tab's tokens, or its sign-in screen. */
+async function startWithProvider() {
+  const provider = state.info.sign_in;
+  if (provider.unavailable) {
+    showProviderScreen({
+      heading: "Sign-in unavailable",
+      message: "This service cannot reach its sign-in provider. Try again in a few minutes; if it keeps happening, tell whoever runs it.",
+      problem: provider.unavailable,
+      button: "",
+    });
+    return;
+  }
+  const params = new URLSearchParams(location.search);
+  if (params.has("state") && (params.has("code") || params.has("error"))) {
+    const problem = await finishSignIn(params);
+    if (problem) {
+      showProviderScreen(problem);
+      return;
+    }
+  } else {
+    try {
+      state.session = JSON.parse(sessionStorage.getItem(SESSION_KEY) ?? "null");
+    } catch {
+      state.session = null;
+    }
+    state.token = state.session?.access_token ?? null;
+  }
+  if (!state.session) {
+    const out = sessionStorage.getItem(SIGNED_OUT_KEY);
+    sessionStorage.removeItem(SIGNED_OUT_KEY);
+    showProviderScreen({ message: out ? "You are signed out." : `Sign in with your ${state.info.assistant} account to ask questions.` });
+    return;
+  }
+  scheduleRefresh();
+  try {
+    await freshToken();
+  } catch {
+    return; // the session-expired screen is up
+  }
+  await showApp();
 }
 
 function setStatus(text) {
@@ -692,6 +983,10 @@ function showSignIn(message = "") {
 }
 
 function signOut(message = "") {
+  if (state.info?.sign_in) {
+    providerSignOut();
+    return;
+  }
   sessionStorage.removeItem(TOKEN_KEY);
   state.token = null;
   state.abort?.abort();
@@ -724,6 +1019,13 @@ async function showApp() {
   const id = location.hash.slice(1);
   if (UUID.test(id)) await openConversation(id);
   else newConversation();
+  // The question a refused turn left behind, back in the message box.
+  const draft = sessionStorage.getItem(DRAFT_KEY);
+  if (draft) {
+    $("message").value = draft;
+    sessionStorage.removeItem(DRAFT_KEY);
+    $("message").focus();
+  }
 }
 
 async function loadConversations(reset) {
@@ -968,11 +1270,16 @@ async function send(event) {
     if (abort.signal.aborted) {
       view.error({ code: null, message: "Stopped." });
       setStatus("Stopped.");
-    } else if (e instanceof HttpError) {
+    } else if (e instanceof HttpError || e instanceof SessionEnded) {
       // The question may be stored already: a retry must join that conversation.
       adopt(e.conversationId);
       view.error(e);
       setStatus("The turn failed.");
+      if (e.status === 401 || e instanceof SessionEnded) {
+        // Signed out mid-turn: the question waits in the box (and across the sign-in) for a retry.
+        box.value = message;
+        sessionStorage.setItem(DRAFT_KEY, message);
+      }
     } else {
       view.error({ code: null, message: `The connection broke off before the reply ended (${e.message}). Send your message again.` });
       setStatus("The turn failed.");
@@ -1082,6 +1389,7 @@ function setUpPicker() {
 
 async function start() {
   $("sign-in-form").addEventListener("submit", signIn);
+  $("provider-start").addEventListener("click", startSignIn);
   $("sign-out").addEventListener("click", () => signOut());
   $("composer").addEventListener("submit", send);
   $("stop").addEventListener("click", () => state.abort?.abort());
@@ -1141,8 +1449,13 @@ async function start() {
   }
   setUpPicker();
   setUpExamples();
-  if (state.info.auth === "token" && !state.token) showSignIn();
-  else await showApp();
+  if (state.info.sign_in) {
+    await startWithProvider();
+  } else {
+    state.token = sessionStorage.getItem(TOKEN_KEY);
+    if (state.info.auth === "token" && !state.token) showSignIn();
+    else await showApp();
+  }
   document.body.dataset.ready = "true";
 }
 

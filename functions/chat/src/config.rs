@@ -14,10 +14,11 @@ use parley_core::db::DbConfig;
 use parley_core::jwt::assertion;
 use serde::Deserialize;
 
-use crate::auth::AuthConfig;
+use crate::auth::{AuthConfig, AuthMode};
 use crate::cross_site::CrossSiteConfig;
 use crate::llm::LlmConfig;
 use crate::page::{ContextOptions, Examples, StreamUrl};
+use crate::sign_in::SignInSettings;
 
 /// Limits of one turn; each is a named setting.
 #[derive(Debug, Clone)]
@@ -101,6 +102,9 @@ pub struct ChatConfig {
     pub page_examples: Option<Examples>,
     /// `PAGE_STREAM_URL`: where the page sends streamed turns.
     pub page_stream_url: Option<StreamUrl>,
+    /// `OIDC_*`: how the page signs people in (`sign_in::SignInSettings`); unset, it asks for
+    /// a token.
+    pub sign_in: Option<SignInSettings>,
     /// `CHAT_ALLOWED_HOSTS` and, from `CHAT_AUTH`, whether cross-site requests are refused.
     pub cross_site: CrossSiteConfig,
     /// `HISTORY_READS_PER_USER`: reads of one user's conversations run at once (default 2,
@@ -223,6 +227,7 @@ impl ChatConfig {
             page_context_options: ContextOptions::from_env(env, max_context_bytes)?,
             page_examples: Examples::from_env(env, max_message_chars)?,
             page_stream_url: StreamUrl::from_env(env)?,
+            sign_in: sign_in(env, &auth)?,
             cross_site: CrossSiteConfig::from_env(env, auth.mode)?,
             history_reads_per_user: env.limit("HISTORY_READS_PER_USER", 2, 1..=256)? as usize,
         };
@@ -243,6 +248,41 @@ impl ChatConfig {
         refuse_tokens_without_service_token(env)?;
         Ok(config)
     }
+}
+
+/// `OIDC_*`, checked against the token settings: the page would sign people in for nothing if
+/// the chat took no tokens (`CHAT_AUTH=none`) or could not verify the provider's (no
+/// `JWT_JWKS_URL`, or a `JWT_ISSUER` that is another provider's).
+fn sign_in(env: &Env, auth: &AuthConfig) -> Result<Option<SignInSettings>, ConfigError> {
+    let Some(settings) = SignInSettings::from_env(env, auth.jwt.jwks_timeout)? else {
+        return Ok(None);
+    };
+    let refuse = |problem: &str| Err(ConfigError::new(SignInSettings::ISSUER, problem));
+    if auth.mode == AuthMode::Disabled {
+        return refuse(
+            "needs CHAT_AUTH=jwt: with CHAT_AUTH=none the chat ignores the tokens the page \
+             signs in for; unset OIDC_ISSUER for local development",
+        );
+    }
+    if auth.jwt.jwks_url.is_none() {
+        return refuse(
+            "needs JWT_JWKS_URL (the provider's jwks_uri): the chat verifies the page's tokens \
+             with the provider's keys",
+        );
+    }
+    if let Some(issuer) = &auth.jwt.issuer
+        && *issuer != settings.issuer
+    {
+        return Err(ConfigError::new(
+            "JWT_ISSUER",
+            format!(
+                "must equal OIDC_ISSUER ({:?}) when both are set: the page's tokens come from \
+                 that provider, and their `iss` is its issuer",
+                settings.issuer
+            ),
+        ));
+    }
+    Ok(Some(settings))
 }
 
 /// `JWT_SECRET` or `JWT_JWKS_URL` without `MCP_AUTH_TOKEN`, with `MCP_URL` set: an mcp

@@ -12,7 +12,7 @@
 //! `manage` (renaming and deleting a conversation), `conversation` (memory,
 //! with its own storage errors), `auth` (caller identity), `nul`
 //! (text Postgres cannot store), `llm` (the model, two wire dialects), `sources` (citable
-//! tool rows and the reply's citations of them).
+//! tool rows and the reply's citations of them), `sign_in` (the page's OpenID provider).
 
 pub mod api;
 pub mod auth;
@@ -29,6 +29,7 @@ pub mod openai;
 pub mod page;
 pub mod replay;
 pub mod request;
+pub mod sign_in;
 pub mod sources;
 pub mod stream;
 pub mod turn;
@@ -112,6 +113,10 @@ fn router(config: &ChatConfig, secrets: Option<Secrets>) -> Result<Router, Start
         .build()
         .map_err(|e| StartupError::Function(HttpClientError(e.to_string())))?;
     let auth = Arc::new(Authenticator::new(config.auth.clone(), http.clone()));
+    let sign_in = config
+        .sign_in
+        .clone()
+        .map(|settings| Arc::new(sign_in::Discovery::new(settings, http.clone())));
     let pool = parley_core::db::pool_with_secrets(&config.db, secrets.as_ref())?;
     let state = AppState {
         reads: conversation::Reads::new(pool.clone(), config.history_reads_per_user),
@@ -135,6 +140,7 @@ fn router(config: &ChatConfig, secrets: Option<Secrets>) -> Result<Router, Start
         model_problem: config.llm.setup_problem(),
         examples: config.page_examples.as_ref(),
         stream_url: config.page_stream_url.as_ref(),
+        sign_in,
     });
     // Before any handler (and any body is read): what a page of another site could send.
     let guarded = api::router(state).layer(axum::middleware::from_fn_with_state(

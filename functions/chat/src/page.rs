@@ -3,8 +3,10 @@
 //! `GET /api/page`, what the page must know before its first API call.
 //!
 //! Nothing here reads a token: the page is the same for everyone, and what `/api/page` tells
-//! (the assistant's name, whether to ask for a token, the picker's options, the example
-//! questions) is settings, not data. The page itself then calls the API with the caller's token like any other client.
+//! (the assistant's name, whether to ask for a token or how to sign in, the picker's options,
+//! the example questions) is settings, not data. The page itself then calls the API with the caller's token like any other client.
+
+use std::sync::Arc;
 
 use axum::Router;
 use axum::http::StatusCode;
@@ -17,24 +19,38 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::auth::AuthMode;
+use crate::sign_in::{Discovery, SignInInfo};
 
 /// What the browser may load and run: this origin only (and the streaming URL's, for the
-/// page's streamed turns), no inline script or style, never inside another site's frame. The
+/// page's streamed turns, and the sign-in provider's token endpoint, which the page posts the
+/// authorization code to), no inline script or style, never inside another site's frame. The
 /// Markdown the page renders is built as DOM nodes, not HTML, so this is a second wall, not
-/// the first.
-pub fn content_security_policy(stream_url: Option<&StreamUrl>) -> String {
-    let connect = match stream_url {
-        Some(url) => format!("'self' {}", url.origin()),
-        None => "'self'".to_owned(),
-    };
+/// the first. Going to the provider's login and sign-out pages is navigation, which
+/// `connect-src` does not govern.
+pub fn content_security_policy(
+    stream_url: Option<&StreamUrl>,
+    token_endpoint: Option<&url::Url>,
+) -> String {
+    let mut connect = vec!["'self'".to_owned()];
+    let origins = [
+        stream_url.map(StreamUrl::origin),
+        token_endpoint.map(|url| url.origin().ascii_serialization()),
+    ];
+    for origin in origins.into_iter().flatten() {
+        if !connect.contains(&origin) {
+            connect.push(origin);
+        }
+    }
     format!(
         "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; \
-         connect-src {connect}; object-src 'none'; base-uri 'none'; form-action 'self'; \
-         frame-ancestors 'none'"
+         connect-src {}; object-src 'none'; base-uri 'none'; form-action 'self'; \
+         frame-ancestors 'none'",
+        connect.join(" ")
     )
 }
 
-/// What `GET /api/page` tells the page, all fixed at start-up.
+/// What `GET /api/page` tells the page, all fixed at start-up but the sign-in provider's
+/// endpoints, discovered on first use.
 pub struct PageSettings<'a> {
     /// `ASSISTANT_NAME`.
     pub assistant: &'a str,
@@ -47,6 +63,8 @@ pub struct PageSettings<'a> {
     pub examples: Option<&'a Examples>,
     /// `PAGE_STREAM_URL`: where the page sends its streamed turns instead of this origin.
     pub stream_url: Option<&'a StreamUrl>,
+    /// `OIDC_*`: the provider the page signs people in with.
+    pub sign_in: Option<Arc<Discovery>>,
 }
 
 /// The routes: `GET /`, `GET /assets/app.js`, `GET /assets/app.css` (HEAD too) and
@@ -62,32 +80,83 @@ pub fn router(settings: &PageSettings<'_>) -> Router {
         "model_problem": settings.model_problem,
         "examples": settings.examples,
         "stream_url": settings.stream_url.map(StreamUrl::as_str),
-    })
-    .to_string();
-    // Built from a URL's origin (ASCII) and fixed text: always a valid header value.
-    let csp = HeaderValue::try_from(content_security_policy(settings.stream_url))
-        .expect("an origin and fixed text make a header value");
-    let file = |body: &'static str, content_type| {
-        Asset::new(
+        "sign_in": null,
+    });
+    let files = [
+        ("/", INDEX_HTML, "text/html; charset=utf-8"),
+        ("/assets/app.js", APP_JS, "text/javascript; charset=utf-8"),
+        ("/assets/app.css", APP_CSS, "text/css; charset=utf-8"),
+    ];
+    let Some(discovery) = settings.sign_in.clone() else {
+        // Nothing to discover: every response is fixed.
+        let csp = csp_header(settings.stream_url, None);
+        let mut router = Router::new();
+        for (path, body, content_type) in files {
+            let asset = Asset::new(Bytes::from_static(body.as_bytes()), content_type);
+            router = router.route(path, asset.route(csp.clone()));
+        }
+        let info = Asset::new(Bytes::from(info.to_string()), "application/json");
+        return router.route("/api/page", info.route(csp));
+    };
+    // The policy and `/api/page` wait for the provider's endpoints (fetched once per instance):
+    // the page posts to its token endpoint, which the policy must allow.
+    let page = Arc::new(SignInPage {
+        discovery,
+        info,
+        stream_url: settings.stream_url.cloned(),
+    });
+    let mut router = Router::new();
+    for (path, body, content_type) in files {
+        let asset = Arc::new(Asset::new(
             Bytes::from_static(body.as_bytes()),
             content_type,
-            csp.clone(),
+        ));
+        let page = page.clone();
+        router = router.route(
+            path,
+            get(move |request: HeaderMap| async move {
+                let (csp, _) = page.current().await;
+                asset.serve(&request, &csp)
+            }),
+        );
+    }
+    router.route(
+        "/api/page",
+        get(move |request: HeaderMap| async move {
+            let (csp, info) = page.current().await;
+            info.serve(&request, &csp)
+        }),
+    )
+}
+
+fn csp_header(stream_url: Option<&StreamUrl>, token_endpoint: Option<&url::Url>) -> HeaderValue {
+    // Built from URLs' origins (ASCII) and fixed text: always a valid header value.
+    HeaderValue::try_from(content_security_policy(stream_url, token_endpoint))
+        .expect("origins and fixed text make a header value")
+}
+
+/// The page's responses when it signs people in: they depend on what discovery found.
+struct SignInPage {
+    discovery: Arc<Discovery>,
+    /// `/api/page` without `sign_in`.
+    info: Value,
+    stream_url: Option<StreamUrl>,
+}
+
+impl SignInPage {
+    /// The policy and `/api/page` as the provider's endpoints (or why they are unknown) stand.
+    async fn current(&self) -> (HeaderValue, Asset) {
+        let endpoints = self.discovery.endpoints().await;
+        let token = endpoints.as_ref().ok().map(|e| &e.token);
+        let csp = csp_header(self.stream_url.as_ref(), token);
+        let sign_in = SignInInfo::new(self.discovery.settings(), endpoints.as_deref());
+        let mut info = self.info.clone();
+        info["sign_in"] = json!(sign_in);
+        (
+            csp,
+            Asset::new(Bytes::from(info.to_string()), "application/json"),
         )
-    };
-    Router::new()
-        .route("/", file(INDEX_HTML, "text/html; charset=utf-8").route())
-        .route(
-            "/assets/app.js",
-            file(APP_JS, "text/javascript; charset=utf-8").route(),
-        )
-        .route(
-            "/assets/app.css",
-            file(APP_CSS, "text/css; charset=utf-8").route(),
-        )
-        .route(
-            "/api/page",
-            Asset::new(Bytes::from(info), "application/json", csp.clone()).route(),
-        )
+    }
 }
 
 const INDEX_HTML: &str = include_str!("../page/index.html");
@@ -100,30 +169,28 @@ struct Asset {
     body: Bytes,
     content_type: HeaderValue,
     etag: HeaderValue,
-    csp: HeaderValue,
 }
 
 impl Asset {
-    fn new(body: Bytes, content_type: &'static str, csp: HeaderValue) -> Self {
+    fn new(body: Bytes, content_type: &'static str) -> Self {
         let etag = format!("\"{:016x}\"", fnv1a(&body));
         Self {
             body,
             content_type: HeaderValue::from_static(content_type),
             // Quotes and hex digits only: always a valid header value.
             etag: HeaderValue::try_from(etag).expect("a quoted hex string is a header value"),
-            csp,
         }
     }
 
-    /// `GET` (and so `HEAD`) of this asset.
-    fn route<S: Clone + Send + Sync + 'static>(self) -> MethodRouter<S> {
-        get(move |request: HeaderMap| std::future::ready(self.serve(&request)))
+    /// `GET` (and so `HEAD`) of this asset, under `csp`.
+    fn route<S: Clone + Send + Sync + 'static>(self, csp: HeaderValue) -> MethodRouter<S> {
+        get(move |request: HeaderMap| std::future::ready(self.serve(&request, &csp)))
     }
 
     /// The body, or 304 when the browser already holds this version. `no-cache` makes it ask
     /// every time (a deployment changes the files under the same names), and the ETag keeps
     /// that question to a few hundred bytes.
-    fn serve(&self, request: &HeaderMap) -> Response {
+    fn serve(&self, request: &HeaderMap, csp: &HeaderValue) -> Response {
         let held = request
             .get_all(header::IF_NONE_MATCH)
             .iter()
@@ -134,7 +201,7 @@ impl Asset {
         let headers = [
             (header::ETAG, self.etag.clone()),
             (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
-            (header::CONTENT_SECURITY_POLICY, self.csp.clone()),
+            (header::CONTENT_SECURITY_POLICY, csp.clone()),
             (
                 header::X_CONTENT_TYPE_OPTIONS,
                 HeaderValue::from_static("nosniff"),
@@ -380,10 +447,15 @@ mod tests {
         let url = StreamUrl::parse("https://abc123.lambda-url.eu-west-1.on.aws/").unwrap();
         assert_eq!(url.origin(), "https://abc123.lambda-url.eu-west-1.on.aws");
         assert!(
-            content_security_policy(Some(&url))
+            content_security_policy(Some(&url), None)
                 .contains("connect-src 'self' https://abc123.lambda-url.eu-west-1.on.aws;")
         );
-        assert!(content_security_policy(None).contains("connect-src 'self';"));
+        assert!(content_security_policy(None, None).contains("connect-src 'self';"));
+        let token = url::Url::parse("https://auth.example.org/oauth2/token").unwrap();
+        assert!(content_security_policy(Some(&url), Some(&token)).contains(
+            "connect-src 'self' https://abc123.lambda-url.eu-west-1.on.aws \
+                 https://auth.example.org;"
+        ));
         for bad in [
             "abc.lambda-url.on.aws/",
             "ftp://host/",

@@ -13,6 +13,7 @@ mod manage;
 mod openai;
 mod page;
 mod secrets;
+mod sign_in;
 mod sources;
 mod sql;
 mod startup;

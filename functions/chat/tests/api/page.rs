@@ -95,7 +95,8 @@ async fn api_page_says_how_to_sign_in_and_offers_no_picker_or_examples_by_defaul
     assert_eq!(
         body,
         json!({"assistant": "Taskbot", "auth": "token", "context_options": null,
-               "model_problem": null, "examples": null, "stream_url": null})
+               "model_problem": null, "examples": null, "stream_url": null,
+               "sign_in": null})
     );
 
     let local = chat(vec![("CHAT_AUTH", "none".into())]).await;
