@@ -159,7 +159,8 @@ async fn router(
     let audit = audit::Audit::start(config.audit, &pool);
     let handler = server::ParleyMcp::new(catalog, pool.clone(), embedder)
         .with_sql(sql)
-        .with_audit(audit);
+        .with_audit(audit)
+        .with_metrics(metrics);
     Ok(routes(config, handler, pool, secrets))
 }
 
