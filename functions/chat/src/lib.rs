@@ -129,7 +129,7 @@ fn router(
     let state = AppState {
         reads: conversation::Reads::new(pool.clone(), config.history_reads_per_user),
         pool,
-        llm: Llm::new(config.llm.clone(), http.clone()),
+        llm: Llm::new(config.llm.clone(), http.clone()).with_metrics(metrics.clone()),
         mcp: Arc::new(
             McpClients::new(config.mcp_servers.clone(), http, config.limits.mcp_timeout)
                 .with_secrets(secrets)

@@ -48,6 +48,8 @@ pub struct TestChat {
 pub struct McpHandle {
     pub url: String,
     pub requests: Arc<AtomicUsize>,
+    /// The metrics documents the mcp function wrote.
+    pub metrics: Recorded,
     posts: Arc<Mutex<Vec<McpPost>>>,
     server: tokio::task::JoinHandle<()>,
 }
@@ -180,14 +182,15 @@ async fn spawn_mcp(db: &TestDb) -> McpHandle {
 /// when it does not set `MCP_CALLER_KEY`) goes through `parley_core::secrets::load` first, so
 /// `SECRET_IDS` in it is honoured. Every test's mcp function starts here.
 pub async fn spawn_mcp_from(env: Env) -> McpHandle {
-    let mut env = with_caller_key(env).overlay([("LISTEN_ADDR", "127.0.0.1:0")]);
+    let mut env = with_metrics(with_caller_key(env)).overlay([("LISTEN_ADDR", "127.0.0.1:0")]);
     if !env.is_present("TOOLS_FILE") {
         env = env.overlay([("TOOLS_FILE", FEEDBACK_TOOLS_FILE)]);
     }
+    let metrics = Recorded::default();
     let requests = Arc::new(AtomicUsize::new(0));
     let posts = Arc::new(Mutex::new(Vec::new()));
     let (counter, recorder) = (requests.clone(), posts.clone());
-    let router = parley_mcp::Application::build(env)
+    let router = parley_mcp::Application::build_with_metrics(env, Sink::Memory(metrics.clone()))
         .await
         .expect("mcp builds")
         .into_router()
@@ -215,6 +218,7 @@ pub async fn spawn_mcp_from(env: Env) -> McpHandle {
     McpHandle {
         url: format!("http://{addr}/mcp"),
         requests,
+        metrics,
         posts,
         server,
     }
