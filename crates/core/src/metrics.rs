@@ -218,9 +218,10 @@ impl Document {
         self
     }
 
-    /// A duration in milliseconds, fractions kept.
+    /// A duration in milliseconds to the microsecond (`8.223468`, not `8.223467999999999`).
     pub fn millis(self, name: &'static str, elapsed: std::time::Duration) -> Self {
-        self.metric(name, Unit::Milliseconds, elapsed.as_secs_f64() * 1000.0)
+        let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        self.metric(name, Unit::Milliseconds, micros as f64 / 1000.0)
     }
 
     pub fn count(self, name: &'static str, value: u64) -> Self {
@@ -476,7 +477,7 @@ mod tests {
             Document::new()
                 .dimension("Outcome", "answered")
                 .count("Turns", 1)
-                .millis("TurnDuration", Duration::from_micros(1500)),
+                .millis("TurnDuration", Duration::from_nanos(8_223_468_123)),
         );
         let lines = recorded.lines();
         assert_eq!(lines.len(), 1);
@@ -495,7 +496,8 @@ mod tests {
         );
         assert_eq!(doc["Outcome"], "answered");
         assert_eq!(doc["Turns"], json!(1));
-        assert_eq!(doc["TurnDuration"], json!(1.5));
+        assert_eq!(lines[0].matches("8223.468").count(), 1, "{}", lines[0]);
+        assert_eq!(doc["TurnDuration"], json!(8223.468));
         let now = chrono::Utc::now().timestamp_millis();
         let stamped = doc["_aws"]["Timestamp"].as_i64().unwrap();
         assert!((now - 60_000..=now).contains(&stamped), "{stamped}");
