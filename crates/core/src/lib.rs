@@ -1,6 +1,6 @@
 //! What Parley's functions share: typed configuration, settings from Secrets Manager, the
-//! Postgres pool, migrations, JWT verification, telemetry and the dual Lambda / plain-HTTP
-//! runtime.
+//! Postgres pool, migrations, JWT verification, telemetry, metrics (EMF) and the dual Lambda /
+//! plain-HTTP runtime.
 //!
 //! **Invariant:** this crate knows no routes, no MCP and no LLM; the functions bring those.
 
@@ -10,6 +10,7 @@ pub mod db;
 pub mod error;
 pub mod http;
 pub mod jwt;
+pub mod metrics;
 pub mod migrate;
 pub mod plain_http;
 pub mod retry;

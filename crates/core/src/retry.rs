@@ -94,9 +94,22 @@ pub async fn post_json(
     body: Vec<u8>,
     deadline: Instant,
 ) -> Result<bytes::Bytes, PostError> {
+    post_json_counted(http, policy, api_key, url, body, deadline, &mut 0).await
+}
+
+/// [`post_json`], setting `retries` to the retries it made (for a caller's metrics).
+pub async fn post_json_counted(
+    http: &reqwest::Client,
+    policy: &RetryPolicy,
+    api_key: Option<&SecretString>,
+    url: url::Url,
+    body: Vec<u8>,
+    deadline: Instant,
+    retries: &mut u32,
+) -> Result<bytes::Bytes, PostError> {
     // Serialized once by the caller; each attempt shares the same bytes.
     let body = bytes::Bytes::from(body);
-    with_retries(policy, deadline, |timeout| {
+    with_retries(policy, deadline, retries, |timeout| {
         let request = post(http, api_key, url.clone(), body.clone()).timeout(timeout);
         read_whole(request, policy, api_key)
     })
@@ -138,8 +151,21 @@ pub async fn post_stream(
     body: Vec<u8>,
     deadline: Instant,
 ) -> Result<Streaming, PostError> {
+    post_stream_counted(http, policy, api_key, url, body, deadline, &mut 0).await
+}
+
+/// [`post_stream`], setting `retries` to the retries it made (for a caller's metrics).
+pub async fn post_stream_counted(
+    http: &reqwest::Client,
+    policy: &RetryPolicy,
+    api_key: Option<&SecretString>,
+    url: url::Url,
+    body: Vec<u8>,
+    deadline: Instant,
+    retries: &mut u32,
+) -> Result<Streaming, PostError> {
     let body = bytes::Bytes::from(body);
-    with_retries(policy, deadline, |timeout| {
+    with_retries(policy, deadline, retries, |timeout| {
         let request = post(http, api_key, url.clone(), body.clone())
             .header(reqwest::header::ACCEPT, "text/event-stream");
         open_stream(request, api_key, timeout)
@@ -148,10 +174,11 @@ pub async fn post_stream(
 }
 
 /// Runs `attempt` (given the time it may take) until it succeeds, fails for good, or the
-/// retries, their budget or the deadline run out.
+/// retries, their budget or the deadline run out; `retries` ends as the retries made.
 async fn with_retries<T, A, F>(
     policy: &RetryPolicy,
     deadline: Instant,
+    retries: &mut u32,
     mut attempt: A,
 ) -> Result<T, PostError>
 where
@@ -159,7 +186,7 @@ where
     F: Future<Output = Result<T, Failure>>,
 {
     let mut waited = Duration::ZERO;
-    let mut retries = 0u32;
+    *retries = 0;
     let service = policy.service;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -177,12 +204,12 @@ where
         }
         let wait = failure
             .retry_after
-            .unwrap_or_else(|| backoff(policy.base_backoff, retries));
+            .unwrap_or_else(|| backoff(policy.base_backoff, *retries));
         let remaining = policy.retry_budget.saturating_sub(waited);
         // A spent budget means no more retries, even ones that would not wait at all: a budget
         // of zero turns retries off.
         let give_up = !failure.retryable
-            || retries >= policy.max_retries
+            || *retries >= policy.max_retries
             || remaining.is_zero()
             || wait > remaining
             || Instant::now() + wait >= deadline;
@@ -191,6 +218,7 @@ where
             _ => "",
         };
         if give_up {
+            let retries = *retries;
             tracing::warn!(service, error = %failure.error, detail, retries, "request failed");
             return Err(failure.error);
         }
@@ -198,13 +226,13 @@ where
             service,
             error = %failure.error,
             detail,
-            retry = retries + 1,
+            retry = *retries + 1,
             wait_ms = wait.as_millis() as u64,
             "request failed; retrying"
         );
         tokio::time::sleep(wait).await;
         waited += wait;
-        retries += 1;
+        *retries += 1;
     }
 }
 

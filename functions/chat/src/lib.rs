@@ -40,6 +40,7 @@ use axum::Router;
 use axum::extract::FromRef;
 use deadpool_postgres::Pool;
 use parley_core::config::Env;
+use parley_core::metrics::{Metrics, MetricsConfig, Sink};
 use parley_core::secrets::Secrets;
 use parley_core::serve::{Bound, Listener, StartupFailure};
 
@@ -67,6 +68,8 @@ pub struct AppState {
     pub model_id: Arc<str>,
     /// `V1_TOOL_BLOCKS`: whether that endpoint's answers carry the tool calls as blocks.
     pub v1_tool_blocks: bool,
+    /// Where each turn's metrics go (`METRICS`, `METRICS_NAMESPACE`; see docs/metrics.md).
+    pub metrics: Metrics,
 }
 
 impl FromRef<AppState> for Arc<Authenticator> {
@@ -98,15 +101,25 @@ impl Application {
     /// first use, so a cold start does not wait for them twice. A refused database password or
     /// a 401 from the `parley` MCP server fetches the secrets again (rate-limited).
     pub async fn build(env: Env) -> Result<Bound, StartupError> {
+        Self::build_with_metrics(env, Sink::Stdout).await
+    }
+
+    /// [`Application::build`] with its metrics going to `sink` (tests read them from memory).
+    pub async fn build_with_metrics(env: Env, sink: Sink) -> Result<Bound, StartupError> {
         let (env, secrets) = parley_core::secrets::load(&env).await?;
         let config = ChatConfig::from_env(&env)?;
-        let router = router(&config, secrets)?;
+        let metrics = Metrics::new(&MetricsConfig::from_env(&env)?, sink);
+        let router = router(&config, secrets, metrics)?;
         let listener = Listener::bind(&env, DEFAULT_LISTEN_ADDR).await?;
         Ok(Bound::new(router, listener))
     }
 }
 
-fn router(config: &ChatConfig, secrets: Option<Secrets>) -> Result<Router, StartupError> {
+fn router(
+    config: &ChatConfig,
+    secrets: Option<Secrets>,
+    metrics: Metrics,
+) -> Result<Router, StartupError> {
     let http = reqwest::Client::builder()
         .connect_timeout(std::time::Duration::from_secs(5))
         .pool_idle_timeout(std::time::Duration::from_secs(90))
@@ -117,11 +130,11 @@ fn router(config: &ChatConfig, secrets: Option<Secrets>) -> Result<Router, Start
         .sign_in
         .clone()
         .map(|settings| Arc::new(sign_in::Discovery::new(settings, http.clone())));
-    let pool = parley_core::db::pool_with_secrets(&config.db, secrets.as_ref())?;
+    let pool = parley_core::db::pool_with_secrets(&config.db, secrets.as_ref(), &metrics)?;
     let state = AppState {
         reads: conversation::Reads::new(pool.clone(), config.history_reads_per_user),
         pool,
-        llm: Llm::new(config.llm.clone(), http.clone()),
+        llm: Llm::new(config.llm.clone(), http.clone()).with_metrics(metrics.clone()),
         mcp: Arc::new(
             McpClients::new(config.mcp_servers.clone(), http, config.limits.mcp_timeout)
                 .with_secrets(secrets)
@@ -132,6 +145,7 @@ fn router(config: &ChatConfig, secrets: Option<Secrets>) -> Result<Router, Start
         assistant: Arc::new(config.assistant_name.clone()),
         model_id: Arc::from(config.model_id.as_str()),
         v1_tool_blocks: config.v1_tool_blocks,
+        metrics,
     };
     let page = page::router(&page::PageSettings {
         assistant: config.assistant_name.as_str(),

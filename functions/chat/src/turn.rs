@@ -11,10 +11,14 @@
 //! ([`TurnEvent`]): the model's text as it is written, each tool call and its output. If the
 //! client goes away, the turn stops calling the model and tools and stores what it has, marked
 //! interrupted.
+//!
+//! Every turn leaves one metrics document ([`Meter`]): its duration, the time spent waiting
+//! for the model and for tools, its steps and tokens, and its outcome as a stable code.
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use parley_core::metrics::Document;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -225,11 +229,95 @@ impl Ending {
     }
 }
 
+/// Runs one turn (see the module's documentation) and records its metrics.
 pub async fn run(
+    state: &AppState,
+    user: &User,
+    request: TurnRequest,
+    progress: Progress,
+) -> Result<TurnResponse, TurnError> {
+    let mut meter = Meter::start();
+    let outcome = run_measured(state, user, request, progress, &mut meter).await;
+    state.metrics.emit(meter.document(&outcome));
+    outcome
+}
+
+/// What one turn's metrics are made of, gathered as it runs.
+struct Meter {
+    started: Instant,
+    /// Waiting for the model, retries included.
+    model: std::time::Duration,
+    /// Waiting for tools: a step's calls run at once, so each step counts its longest.
+    tools: std::time::Duration,
+    steps: u32,
+    usage: Usage,
+}
+
+impl Meter {
+    fn start() -> Meter {
+        Meter {
+            started: Instant::now(),
+            model: std::time::Duration::ZERO,
+            tools: std::time::Duration::ZERO,
+            steps: 0,
+            usage: Usage::default(),
+        }
+    }
+
+    /// `Turns`, `TurnDuration`, `ModelTime`, `ToolTime`, `TurnSteps`, `TokensIn`, `TokensOut`
+    /// and `TurnErrors`, by `Outcome`. An interrupted turn is no error: its client left.
+    fn document(&self, outcome: &Result<TurnResponse, TurnError>) -> Document {
+        let code = match outcome {
+            Ok(r) if r.interrupted => "interrupted",
+            Ok(r) if r.cut_short => "cut_short",
+            Ok(_) => "answered",
+            Err(e) => e.code(),
+        };
+        Document::new()
+            .dimension("Outcome", code)
+            .count("Turns", 1)
+            .millis("TurnDuration", self.started.elapsed())
+            .millis("ModelTime", self.model)
+            .millis("ToolTime", self.tools)
+            .count("TurnSteps", u64::from(self.steps))
+            .count("TokensIn", self.usage.input_tokens)
+            .count("TokensOut", self.usage.output_tokens)
+            .count(
+                "TurnErrors",
+                u64::from(!matches!(code, "answered" | "interrupted")),
+            )
+    }
+}
+
+impl TurnError {
+    /// The stable code of this failure: the one `error.rs` answers the client with.
+    pub fn code(&self) -> &'static str {
+        match self {
+            TurnError::UnknownTool { .. } => "unknown_tool",
+            TurnError::NoModel => "llm_key_missing",
+            TurnError::Llm(e) | TurnError::LlmInConversation { error: e, .. } => {
+                TurnFailure::of_llm(e).code
+            }
+            TurnError::Storage(e) => match e {
+                StorageError::NotFound => "conversation_not_found",
+                StorageError::Busy => "conversation_busy",
+                StorageError::LeaseLost => "turn_lease_lost",
+                StorageError::PoolExhausted => "database_pool_exhausted",
+                StorageError::TooManyReads { .. } => "too_many_reads",
+                StorageError::Unavailable(_) => "database_unavailable",
+                StorageError::Failed(_) => "internal",
+            },
+            TurnError::Lost => "internal",
+        }
+    }
+}
+
+async fn run_measured(
     state: &AppState,
     user: &User,
     mut request: TurnRequest,
     progress: Progress,
+    meter: &mut Meter,
 ) -> Result<TurnResponse, TurnError> {
     // Asking OpenAI without a key can only fail, after the question is stored: say so first.
     if state.llm.config().setup_problem().is_some() {
@@ -312,6 +400,7 @@ pub async fn run(
         // The text of this response as streamed so far: what an interrupted or cut-short
         // streamed turn keeps.
         let mut streamed = String::new();
+        let asked = Instant::now();
         let answer = if progress.is_streamed() {
             let mut on_text = |delta: &str| {
                 streamed.push_str(delta);
@@ -325,6 +414,7 @@ pub async fn run(
         } else {
             Some(state.llm.respond(prompt, deadline).await)
         };
+        meter.model += asked.elapsed();
         let Some(answer) = answer else {
             break Ok(Ending {
                 reply: streamed,
@@ -385,6 +475,7 @@ before reaching an answer. The results gathered so far are in the traces; try a 
             });
         }
         let cap = state.limits.max_calls_per_step;
+        let called = Instant::now();
         let results = futures::future::join_all(reply.calls.iter().enumerate().map(|(i, call)| {
             let key = key_for_call(&turn_id, &call.call_id, steps, i);
             let call = Call {
@@ -396,6 +487,7 @@ before reaching an answer. The results gathered so far are in the traces; try a 
             run_call(state, &catalog, narrowed, user, call, deadline)
         }))
         .await;
+        meter.tools += called.elapsed();
         items.extend(reply.calls.iter().cloned().map(Item::Call));
         for mut trace in results {
             // Numbered before the model sees the rows, so it can cite them.
@@ -416,6 +508,8 @@ before reaching an answer. The results gathered so far are in the traces; try a 
         progress.send(|| TurnEvent::StepFinished);
     };
 
+    meter.steps = steps;
+    meter.usage = usage;
     match outcome {
         Ok(Ending {
             reply,
@@ -650,6 +744,37 @@ fn parse_arguments(raw: &str) -> Result<Map<String, Value>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_turns_metric_outcome_is_the_code_its_client_is_sent() {
+        let failures = [
+            TurnError::UnknownTool {
+                unknown: "x".into(),
+                available: String::new(),
+            },
+            TurnError::NoModel,
+            TurnError::Llm(LlmError::RateLimited { retry_after: None }),
+            TurnError::Llm(LlmError::Timeout),
+            TurnError::Llm(LlmError::TooLarge { limit: 1 }),
+            TurnError::LlmInConversation {
+                conversation: ConversationId::new(),
+                error: LlmError::Transport("reset".into()),
+            },
+            TurnError::Storage(StorageError::NotFound),
+            TurnError::Storage(StorageError::Busy),
+            TurnError::Storage(StorageError::LeaseLost),
+            TurnError::Storage(StorageError::PoolExhausted),
+            TurnError::Storage(StorageError::TooManyReads { limit: 2 }),
+            TurnError::Storage(StorageError::Unavailable("down".into())),
+            TurnError::Storage(StorageError::Failed("bug".into())),
+            TurnError::Lost,
+        ];
+        for failure in failures {
+            let code = failure.code();
+            let told = crate::error::ApiError::Turn(failure).public_summary();
+            assert!(told.starts_with(&format!("{code}: ")), "{code} vs {told}");
+        }
+    }
 
     #[test]
     fn arguments_must_be_a_json_object() {

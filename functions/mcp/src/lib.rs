@@ -27,6 +27,7 @@ use axum::extract::State;
 use axum::routing::get;
 use deadpool_postgres::Pool;
 use parley_core::config::Env;
+use parley_core::metrics::{Metrics, MetricsConfig, Sink};
 use parley_core::secrets::Secrets;
 use parley_core::serve::{Bound, Listener, StartupFailure};
 use serde_json::json;
@@ -82,9 +83,15 @@ impl Application {
     /// database, the router; then `LISTEN_ADDR` is bound (not under Lambda). A refused database
     /// password or a bearer token that does not match fetches the secrets again (rate-limited).
     pub async fn build(env: Env) -> Result<Bound, StartupError> {
+        Self::build_with_metrics(env, Sink::Stdout).await
+    }
+
+    /// [`Application::build`] with its metrics going to `sink` (tests read them from memory).
+    pub async fn build_with_metrics(env: Env, sink: Sink) -> Result<Bound, StartupError> {
         let (env, secrets) = parley_core::secrets::load(&env).await?;
         let config = McpConfig::from_env(&env)?;
-        let router = router(&config, secrets).await?;
+        let metrics = Metrics::new(&MetricsConfig::from_env(&env)?, sink);
+        let router = router(&config, secrets, metrics).await?;
         let listener = Listener::bind(&env, DEFAULT_LISTEN_ADDR).await?;
         Ok(Bound::new(router, listener))
     }
@@ -92,7 +99,11 @@ impl Application {
 
 /// Loads the tools (and the embedder, when a tool embeds text), builds the pool, checks every
 /// tool statement against the database and returns the whole HTTP surface.
-async fn router(config: &McpConfig, secrets: Option<Secrets>) -> Result<Router, StartupError> {
+async fn router(
+    config: &McpConfig,
+    secrets: Option<Secrets>,
+    metrics: Metrics,
+) -> Result<Router, StartupError> {
     let catalog = Catalog::load(&config.tools_files, config.limits)?;
     let catalog = Arc::new(catalog);
     // The model loads on a blocking thread while the statements are checked, so a cold start
@@ -101,7 +112,7 @@ async fn router(config: &McpConfig, secrets: Option<Secrets>) -> Result<Router, 
         let settings = config.embeddings.clone();
         tokio::task::spawn_blocking(move || parley_embed::Embedder::from_settings(&settings))
     });
-    let pool = parley_core::db::pool_with_secrets(&config.db, secrets.as_ref())?;
+    let pool = parley_core::db::pool_with_secrets(&config.db, secrets.as_ref(), &metrics)?;
     if catalog.check_against(&pool).await? {
         tracing::info!(
             tools = catalog.specs().len(),
@@ -110,7 +121,7 @@ async fn router(config: &McpConfig, secrets: Option<Secrets>) -> Result<Router, 
     }
     let sql = match catalog.sql() {
         None => None,
-        Some(spec) => Some(Arc::new(sql_tools(config, spec).await?)),
+        Some(spec) => Some(Arc::new(sql_tools(config, spec, &metrics).await?)),
     };
     let embedder = match embedder {
         None => None,
@@ -148,7 +159,8 @@ async fn router(config: &McpConfig, secrets: Option<Secrets>) -> Result<Router, 
     let audit = audit::Audit::start(config.audit, &pool);
     let handler = server::ParleyMcp::new(catalog, pool.clone(), embedder)
         .with_sql(sql)
-        .with_audit(audit);
+        .with_audit(audit)
+        .with_metrics(metrics);
     Ok(routes(config, handler, pool, secrets))
 }
 
@@ -156,6 +168,7 @@ async fn router(config: &McpConfig, secrets: Option<Secrets>) -> Result<Router, 
 async fn sql_tools(
     config: &McpConfig,
     spec: &adhoc::SqlSpec,
+    metrics: &Metrics,
 ) -> Result<adhoc::SqlTools, StartupError> {
     let db = config
         .sql_db
@@ -163,7 +176,8 @@ async fn sql_tools(
         .ok_or(StartupError::Function(SetupError::SqlUrlMissing))?;
     let mut db = db.clone();
     db.max_message_bytes = Some(adhoc::max_message_bytes(spec));
-    let tools = adhoc::SqlTools::new(spec.clone(), parley_core::db::pool(&db)?);
+    let pool = parley_core::db::pool_with_secrets(&db, None, metrics)?;
+    let tools = adhoc::SqlTools::new(spec.clone(), pool);
     match tools.check_role().await {
         Ok(true) => tracing::info!(
             schemas = %spec.schemas.join(","),

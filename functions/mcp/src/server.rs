@@ -3,7 +3,8 @@
 //! instance can answer any request. `tools/call` and `tools/list` usually skip rmcp's
 //! per-request service through the direct path in [`direct`]; everything else goes through
 //! rmcp's `StreamableHttpService`. Both hand a call the verified `Caller` from the request, and
-//! both answer through [`outcome::to_call_result`].
+//! both answer through [`outcome::to_call_result`]. Every call leaves one metrics document
+//! (docs/metrics.md), as it leaves one audit record.
 
 mod direct;
 pub mod outcome;
@@ -16,6 +17,7 @@ use std::sync::Arc;
 use deadpool_postgres::Pool;
 use indexmap::IndexMap;
 use parley_core::jwt::VerifiedClaims;
+use parley_core::metrics::{Document, Metrics};
 use parley_embed::Embedder;
 use parley_wire::IdempotencyKey;
 use rmcp::model::{
@@ -55,6 +57,7 @@ pub struct ParleyMcp {
     /// The ad-hoc SQL tools, when a tools file has `[sql]`.
     sql: Option<Arc<SqlTools>>,
     audit: Audit,
+    metrics: Metrics,
     instructions: Arc<str>,
     listed: Arc<[rmcp::model::Tool]>,
 }
@@ -72,6 +75,7 @@ impl ParleyMcp {
             embedder,
             sql: None,
             audit: Audit::Off,
+            metrics: Metrics::off(),
             instructions: instructions.into(),
             listed,
         }
@@ -97,6 +101,36 @@ impl ParleyMcp {
     pub fn with_audit(mut self, audit: Audit) -> Self {
         self.audit = audit;
         self
+    }
+
+    /// Where each call's metrics go (nowhere unless set).
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// A call's `ToolCalls`, `ToolErrors`, `ToolDuration` and `ToolRows`, by `Tool` (a name
+    /// the tools files or `[sql]` declare, never one a caller made up) and by `Outcome` (the
+    /// audit's).
+    fn measure(
+        &self,
+        tool: &str,
+        outcome: Result<&ToolOutput, Outcome>,
+        started: std::time::Instant,
+    ) {
+        let (rows, outcome) = match outcome {
+            Ok(out) => (out.row_count as u64, Outcome::Ok),
+            Err(outcome) => (0, outcome),
+        };
+        self.metrics.emit(
+            Document::new()
+                .dimension("Tool", tool)
+                .dimension("Outcome", outcome.as_str())
+                .count("ToolCalls", 1)
+                .count("ToolErrors", u64::from(outcome != Outcome::Ok))
+                .millis("ToolDuration", started.elapsed())
+                .count("ToolRows", rows),
+        );
     }
 }
 
@@ -333,6 +367,11 @@ impl ParleyMcp {
                 .await
                 .map_err(ToolError::from);
             log_call(&request.name, &outcome, started);
+            self.measure(
+                &request.name,
+                outcome.as_ref().map_err(|e| e.outcome()),
+                started,
+            );
             record(
                 &|_| false,
                 adhoc::statement_of(request.arguments.as_ref()),
@@ -343,6 +382,8 @@ impl ParleyMcp {
         // An unknown tool is a protocol error (the spec's -32602); everything after this point
         // is a tool result the model can read and act on.
         let Some(tool) = self.catalog.get(&request.name) else {
+            // The name is the caller's, not a declared one: it stays out of the metrics.
+            self.measure(UNKNOWN_TOOL, Err(Outcome::Refused), started);
             record(
                 &|_| false,
                 None,
@@ -364,6 +405,11 @@ impl ParleyMcp {
             .run(tool, request.arguments.as_ref(), meta, user, marker)
             .await;
         log_call(&tool.name, &outcome, started);
+        self.measure(
+            &tool.name,
+            outcome.as_ref().map_err(|e| e.outcome()),
+            started,
+        );
         let sensitive = |name: &str| tool.params.iter().any(|p| p.sensitive && p.name == name);
         record(&sensitive, None, outcome.as_ref().map_err(failed));
         Ok(to_call_result(outcome))
@@ -386,6 +432,9 @@ impl ParleyMcp {
         Ok(tools::exec::run(&self.pool, tool, &args, user, key.as_ref(), marker).await?)
     }
 }
+
+/// The `Tool` of a call's metrics when it names no tool there is.
+const UNKNOWN_TOOL: &str = "(unknown)";
 
 /// The call's log line: counts and kinds, never a value the caller sent.
 fn log_call(tool: &str, outcome: &Result<ToolOutput, ToolError>, started: std::time::Instant) {

@@ -6,6 +6,7 @@
 //! When the credentials come from Secrets Manager, the pool's connector holds `DATABASE_URL` as
 //! a [`RotatingSecret`]: a password the server refuses renews it (fetched again, rate-limited)
 //! and the connection is retried once, so a rotated secret does not wait for the next cold start.
+//! Each connection the pool fails to open counts once in the `DbConnectFailures` metric.
 
 mod bounded;
 mod tls;
@@ -24,6 +25,7 @@ use secrecy::ExposeSecret;
 use tokio::task::JoinHandle;
 
 use crate::config::{ConfigError, Env, SecretString};
+use crate::metrics::{Document, Metrics};
 use crate::secrets::{RotatingSecret, Secrets};
 
 pub use deadpool_postgres::{Object, Pool};
@@ -407,14 +409,20 @@ impl ConnectTarget {
 /// Builds the pool with a fixed URL. Connections are opened lazily, so this succeeds while
 /// Postgres is down and the service recovers by itself once it is back.
 pub fn pool(config: &DbConfig) -> Result<Pool, DbError> {
-    pool_with_secrets(config, None)
+    pool_with_secrets(config, None, &Metrics::off())
 }
 
-/// [`pool`] for settings that came from Secrets Manager: when the server refuses the password
-/// (SQLSTATE 28P01 or 28000), `DATABASE_URL` is read again from `secrets` (fetched again,
-/// rate-limited) and the connection retried once, so a rotated password needs no cold start.
-pub fn pool_with_secrets(config: &DbConfig, secrets: Option<&Secrets>) -> Result<Pool, DbError> {
-    let connector = Connector::new(config, secrets.cloned())?;
+/// [`pool`] for a function: when the server refuses the password (SQLSTATE 28P01 or 28000),
+/// `DATABASE_URL` is read again from `secrets` (fetched again, rate-limited) and the connection
+/// retried once, so a rotated password needs no cold start; each connection that cannot be
+/// opened counts once in `metrics` as `DbConnectFailures`.
+pub fn pool_with_secrets(
+    config: &DbConfig,
+    secrets: Option<&Secrets>,
+    metrics: &Metrics,
+) -> Result<Pool, DbError> {
+    let mut connector = Connector::new(config, secrets.cloned())?;
+    connector.metrics = metrics.clone();
     let manager_config = ManagerConfig {
         // "Not closed" only, no round trip: a connection that died idle is found by the work
         // that uses it, and `retry_once_if_stale!` runs that work again.
@@ -450,6 +458,8 @@ struct Connector {
     connect_timeout: Duration,
     ca_file: Option<PathBuf>,
     max_message_bytes: Option<usize>,
+    /// Where a failed connection is counted (off for [`connect`]'s admin connections).
+    metrics: Metrics,
 }
 
 /// One URL made ready to connect with, and the generation of the URL it was made from.
@@ -475,6 +485,7 @@ impl Connector {
             connect_timeout: config.connect_timeout,
             ca_file: config.ca_file.clone(),
             max_message_bytes: config.max_message_bytes,
+            metrics: Metrics::off(),
         })
     }
 
@@ -674,7 +685,32 @@ impl deadpool_postgres::Connect for PoolConnect {
                 + '_,
         >,
     > {
-        Box::pin(self.0.connect())
+        Box::pin(async move {
+            let mut attempt = Attempt {
+                metrics: &self.0.metrics,
+                opened: false,
+            };
+            let connected = self.0.connect().await;
+            attempt.opened = connected.is_ok();
+            connected
+        })
+    }
+}
+
+/// One connection being opened for the pool: dropped without having opened it, whether it
+/// failed or the pool's `DB_CONNECT_TIMEOUT_MS` gave up on it first, it counts one
+/// `DbConnectFailures` (a refused password renewed and retried inside counts once).
+struct Attempt<'a> {
+    metrics: &'a Metrics,
+    opened: bool,
+}
+
+impl Drop for Attempt<'_> {
+    fn drop(&mut self) {
+        if !self.opened {
+            self.metrics
+                .emit(Document::new().count("DbConnectFailures", 1));
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! The LLM, spoken to over HTTP in one of two OpenAI-compatible dialects: the Responses API
 //! (`function_call` / `function_call_output`, `store: false`) or Chat Completions
 //! (`tool_calls` / `role: tool`). The rest of the chat function sees only the neutral types here.
+//! Each model request, its retries included, leaves one metrics document (docs/metrics.md).
 
 mod chat_completions;
 #[cfg(test)]
@@ -12,6 +13,7 @@ mod stream;
 use std::time::Duration;
 
 use parley_core::config::{ConfigError, Env, ExposeSecret, SecretString};
+use parley_core::metrics::{Document, Metrics};
 use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -313,6 +315,7 @@ pub enum LlmError {
 pub struct Llm {
     config: LlmConfig,
     http: reqwest::Client,
+    metrics: Metrics,
 }
 
 impl Llm {
@@ -323,7 +326,18 @@ impl Llm {
 until it is"
             );
         }
-        Self { config, http }
+        Self {
+            config,
+            http,
+            metrics: Metrics::off(),
+        }
+    }
+
+    /// Each request's `ModelCalls`, `ModelErrors`, `ModelRetries` and `ModelLatency` go to
+    /// `metrics` (nowhere unless set).
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     pub fn config(&self) -> &LlmConfig {
@@ -336,10 +350,19 @@ until it is"
         prompt: Prompt<'_>,
         deadline: tokio::time::Instant,
     ) -> Result<Reply, LlmError> {
+        let started = std::time::Instant::now();
+        let mut retries = 0;
         let (path, body) = self.request(prompt, false);
-        let bytes =
-            retry::post_json(&self.http, &self.config, self.url(path)?, body, deadline).await?;
-        self.parse(&bytes)
+        let reply = async {
+            let url = self.url(path)?;
+            let bytes =
+                retry::post_json(&self.http, &self.config, url, body, deadline, &mut retries)
+                    .await?;
+            self.parse(&bytes)
+        }
+        .await;
+        self.measured(&reply, retries, started);
+        reply
     }
 
     /// The same request as [`Llm::respond`] with `stream: true` (Chat Completions also sends
@@ -357,10 +380,32 @@ until it is"
         deadline: tokio::time::Instant,
         on_text: &mut (dyn FnMut(&str) + Send),
     ) -> Result<Reply, LlmError> {
+        let started = std::time::Instant::now();
+        let mut retries = 0;
         let (path, body) = self.request(prompt, true);
-        let opened =
-            retry::post_stream(&self.http, &self.config, self.url(path)?, body, deadline).await?;
-        stream::read(self, opened, deadline, on_text).await
+        let reply = async {
+            let url = self.url(path)?;
+            let opened =
+                retry::post_stream(&self.http, &self.config, url, body, deadline, &mut retries)
+                    .await?;
+            stream::read(self, opened, deadline, on_text).await
+        }
+        .await;
+        self.measured(&reply, retries, started);
+        reply
+    }
+
+    /// One request's metrics, once its retries are over: a request abandoned half-way (a
+    /// streamed turn whose client went away) leaves none.
+    fn measured(&self, reply: &Result<Reply, LlmError>, retries: u32, started: std::time::Instant) {
+        self.metrics.emit(
+            Document::new()
+                .dimension("Status", status_of(reply))
+                .count("ModelCalls", 1)
+                .count("ModelErrors", u64::from(reply.is_err()))
+                .count("ModelRetries", u64::from(retries))
+                .millis("ModelLatency", started.elapsed()),
+        );
     }
 
     /// The path under `LLM_BASE_URL` and the JSON body of one request in this dialect.
@@ -396,6 +441,22 @@ until it is"
     /// The key as text, to blank it out of what a server quotes back.
     fn api_key(&self) -> Option<&str> {
         self.config.api_key.as_ref().map(|k| k.expose_secret())
+    }
+}
+
+/// The `Status` dimension of a request's metrics: the last HTTP status the model's server
+/// answered, or `network` / `timeout` when it did not answer. A 2xx whose body could not be
+/// used (too large, not the dialect's shape) is `200`: the server answered, and the error
+/// count says it failed.
+fn status_of(reply: &Result<Reply, LlmError>) -> String {
+    match reply {
+        Ok(_) | Err(LlmError::TooLarge { .. } | LlmError::BadResponse(_)) => "200".into(),
+        Err(LlmError::RateLimited { .. }) => "429".into(),
+        Err(LlmError::Status { status, .. } | LlmError::Unauthorized { status, .. }) => {
+            status.to_string()
+        }
+        Err(LlmError::Timeout | LlmError::DeadlineReached) => "timeout".into(),
+        Err(LlmError::Transport(_)) => "network".into(),
     }
 }
 

@@ -26,24 +26,28 @@ pub(super) async fn post_json(
     url: url::Url,
     body: Vec<u8>,
     deadline: Instant,
+    retries: &mut u32,
 ) -> Result<bytes::Bytes, LlmError> {
     let policy = policy(config);
-    retry::post_json(http, &policy, config.api_key.as_ref(), url, body, deadline)
+    let key = config.api_key.as_ref();
+    retry::post_json_counted(http, &policy, key, url, body, deadline, retries)
         .await
         .map_err(LlmError::from)
 }
 
 /// A 2xx answer to one POST asking for a stream, its first bytes read: retried as
-/// [`post_json`] is until then, and never after.
+/// [`post_json`] is until then, and never after. Both set `retries` to the retries made.
 pub(super) async fn post_stream(
     http: &reqwest::Client,
     config: &LlmConfig,
     url: url::Url,
     body: Vec<u8>,
     deadline: Instant,
+    retries: &mut u32,
 ) -> Result<retry::Streaming, LlmError> {
     let policy = policy(config);
-    retry::post_stream(http, &policy, config.api_key.as_ref(), url, body, deadline)
+    let key = config.api_key.as_ref();
+    retry::post_stream_counted(http, &policy, key, url, body, deadline, retries)
         .await
         .map_err(LlmError::from)
 }
@@ -125,6 +129,7 @@ mod tests {
             url(llm),
             br#"{"model":"m"}"#.to_vec(),
             deadline,
+            &mut 0,
         )
         .await?;
         Ok(serde_json::from_slice(&bytes).unwrap_or(Value::Null))
@@ -312,6 +317,7 @@ mod tests {
             url,
             b"{}".to_vec(),
             far_deadline(),
+            &mut 0,
         )
         .await
         .unwrap_err();

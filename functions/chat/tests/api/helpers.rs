@@ -12,6 +12,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 use jsonwebtoken::{EncodingKey, Header, encode};
 use parley_core::config::Env;
+use parley_core::metrics::{Recorded, Sink};
 use parley_testkit::llm::{ScriptedLlm, Step};
 use parley_testkit::{TcpProxy, TestDb};
 use serde_json::{Value, json};
@@ -37,6 +38,8 @@ pub struct TestChat {
     pub db_proxy: Option<TcpProxy>,
     /// The chat's database, for a test that plays another instance on it.
     pub db_url: Option<String>,
+    /// The metrics documents the chat wrote (`METRICS=emf` unless a test sets `METRICS`).
+    pub metrics: Recorded,
     http: reqwest::Client,
 }
 
@@ -45,6 +48,8 @@ pub struct TestChat {
 pub struct McpHandle {
     pub url: String,
     pub requests: Arc<AtomicUsize>,
+    /// The metrics documents the mcp function wrote.
+    pub metrics: Recorded,
     posts: Arc<Mutex<Vec<McpPost>>>,
     server: tokio::task::JoinHandle<()>,
 }
@@ -153,13 +158,14 @@ pub async fn spawn(options: Options) -> TestChat {
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v)),
     );
-    let base = start_chat(Env::from_pairs(env)).await;
+    let (base, metrics) = start_chat(Env::from_pairs(env)).await;
     TestChat {
         base,
         llm,
         mcp,
         db_proxy,
         db_url: Some(db.url.clone()),
+        metrics,
         http: reqwest::Client::new(),
     }
 }
@@ -176,14 +182,15 @@ async fn spawn_mcp(db: &TestDb) -> McpHandle {
 /// when it does not set `MCP_CALLER_KEY`) goes through `parley_core::secrets::load` first, so
 /// `SECRET_IDS` in it is honoured. Every test's mcp function starts here.
 pub async fn spawn_mcp_from(env: Env) -> McpHandle {
-    let mut env = with_caller_key(env).overlay([("LISTEN_ADDR", "127.0.0.1:0")]);
+    let mut env = with_metrics(with_caller_key(env)).overlay([("LISTEN_ADDR", "127.0.0.1:0")]);
     if !env.is_present("TOOLS_FILE") {
         env = env.overlay([("TOOLS_FILE", FEEDBACK_TOOLS_FILE)]);
     }
+    let metrics = Recorded::default();
     let requests = Arc::new(AtomicUsize::new(0));
     let posts = Arc::new(Mutex::new(Vec::new()));
     let (counter, recorder) = (requests.clone(), posts.clone());
-    let router = parley_mcp::Application::build(env)
+    let router = parley_mcp::Application::build_with_metrics(env, Sink::Memory(metrics.clone()))
         .await
         .expect("mcp builds")
         .into_router()
@@ -211,6 +218,7 @@ pub async fn spawn_mcp_from(env: Env) -> McpHandle {
     McpHandle {
         url: format!("http://{addr}/mcp"),
         requests,
+        metrics,
         posts,
         server,
     }
@@ -258,6 +266,15 @@ pub async fn spawn_chat_with_mcp_and_llm(
     spawn_chat_from(env, llm, Some(mcp)).await
 }
 
+/// `env` with `METRICS=emf` unless it sets `METRICS`: the documents go to memory, not stdout.
+fn with_metrics(env: Env) -> Env {
+    if env.is_present("METRICS") {
+        env
+    } else {
+        env.overlay([("METRICS", "emf")])
+    }
+}
+
 /// `env` with `MCP_CALLER_KEY` = [`CALLER_KEY`] unless it sets one (blank turns it off).
 fn with_caller_key(env: Env) -> Env {
     if env.is_present("MCP_CALLER_KEY") {
@@ -303,26 +320,29 @@ pub fn jwt_payload(token: &str) -> Value {
 
 /// The chat function started as its `main` does (secrets first), over `llm` and `mcp`.
 pub async fn spawn_chat_from(env: Env, llm: ScriptedLlm, mcp: Option<McpHandle>) -> TestChat {
+    let (base, metrics) = start_chat(env).await;
     TestChat {
-        base: start_chat(env).await,
+        base,
         llm,
         mcp,
         db_proxy: None,
         db_url: None,
+        metrics,
         http: reqwest::Client::new(),
     }
 }
 
 /// [`parley_chat::Application::build`] as `main` runs it, on a free loopback port, with
-/// [`CALLER_KEY`] unless `env` sets `MCP_CALLER_KEY`; the base URL.
-async fn start_chat(env: Env) -> String {
-    let env = with_caller_key(env).overlay([("LISTEN_ADDR", "127.0.0.1:0")]);
-    let app = parley_chat::Application::build(env)
+/// [`CALLER_KEY`] unless `env` sets `MCP_CALLER_KEY`; the base URL and its metrics.
+async fn start_chat(env: Env) -> (String, Recorded) {
+    let env = with_metrics(with_caller_key(env)).overlay([("LISTEN_ADDR", "127.0.0.1:0")]);
+    let metrics = Recorded::default();
+    let app = parley_chat::Application::build_with_metrics(env, Sink::Memory(metrics.clone()))
         .await
         .expect("chat builds");
     let addr = app.local_addr().expect("bound outside Lambda");
     app.spawn().expect("serving plain HTTP");
-    format!("http://{addr}")
+    (format!("http://{addr}"), metrics)
 }
 
 /// The serving layer `main` uses, with its connection limits.

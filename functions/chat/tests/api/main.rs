@@ -10,6 +10,7 @@ mod helpers;
 mod identity;
 mod logs;
 mod manage;
+mod metrics;
 mod openai;
 mod page;
 mod secrets;

@@ -2,6 +2,7 @@
 //! [`TestApp`] with one method per way a client talks to it.
 
 use parley_core::config::Env;
+use parley_core::metrics::{Recorded, Sink};
 use parley_mcp::Application;
 use parley_testkit::TestDb;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue};
@@ -29,6 +30,8 @@ pub struct TestApp {
     pub mcp_url: String,
     pub token: Option<String>,
     pub db: TestDb,
+    /// The metrics documents the function wrote (`METRICS=emf` unless a test sets `METRICS`).
+    pub metrics: Recorded,
     http: reqwest::Client,
 }
 
@@ -110,7 +113,11 @@ async fn start(
     token: Option<String>,
 ) -> Result<TestApp, String> {
     env.push(("LISTEN_ADDR".into(), "127.0.0.1:0".into()));
-    let app = Application::build(Env::from_pairs(env))
+    if !env.iter().any(|(k, _)| k == "METRICS") {
+        env.push(("METRICS".into(), "emf".into()));
+    }
+    let metrics = Recorded::default();
+    let app = Application::build_with_metrics(Env::from_pairs(env), Sink::Memory(metrics.clone()))
         .await
         .map_err(|e| e.to_string())?;
     let addr = app.local_addr().expect("bound outside Lambda");
@@ -121,6 +128,7 @@ async fn start(
         base,
         token,
         db,
+        metrics,
         http: reqwest::Client::new(),
     })
 }

@@ -11,6 +11,7 @@ mod documents_access;
 mod embeddings;
 mod helpers;
 mod identity;
+mod metrics;
 mod protocol;
 mod resilience;
 mod secrets;
