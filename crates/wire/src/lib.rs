@@ -21,3 +21,13 @@ pub const META_IDEMPOTENCY_KEY: &str = "parley/idempotency_key";
 
 /// Tool `_meta`: the [`Citation`], the output columns that make a row of the tool a source.
 pub const META_CITATION: &str = "parley/citation";
+
+/// Tool `_meta`: `"always"` when every call of the tool waits for the user's approval, whatever
+/// its annotations say (sending an e-mail, spending money). A client that pauses calls for
+/// approval also pauses those annotated `destructiveHint: true`.
+pub const META_APPROVAL: &str = "parley/approval";
+
+/// Request `_meta` of a `tools/call`: the approval the call runs under, `{"id": "<approval
+/// id>", "decided_by": "<user's subject>", "decided_at": "<RFC 3339 time>"}`, so the server's
+/// audit record of the call names who approved it and when.
+pub const META_APPROVED: &str = "parley/approved";
