@@ -14,6 +14,7 @@ use parley_core::db::DbConfig;
 use parley_core::jwt::assertion;
 use serde::Deserialize;
 
+use crate::approval;
 use crate::auth::{AuthConfig, AuthMode};
 use crate::cross_site::CrossSiteConfig;
 use crate::llm::LlmConfig;
@@ -107,6 +108,8 @@ pub struct ChatConfig {
     pub sign_in: Option<SignInSettings>,
     /// `CHAT_ALLOWED_HOSTS` and, from `CHAT_AUTH`, whether cross-site requests are refused.
     pub cross_site: CrossSiteConfig,
+    /// `APPROVAL` and `APPROVAL_TTL_MS`: which tool calls wait for the user, and how long.
+    pub approval: approval::Settings,
     /// `HISTORY_READS_PER_USER`: reads of one user's conversations run at once (default 2,
     /// half the default pool of 4), so one user's burst cannot take every pooled connection.
     pub history_reads_per_user: usize,
@@ -230,6 +233,7 @@ impl ChatConfig {
             sign_in: sign_in(env, &auth)?,
             cross_site: CrossSiteConfig::from_env(env, auth.mode)?,
             history_reads_per_user: env.limit("HISTORY_READS_PER_USER", 2, 1..=256)? as usize,
+            approval: approval::Settings::from_env(env)?,
         };
         // A lease shorter than a turn may run lets a second turn take the conversation over
         // while the first is still working: the first one's reply is then lost (409).

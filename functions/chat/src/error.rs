@@ -125,6 +125,10 @@ impl ApiError {
                     "internal",
                     "an internal error occurred".to_owned(),
                 ),
+                // Another user's approval is indistinguishable from a missing one.
+                TurnError::ApprovalNotFound => {
+                    (StatusCode::NOT_FOUND, "approval_not_found", e.to_string())
+                }
             },
             ApiError::Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,

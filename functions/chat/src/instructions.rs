@@ -220,6 +220,7 @@ mod tests {
                 .map(|(k, p)| ((*k).to_owned(), (*p).to_owned()))
                 .collect(),
             citation: None,
+            marks: Default::default(),
         }
     }
 
@@ -230,6 +231,7 @@ mod tests {
             destructive,
             context: Vec::new(),
             citation: None,
+            marks: Default::default(),
         }
     }
 

@@ -10,11 +10,13 @@
 //! `TurnRequest`), `instructions` (what the model is told), `replay` (stored messages back
 //! into model input), `mcp_client` (tools), `config`, `page` (the page for people),
 //! `manage` (renaming and deleting a conversation), `conversation` (memory,
-//! with its own storage errors), `auth` (caller identity), `nul`
+//! with its own storage errors), `auth` (caller identity), `approval` (which tool calls wait
+//! for the user, and their one decision), `nul`
 //! (text Postgres cannot store), `llm` (the model, two wire dialects), `sources` (citable
 //! tool rows and the reply's citations of them), `sign_in` (the page's OpenID provider).
 
 pub mod api;
+pub mod approval;
 pub mod auth;
 pub mod config;
 pub mod conversation;
@@ -68,6 +70,8 @@ pub struct AppState {
     pub model_id: Arc<str>,
     /// `V1_TOOL_BLOCKS`: whether that endpoint's answers carry the tool calls as blocks.
     pub v1_tool_blocks: bool,
+    /// `APPROVAL`, `APPROVAL_TTL_MS`: which tool calls wait for the user's approval.
+    pub approval: approval::Settings,
     /// Where each turn's metrics go (`METRICS`, `METRICS_NAMESPACE`; see docs/metrics.md).
     pub metrics: Metrics,
 }
@@ -145,8 +149,10 @@ fn router(
         assistant: Arc::new(config.assistant_name.clone()),
         model_id: Arc::from(config.model_id.as_str()),
         v1_tool_blocks: config.v1_tool_blocks,
+        approval: config.approval,
         metrics,
     };
+    config.approval.warn_if_off();
     let page = page::router(&page::PageSettings {
         assistant: config.assistant_name.as_str(),
         auth: config.auth.mode,

@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use crate::conversation::StoredMessage;
+use crate::conversation::{StoredMessage, Trace};
 use crate::llm::{Item, ToolCall};
 use crate::sources;
 
@@ -20,7 +20,7 @@ pub fn replay(history: &[StoredMessage], replay_chars: usize) -> Vec<Item> {
         }
         let mut step = 0;
         let mut outputs = Vec::new();
-        for t in &m.traces {
+        for t in &with_approvals(m) {
             if t.step != step {
                 items.append(&mut outputs);
                 step = t.step;
@@ -44,6 +44,35 @@ pub fn replay(history: &[StoredMessage], replay_chars: usize) -> Vec<Item> {
         }
     }
     items
+}
+
+/// An assistant message's calls as the model made them: its traces, except the decided calls
+/// a resumed turn carries (`approval` set), and the calls that waited for approval with their
+/// outcomes, each in its step. So a call that waited is replayed once, where it was made, with
+/// what became of it (its result, or that it was declined or expired).
+fn with_approvals(m: &StoredMessage) -> Vec<Trace> {
+    let mut traces: Vec<Trace> = m
+        .traces
+        .iter()
+        .filter(|t| t.approval.is_none())
+        .cloned()
+        .collect();
+    traces.extend(m.approvals.iter().map(|a| {
+        let (output, is_error) = a.output();
+        Trace {
+            call_id: a.call_id.clone(),
+            step: a.step,
+            name: a.tool.clone(),
+            args: a.arguments.clone(),
+            output,
+            is_error,
+            duration_ms: 0,
+            approval: Some(a.id),
+        }
+    }));
+    // Stable: within a step, the calls that ran come first, as they were stored.
+    traces.sort_by_key(|t| t.step);
+    traces
 }
 
 /// The text a tool output is given to the model as.
@@ -70,7 +99,7 @@ fn truncate(text: &str, max_chars: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conversation::Trace;
+    use crate::approval::{Approval, ApprovalId, Decision};
     use chrono::Utc;
     use serde_json::json;
 
@@ -83,6 +112,7 @@ mod tests {
             output,
             is_error: false,
             duration_ms: 3,
+            approval: None,
         }
     }
 
@@ -100,7 +130,91 @@ mod tests {
             interrupted: false,
             sources: None,
             created_at: Utc::now(),
+            approvals: Vec::new(),
         }
+    }
+
+    fn approval(call_id: &str, step: u32, decision: Decision, result: Option<Value>) -> Approval {
+        Approval {
+            id: ApprovalId::new(),
+            step,
+            call_id: call_id.into(),
+            server: "parley".into(),
+            tool: "delete_task".into(),
+            arguments: json!({"id": 7}),
+            created_at: Utc::now(),
+            expires_at: Utc::now(),
+            decision,
+            decided_by: None,
+            decided_at: None,
+            reason: None,
+            result,
+            result_is_error: decision != Decision::Approved,
+            idempotency_key: "k".into(),
+        }
+    }
+
+    fn outputs(items: &[Item]) -> Vec<(String, String)> {
+        items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Output { call_id, output } => Some((call_id.clone(), output.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_call_that_waited_is_replayed_once_where_it_was_made_with_its_outcome() {
+        let mut paused = msg("assistant", "", vec![trace("a", 1, json!("listed"))]);
+        let approved = approval("d", 1, Decision::Approved, Some(json!("deleted")));
+        paused.approvals = vec![approved.clone()];
+        // The resumed turn's record repeats the decided call; replay must not.
+        let mut repeat = trace("d", 1, json!("deleted"));
+        repeat.approval = Some(approved.id);
+        let resumed = msg(
+            "assistant",
+            "Done.",
+            vec![repeat, trace("e", 2, json!("ok"))],
+        );
+        let items = replay(&[msg("user", "q", vec![]), paused, resumed], 1000);
+        assert_eq!(
+            outputs(&items),
+            [
+                ("a".to_owned(), "listed".to_owned()),
+                ("d".to_owned(), "deleted".to_owned()),
+                ("e".to_owned(), "ok".to_owned())
+            ]
+        );
+        assert!(
+            matches!(&items[2], Item::Call(c) if c.call_id == "d"),
+            "{items:?}"
+        );
+    }
+
+    #[test]
+    fn a_declined_or_unanswered_call_is_replayed_as_not_run() {
+        let mut paused = msg("assistant", "", vec![]);
+        paused.approvals = vec![
+            approval(
+                "d",
+                1,
+                Decision::Denied,
+                Some(json!("not run: the user declined this call")),
+            ),
+            approval("p", 1, Decision::Pending, None),
+        ];
+        let items = replay(&[msg("user", "q", vec![]), paused], 1000);
+        assert_eq!(
+            outputs(&items),
+            [
+                (
+                    "d".to_owned(),
+                    "not run: the user declined this call".to_owned()
+                ),
+                ("p".to_owned(), "not run: it was never approved".to_owned())
+            ]
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@ use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::approval::{Answer, ApprovalId};
 use crate::config::Limits;
 use crate::conversation::ConversationId;
 use crate::instructions::UiContext;
@@ -16,6 +17,10 @@ use crate::nul;
 
 /// Most names a request may narrow the tools to.
 pub const MAX_TOOL_NAMES: usize = 64;
+
+/// Most approvals one request may answer: as many calls as one model response may make
+/// (`MAX_TOOL_CALLS_PER_STEP` is at most 128).
+pub const MAX_APPROVALS: usize = 128;
 
 /// Most earlier messages taken from a `/v1` request that names no conversation.
 pub const MAX_PRIOR_MESSAGES: usize = 50;
@@ -51,12 +56,20 @@ pub struct TurnRequest {
     conversation: Option<ConversationId>,
     tools: Option<Vec<String>>,
     prior: Vec<Item>,
+    approvals: Option<Vec<Answer>>,
 }
 
 impl TurnRequest {
-    /// The user's message: trimmed, not empty, at most `MAX_MESSAGE_CHARS`, no NUL.
+    /// The user's message: trimmed, not empty, at most `MAX_MESSAGE_CHARS`, no NUL; empty for
+    /// a request that answers approvals instead ([`TurnRequest::approvals`]).
     pub fn message(&self) -> &str {
         &self.message
+    }
+
+    /// The answers to a paused turn's waiting calls (1 to [`MAX_APPROVALS`], distinct ids):
+    /// such a request names its conversation and carries no message.
+    pub fn approvals(&self) -> Option<&[Answer]> {
+        self.approvals.as_deref()
     }
 
     /// The page's context object, at most `MAX_CONTEXT_BYTES`.
@@ -91,13 +104,83 @@ pub struct Wire<'a, T> {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ChatBody {
-    pub message: String,
+    #[serde(default)]
+    pub message: Option<String>,
+    /// Answers to a paused turn's waiting calls, instead of a message.
+    #[serde(default)]
+    pub approvals: Option<Vec<WireAnswer>>,
     #[serde(default)]
     pub context: Option<Value>,
     #[serde(default)]
     pub conversation_id: Option<String>,
     #[serde(default)]
     pub tools: Option<Vec<String>>,
+}
+
+/// One answer of `approvals`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WireAnswer {
+    pub id: String,
+    pub approved: bool,
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// `approvals`, checked: ids are approval ids, each once; reasons fit a message.
+fn checked_answers(raw: Vec<WireAnswer>, limits: &Limits) -> Result<Vec<Answer>, RequestError> {
+    if raw.is_empty() || raw.len() > MAX_APPROVALS {
+        return Err(invalid(
+            "invalid_approvals",
+            format!("`approvals` must list between 1 and {MAX_APPROVALS} answers"),
+        ));
+    }
+    let mut answers: Vec<Answer> = Vec::with_capacity(raw.len());
+    for wire in raw {
+        // An id that is no UUID names no approval: the same answer as one that does not exist.
+        let Some(id) = ApprovalId::parse(&wire.id) else {
+            return Err(invalid(
+                "invalid_approvals",
+                format!(
+                    "`approvals`: `{}` is not an approval id",
+                    wire.id.chars().take(64).collect::<String>()
+                ),
+            ));
+        };
+        if answers.iter().any(|a| a.id == id) {
+            return Err(invalid(
+                "invalid_approvals",
+                format!("`approvals` answers `{id}` twice"),
+            ));
+        }
+        let reason = wire
+            .reason
+            .map(|r| r.trim().to_owned())
+            .filter(|r| !r.is_empty());
+        if let Some(r) = &reason {
+            if r.contains('\0') {
+                return Err(invalid(
+                    "invalid_characters",
+                    "a `reason` must not contain NUL characters",
+                ));
+            }
+            if r.chars().count() > limits.max_message_chars {
+                return Err(invalid(
+                    "message_too_long",
+                    format!(
+                        "a `reason` may have at most {} characters",
+                        limits.max_message_chars
+                    ),
+                ));
+            }
+        }
+        answers.push(Answer {
+            id,
+            approved: wire.approved,
+            reason,
+        });
+    }
+    Ok(answers)
 }
 
 impl TryFrom<Wire<'_, ChatBody>> for TurnRequest {
@@ -110,7 +193,31 @@ impl TryFrom<Wire<'_, ChatBody>> for TurnRequest {
                 "`message` and `context` must not contain NUL characters",
             ));
         }
-        let message = checked_message(&body.message, limits)?;
+        let (message, approvals) = match (body.message, body.approvals) {
+            (Some(message), None) => (checked_message(&message, limits)?, None),
+            (None, Some(answers)) => {
+                if body.conversation_id.is_none() {
+                    return Err(invalid(
+                        "invalid_approvals",
+                        "`approvals` answer a paused turn: name its `conversation_id`",
+                    ));
+                }
+                (String::new(), Some(checked_answers(answers, limits)?))
+            }
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "invalid_approvals",
+                    "send either a `message` or `approvals`, not both: a new message denies \
+                     the calls waiting for approval",
+                ));
+            }
+            (None, None) => {
+                return Err(invalid(
+                    "invalid_request",
+                    "missing field `message` (or `approvals`, answering a paused turn)",
+                ));
+            }
+        };
         let context = match body.context {
             None | Some(Value::Null) => None,
             Some(Value::Object(map)) => {
@@ -158,6 +265,7 @@ impl TryFrom<Wire<'_, ChatBody>> for TurnRequest {
             conversation,
             tools: body.tools,
             prior: Vec::new(),
+            approvals,
         })
     }
 }
@@ -295,6 +403,7 @@ impl TryFrom<Wire<'_, CompletionBody>> for Completion {
                 conversation,
                 tools: None,
                 prior,
+                approvals: None,
             },
             stream: body.stream,
             include_usage: body.stream_options.is_some_and(|o| o.include_usage),
@@ -500,6 +609,67 @@ mod tests {
         );
         let ok = chat(br#"{"message": "  ten chars!  "}"#, &limits()).unwrap();
         assert_eq!(ok.message(), "ten chars!");
+    }
+
+    #[test]
+    fn approvals_answer_a_named_conversation_instead_of_a_message() {
+        let id = "0b9f8c1e-2d3a-4b5c-8d7e-6f5a4b3c2d1e";
+        let conversation = "6f1c5d2e-8c7b-4f2a-9d1e-3b5a7c9e1f20";
+        let r = chat(
+            format!(
+                r#"{{"conversation_id": "{conversation}", "approvals": [{{"id": "{id}", "approved": false, "reason": " keep it "}}]}}"#
+            )
+            .as_bytes(),
+            &limits(),
+        )
+        .unwrap();
+        let answers = r.approvals().unwrap();
+        assert_eq!(answers[0].id.to_string(), id);
+        assert!(!answers[0].approved);
+        assert_eq!(answers[0].reason.as_deref(), Some("keep it"));
+        assert_eq!(r.message(), "");
+
+        let refused = |body: String| error(&body);
+        let one = format!(r#"[{{"id": "{id}", "approved": true}}]"#);
+        assert_eq!(
+            refused(format!(r#"{{"approvals": {one}}}"#)),
+            (422, "invalid_approvals"),
+            "no conversation"
+        );
+        assert_eq!(
+            refused(format!(
+                r#"{{"message": "hi", "conversation_id": "{conversation}", "approvals": {one}}}"#
+            )),
+            (422, "invalid_approvals"),
+            "both"
+        );
+        assert_eq!(
+            refused(format!(
+                r#"{{"conversation_id": "{conversation}", "approvals": []}}"#
+            )),
+            (422, "invalid_approvals")
+        );
+        assert_eq!(
+            refused(format!(
+                r#"{{"conversation_id": "{conversation}", "approvals": [{{"id": "x", "approved": true}}]}}"#
+            )),
+            (422, "invalid_approvals")
+        );
+        let twice =
+            format!(r#"[{{"id": "{id}", "approved": true}}, {{"id": "{id}", "approved": false}}]"#);
+        assert_eq!(
+            refused(format!(
+                r#"{{"conversation_id": "{conversation}", "approvals": {twice}}}"#
+            )),
+            (422, "invalid_approvals")
+        );
+        assert_eq!(
+            refused(format!(
+                r#"{{"conversation_id": "{conversation}", "approvals": [{{"id": "{id}"}}]}}"#
+            )),
+            (422, "invalid_request"),
+            "`approved` is required"
+        );
     }
 
     #[test]

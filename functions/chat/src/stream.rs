@@ -314,16 +314,23 @@ fn source_part(source: &Source) -> Value {
 }
 
 /// What `finish` tells the client about the turn: what the JSON response says besides the
-/// reply and traces, which the stream has already carried.
+/// reply and traces, which the stream has already carried. A turn that paused for approval
+/// ends its stream like any other: its waiting calls were streamed as tool inputs without an
+/// output, and `finish` lists them (`status: awaiting_approval`, `pendingApprovals`).
 fn metadata(response: &TurnResponse) -> Value {
-    json!({
+    let mut metadata = json!({
         "conversationId": response.conversation_id,
+        "status": response.status,
         "usage": response.usage,
         "steps": response.steps,
         "cutShort": response.cut_short,
         "interrupted": response.interrupted,
         "sources": response.sources,
-    })
+    });
+    if !response.pending_approvals.is_empty() {
+        metadata["pendingApprovals"] = json!(response.pending_approvals);
+    }
+    metadata
 }
 
 #[cfg(test)]

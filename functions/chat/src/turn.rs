@@ -26,8 +26,11 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::AppState;
+use crate::approval::{self, Answer, Approval, ApprovalError, Decision, Pending, PendingApproval};
 use crate::auth::User;
-use crate::conversation::{self, ConversationId, StorageError, Trace, TurnRecord, TurnStart};
+use crate::conversation::{
+    self, ConversationId, StorageError, StoredMessage, Trace, TurnRecord, TurnStart,
+};
 use crate::instructions::{self, Briefing, UiContext};
 use crate::llm::{Item, LlmError, Prompt, ToolCall, ToolDef, Usage};
 use crate::mcp_client::{CallFor, Catalog, IdempotencyKey, ToolOutcome, key_for_call};
@@ -60,6 +63,19 @@ pub enum TurnError {
     /// The task running a streamed turn ended without an outcome (it panicked).
     #[error("the turn's task ended without an outcome")]
     Lost,
+    /// `approvals` names an id that is no approval of this conversation (or of this user).
+    #[error("no such approval in this conversation")]
+    ApprovalNotFound,
+}
+
+impl From<ApprovalError> for TurnError {
+    fn from(e: ApprovalError) -> Self {
+        match e {
+            ApprovalError::NotFound => TurnError::ApprovalNotFound,
+            ApprovalError::Db(e) => TurnError::Storage(e.into()),
+            ApprovalError::Unreadable(why) => TurnError::Storage(StorageError::Failed(why)),
+        }
+    }
 }
 
 /// What a failed turn records for the user to read later: a stable code and a plain
@@ -108,9 +124,28 @@ function's settings"
     }
 }
 
+/// How a turn ended, short of a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnStatus {
+    /// The model answered.
+    Answered,
+    /// The turn reached its deadline; the reply holds what it had.
+    CutShort,
+    /// A streamed turn's client went away.
+    Interrupted,
+    /// The model called tools that wait for the user's approval (`pending_approvals`): the
+    /// turn ended there and resumes when they are answered.
+    AwaitingApproval,
+    /// Every approval answered was already decided: nothing ran again, and the response is the
+    /// stored outcome of the turn that resumed.
+    AlreadyDecided,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct TurnResponse {
     pub conversation_id: ConversationId,
+    pub status: TurnStatus,
     pub reply: String,
     pub traces: Vec<Trace>,
     pub usage: Usage,
@@ -122,6 +157,9 @@ pub struct TurnResponse {
     /// The client of a streamed turn went away and `reply` holds what there was.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub interrupted: bool,
+    /// With `status: awaiting_approval`: the calls waiting for the user's answer.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pending_approvals: Vec<PendingApproval>,
 }
 
 /// What a streamed turn reports as it goes, in order. A turn's events are `Started`, then per
@@ -217,6 +255,8 @@ struct Ending {
     reply: String,
     cut_short: bool,
     interrupted: bool,
+    /// The calls of the last step that wait for the user's approval.
+    awaiting: Vec<Pending>,
 }
 
 impl Ending {
@@ -225,6 +265,33 @@ impl Ending {
             reply,
             cut_short: false,
             interrupted: false,
+            awaiting: Vec::new(),
+        }
+    }
+
+    fn interrupted(reply: String) -> Ending {
+        Ending {
+            interrupted: true,
+            ..Ending::answered(reply)
+        }
+    }
+
+    fn cut_short(reply: String) -> Ending {
+        Ending {
+            cut_short: true,
+            ..Ending::answered(reply)
+        }
+    }
+
+    fn status(&self) -> TurnStatus {
+        if !self.awaiting.is_empty() {
+            TurnStatus::AwaitingApproval
+        } else if self.interrupted {
+            TurnStatus::Interrupted
+        } else if self.cut_short {
+            TurnStatus::CutShort
+        } else {
+            TurnStatus::Answered
         }
     }
 }
@@ -268,9 +335,13 @@ impl Meter {
     /// and `TurnErrors`, by `Outcome`. An interrupted turn is no error: its client left.
     fn document(&self, outcome: &Result<TurnResponse, TurnError>) -> Document {
         let code = match outcome {
-            Ok(r) if r.interrupted => "interrupted",
-            Ok(r) if r.cut_short => "cut_short",
-            Ok(_) => "answered",
+            Ok(r) => match r.status {
+                TurnStatus::Answered => "answered",
+                TurnStatus::CutShort => "cut_short",
+                TurnStatus::Interrupted => "interrupted",
+                TurnStatus::AwaitingApproval => "awaiting_approval",
+                TurnStatus::AlreadyDecided => "already_decided",
+            },
             Err(e) => e.code(),
         };
         Document::new()
@@ -284,7 +355,10 @@ impl Meter {
             .count("TokensOut", self.usage.output_tokens)
             .count(
                 "TurnErrors",
-                u64::from(!matches!(code, "answered" | "interrupted")),
+                u64::from(!matches!(
+                    code,
+                    "answered" | "interrupted" | "awaiting_approval" | "already_decided"
+                )),
             )
     }
 }
@@ -308,6 +382,7 @@ impl TurnError {
                 StorageError::Failed(_) => "internal",
             },
             TurnError::Lost => "internal",
+            TurnError::ApprovalNotFound => "approval_not_found",
         }
     }
 }
@@ -341,12 +416,13 @@ async fn run_measured(
     let tools = offered_tools(&catalog, request.tools())?;
     let narrowed = request.tools().is_some().then_some(&*tools);
     let context_json = request.context().map(UiContext::as_json);
-    let turn = conversation::begin(
+    let resuming = request.approvals().is_some();
+    let mut turn = conversation::begin(
         &state.pool,
         TurnStart {
             owner: &user.id,
             conversation: request.conversation(),
-            message: request.message(),
+            message: (!resuming).then(|| request.message()),
             context: context_json.as_ref(),
             history_limit: state.limits.history,
             // Waiting past the deadline would only end in the gateway's timeout.
@@ -359,13 +435,46 @@ async fn run_measured(
     )
     .await?;
     let conversation_id = turn.conversation;
+    // The calls a resumed turn decided, and the step the paused turn had reached.
+    let (mut traces, mut steps) = (Vec::new(), 0u32);
+    if let Some(answers) = request.approvals() {
+        let resumed = resume(
+            state,
+            user,
+            &catalog,
+            conversation_id,
+            &mut turn.history,
+            answers,
+            deadline,
+        )
+        .await?;
+        match resumed {
+            Resumed::Continue {
+                traces: decided,
+                steps: reached,
+            } => (traces, steps) = (decided, reached),
+            Resumed::Done(done) => return Ok(done.response(conversation_id)),
+        }
+    } else if request.conversation().is_some() && has_pending(&turn.history, limits.history) {
+        // A new message instead of an answer: what waited is declined, and the model is told.
+        let denied = approval::deny_pending(
+            &state.pool,
+            conversation_id.as_uuid(),
+            user.id.as_str(),
+            approval::SUPERSEDED,
+        )
+        .await?;
+        settle(&mut turn.history, &denied);
+    }
     progress.send(|| TurnEvent::Started { conversation_id });
 
     let mut items = replay::replay(&turn.history, state.limits.replay_chars);
     if turn.history.is_empty() {
         items.extend(request.take_prior());
     }
-    items.push(Item::User(request.message().to_owned()));
+    if !resuming {
+        items.push(Item::User(request.message().to_owned()));
+    }
     let traits = catalog.traits(&tools);
     let instructions = instructions::build(&Briefing {
         assistant: state.assistant.as_str(),
@@ -376,20 +485,14 @@ async fn run_measured(
     });
 
     let mut usage = Usage::default();
-    let mut traces: Vec<Trace> = Vec::new();
     let mut sources = Sources::default();
-    let mut steps = 0u32;
     // What the model said along the way, for a reply cut short.
     let mut said: Vec<String> = Vec::new();
     // What a streamed client saw of the step that failed: stored with the error.
     let mut seen_before_failure = String::new();
     let outcome = loop {
         if progress.is_gone() {
-            break Ok(Ending {
-                reply: String::new(),
-                cut_short: false,
-                interrupted: true,
-            });
+            break Ok(Ending::interrupted(String::new()));
         }
         let prompt = Prompt {
             instructions: &instructions,
@@ -416,29 +519,21 @@ async fn run_measured(
         };
         meter.model += asked.elapsed();
         let Some(answer) = answer else {
-            break Ok(Ending {
-                reply: streamed,
-                cut_short: false,
-                interrupted: true,
-            });
+            break Ok(Ending::interrupted(streamed));
         };
         let mut reply = match answer {
             Ok(r) => r,
             Err(LlmError::DeadlineReached) if progress.is_streamed() => {
                 // The client has seen the text so far: the note continues it.
                 progress.end_step_with(&mut streamed, &cut_short_note(budget, !traces.is_empty()));
-                break Ok(Ending {
-                    reply: streamed,
-                    cut_short: true,
-                    interrupted: false,
-                });
+                break Ok(Ending::cut_short(streamed));
             }
             Err(LlmError::DeadlineReached) => {
-                break Ok(Ending {
-                    reply: cut_short_reply(budget, &said, !traces.is_empty()),
-                    cut_short: true,
-                    interrupted: false,
-                });
+                break Ok(Ending::cut_short(cut_short_reply(
+                    budget,
+                    &said,
+                    !traces.is_empty(),
+                )));
             }
             Err(e) => {
                 seen_before_failure = nul::clean(streamed);
@@ -461,6 +556,8 @@ before reaching an answer. The results gathered so far are in the traces; try a 
             break Ok(Ending::answered(streamed));
         }
         steps += 1;
+        // What the model said in this step: the reply of a turn that pauses after it.
+        let step_text = reply.text.clone().unwrap_or_default();
         if let Some(text) = reply.text.filter(|t| !t.trim().is_empty()) {
             said.push(text.clone());
             items.push(Item::Assistant(text));
@@ -475,8 +572,10 @@ before reaching an answer. The results gathered so far are in the traces; try a 
             });
         }
         let cap = state.limits.max_calls_per_step;
-        let called = Instant::now();
-        let results = futures::future::join_all(reply.calls.iter().enumerate().map(|(i, call)| {
+        // The calls that wait for the user's approval are not run; the others of the step are.
+        let mut awaiting = Vec::new();
+        let mut running = Vec::new();
+        for (i, call) in reply.calls.iter().enumerate() {
             let key = key_for_call(&turn_id, &call.call_id, steps, i);
             let call = Call {
                 call,
@@ -484,8 +583,17 @@ before reaching an answer. The results gathered so far are in the traces; try a 
                 over_cap: i >= cap,
                 key,
             };
-            run_call(state, &catalog, narrowed, user, call, deadline)
-        }))
+            match waiting(state, &catalog, narrowed, &call) {
+                Some(pending) => awaiting.push(pending),
+                None => running.push(call),
+            }
+        }
+        let called = Instant::now();
+        let results = futures::future::join_all(
+            running
+                .into_iter()
+                .map(|call| run_call(state, &catalog, narrowed, user, call, deadline)),
+        )
         .await;
         meter.tools += called.elapsed();
         items.extend(reply.calls.iter().cloned().map(Item::Call));
@@ -506,16 +614,30 @@ before reaching an answer. The results gathered so far are in the traces; try a 
             traces.push(trace);
         }
         progress.send(|| TurnEvent::StepFinished);
+        if !awaiting.is_empty() {
+            tracing::info!(
+                steps,
+                waiting = awaiting.len(),
+                "the turn waits for the user's approval"
+            );
+            break Ok(Ending {
+                awaiting,
+                ..Ending::answered(step_text)
+            });
+        }
     };
 
     meter.steps = steps;
     meter.usage = usage;
     match outcome {
-        Ok(Ending {
-            reply,
-            cut_short,
-            interrupted,
-        }) => {
+        Ok(ending) => {
+            let status = ending.status();
+            let Ending {
+                reply,
+                cut_short,
+                interrupted,
+                awaiting,
+            } = ending;
             if cut_short {
                 tracing::warn!(
                     steps,
@@ -536,10 +658,12 @@ before reaching an answer. The results gathered so far are in the traces; try a 
                 cut_short,
                 interrupted,
                 sources: &sources,
+                approvals: &awaiting,
             })
             .await?;
             Ok(TurnResponse {
                 conversation_id,
+                status,
                 reply,
                 traces,
                 usage,
@@ -547,6 +671,7 @@ before reaching an answer. The results gathered so far are in the traces; try a 
                 cut_short,
                 sources,
                 interrupted,
+                pending_approvals: awaiting.into_iter().map(|p| p.public).collect(),
             })
         }
         Err(e) => {
@@ -564,6 +689,7 @@ before reaching an answer. The results gathered so far are in the traces; try a 
                     interrupted: false,
                     // Nothing was cited, but the record shows what the tools had found.
                     sources: &sources.for_reply(""),
+                    approvals: &[],
                 })
                 .await
             {
@@ -575,6 +701,255 @@ before reaching an answer. The results gathered so far are in the traces; try a 
             })
         }
     }
+}
+
+/// Whether the conversation may have calls still waiting for approval: its latest message has
+/// some, or no history was read to tell.
+fn has_pending(history: &[StoredMessage], history_limit: usize) -> bool {
+    history_limit == 0
+        || history
+            .last()
+            .is_some_and(|m| m.approvals.iter().any(|a| a.decision == Decision::Pending))
+}
+
+/// Puts decided approvals in place of their waiting selves in the history about to be
+/// replayed.
+fn settle(history: &mut [StoredMessage], decided: &[Approval]) {
+    for message in history.iter_mut() {
+        for stored in message.approvals.iter_mut() {
+            if let Some(now) = decided.iter().find(|d| d.id == stored.id) {
+                *stored = now.clone();
+            }
+        }
+    }
+}
+
+/// What answering a paused turn's approvals came to.
+enum Resumed {
+    /// Every call of the paused step is decided (approved ones ran): the loop goes on, with
+    /// these calls as the first traces of the resumed turn, from the step it had reached.
+    Continue { traces: Vec<Trace>, steps: u32 },
+    /// Nothing more runs now: the answer is this.
+    Done(Box<Settled>),
+}
+
+/// A resume that ends without asking the model: some calls still wait, or the answers were
+/// all decided before (a second tab, a retry), and the stored outcome is the answer.
+struct Settled {
+    status: TurnStatus,
+    message: Option<StoredMessage>,
+    pending: Vec<PendingApproval>,
+}
+
+impl Settled {
+    fn response(self, conversation_id: ConversationId) -> TurnResponse {
+        let message = self.message;
+        TurnResponse {
+            conversation_id,
+            status: self.status,
+            reply: message
+                .as_ref()
+                .map(|m| m.content.clone())
+                .unwrap_or_default(),
+            traces: message
+                .as_ref()
+                .map(|m| m.traces.clone())
+                .unwrap_or_default(),
+            usage: Usage::default(),
+            steps: message
+                .as_ref()
+                .and_then(|m| m.steps)
+                .map_or(0, |s| s.max(0) as u32),
+            cut_short: message.as_ref().is_some_and(|m| m.cut_short),
+            sources: message
+                .as_ref()
+                .and_then(|m| m.sources.clone())
+                .unwrap_or_default(),
+            interrupted: message.as_ref().is_some_and(|m| m.interrupted),
+            pending_approvals: self.pending,
+        }
+    }
+}
+
+/// The calls still waiting among `approvals`, as a client is told them.
+fn still_pending(approvals: &[Approval]) -> Vec<PendingApproval> {
+    approvals
+        .iter()
+        .filter(|a| a.decision == Decision::Pending)
+        .map(|a| PendingApproval {
+            id: a.id,
+            tool: a.tool.clone(),
+            server: a.server.clone(),
+            arguments: a.arguments.clone(),
+            call_id: a.call_id.clone(),
+            expires_at: a.expires_at,
+        })
+        .collect()
+}
+
+/// Answers a paused turn's approvals, holding the conversation's lease: decides each (once,
+/// see [`approval::decide`]), runs the approved calls that have not run under their stored
+/// idempotency keys (a call whose answer was lost replays its first result), and puts the
+/// outcomes into `history` where the calls were made.
+async fn resume(
+    state: &AppState,
+    user: &User,
+    catalog: &Catalog,
+    conversation: ConversationId,
+    history: &mut [StoredMessage],
+    answers: &[Answer],
+    deadline: Instant,
+) -> Result<Resumed, TurnError> {
+    let pool = &state.pool;
+    let id = conversation.as_uuid();
+    let decided = approval::decide(pool, id, answers, user.id.as_str()).await?;
+    let Some(paused) = decided.paused_message else {
+        // The turn these belong to was resumed (or superseded by a new message) before: its
+        // stored outcome is the answer, and nothing runs again.
+        let latest = history
+            .iter()
+            .rev()
+            .find(|m| m.role == "assistant")
+            .cloned();
+        let pending = latest
+            .as_ref()
+            .map(|m| still_pending(&m.approvals))
+            .unwrap_or_default();
+        return Ok(Resumed::Done(Box::new(Settled {
+            status: if pending.is_empty() {
+                TurnStatus::AlreadyDecided
+            } else {
+                TurnStatus::AwaitingApproval
+            },
+            message: latest,
+            pending,
+        })));
+    };
+    let mut all = approval::of_message(pool, id, paused).await?;
+    let pending = still_pending(&all);
+    if !pending.is_empty() {
+        // The turn resumes once every call of its step is answered.
+        settle(history, &all);
+        return Ok(Resumed::Done(Box::new(Settled {
+            status: TurnStatus::AwaitingApproval,
+            message: None,
+            pending,
+        })));
+    }
+    let called = Instant::now();
+    let ran = futures::future::join_all(
+        all.iter()
+            .filter(|a| a.needs_running())
+            .map(|a| run_approved(state, user, catalog, a, deadline)),
+    )
+    .await;
+    for (approval_id, outcome) in ran {
+        approval::record_result(pool, &approval_id, &outcome.output, outcome.is_error).await?;
+        if let Some(a) = all.iter_mut().find(|a| a.id == approval_id) {
+            a.result = Some(outcome.output);
+            a.result_is_error = outcome.is_error;
+        }
+    }
+    let duration_ms = called.elapsed().as_millis() as u64;
+    settle(history, &all);
+    let steps = history
+        .iter()
+        .find(|m| m.seq == paused)
+        .and_then(|m| m.steps)
+        .map(|s| s.max(0) as u32)
+        .or_else(|| all.iter().map(|a| a.step).max())
+        .unwrap_or(0);
+    let traces = all
+        .iter()
+        .map(|a| {
+            let (output, is_error) = a.output();
+            Trace {
+                call_id: a.call_id.clone(),
+                step: a.step,
+                name: a.tool.clone(),
+                args: a.arguments.clone(),
+                output: nul::clean_json(output),
+                is_error,
+                duration_ms: if a.decision == Decision::Approved {
+                    duration_ms
+                } else {
+                    0
+                },
+                approval: Some(a.id),
+            }
+        })
+        .collect();
+    Ok(Resumed::Continue { traces, steps })
+}
+
+/// Runs one approved call under its stored idempotency key, with the approval in its `_meta`
+/// for the server's audit record.
+async fn run_approved(
+    state: &AppState,
+    user: &User,
+    catalog: &Catalog,
+    approval: &Approval,
+    deadline: Instant,
+) -> (approval::ApprovalId, ToolOutcome) {
+    let outcome = match (
+        IdempotencyKey::new(approval.idempotency_key.clone()),
+        approval.arguments.as_object(),
+    ) {
+        (Ok(key), Some(arguments)) => {
+            let approved = approval.approved_meta();
+            let by = CallFor {
+                user,
+                key: &key,
+                approved: Some(&approved),
+            };
+            state
+                .mcp
+                .call(catalog, &approval.tool, arguments.clone(), by, deadline)
+                .await
+        }
+        // Stored by this code from a checked call: not reachable unless the row was edited.
+        _ => ToolOutcome {
+            output: Value::String("not run: the stored call could not be read".into()),
+            is_error: true,
+        },
+    };
+    tracing::info!(tool = %approval.tool, is_error = outcome.is_error, "approved tool call");
+    (approval.id, outcome)
+}
+
+/// The call as it waits for the user's approval, when it does: the policy says its tool waits,
+/// and it would run (its arguments are an object, it is within the step's cap and offered).
+fn waiting(
+    state: &AppState,
+    catalog: &Catalog,
+    narrowed: Option<&[ToolDef]>,
+    Call {
+        call,
+        step,
+        over_cap,
+        key,
+    }: &Call<'_>,
+) -> Option<Pending> {
+    if *over_cap
+        || !catalog.waits(&call.name, state.approval.policy)
+        || narrowed.is_some_and(|offered| !offered.iter().any(|t| t.name == call.name))
+    {
+        return None;
+    }
+    let arguments = parse_arguments(&call.arguments).ok()?;
+    let ttl = chrono::Duration::from_std(state.approval.ttl).unwrap_or(chrono::Duration::MAX);
+    Some(Pending {
+        public: PendingApproval {
+            id: approval::ApprovalId::new(),
+            tool: call.name.clone(),
+            server: catalog.server_of(&call.name).unwrap_or_default().to_owned(),
+            arguments: nul::clean_json(Value::Object(arguments)),
+            call_id: call.call_id.clone(),
+            expires_at: chrono::Utc::now() + ttl,
+        },
+        step: *step,
+        idempotency_key: key.as_str().to_owned(),
+    })
 }
 
 /// The honest reply of a turn that ran out of time: it says so, and keeps what the model had
@@ -701,7 +1076,11 @@ still need in your next response",
                         catalog,
                         &call.name,
                         map,
-                        CallFor { user, key: &key },
+                        CallFor {
+                            user,
+                            key: &key,
+                            approved: None,
+                        },
                         deadline,
                     )
                     .await,
@@ -726,6 +1105,7 @@ still need in your next response",
         output: nul::clean_json(outcome.output),
         is_error: outcome.is_error,
         duration_ms,
+        approval: None,
     }
 }
 

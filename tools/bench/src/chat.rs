@@ -1019,7 +1019,7 @@ impl ChatSql {
             TurnStart {
                 owner: &self.owner,
                 conversation: if continuing { self.conversation } else { None },
-                message: &message,
+                message: Some(&message),
                 context: Some(&context),
                 history_limit: self.history_limit,
                 lock_wait: Duration::from_secs(60),
@@ -1046,6 +1046,7 @@ impl ChatSql {
             cut_short: false,
             interrupted: false,
             sources: &[],
+            approvals: &[],
         })
         .await
         .map_err(|e| anyhow::anyhow!("finish: {e}"))?;

@@ -22,6 +22,7 @@ use uuid::Uuid;
 use parley_core::db::{CheckedOut, retry_once_if_stale};
 
 use super::{Attempt, ConversationId, StorageError, StoredMessage, Trace, window_from};
+use crate::approval::Pending;
 use crate::auth::UserId;
 use crate::llm::Usage;
 use crate::sources::Source;
@@ -52,12 +53,15 @@ pub struct TurnRecord<'a> {
     pub interrupted: bool,
     /// What the turn's tools returned that the reply may cite, cited ones first.
     pub sources: &'a [Source],
+    /// The calls that wait for the user's approval: the turn paused after this message.
+    pub approvals: &'a [Pending],
 }
 
 pub struct TurnStart<'a> {
     pub owner: &'a UserId,
     pub conversation: Option<ConversationId>,
-    pub message: &'a str,
+    /// The user's message; `None` resumes a paused turn (its approvals answered) without one.
+    pub message: Option<&'a str>,
     pub context: Option<&'a Value>,
     pub history_limit: usize,
     /// `TURN_LOCK_WAIT_MS`: how long to wait for another turn on the conversation to finish.
@@ -153,11 +157,16 @@ async fn try_begin(
     let lock_timeout = wait.as_millis().max(1).to_string();
     let lease_secs = start.lease.as_secs_f64();
     let limit = start.history_limit as i64;
-    let title = title(start.message);
+    let title = title(start.message.unwrap_or_default());
+    let claim_sql = match (is_new, start.message.is_some()) {
+        (true, _) => CREATE,
+        (false, true) => CLAIM,
+        (false, false) => CLAIM_TO_RESUME,
+    };
 
     let prepared = futures::try_join!(
         conn.prepare_cached(SETTINGS),
-        conn.prepare_cached(if is_new { CREATE } else { CLAIM }),
+        conn.prepare_cached(claim_sql),
         conn.prepare_cached(WINDOW),
         conn.prepare_cached(INSERT_QUESTION),
     );
@@ -182,7 +191,16 @@ async fn try_begin(
                 false => Ok(None),
             }
         },
-        conn.query_opt(&insert, &insert_params),
+        async {
+            match start.message {
+                Some(_) => conn
+                    .query_opt(&insert, &insert_params)
+                    .await
+                    .map(|row| row.is_some()),
+                // A resume stores no question: the claim alone starts it.
+                None => Ok(true),
+            }
+        },
         conn.batch_execute("COMMIT"),
     );
 
@@ -200,7 +218,7 @@ async fn try_begin(
             Err(e) => return Err(e),
         };
         let rows = rows?;
-        let stored = inserted?.is_some();
+        let stored = inserted?;
         committed?;
         Ok(Some((claim, rows, stored)))
     })();
@@ -255,6 +273,18 @@ const CLAIM: &str = "WITH claimed AS (
      SELECT EXISTS (SELECT 1 FROM claimed), turn_lease_until IS NOT NULL
      FROM chat.conversations WHERE id = $1 AND owner = $2";
 
+/// [`CLAIM`] for a turn that resumes after its approvals were answered: no question is counted
+/// in.
+const CLAIM_TO_RESUME: &str = "WITH claimed AS (
+       UPDATE chat.conversations
+       SET updated_at = now(),
+           turn_lease = $3, turn_lease_until = now() + $4::float8 * interval '1 second'
+       WHERE id = $1 AND owner = $2
+         AND (turn_lease_until IS NULL OR turn_lease_until <= now())
+       RETURNING 1)
+     SELECT EXISTS (SELECT 1 FROM claimed), turn_lease_until IS NOT NULL
+     FROM chat.conversations WHERE id = $1 AND owner = $2";
+
 /// [`CLAIM`] for a conversation that does not exist yet.
 const CREATE: &str = "INSERT INTO chat.conversations
        (id, owner, title, message_count, turn_lease, turn_lease_until)
@@ -294,6 +324,18 @@ const FINISH: &str = "WITH freed AS (
          (conversation_id, seq, role, content, traces, usage, steps, error, cut_short, sources,
           interrupted)
        SELECT $1, message_count, 'assistant', $2, $3, $4, $5, $6, $8, $9, $10 FROM freed
+       RETURNING 1),
+     -- The calls that wait for approval, on the message just stored (checked against it at
+     -- the end of the statement).
+     waiting AS (
+       INSERT INTO chat.approvals
+         (id, conversation_id, message_seq, step, call_id, server, tool, arguments,
+          idempotency_key, expires_at)
+       SELECT a.id, $1, freed.message_count, a.step, a.call_id, a.server, a.tool, a.arguments,
+              a.idempotency_key, a.expires_at
+       FROM freed, jsonb_to_recordset($11::jsonb) AS a(id uuid, step integer, call_id text,
+            server text, tool text, arguments jsonb, idempotency_key text,
+            expires_at timestamptz)
        RETURNING 1)
      SELECT EXISTS (SELECT 1 FROM stored)
        OR EXISTS (SELECT 1 FROM chat.conversations
@@ -361,6 +403,7 @@ struct Finish {
     cut_short: bool,
     sources: Value,
     interrupted: bool,
+    approvals: Value,
 }
 
 impl Finish {
@@ -379,13 +422,15 @@ impl Finish {
             cut_short: record.cut_short,
             sources: json(serde_json::to_value(record.sources))?,
             interrupted: record.interrupted,
+            approvals: Value::Array(record.approvals.iter().map(Pending::row).collect()),
         })
     }
 
     /// One try, with one retry on a connection found dead: whether it was stored.
     async fn run(&self, pool: &Pool) -> Result<bool, StorageError> {
         let (traces, usage, sources) = (Json(&self.traces), Json(&self.usage), Json(&self.sources));
-        let params: [&(dyn ToSql + Sync); 10] = [
+        let approvals = Json(&self.approvals);
+        let params: [&(dyn ToSql + Sync); 11] = [
             self.conversation.as_uuid(),
             &self.reply,
             &traces,
@@ -396,6 +441,7 @@ impl Finish {
             &self.cut_short,
             &sources,
             &self.interrupted,
+            &approvals,
         ];
         retry_once_if_stale!(pool, |conn| try_finish(&conn, &params).await)
             .map_err(Attempt::into_error)

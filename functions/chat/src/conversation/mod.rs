@@ -13,6 +13,7 @@ use serde_json::Value;
 use tokio_postgres::types::{Json, ToSql};
 use uuid::Uuid;
 
+use crate::approval::{Approval, ApprovalId};
 use crate::auth::UserId;
 use crate::llm::Usage;
 use crate::sources::Source;
@@ -21,7 +22,10 @@ use crate::sources::Source;
 macro_rules! columns {
     () => {
         "seq, role, content, context, traces, usage, steps, error, cut_short, interrupted, sources, \
-         created_at"
+         created_at, (SELECT coalesce(jsonb_agg(to_jsonb(a) - 'conversation_id' - 'message_seq' \
+         ORDER BY a.step, a.created_at, a.call_id), '[]'::jsonb) FROM chat.approvals a \
+         WHERE a.conversation_id = chat.messages.conversation_id \
+         AND a.message_seq = chat.messages.seq) AS approvals"
     };
 }
 
@@ -183,6 +187,10 @@ pub struct Trace {
     pub output: Value,
     pub is_error: bool,
     pub duration_ms: u64,
+    /// The approval the call waited for: its output is replayed where the call was made
+    /// (with the approvals of the turn that paused), not again with the turn that resumed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovalId>,
 }
 
 /// A stored message, as `GET /api/conversations/{id}/messages` returns it.
@@ -211,6 +219,10 @@ pub struct StoredMessage {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sources: Option<Vec<Source>>,
     pub created_at: DateTime<Utc>,
+    /// The calls of an assistant message that waited for the user's approval, and their
+    /// decisions: the turn paused after this message.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<Approval>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -269,6 +281,10 @@ fn message(row: &tokio_postgres::Row) -> Result<StoredMessage, StorageError> {
         interrupted: row.get("interrupted"),
         sources,
         created_at: row.get("created_at"),
+        approvals: row
+            .try_get::<_, Json<Vec<Approval>>>("approvals")
+            .map_err(|e| StorageError::Failed(format!("stored approvals: {e}")))?
+            .0,
     })
 }
 

@@ -9,8 +9,9 @@ use std::collections::HashMap;
 use rmcp::model::Tool;
 use serde_json::{Map, Value};
 
+use crate::approval::{Policy, ToolMarks};
 use crate::llm::ToolDef;
-use parley_wire::{Citation, META_CITATION, META_CONTEXT, META_IDEMPOTENCY_KEY};
+use parley_wire::{Citation, META_APPROVAL, META_CITATION, META_CONTEXT, META_IDEMPOTENCY_KEY};
 
 /// The tools offered to the model, under the names the model uses.
 #[derive(Debug, Default)]
@@ -29,6 +30,8 @@ pub struct Catalog {
 #[derive(Debug, Clone)]
 pub(super) struct Route {
     pub(super) server: usize,
+    /// The server's configured name (`parley`, or its name in `MCP_SERVERS`).
+    pub(super) server_name: String,
     pub(super) remote_name: String,
     pub(super) schema: Value,
     /// Sending the call again does no more than once: the server says the tool is read-only
@@ -52,6 +55,8 @@ pub struct ToolTraits {
     pub context: Vec<(String, String)>,
     /// `_meta["parley/citation"]`: its rows are sources the reply may cite.
     pub citation: Option<Citation>,
+    /// What decides whether its calls wait for the user's approval (`APPROVAL`).
+    pub marks: ToolMarks,
 }
 
 /// A server's own guidance for models (its handshake's `instructions`).
@@ -91,6 +96,19 @@ impl Catalog {
     /// Which output columns of the tool the model calls `name` make a source, if any.
     pub fn citation(&self, name: &str) -> Option<&Citation> {
         self.routes.get(name)?.traits.citation.as_ref()
+    }
+
+    /// Whether a call of the tool the model calls `name` waits for the user's approval under
+    /// `policy`. A name the catalog does not know runs (and fails as unknown).
+    pub fn waits(&self, name: &str, policy: Policy) -> bool {
+        self.routes
+            .get(name)
+            .is_some_and(|r| policy.waits(r.traits.marks))
+    }
+
+    /// The configured name of the server offering the tool the model calls `name`.
+    pub fn server_of(&self, name: &str) -> Option<&str> {
+        self.routes.get(name).map(|r| r.server_name.as_str())
     }
 
     /// The traits of `offered` (tools of this catalog), in their order.
@@ -143,6 +161,12 @@ impl Catalog {
                     destructive: !read_only && hint(|a| a.destructive_hint) != Some(false),
                     context: context_pairs(meta),
                     citation: citation(&name, meta),
+                    marks: ToolMarks {
+                        read_only,
+                        destructive: hint(|a| a.destructive_hint) == Some(true),
+                        always: meta.and_then(|m| m.get(META_APPROVAL))
+                            == Some(&Value::String("always".into())),
+                    },
                 };
                 catalog.tools.push(ToolDef::new(
                     name.clone(),
@@ -153,6 +177,7 @@ impl Catalog {
                     name,
                     Route {
                         server: listing.server,
+                        server_name: listing.server_name.clone(),
                         remote_name,
                         schema,
                         // Every call carries an idempotency key, so a keyed tool replays.
@@ -363,6 +388,53 @@ mod tests {
         );
         let offered = &catalog.tools[1..2];
         assert_eq!(catalog.traits(offered)[0].name, "create");
+    }
+
+    #[test]
+    fn only_an_explicit_destructive_hint_or_approval_always_makes_calls_wait() {
+        let catalog = Catalog::build(
+            vec![
+                listing(
+                    0,
+                    vec![
+                        tool("delete", (Some(false), Some(true), None), json!({})),
+                        // MCP's default says destructive, but the server did not say so.
+                        tool("unsaid", (Some(false), None, None), json!({})),
+                        tool("add", (Some(false), Some(false), None), json!({})),
+                        tool("read", (Some(true), None, None), json!({})),
+                    ],
+                    None,
+                ),
+                listing(
+                    1,
+                    vec![
+                        tool(
+                            "mail",
+                            (Some(false), Some(false), None),
+                            json!({META_APPROVAL: "always"}),
+                        ),
+                        tool(
+                            "peek",
+                            (Some(true), None, None),
+                            json!({META_APPROVAL: "never"}),
+                        ),
+                    ],
+                    None,
+                ),
+            ],
+            false,
+        );
+        let waiting = |policy: Policy| -> Vec<&str> {
+            ["delete", "unsaid", "add", "read", "mail", "peek", "missing"]
+                .into_iter()
+                .filter(|name| catalog.waits(name, policy))
+                .collect()
+        };
+        assert_eq!(waiting(Policy::Destructive), ["delete", "mail"]);
+        assert_eq!(waiting(Policy::Writes), ["delete", "unsaid", "add", "mail"]);
+        assert!(waiting(Policy::Off).is_empty());
+        assert_eq!(catalog.server_of("mail"), Some("docs"));
+        assert_eq!(catalog.server_of("delete"), Some("parley"));
     }
 
     #[test]

@@ -43,7 +43,7 @@ use crate::auth::User;
 use crate::config::McpServer;
 use catalog::Listing;
 use http::{Assertions, CALLER_META, UrlFree};
-use parley_wire::META_IDEMPOTENCY_KEY;
+use parley_wire::{META_APPROVED, META_IDEMPOTENCY_KEY};
 
 type Client = RunningService<RoleClient, ClientConfig>;
 
@@ -80,6 +80,8 @@ pub fn key_for_call(turn: &Uuid, call_id: &str, step: u32, index: usize) -> Idem
 pub struct CallFor<'a> {
     pub user: &'a User,
     pub key: &'a IdempotencyKey,
+    /// The user's approval of the call (`_meta["parley/approved"]`), for the server's audit.
+    pub approved: Option<&'a Value>,
 }
 
 struct Server {
@@ -282,6 +284,9 @@ impl McpClients {
         let server = &self.servers[route.server];
         let mut meta = Map::new();
         meta.insert(META_IDEMPOTENCY_KEY.into(), by.key.as_str().into());
+        if let Some(approved) = by.approved {
+            meta.insert(META_APPROVED.into(), approved.clone());
+        }
         // The assertion itself stays out of the message (see `http`); the call holds its slot
         // until it ends.
         let caller = self

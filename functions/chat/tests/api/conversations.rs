@@ -396,7 +396,7 @@ async fn a_turn_that_outlives_its_lease_is_taken_over_and_its_late_answer_is_not
     let start = |conversation, message| TurnStart {
         owner: &alice,
         conversation,
-        message,
+        message: Some(message),
         context: None,
         history_limit: 20,
         lock_wait: Duration::from_secs(10),
@@ -411,6 +411,7 @@ async fn a_turn_that_outlives_its_lease_is_taken_over_and_its_late_answer_is_not
         cut_short: false,
         interrupted: false,
         sources: &[],
+        approvals: &[],
     };
     let first = conversation::begin(&pool, start(None, "start"))
         .await

@@ -63,6 +63,8 @@ pub struct McpPost {
     pub bearer: Option<String>,
     /// `params._meta`, or null.
     pub meta: Value,
+    /// `params.name`: the tool of a `tools/call`, or "".
+    pub tool: String,
 }
 
 impl McpHandle {
@@ -246,6 +248,16 @@ pub async fn spawn_chat_with_mcp_and_llm(
     mcp_settings: &[(&str, &str)],
     llm: ScriptedLlm,
 ) -> TestChat {
+    spawn_chat_with_settings(db, mcp_settings, &[], llm).await
+}
+
+/// [`spawn_chat_with_mcp_and_llm`] with chat settings (`APPROVAL`, ...) laid over its own.
+pub async fn spawn_chat_with_settings(
+    db: &TestDb,
+    mcp_settings: &[(&str, &str)],
+    chat_settings: &[(&str, &str)],
+    llm: ScriptedLlm,
+) -> TestChat {
     let mcp = spawn_mcp_from(
         Env::from_pairs([
             ("DATABASE_URL", db.readonly_url.as_str()),
@@ -262,8 +274,11 @@ pub async fn spawn_chat_with_mcp_and_llm(
         ("LLM_BASE_URL", llm.base_url()),
         ("LLM_API_KEY", "sk-test-not-a-real-key".to_owned()),
         ("MCP_TIMEOUT_MS", "5000".to_owned()),
-    ]);
-    spawn_chat_from(env, llm, Some(mcp)).await
+    ])
+    .overlay(chat_settings.iter().copied());
+    let mut chat = spawn_chat_from(env, llm, Some(mcp)).await;
+    chat.db_url = Some(db.url.clone());
+    chat
 }
 
 /// `env` with `METRICS=emf` unless it sets `METRICS`: the documents go to memory, not stdout.
@@ -304,6 +319,10 @@ async fn record(req: Request, posts: &Mutex<Vec<McpPost>>) -> Request {
         method: message["method"].as_str().unwrap_or_default().to_owned(),
         bearer,
         meta: message["params"]["_meta"].clone(),
+        tool: message["params"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
     });
     Request::from_parts(parts, Body::from(bytes))
 }
@@ -564,7 +583,7 @@ pub async fn hold_conversation(
         TurnStart {
             owner: &owner,
             conversation: ConversationId::parse(conversation),
-            message,
+            message: Some(message),
             context: None,
             history_limit: 0,
             lock_wait: std::time::Duration::from_secs(1),

@@ -1,6 +1,7 @@
 //! Integration tests of the chat function through its real HTTP surface: a real Postgres, the
 //! real mcp function over HTTP, and a scripted OpenAI-compatible LLM (the only stand-in).
 
+mod approvals;
 mod callers;
 mod clients;
 mod connections;

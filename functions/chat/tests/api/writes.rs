@@ -1,6 +1,8 @@
 //! Tools that write: a call whose answer is lost after the server committed is sent again with
 //! the same idempotency key, and the server answers it with the first attempt's rows instead of
 //! writing twice. (A write without that guarantee is never re-sent: `mcp_client`'s unit tests.)
+//! The tools here are declared `destructive = false`, so their calls run without waiting for
+//! the user's approval (approvals.rs).
 
 use std::net::SocketAddr;
 
@@ -18,6 +20,7 @@ const ADD_NOTE: &str = r#"
 name = "add_note"
 description = "Records one feedback item."
 writes = true
+destructive = false
 role = "parley_chat_test_writer"
 sql = """
 INSERT INTO feedback (lad_code, category, rating, sentiment, title, body, status, created_at)
@@ -152,6 +155,7 @@ async fn a_write_declared_idempotent_is_sent_again_when_its_answer_is_lost() {
 name = "close_feedback"
 description = "Marks one feedback item closed."
 writes = true
+destructive = false
 role = "parley_chat_test_writer"
 idempotent = true
 sql = "UPDATE feedback SET status = 'closed' WHERE id = :id RETURNING id, status"
