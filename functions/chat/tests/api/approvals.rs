@@ -526,3 +526,47 @@ async fn a_streamed_turn_that_pauses_ends_cleanly_listing_what_waits() {
     assert_eq!(resumed["reply"], "Deleted.", "{resumed}");
     assert!(!task_exists(&db, id).await);
 }
+
+#[tokio::test]
+async fn of_two_answers_decided_at_once_without_the_lease_only_one_counts() {
+    use parley_chat::approval::{self, Answer, ApprovalId, Decision};
+
+    let (chat, db, id) = chat_with_a_task(&[], |id| {
+        vec![Step::call("delete_task", format!(r#"{{"id":{id}}}"#))]
+    })
+    .await;
+    let (conversation, approval) = pause(&chat, id).await;
+    let pool = parley_core::db::pool(&parley_core::db::DbConfig::from_url(&db.url).unwrap())
+        .expect("a pool");
+    let conversation = uuid::Uuid::parse_str(&conversation).unwrap();
+    let id = ApprovalId::parse(&approval).unwrap();
+    let answer = |approved| {
+        [Answer {
+            id,
+            approved,
+            reason: None,
+        }]
+    };
+    let (yes, no) = (answer(true), answer(false));
+
+    // Two instances deciding at once, neither holding the turn lease: the conditional update
+    // lets one decide, and the other reads that decision instead of overwriting it.
+    let (a, b) = tokio::join!(
+        approval::decide(&pool, &conversation, &yes, "alice"),
+        approval::decide(&pool, &conversation, &no, "alice"),
+    );
+    let (a, b) = (a.expect("decided"), b.expect("decided"));
+    let decision = a.approvals[0].decision;
+    assert!(
+        matches!(decision, Decision::Approved | Decision::Denied),
+        "{decision:?}"
+    );
+    assert_eq!(b.approvals[0].decision, decision);
+    assert_eq!(b.approvals[0].decided_at, a.approvals[0].decided_at);
+    // A later answer changes nothing either.
+    let later = approval::decide(&pool, &conversation, &no, "alice")
+        .await
+        .unwrap();
+    assert_eq!(later.approvals[0].decision, decision);
+    assert_eq!(later.paused_message, a.paused_message);
+}
