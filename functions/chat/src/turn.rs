@@ -482,6 +482,7 @@ async fn run_measured(
         tools: &traits,
         guidance: &catalog.guidance,
         context: request.context(),
+        approval: state.approval.policy,
     });
 
     let mut usage = Usage::default();

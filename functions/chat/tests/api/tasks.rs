@@ -100,7 +100,7 @@ async fn a_task_added_through_the_chat_is_the_users_own_and_shows_in_the_traces(
         .collect();
     assert_eq!(owners, ["alice"]);
 
-    // The model was told what it may change, and that deleting needs the user's go-ahead.
+    // The model was told what it may change, and that deleting waits for the user's approval.
     let instructions = chat.llm.requests()[0]["instructions"]
         .as_str()
         .expect("instructions")
@@ -115,7 +115,13 @@ async fn a_task_added_through_the_chat_is_the_users_own_and_shows_in_the_traces(
         !instructions.contains("The tools are read-only"),
         "{instructions}"
     );
-    assert!(instructions.contains("confirmation"), "{instructions}");
+    assert!(
+        instructions.contains(
+            "waits for the user's approval, which they give outside your \
+messages once you make the call: `update_task`, `delete_task`."
+        ),
+        "{instructions}"
+    );
 }
 
 #[tokio::test]
