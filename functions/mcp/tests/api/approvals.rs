@@ -282,3 +282,25 @@ async fn an_approval_decided_by_another_user_is_refused_and_recorded_as_claimed(
     assert_eq!(audited[0]["outcome"], "refused");
     assert_eq!(audited[0]["approval"], alices);
 }
+
+#[tokio::test]
+async fn a_trail_without_the_approval_column_stops_start_up_naming_the_migration() {
+    let db = TestDb::migrated().await;
+    // A database migrated before 0013 (as far as the table can tell).
+    db.client()
+        .await
+        .batch_execute("ALTER TABLE parley.audit DROP COLUMN approval")
+        .await
+        .expect("column dropped");
+    let tools = "[[tool]]\nname = \"one\"\ndescription = \"One.\"\nsql = \"SELECT 1 AS one\"\n";
+    let options = Options {
+        tools_toml: Some(tools.into()),
+        ..Options::default()
+    };
+    let err = spawn_on(db, options).await.err().expect("start-up refused");
+    assert!(
+        err.contains("AUDIT=postgres, but parley.audit has no approval column"),
+        "{err}"
+    );
+    assert!(err.contains("0013 adds its approval column"), "{err}");
+}
