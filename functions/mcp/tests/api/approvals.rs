@@ -304,3 +304,51 @@ async fn a_trail_without_the_approval_column_stops_start_up_naming_the_migration
     );
     assert!(err.contains("0013 adds its approval column"), "{err}");
 }
+
+#[tokio::test]
+async fn rmcps_own_path_checks_and_records_an_approval_alike() {
+    let app = spawn_approvals().await;
+    // `Accept` with weights: the direct path leaves the request to rmcp's transport.
+    let via_rmcp = async |token: &str, id: i64, approved: Value| -> Value {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "delete_note", "arguments": {"id": id},
+                       "_meta": {"parley/approved": approved}}});
+        let authorization = format!("Bearer {token}");
+        let response = app
+            .post_mcp(
+                body.to_string(),
+                &[
+                    ("accept", "application/json;q=1, text/event-stream;q=1"),
+                    ("authorization", &authorization),
+                ],
+            )
+            .await;
+        response.json().await.expect("JSON body")
+    };
+    let alices = json!({"id": "appr-9", "decided_by": "alice",
+                        "decided_at": "2026-11-27T10:00:03Z"});
+    let refused = via_rmcp(&user("bob"), 1, alices.clone()).await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert_eq!(notes_left(&app).await, [1, 2, 3]);
+    let ran = via_rmcp(&user("alice"), 1, alices.clone()).await;
+    assert_eq!(ran["result"]["isError"], false, "{ran}");
+    assert_eq!(notes_left(&app).await, [2, 3]);
+    let audited = deletes_audited(&app, 2).await;
+    let summary: Vec<_> = audited
+        .iter()
+        .map(|r| {
+            (
+                r["caller"].clone(),
+                r["outcome"].clone(),
+                r["approval"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (json!("bob"), json!("refused"), alices.clone()),
+            (json!("alice"), json!("ok"), alices),
+        ]
+    );
+}
