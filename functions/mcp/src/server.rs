@@ -277,9 +277,8 @@ impl ParleyMcp {
 
     /// `tools/call`, for rmcp's handler and the direct path alike: `meta` is the request's
     /// `_meta` (the idempotency key, the user's approval), `caller` the verified caller the
-    /// auth layer found,
-    /// `request_id` the request's (already safe to put in SQL comments). Every call, refused
-    /// ones included, leaves an audit record.
+    /// auth layer found, `request_id` the request's (already safe to put in SQL comments).
+    /// Every call, refused ones included, leaves an audit record.
     ///
     /// The call runs in a task of its own: when the client goes away, hyper drops the
     /// request's future, and a call dropped there would still have run in Postgres (a
