@@ -1,6 +1,6 @@
 //! The audit trail: one record per tool call (declared tools, ad-hoc SQL, writes) saying who
-//! called which tool with what, and how it went ([`Record`], core's: `parley audit` reads the
-//! same type back). `AUDIT` picks where it goes: `postgres`
+//! called which tool with what, under which user's approval, and how it went ([`Record`],
+//! core's: `parley audit` reads the same type back). `AUDIT` picks where it goes: `postgres`
 //! (default, the append-only `parley.audit`), `log` (a JSON log line), or `off`.
 //!
 //! Writing to Postgres stays off the call's critical path: the call hands its record to a
@@ -9,7 +9,7 @@
 //! flush. A full queue or a failed INSERT puts the records in the log instead of losing them.
 
 use deadpool_postgres::Pool;
-pub use parley_core::audit::{Outcome, Record};
+pub use parley_core::audit::{Approval, MalformedApproval, Outcome, Record};
 use parley_core::config::{ConfigError, Env};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -162,14 +162,17 @@ fn log(record: &Record, message: &str) {
         duration_ms = record.duration_ms,
         outcome = record.outcome.as_str(),
         error = record.error.as_deref(),
+        approval = record.approval.as_ref().map(|a| a.to_json().to_string()),
         "{message}"
     );
 }
 
 const INSERT: &str = "INSERT INTO parley.audit \
-    (at, request_id, caller, tool, arguments, statement, rows, truncated, duration_ms, outcome, error) \
+    (at, request_id, caller, tool, arguments, statement, rows, truncated, duration_ms, outcome, error, \
+     approval) \
     SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::jsonb[], \
-                         $6::text[], $7::int4[], $8::bool[], $9::float8[], $10::text[], $11::text[])";
+                         $6::text[], $7::int4[], $8::bool[], $9::float8[], $10::text[], $11::text[], \
+                         $12::jsonb[])";
 
 /// The writer task: whatever has queued since the last INSERT goes in the next one. A batch
 /// that fails is written again one record at a time, so one bad record costs only itself.
@@ -206,6 +209,7 @@ async fn write(pool: &Pool, batch: &[Record]) -> Result<(), parley_core::db::DbE
                 Type::FLOAT8_ARRAY,
                 Type::TEXT_ARRAY,
                 Type::TEXT_ARRAY,
+                Type::JSONB_ARRAY,
             ],
         )
         .await?;
@@ -220,10 +224,14 @@ async fn write(pool: &Pool, batch: &[Record]) -> Result<(), parley_core::db::DbE
     let duration: Vec<_> = batch.iter().map(|r| r.duration_ms).collect();
     let outcome: Vec<_> = batch.iter().map(|r| r.outcome.as_str()).collect();
     let error: Vec<_> = batch.iter().map(|r| r.error.as_deref()).collect();
+    let approval: Vec<_> = batch
+        .iter()
+        .map(|r| r.approval.as_ref().map(Approval::to_json))
+        .collect();
     // One round trip. The mcp login may default to read-only transactions; the audit's are
     // the only writes it makes as itself. Not waiting for the flush is what keeps a read's
     // audit from costing it a WAL fsync; a crash can lose the last few hundred ms of records.
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 11] = [
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 12] = [
         &at,
         &request_id,
         &caller,
@@ -235,6 +243,7 @@ async fn write(pool: &Pool, batch: &[Record]) -> Result<(), parley_core::db::DbE
         &duration,
         &outcome,
         &error,
+        &approval,
     ];
     let (begun, inserted, committed) = tokio::join!(
         client.batch_execute("BEGIN READ WRITE; SET LOCAL synchronous_commit = off"),
@@ -269,7 +278,7 @@ pub fn redact(
 #[derive(Debug, thiserror::Error)]
 #[error(
     "AUDIT=postgres, but {0}; run `parley migrate` (migration 0007 creates parley.audit and \
-     grants INSERT to parley_readonly), or set AUDIT=log"
+     grants INSERT to parley_readonly, 0013 adds its approval column), or set AUDIT=log"
 )]
 pub struct AuditUnwritable(String);
 
@@ -285,16 +294,22 @@ pub async fn check(config: AuditConfig, pool: &Pool) -> Result<(), AuditUnwritab
     let row = client
         .query_one(
             "SELECT to_regclass('parley.audit') IS NOT NULL \
-                    AND has_table_privilege('parley.audit', 'INSERT')",
+                    AND has_table_privilege('parley.audit', 'INSERT'), \
+                    EXISTS (SELECT FROM pg_catalog.pg_attribute \
+                            WHERE attrelid = to_regclass('parley.audit') \
+                              AND attname = 'approval' AND NOT attisdropped)",
             &[],
         )
         .await;
     match row {
-        Ok(row) if row.get::<_, bool>(0) => Ok(()),
-        Ok(_) => Err(AuditUnwritable(
+        Ok(row) if !row.get::<_, bool>(0) => Err(AuditUnwritable(
             "the database has no parley.audit table this role may insert into".into(),
         )),
-        Err(_) => Ok(()),
+        // Every INSERT names the column, so every record would go to the log instead.
+        Ok(row) if !row.get::<_, bool>(1) => Err(AuditUnwritable(
+            "parley.audit has no approval column".into(),
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -377,6 +392,7 @@ mod tests {
             duration_ms: 0.0,
             outcome: Outcome::Refused,
             error: None,
+            approval: None,
         };
         let stored = storable(record);
         assert!(!stored.arguments.to_string().contains("\\u0000"));
@@ -405,6 +421,7 @@ mod tests {
             duration_ms: 0.0,
             outcome: Outcome::Refused,
             error: Some("e\u{0}".repeat(2000)),
+            approval: None,
         };
         let stored = storable(record);
         assert_eq!(stored.tool.chars().count(), 128);

@@ -19,7 +19,7 @@ use indexmap::IndexMap;
 use parley_core::jwt::VerifiedClaims;
 use parley_core::metrics::{Document, Metrics};
 use parley_embed::Embedder;
-use parley_wire::IdempotencyKey;
+use parley_wire::{IdempotencyKey, META_APPROVED};
 use rmcp::model::{
     CallToolRequestMethod, CallToolRequestParams, CallToolResponse, CallToolResult, ConstString,
     CustomRequest, CustomResult, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
@@ -32,7 +32,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{ErrorData, ServerHandler};
 
 use crate::adhoc::{self, SqlTools};
-use crate::audit::{self, Audit, Marker, Outcome, Record};
+use crate::audit::{self, Approval, Audit, Marker, Outcome, Record};
 use crate::auth::Caller;
 use crate::catalog::Catalog;
 use crate::config::McpConfig;
@@ -276,9 +276,9 @@ impl ParleyMcp {
     }
 
     /// `tools/call`, for rmcp's handler and the direct path alike: `meta` is the request's
-    /// `_meta` (the idempotency key), `caller` the verified caller the auth layer found,
-    /// `request_id` the request's (already safe to put in SQL comments). Every call, refused
-    /// ones included, leaves an audit record.
+    /// `_meta` (the idempotency key, the user's approval), `caller` the verified caller the
+    /// auth layer found, `request_id` the request's (already safe to put in SQL comments).
+    /// Every call, refused ones included, leaves an audit record.
     ///
     /// The call runs in a task of its own: when the client goes away, hyper drops the
     /// request's future, and a call dropped there would still have run in Postgres (a
@@ -319,6 +319,12 @@ impl ParleyMcp {
     ) -> Result<CallToolResult, ErrorData> {
         let at = chrono::Utc::now();
         let started = std::time::Instant::now();
+        // Read before anything runs: a call under an approval it may not use runs not at all.
+        let approval = approval_of(meta, caller);
+        let approved = match &approval {
+            Ok(approval) => approval.clone(),
+            Err(refusal) => refusal.claimed.clone(),
+        };
         // One record per call, built only when the audit is on. An error is (outcome, what
         // went wrong in the log's words).
         let record = |sensitive: &dyn Fn(&str) -> bool,
@@ -349,9 +355,35 @@ impl ParleyMcp {
                     duration_ms: started.elapsed().as_secs_f64() * 1000.0,
                     outcome,
                     error,
+                    approval: approved.clone(),
                 }
             });
         };
+        if let Err(refusal) = approval {
+            let known = self.catalog.get(&request.name).is_some()
+                || self
+                    .sql
+                    .as_ref()
+                    .is_some_and(|sql| sql.kind(&request.name).is_some());
+            self.measure(
+                if known { &request.name } else { UNKNOWN_TOOL },
+                Err(Outcome::Refused),
+                started,
+            );
+            tracing::info!(tool = %request.name, error = %refusal.why, "tool call refused");
+            record(
+                &|_| false,
+                None,
+                Err((Outcome::Refused, refusal.why.clone())),
+            );
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "`_meta[\"{META_APPROVED}\"]` {}; nothing was run",
+                    refusal.why
+                ),
+                None,
+            ));
+        }
         let failed = |e: &ToolError| (e.outcome(), e.log_kind());
         let marker = Marker {
             tool: &request.name,
@@ -430,6 +462,36 @@ impl ParleyMcp {
         let key = IdempotencyKey::from_meta(meta)?;
         tools::embedding::bind(&tool.params, &mut args, self.embedder.as_ref()).await?;
         Ok(tools::exec::run(&self.pool, tool, &args, user, key.as_ref(), marker).await?)
+    }
+}
+
+/// Why a call's `_meta["parley/approved"]` was refused, and the approval it claimed when the
+/// claim was well-formed (the audit keeps it: someone used an approval that was not theirs).
+struct ApprovalRefused {
+    why: String,
+    claimed: Option<Approval>,
+}
+
+/// The approval a call runs under (`None` when it carries none). The client's word is checked
+/// for shape, and a user caller must be the one who approved: an approval covers only the
+/// calls made for that user. The service token carries no user to compare with; it is trusted
+/// as it is for every call, and the audit keeps `service` beside the approval's claim.
+fn approval_of(meta: &JsonObject, caller: &Caller) -> Result<Option<Approval>, ApprovalRefused> {
+    let Some(value) = meta.get(META_APPROVED) else {
+        return Ok(None);
+    };
+    let approval = Approval::from_json(value).map_err(|e| ApprovalRefused {
+        why: e.to_string(),
+        claimed: None,
+    })?;
+    match caller {
+        Caller::User(claims) if claims.subject != approval.decided_by => Err(ApprovalRefused {
+            why: "was decided by another user than the one calling: an approval covers only \
+                  calls made for the user who gave it"
+                .into(),
+            claimed: Some(approval),
+        }),
+        _ => Ok(Some(approval)),
     }
 }
 

@@ -72,7 +72,7 @@ async fn the_table_shows_every_call_oldest_first_in_aligned_columns() {
     assert_eq!(
         header.split_whitespace().collect::<Vec<_>>(),
         [
-            "at", "(UTC)", "request", "caller", "tool", "outcome", "rows", "ms", "what"
+            "at", "(UTC)", "request", "caller", "tool", "outcome", "rows", "ms", "approved", "what"
         ],
         "{out}"
     );
@@ -205,6 +205,7 @@ async fn json_prints_one_object_per_call_with_every_column() {
     assert_eq!(
         keys,
         [
+            "approval",
             "arguments",
             "at",
             "caller",
@@ -227,9 +228,69 @@ async fn json_prints_one_object_per_call_with_every_column() {
     assert_eq!(calls[1]["error"], "no such district");
     assert_eq!(calls[1]["rows"], Value::Null);
     assert_eq!(calls[2]["truncated"], true);
+    assert_eq!(calls[2]["approval"], Value::Null);
 
     let one = stdout_of(&parley(&["--json", "--tool", "nope"], &db.url));
     assert_eq!(one, "", "no lines when nothing matches");
+}
+
+#[tokio::test]
+async fn a_call_made_under_an_approval_shows_who_approved_it_and_when() {
+    let db = db_with_calls().await;
+    // As the mcp function writes it (migration 0013): the approval the chat sent with the call.
+    db.client()
+        .await
+        .batch_execute(
+            r#"INSERT INTO parley.audit
+                (at, request_id, caller, tool, arguments, rows, truncated, duration_ms, outcome,
+                 approval)
+            VALUES (now(), 'req-del', 'alice', 'delete_task', '{"id": 4}', 1, false, 2.0, 'ok',
+                    '{"id": "appr-7", "decided_by": "alice",
+                      "decided_at": "2026-11-27T09:59:58.5Z"}')"#,
+        )
+        .await
+        .expect("an approved call");
+    let table = stdout_of(&parley(&["--since", "2m"], &db.url));
+    assert_eq!(
+        row(&table, "req-del")[3..],
+        [
+            "alice",
+            "delete_task",
+            "ok",
+            "1",
+            "2.0",
+            "alice",
+            "2026-11-27",
+            "09:59:58",
+            r#"{"id":4}"#
+        ],
+        "{table}"
+    );
+    let header = table.lines().next().unwrap();
+    let approved_at = header.find("approved").unwrap();
+    let line = table.lines().find(|l| l.contains("req-del")).unwrap();
+    assert_eq!(line[approved_at..].find("alice"), Some(0), "{table}");
+    // Calls without one leave the column blank.
+    assert_eq!(
+        row(&table, "req-bob")[3..],
+        [
+            "bob",
+            "search_feedback",
+            "ok",
+            "100+",
+            "12.0",
+            r#"{"q":"potholes"}"#
+        ],
+        "{table}"
+    );
+
+    let json = stdout_of(&parley(&["--json", "--tool", "delete_task"], &db.url));
+    let call: Value = serde_json::from_str(json.trim_end()).expect("one JSON line");
+    assert_eq!(
+        call["approval"],
+        serde_json::json!({"id": "appr-7", "decided_by": "alice",
+                           "decided_at": "2026-11-27T09:59:58.500Z"})
+    );
 }
 
 #[tokio::test]

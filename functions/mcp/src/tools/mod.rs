@@ -15,14 +15,14 @@ pub mod sql;
 
 use std::sync::Arc;
 
-use parley_wire::{META_CITATION, META_CONTEXT, META_IDEMPOTENCY_KEY};
+use parley_wire::{META_APPROVAL, META_CITATION, META_CONTEXT, META_IDEMPOTENCY_KEY};
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde_json::json;
 
 pub use embedding::EmbeddingError;
 pub use exec::ExecError;
 pub use params::{ArgumentError, CallerError};
-pub use spec::{DeclarationError, ToolSpec};
+pub use spec::{Approval, DeclarationError, ToolSpec};
 
 use crate::output::output_schema;
 
@@ -54,6 +54,10 @@ pub fn describe(spec: &ToolSpec) -> Tool {
     }
     if let Some(citation) = &spec.citation {
         meta.insert(META_CITATION.into(), json!(citation));
+    }
+    // Absent unless "always": without it a client decides from `destructiveHint` above.
+    if spec.approval == Approval::Always {
+        meta.insert(META_APPROVAL.into(), json!("always"));
     }
     if !meta.is_empty() {
         tool.meta = Some(meta.into());

@@ -43,6 +43,8 @@ pub struct ToolSpec {
     /// Calling again with the same arguments has no further effect (`idempotentHint`). Always
     /// true for a read-only tool; a write's is `false` unless declared otherwise.
     pub idempotent: bool,
+    /// Whether every call waits for the user's approval (tool `_meta` `parley/approval`).
+    pub approval: Approval,
     /// Plan each call for its values. True when a parameter can be NULL (optional, no
     /// default): such SQL is written `(:x IS NULL OR col = :x)`, and a cached generic plan
     /// cannot use the index a given filter allows. Other tools keep Postgres' plan cache.
@@ -67,6 +69,19 @@ pub struct ToolSpec {
     /// `parley.idempotency` under a key, in the same statement. Its placeholders are
     /// [`ToolSpec::placeholder_types`] followed by the tool's name and the key (both text).
     pub keyed_sql: Option<String>,
+}
+
+/// When a client that asks users before acting (Parley's chat) makes a call of the tool wait
+/// for the user's approval (`approval` in the tools file; issue 22).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Approval {
+    /// `"never"` or absent: the client decides from the annotations, so a `destructive` tool
+    /// still waits. The tools file cannot waive that; only the client's deployment can.
+    #[default]
+    Annotations,
+    /// `"always"`: every call waits, whatever the annotations say (a tool that sends an
+    /// e-mail or spends money changes nothing in the database, yet cannot be taken back).
+    Always,
 }
 
 /// What is wrong with one `[[tool]]`, naming the tool.
@@ -95,6 +110,8 @@ pub struct RawTool {
     writes: bool,
     destructive: Option<bool>,
     idempotent: Option<bool>,
+    /// Any TOML value, so a wrong one is refused by name and value, not as a TOML type error.
+    approval: Option<toml::Value>,
     role: Option<String>,
     timeout_hint: Option<String>,
     #[serde(default)]
@@ -262,6 +279,7 @@ fn tool(raw: RawTool, limits: Limits) -> Result<ToolSpec, String> {
         }
     };
     let (destructive, idempotent) = effects(raw.writes, raw.destructive, raw.idempotent)?;
+    let approval = approval(raw.approval.as_ref())?;
     let custom_plans = params.iter().any(|p| !p.required && p.default.is_none());
     let role = match raw.role {
         Some(role) if !is_role_name(&role) => {
@@ -356,7 +374,21 @@ fn tool(raw: RawTool, limits: Limits) -> Result<ToolSpec, String> {
         writes: raw.writes,
         destructive,
         idempotent,
+        approval,
     })
+}
+
+/// `approval = "always" | "never"`; absent is `"never"`.
+fn approval(value: Option<&toml::Value>) -> Result<Approval, String> {
+    match value {
+        None => Ok(Approval::Annotations),
+        Some(toml::Value::String(s)) if s == "always" => Ok(Approval::Always),
+        Some(toml::Value::String(s)) if s == "never" => Ok(Approval::Annotations),
+        Some(other) => Err(format!(
+            "approval = {other} is not \"always\" (every call waits for the user's approval) or \
+             \"never\" (the default: the client decides from the annotations)"
+        )),
+    }
 }
 
 /// Checks that each `from = "embedding.<argument>"` names a string argument, and makes the
@@ -862,6 +894,33 @@ mod tests {
         );
         let err = effects_of("destructive = \"yes\"").unwrap_err();
         assert!(err.contains("destructive"), "{err}");
+    }
+
+    #[test]
+    fn approval_is_always_or_never_and_anything_else_is_refused_naming_the_value() {
+        let approval_of = |keys: &str| {
+            parse_one(&format!(
+                "[[tool]]\nname = \"t\"\ndescription = \"d\"\nsql = \"SELECT 1\"\n{keys}\n"
+            ))
+            .map(|t| t.approval)
+        };
+        assert_eq!(approval_of(""), Ok(Approval::Annotations));
+        assert_eq!(
+            approval_of("approval = \"never\""),
+            Ok(Approval::Annotations)
+        );
+        assert_eq!(approval_of("approval = \"always\""), Ok(Approval::Always));
+        for (bad, shown) in [
+            ("\"sometimes\"", "\"sometimes\""),
+            ("\"Always\"", "\"Always\""),
+            ("true", "true"),
+        ] {
+            let err = approval_of(&format!("approval = {bad}")).unwrap_err();
+            assert!(
+                err.starts_with(&format!("tool `t`: approval = {shown} is not \"always\"")),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

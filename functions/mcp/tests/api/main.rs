@@ -1,6 +1,7 @@
 //! Integration tests of the MCP function through its real HTTP surface, against a real
 //! Postgres (see `parley-testkit`). One binary, so the crate links once.
 
+mod approvals;
 mod audit;
 mod auth;
 mod callers;

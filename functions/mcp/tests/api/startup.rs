@@ -75,3 +75,25 @@ fn a_failure_at_run_time_exits_1_and_is_printed_once() {
         "{stderr}"
     );
 }
+
+#[test]
+fn an_approval_that_is_not_always_or_never_stops_start_up_naming_file_tool_and_value() {
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(
+        file.path(),
+        "[[tool]]\nname = \"send_invoice\"\ndescription = \"Sends an invoice.\"\n\
+         sql = \"SELECT 1 AS sent\"\napproval = \"sometimes\"\n",
+    )
+    .expect("write tools file");
+    let path = file.path().display().to_string();
+    let out = mcp(&[("TOOLS_FILE", &path)]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "printed once: {stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "tools file {path}: tool `send_invoice`: approval = \"sometimes\" is not \"always\""
+        )),
+        "{stderr}"
+    );
+}

@@ -1,4 +1,4 @@
-//! `parley audit`: prints the audit trail of tool calls (`parley.audit`, migration 0007) from
+//! `parley audit`: prints the audit trail of tool calls (`parley.audit`, migrations 0007, 0013) from
 //! the database in `DATABASE_URL`, filtered by time, caller, tool and outcome: the most recent
 //! matches, oldest first, as a table or as JSON lines. It only reads; the trail is append-only.
 
@@ -7,7 +7,7 @@ mod since;
 
 use clap::builder::TypedValueParser;
 
-use parley_core::audit::{Outcome, Record};
+use parley_core::audit::{Approval, Outcome, Record};
 use parley_core::db::pg_message;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
@@ -22,9 +22,10 @@ use parley_core::config::Env;
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Columns: at (UTC), request id, caller, tool, outcome, rows returned (blank when the call counted
-none, `+` when the caps cut the answer short), duration in ms, and what was asked: the statement
-for run_sql and explain_sql, else the arguments (sensitive ones stored as their sha256), cut to
-80 characters. --json prints every column, the error message too, one object per line.
+none, `+` when the caps cut the answer short), duration in ms, who approved the call and when
+(UTC; blank when it ran under no approval), and what was asked: the statement for run_sql and
+explain_sql, else the arguments (sensitive ones stored as their sha256), cut to 80 characters.
+--json prints every column, the error message and the approval's id too, one object per line.
 
 Reading the trail needs a role that may SELECT parley.audit: the one that ran `parley migrate`
 does; the functions' roles do not.")]
@@ -85,12 +86,15 @@ pub enum AuditError {
         outcome: String,
         expected: String,
     },
+    /// Written by something other than the mcp function, which checks an approval's shape.
+    #[error("audit record {id} has an approval this parley cannot read: {why}")]
+    BadApproval { id: i64, why: String },
     #[error("writing the audit records failed: {0}")]
     Output(#[source] std::io::Error),
 }
 
 const COLUMNS: &str = "id, at, request_id, caller, tool, arguments, statement, rows, truncated, \
-    duration_ms, outcome, error";
+    duration_ms, outcome, error, approval";
 
 /// A WHERE clause's conditions and the parameters they number.
 #[derive(Default)]
@@ -173,6 +177,14 @@ fn stored(row: &Row) -> Result<Stored, AuditError> {
             outcome,
             expected,
         })?;
+    let approval = row
+        .get::<_, Option<serde_json::Value>>("approval")
+        .map(|value| Approval::from_json(&value))
+        .transpose()
+        .map_err(|e| AuditError::BadApproval {
+            id,
+            why: e.to_string(),
+        })?;
     Ok(Stored {
         id,
         record: Record {
@@ -187,6 +199,7 @@ fn stored(row: &Row) -> Result<Stored, AuditError> {
             duration_ms: row.get("duration_ms"),
             outcome,
             error: row.get("error"),
+            approval,
         },
     })
 }

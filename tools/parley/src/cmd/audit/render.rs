@@ -3,7 +3,7 @@
 //! turns control characters into spaces: a record must not be able to drive the terminal.
 
 use chrono::SecondsFormat;
-use parley_core::audit::Record;
+use parley_core::audit::{Approval, Record};
 use serde_json::{Value, json};
 
 /// One row of `parley.audit`: the record the mcp function wrote, under the id the table gave
@@ -17,11 +17,11 @@ pub struct Stored {
 /// The "what" column's width: a statement or arguments longer than this end in an ellipsis.
 pub const WHAT_CHARS: usize = 80;
 
-const HEADER: [&str; 8] = [
-    "at (UTC)", "request", "caller", "tool", "outcome", "rows", "ms", "what",
+const HEADER: [&str; 9] = [
+    "at (UTC)", "request", "caller", "tool", "outcome", "rows", "ms", "approved", "what",
 ];
 /// The numeric columns (rows, ms) align right, the rest left.
-const RIGHT_ALIGNED: [bool; 8] = [false, false, false, false, false, true, true, false];
+const RIGHT_ALIGNED: [bool; 9] = [false, false, false, false, false, true, true, false, false];
 
 impl Stored {
     /// Every column under its own name, the time as RFC 3339 in UTC to the microsecond.
@@ -40,10 +40,11 @@ impl Stored {
             "duration_ms": r.duration_ms,
             "outcome": r.outcome.as_str(),
             "error": r.error,
+            "approval": r.approval.as_ref().map(Approval::to_json),
         })
     }
 
-    fn cells(&self) -> [String; 8] {
+    fn cells(&self) -> [String; 9] {
         let r = &self.record;
         let rows = match r.rows {
             // `+`: the caps cut the answer short, so more rows matched than were returned.
@@ -65,6 +66,14 @@ impl Stored {
             r.outcome.to_string(),
             rows,
             format!("{:.1}", r.duration_ms),
+            // Who approved, and when: the approval's id is in --json.
+            r.approval.as_ref().map_or_else(String::new, |a| {
+                format!(
+                    "{} {}",
+                    one_line(&a.decided_by),
+                    a.decided_at.format("%Y-%m-%d %H:%M:%S")
+                )
+            }),
             cut(&one_line(&what), WHAT_CHARS),
         ]
     }
@@ -73,10 +82,10 @@ impl Stored {
 /// The records as an aligned table under a header, one line each, columns two spaces apart.
 pub fn table(records: &[Stored]) -> String {
     let header = HEADER.map(str::to_owned);
-    let lines: Vec<[String; 8]> = std::iter::once(header)
+    let lines: Vec<[String; 9]> = std::iter::once(header)
         .chain(records.iter().map(Stored::cells))
         .collect();
-    let mut widths = [0; 8];
+    let mut widths = [0; 9];
     for line in &lines {
         for (width, cell) in widths.iter_mut().zip(line) {
             *width = (*width).max(cell.chars().count());
@@ -162,7 +171,14 @@ mod tests {
             duration_ms: 1.26,
             outcome: Outcome::Ok,
             error: None,
+            approval: None,
         }
+    }
+
+    fn approval() -> Approval {
+        Approval::from_json(&json!({"id": "appr-7", "decided_by": "alice",
+                                    "decided_at": "2026-11-24T09:59:58.5Z"}))
+        .unwrap()
     }
 
     fn stored(id: i64, record: Record) -> Stored {
@@ -187,13 +203,27 @@ mod tests {
             outcome: Outcome::Refused,
             ..record()
         };
+        let approved = Record {
+            request_id: "req-3".into(),
+            tool: "delete_task".into(),
+            arguments: json!({"id": 4}),
+            rows: Some(1),
+            approval: Some(approval()),
+            ..record()
+        };
         assert_eq!(
-            table(&[stored(7, record()), stored(8, sql), stored(9, refused)]),
+            table(&[
+                stored(7, record()),
+                stored(8, sql),
+                stored(9, refused),
+                stored(10, approved)
+            ]),
             "\
-at (UTC)                 request  caller   tool             outcome  rows    ms  what
-2026-11-24 10:00:01.234  req-1    alice    search_feedback  ok          3   1.3  {\"q\":\"bins\"}
-2026-11-24 10:00:01.234  req-22   service  run_sql          ok       100+  12.0  select 1
-2026-11-24 10:00:01.234  req-1    alice    search_feedback  refused         1.3  {\"q\":\"bins\"}
+at (UTC)                 request  caller   tool             outcome  rows    ms  approved                   what
+2026-11-24 10:00:01.234  req-1    alice    search_feedback  ok          3   1.3                             {\"q\":\"bins\"}
+2026-11-24 10:00:01.234  req-22   service  run_sql          ok       100+  12.0                             select 1
+2026-11-24 10:00:01.234  req-1    alice    search_feedback  refused         1.3                             {\"q\":\"bins\"}
+2026-11-24 10:00:01.234  req-3    alice    delete_task      ok          1   1.3  alice 2026-11-24 09:59:58  {\"id\":4}
 "
         );
     }
@@ -204,7 +234,7 @@ at (UTC)                 request  caller   tool             outcome  rows    ms 
             statement: Some(format!("select {}", "x, ".repeat(40))),
             ..record()
         };
-        let what = &stored(7, long).cells()[7];
+        let what = &stored(7, long).cells()[8];
         assert_eq!(what.chars().count(), WHAT_CHARS);
         assert!(what.starts_with("select x, x,"), "{what}");
         assert!(what.ends_with('…'), "{what}");
@@ -226,6 +256,7 @@ at (UTC)                 request  caller   tool             outcome  rows    ms 
             Record {
                 statement: Some("select 1".into()),
                 error: Some("boom".into()),
+                approval: Some(approval()),
                 ..record()
             },
         )
@@ -237,6 +268,8 @@ at (UTC)                 request  caller   tool             outcome  rows    ms 
                 "caller": "alice", "tool": "search_feedback", "arguments": {"q": "bins"},
                 "statement": "select 1", "rows": 3, "truncated": false, "duration_ms": 1.26,
                 "outcome": "ok", "error": "boom",
+                "approval": {"id": "appr-7", "decided_by": "alice",
+                             "decided_at": "2026-11-24T09:59:58.500Z"},
             })
         );
     }
