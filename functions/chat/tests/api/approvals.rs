@@ -570,3 +570,71 @@ async fn of_two_answers_decided_at_once_without_the_lease_only_one_counts() {
     assert_eq!(later.approvals[0].decision, decision);
     assert_eq!(later.paused_message, a.paused_message);
 }
+
+/// A read whose effect cannot be taken back (as if it e-mailed the count): nothing in its
+/// annotations says so, only `approval = "always"`.
+const SEND_DIGEST: &str = r#"
+[[tool]]
+name = "send_digest"
+description = "E-mails the user how many feedback items are open."
+approval = "always"
+sql = "SELECT count(*) AS open FROM feedback WHERE status = 'open'"
+"#;
+
+#[tokio::test]
+async fn a_tool_marked_approval_always_waits_and_its_audit_record_carries_the_approval() {
+    let db = TestDb::with_demo_data(FEEDBACK_ROWS).await;
+    let tools_file =
+        std::env::temp_dir().join(format!("parley-approvals-{}.toml", uuid::Uuid::new_v4()));
+    std::fs::write(&tools_file, SEND_DIGEST).expect("write tools file");
+    let llm = ScriptedLlm::start(vec![Step::call("send_digest", "{}"), Step::text("Sent.")]).await;
+    let chat = spawn_chat_with_settings(
+        &db,
+        &[("TOOLS_FILE", tools_file.display().to_string().as_str())],
+        &[],
+        llm,
+    )
+    .await;
+    let _ = std::fs::remove_file(&tools_file);
+
+    let paused = chat
+        .turn("alice", json!({"message": "Send me the digest"}))
+        .await;
+    assert_eq!(paused["status"], "awaiting_approval", "{paused}");
+    assert_eq!(paused["pending_approvals"][0]["tool"], "send_digest");
+    assert!(
+        chat.mcp()
+            .posts("tools/call")
+            .iter()
+            .all(|p| p.tool != "send_digest"),
+        "not sent before the approval"
+    );
+    let approval = paused["pending_approvals"][0]["id"].as_str().unwrap();
+    let resumed = chat
+        .turn(
+            "alice",
+            answer(paused["conversation_id"].as_str().unwrap(), approval, true),
+        )
+        .await;
+    assert_eq!(resumed["reply"], "Sent.", "{resumed}");
+
+    let client = db.client().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (caller, recorded): (String, Value) = loop {
+        let row = client
+            .query_opt(
+                "SELECT caller, approval FROM parley.audit WHERE tool = 'send_digest'",
+                &[],
+            )
+            .await
+            .unwrap();
+        if let Some(row) = row {
+            break (row.get(0), row.get(1));
+        }
+        assert!(Instant::now() < deadline, "send_digest was not audited");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(caller, "alice");
+    assert_eq!(recorded["id"], approval, "{recorded}");
+    assert_eq!(recorded["decided_by"], "alice", "{recorded}");
+}
