@@ -12,6 +12,11 @@
 //! client goes away, the turn stops calling the model and tools and stores what it has, marked
 //! interrupted.
 //!
+//! A call of a tool whose calls wait for the user's approval ([`crate::approval`]) is not run:
+//! the step's other calls are, and the turn stores its message with the waiting calls and ends
+//! (`awaiting_approval`). A request answering them takes the conversation's lease again,
+//! decides each once, runs the approved ones under their stored keys, and the loop goes on.
+//!
 //! Every turn leaves one metrics document ([`Meter`]): its duration, the time spent waiting
 //! for the model and for tools, its steps and tokens, and its outcome as a stable code.
 
