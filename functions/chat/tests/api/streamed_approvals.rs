@@ -1,13 +1,15 @@
 //! Tool approval in the streamed interface, as the AI SDK's `useChat` speaks it: a paused
 //! stream asks with `tool-approval-request`, the next request carries the UI messages with
 //! the answered parts (`approval-responded`), and the resumed stream settles those calls
-//! (`tool-output-available` / `tool-output-denied`) before the model's continuation.
+//! (`tool-output-available` / `tool-output-denied`) before the model's continuation. Checked
+//! on the bytes here, and with the AI SDK's own `Chat` (tests/interop/ui_approval.mjs).
 
 use parley_testkit::llm::Step;
 use serde_json::{Value, json};
 
 use crate::approvals::{chat_with_a_task, delete_calls, task_exists};
-use crate::helpers::{TestChat, sse_data};
+use crate::clients;
+use crate::helpers::{TestChat, sse_data, token};
 
 async fn stream(chat: &TestChat, body: Value) -> Vec<Value> {
     let response = chat.post_streamed("alice", "/api/chat", body).await;
@@ -241,4 +243,92 @@ async fn use_chats_answer_naming_an_unknown_approval_is_refused_as_the_json_one_
     assert_eq!(response.status(), 404, "another user's conversation");
     assert!(task_exists(&db, id).await);
     assert!(delete_calls(&chat).is_empty());
+}
+
+/// The AI SDK's own `Chat` (tests/interop/ui_approval.mjs under Node 22): `sendMessage` reads
+/// the paused turn to `approval-requested`, `addToolApprovalResponse` answers it, and
+/// `lastAssistantMessageIsCompleteWithApprovalResponses` sends the answer and reads the
+/// resumed turn into the same message.
+async fn ai_sdk_chat(decision: &str) -> (Value, bool, usize) {
+    let (chat, db, id) = chat_with_a_task(&[], |id| {
+        vec![
+            Step::call("delete_task", format!(r#"{{"id":{id}}}"#)),
+            Step::text("Done as you said."),
+        ]
+    })
+    .await;
+    let out = clients::node(
+        "ui_approval.mjs",
+        &[
+            &format!("{}/api/chat", chat.base),
+            &token("alice"),
+            "Delete my passport task",
+            decision,
+        ],
+    )
+    .await;
+    let requested = &out["paused"]["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["type"] == "dynamic-tool")
+        .cloned()
+        .expect("the tool part");
+    assert_eq!(requested["state"], "approval-requested", "{out}");
+    assert_eq!(requested["toolName"], "delete_task");
+    assert_eq!(requested["input"], json!({"id": id}));
+    let sent = &out["requests"][1]["messages"];
+    let answered = sent.as_array().unwrap().last().unwrap();
+    assert_eq!(answered["role"], "assistant", "{sent}");
+    assert!(
+        answered["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["state"] == "approval-responded"),
+        "{answered}"
+    );
+    let messages = out["messages"].as_array().unwrap();
+    assert_eq!(
+        messages.len(),
+        2,
+        "the answer went on in the paused message: {out}"
+    );
+    let last = &messages[1];
+    assert_eq!(last["metadata"]["status"], "answered", "{last}");
+    let texts: Vec<&str> = last["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["type"] == "text")
+        .filter_map(|p| p["text"].as_str())
+        .collect();
+    assert_eq!(texts, ["Done as you said."], "{last}");
+    let tool = last["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["type"] == "dynamic-tool")
+        .cloned()
+        .unwrap();
+    (tool, task_exists(&db, id).await, delete_calls(&chat).len())
+}
+
+#[tokio::test]
+async fn the_ai_sdks_chat_approves_a_call_and_reads_the_resumed_turn() {
+    let (tool, exists, calls) = ai_sdk_chat("approve").await;
+    assert_eq!(tool["state"], "output-available", "{tool}");
+    assert_eq!(tool["approval"]["approved"], true);
+    assert_eq!(tool["output"]["rows"][0]["title"], "Renew my passport");
+    assert!(!exists, "the task was deleted");
+    assert_eq!(calls, 1, "once");
+}
+
+#[tokio::test]
+async fn the_ai_sdks_chat_denies_a_call_and_reads_the_resumed_turn() {
+    let (tool, exists, calls) = ai_sdk_chat("deny").await;
+    assert_eq!(tool["state"], "output-denied", "{tool}");
+    assert_eq!(tool["approval"]["approved"], false);
+    assert!(exists, "the task is still there");
+    assert_eq!(calls, 0);
 }
