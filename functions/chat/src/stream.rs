@@ -466,6 +466,53 @@ mod tests {
     }
 
     #[test]
+    fn a_resumed_turn_starts_in_the_paused_message_and_settles_its_calls_first() {
+        let conversation_id = ConversationId::parse("6f1c5d2e-8c7b-4f2a-9d1e-3b5a7c9e1f20")
+            .expect("a conversation id");
+        let started = || TurnEvent::Started {
+            conversation_id,
+            decided: vec![
+                turn::Decided {
+                    call_id: "c1".into(),
+                    output: Some(json!({"rows": []})),
+                    is_error: false,
+                },
+                turn::Decided {
+                    call_id: "c2".into(),
+                    output: None,
+                    is_error: true,
+                },
+            ],
+        };
+        let encoded = |message_id: MessageId| {
+            let mut encoder = Encoder {
+                message_id,
+                ..Encoder::default()
+            };
+            let mut out = String::new();
+            encoder.encode(Update::Event(started()), &mut out);
+            parts(&out)
+        };
+
+        let continued = encoded(MessageId::Continue("msg_paused".into()));
+        assert_eq!(continued[0]["messageId"], "msg_paused");
+        assert_eq!(
+            continued[1],
+            json!({"type": "tool-output-available", "toolCallId": "c1",
+                   "output": {"rows": []}, "dynamic": true})
+        );
+        assert_eq!(
+            continued[2],
+            json!({"type": "tool-output-denied", "toolCallId": "c2"})
+        );
+        let current = encoded(MessageId::Current);
+        assert!(current[0].get("messageId").is_none(), "{current:?}");
+        assert_eq!(current.len(), 3);
+        let new = encoded(MessageId::New);
+        assert!(new[0]["messageId"].as_str().unwrap().starts_with("msg_"));
+    }
+
+    #[test]
     fn the_accept_header_chooses_the_stream() {
         let mut headers = axum::http::HeaderMap::new();
         assert!(!wanted(&headers));
