@@ -57,6 +57,7 @@ pub struct TurnRequest {
     tools: Option<Vec<String>>,
     prior: Vec<Item>,
     approvals: Option<Vec<Answer>>,
+    ui_message: Option<String>,
 }
 
 impl TurnRequest {
@@ -70,6 +71,12 @@ impl TurnRequest {
     /// such a request names its conversation and carries no message.
     pub fn approvals(&self) -> Option<&[Answer]> {
         self.approvals.as_deref()
+    }
+
+    /// The id of the AI SDK UI message a resumed turn continues (the assistant message whose
+    /// approvals a `useChat` request answers), so its stream goes on in that message.
+    pub fn ui_message(&self) -> Option<&str> {
+        self.ui_message.as_deref()
     }
 
     /// The page's context object, at most `MAX_CONTEXT_BYTES`.
@@ -115,6 +122,95 @@ pub struct ChatBody {
     pub conversation_id: Option<String>,
     #[serde(default)]
     pub tools: Option<Vec<String>>,
+    /// The AI SDK's `useChat` body instead of `message` or `approvals`: its UI messages, of
+    /// which only the last is read (see [`from_ui_messages`]).
+    #[serde(default)]
+    pub messages: Option<Vec<Value>>,
+    /// The rest of `useChat`'s body: its own chat id, why it sent, and the message it means
+    /// to regenerate. Accepted and ignored: the conversation is stored here.
+    #[serde(default)]
+    pub id: Option<Value>,
+    #[serde(default)]
+    pub trigger: Option<Value>,
+    #[serde(default, rename = "messageId")]
+    pub message_id: Option<Value>,
+}
+
+/// What a `useChat` request says, read from the last of its UI messages: a user message is
+/// the question; an assistant message with tool parts in state `approval-responded` (as
+/// `addToolApprovalResponse` leaves them) answers those approvals. The conversation is the one
+/// our stream named in that assistant message's metadata (`conversationId`), or the latest
+/// assistant message's before a user message.
+struct UiTurn {
+    message: Option<String>,
+    approvals: Option<Vec<WireAnswer>>,
+    conversation: Option<String>,
+    ui_message: Option<String>,
+}
+
+fn from_ui_messages(messages: &[Value]) -> Result<UiTurn, RequestError> {
+    let Some(last) = messages.last() else {
+        return Err(invalid("invalid_request", "`messages` must not be empty"));
+    };
+    let conversation_of = |m: &Value| m["metadata"]["conversationId"].as_str().map(str::to_owned);
+    let parts = last["parts"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    match last["role"].as_str() {
+        Some("user") => {
+            let text = parts
+                .iter()
+                .filter(|p| p["type"] == "text")
+                .filter_map(|p| p["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n");
+            let conversation = messages
+                .iter()
+                .rev()
+                .find(|m| m["role"] == "assistant")
+                .and_then(conversation_of);
+            Ok(UiTurn {
+                message: Some(text),
+                approvals: None,
+                conversation,
+                ui_message: None,
+            })
+        }
+        Some("assistant") => {
+            let answers: Vec<WireAnswer> = parts
+                .iter()
+                .filter(|p| p["state"] == "approval-responded")
+                .map(|p| {
+                    let approval = &p["approval"];
+                    Ok(WireAnswer {
+                        id: approval["id"].as_str().unwrap_or_default().to_owned(),
+                        approved: approval["approved"].as_bool().ok_or_else(|| {
+                            invalid(
+                                "invalid_approvals",
+                                "a part in state `approval-responded` must say `approved`",
+                            )
+                        })?,
+                        reason: approval["reason"].as_str().map(str::to_owned),
+                    })
+                })
+                .collect::<Result<_, RequestError>>()?;
+            if answers.is_empty() {
+                return Err(invalid(
+                    "invalid_approvals",
+                    "the last of `messages` is the assistant's and answers no approval \
+                     (no tool part in state `approval-responded`)",
+                ));
+            }
+            Ok(UiTurn {
+                message: None,
+                approvals: Some(answers),
+                conversation: conversation_of(last),
+                ui_message: last["id"].as_str().map(str::to_owned),
+            })
+        }
+        _ => Err(invalid(
+            "invalid_request",
+            "the last of `messages` must be the user's or the assistant's",
+        )),
+    }
 }
 
 /// One answer of `approvals`.
@@ -186,7 +282,22 @@ fn checked_answers(raw: Vec<WireAnswer>, limits: &Limits) -> Result<Vec<Answer>,
 impl TryFrom<Wire<'_, ChatBody>> for TurnRequest {
     type Error = RequestError;
 
-    fn try_from(Wire { body, limits }: Wire<'_, ChatBody>) -> Result<Self, RequestError> {
+    fn try_from(Wire { mut body, limits }: Wire<'_, ChatBody>) -> Result<Self, RequestError> {
+        let mut ui_message = None;
+        if let Some(messages) = body.messages.take() {
+            if body.message.is_some() || body.approvals.is_some() {
+                return Err(invalid(
+                    "invalid_request",
+                    "send `messages` (as the AI SDK's `useChat` does), or a `message` or \
+                     `approvals`, not both",
+                ));
+            }
+            let ui = from_ui_messages(&messages)?;
+            body.message = ui.message;
+            body.approvals = ui.approvals;
+            body.conversation_id = body.conversation_id.or(ui.conversation);
+            ui_message = ui.ui_message;
+        }
         if body.context.as_ref().is_some_and(nul::has_nul) {
             return Err(invalid(
                 "invalid_characters",
@@ -266,6 +377,7 @@ impl TryFrom<Wire<'_, ChatBody>> for TurnRequest {
             tools: body.tools,
             prior: Vec::new(),
             approvals,
+            ui_message,
         })
     }
 }
@@ -404,6 +516,7 @@ impl TryFrom<Wire<'_, CompletionBody>> for Completion {
                 tools: None,
                 prior,
                 approvals: None,
+                ui_message: None,
             },
             stream: body.stream,
             include_usage: body.stream_options.is_some_and(|o| o.include_usage),
@@ -669,6 +782,62 @@ mod tests {
             )),
             (422, "invalid_request"),
             "`approved` is required"
+        );
+    }
+
+    #[test]
+    fn use_chats_messages_become_a_question_or_the_answers_of_approval_responded_parts() {
+        let id = "0b9f8c1e-2d3a-4b5c-8d7e-6f5a4b3c2d1e";
+        let conversation = "6f1c5d2e-8c7b-4f2a-9d1e-3b5a7c9e1f20";
+        let paused = json!({"id": "msg_1", "role": "assistant",
+            "metadata": {"conversationId": conversation},
+            "parts": [{"type": "step-start"},
+                      {"type": "dynamic-tool", "toolCallId": "c1", "state": "approval-responded",
+                       "approval": {"id": id, "approved": false, "reason": "no"}},
+                      {"type": "dynamic-tool", "toolCallId": "c0", "state": "output-available"}]});
+        let question =
+            json!({"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]});
+        let body = |messages: Value| {
+            json!({"id": "chat", "trigger": "submit-message", "messages": messages}).to_string()
+        };
+
+        let r = chat(body(json!([question, paused])).as_bytes(), &limits()).unwrap();
+        let answers = r.approvals().unwrap();
+        assert_eq!(answers.len(), 1);
+        assert_eq!(answers[0].id.to_string(), id);
+        assert!(!answers[0].approved);
+        assert_eq!(answers[0].reason.as_deref(), Some("no"));
+        assert_eq!(r.conversation().unwrap().to_string(), conversation);
+        assert_eq!(r.ui_message(), Some("msg_1"));
+
+        let r = chat(
+            body(json!([question, paused, question])).as_bytes(),
+            &limits(),
+        )
+        .unwrap();
+        assert_eq!(r.message(), "hi");
+        assert!(r.approvals().is_none());
+        assert_eq!(r.conversation().unwrap().to_string(), conversation);
+        let r = chat(body(json!([question])).as_bytes(), &limits()).unwrap();
+        assert!(r.conversation().is_none(), "a new conversation");
+
+        let mut unanswered = paused.clone();
+        unanswered["parts"][1]["state"] = json!("approval-requested");
+        assert_eq!(
+            error(&body(json!([question, unanswered]))),
+            (422, "invalid_approvals")
+        );
+        let mut nameless = paused.clone();
+        nameless["metadata"] = json!({});
+        assert_eq!(
+            error(&body(json!([question, nameless]))),
+            (422, "invalid_approvals"),
+            "no conversation to resume"
+        );
+        assert_eq!(error(&body(json!([]))), (422, "invalid_request"));
+        assert_eq!(
+            error(&json!({"message": "hi", "messages": [question]}).to_string()),
+            (422, "invalid_request")
         );
     }
 

@@ -89,7 +89,9 @@ pub async fn begin(
         return Ok((Some(id), updates));
     };
     let conversation = match &first {
-        TurnEvent::Started { conversation_id } => Some(*conversation_id),
+        TurnEvent::Started {
+            conversation_id, ..
+        } => Some(*conversation_id),
         _ => None,
     };
     let events = futures::stream::once(std::future::ready(first))
@@ -149,11 +151,20 @@ pub const DONE: &str = "data: [DONE]\n\n";
 
 /// `POST /api/chat`, streamed: the turn's updates as UI message stream parts.
 pub async fn respond(state: AppState, user: User, request: TurnRequest) -> Response {
+    // A resumed turn goes on in the message that paused: the one `useChat` names, else the
+    // client's current one (a `start` without `messageId` keeps it).
+    let mut encoder = Encoder {
+        message_id: match (request.approvals(), request.ui_message()) {
+            (None, _) => MessageId::New,
+            (Some(_), Some(id)) => MessageId::Continue(id.to_owned()),
+            (Some(_), None) => MessageId::Current,
+        },
+        ..Encoder::default()
+    };
     let updates = match begin(state, user, request).await {
         Ok((_, updates)) => updates,
         Err(e) => return e.into_response(),
     };
-    let mut encoder = Encoder::default();
     event_stream(
         body(updates, move |update, out| encoder.encode(update, out)),
         true,
@@ -164,10 +175,24 @@ pub async fn respond(state: AppState, user: User, request: TurnRequest) -> Respo
 /// leave implicit: whether a text part is open, and its id.
 #[derive(Debug, Default)]
 struct Encoder {
+    /// The `messageId` of the `start` part.
+    message_id: MessageId,
     /// Text parts started so far; the last one's id is `text_<texts>`.
     texts: u32,
     text_open: bool,
     step_open: bool,
+}
+
+/// Which UI message a stream's parts go into.
+#[derive(Debug, Default)]
+enum MessageId {
+    /// A new assistant message, with a fresh id.
+    #[default]
+    New,
+    /// The message with this id (the AI SDK keeps the parts it has and adds these).
+    Continue(String),
+    /// Whichever message the client is reading into: `start` names none.
+    Current,
 }
 
 impl Encoder {
@@ -176,6 +201,15 @@ impl Encoder {
             Update::Event(event) => self.event(event, out),
             Update::Done(Ok(response)) => {
                 self.close_step(out);
+                // Each waiting call, whose input the stream carried, now asks for the user's
+                // answer: `useChat` shows it in state `approval-requested`.
+                for pending in &response.pending_approvals {
+                    frame(
+                        out,
+                        &json!({"type": "tool-approval-request",
+                                "approvalId": pending.id, "toolCallId": pending.call_id}),
+                    );
+                }
                 for source in &response.sources {
                     frame(out, &source_part(source));
                 }
@@ -208,14 +242,33 @@ impl Encoder {
 
     fn event(&mut self, event: TurnEvent, out: &mut String) {
         match event {
-            TurnEvent::Started { conversation_id } => frame(
-                out,
-                &json!({
+            TurnEvent::Started {
+                conversation_id,
+                decided,
+            } => {
+                let mut start = json!({
                     "type": "start",
-                    "messageId": format!("msg_{}", uuid::Uuid::new_v4().simple()),
                     "messageMetadata": {"conversationId": conversation_id},
-                }),
-            ),
+                });
+                match &self.message_id {
+                    MessageId::New => {
+                        start["messageId"] =
+                            json!(format!("msg_{}", uuid::Uuid::new_v4().simple()));
+                    }
+                    MessageId::Continue(id) => start["messageId"] = json!(id),
+                    MessageId::Current => {}
+                }
+                frame(out, &start);
+                // The answered calls settle first, as the AI SDK's own resumed stream does:
+                // outside any step, in the parts that asked.
+                for call in decided {
+                    let part = match call.output {
+                        None => json!({"type": "tool-output-denied", "toolCallId": call.call_id}),
+                        Some(output) => tool_output(call.call_id, output, call.is_error),
+                    };
+                    frame(out, &part);
+                }
+            }
             TurnEvent::StepStarted { .. } => {
                 self.step_open = true;
                 frame(out, &json!({"type": "start-step"}));
@@ -257,20 +310,7 @@ impl Encoder {
                 call_id,
                 output,
                 is_error,
-            } => {
-                let part = if is_error {
-                    let text = match output {
-                        Value::String(text) => text,
-                        other => other.to_string(),
-                    };
-                    json!({"type": "tool-output-error", "toolCallId": call_id,
-                           "errorText": text, "dynamic": true})
-                } else {
-                    json!({"type": "tool-output-available", "toolCallId": call_id,
-                           "output": output, "dynamic": true})
-                };
-                frame(out, &part);
-            }
+            } => frame(out, &tool_output(call_id, output, is_error)),
             TurnEvent::StepFinished => self.close_step(out),
         }
     }
@@ -289,6 +329,22 @@ impl Encoder {
         if std::mem::take(&mut self.step_open) {
             frame(out, &json!({"type": "finish-step"}));
         }
+    }
+}
+
+/// A tool's output part: `tool-output-error` with the text of an error, else
+/// `tool-output-available`.
+fn tool_output(call_id: String, output: Value, is_error: bool) -> Value {
+    if is_error {
+        let text = match output {
+            Value::String(text) => text,
+            other => other.to_string(),
+        };
+        json!({"type": "tool-output-error", "toolCallId": call_id,
+               "errorText": text, "dynamic": true})
+    } else {
+        json!({"type": "tool-output-available", "toolCallId": call_id,
+               "output": output, "dynamic": true})
     }
 }
 
@@ -315,8 +371,9 @@ fn source_part(source: &Source) -> Value {
 
 /// What `finish` tells the client about the turn: what the JSON response says besides the
 /// reply and traces, which the stream has already carried. A turn that paused for approval
-/// ends its stream like any other: its waiting calls were streamed as tool inputs without an
-/// output, and `finish` lists them (`status: awaiting_approval`, `pendingApprovals`).
+/// ends its stream like any other: its waiting calls were streamed as tool inputs, each then
+/// asked with `tool-approval-request`, and `finish` lists them too (`status:
+/// awaiting_approval`, `pendingApprovals`).
 fn metadata(response: &TurnResponse) -> Value {
     let mut metadata = json!({
         "conversationId": response.conversation_id,
@@ -406,6 +463,53 @@ mod tests {
                 "finish-step"
             ]
         );
+    }
+
+    #[test]
+    fn a_resumed_turn_starts_in_the_paused_message_and_settles_its_calls_first() {
+        let conversation_id = ConversationId::parse("6f1c5d2e-8c7b-4f2a-9d1e-3b5a7c9e1f20")
+            .expect("a conversation id");
+        let started = || TurnEvent::Started {
+            conversation_id,
+            decided: vec![
+                turn::Decided {
+                    call_id: "c1".into(),
+                    output: Some(json!({"rows": []})),
+                    is_error: false,
+                },
+                turn::Decided {
+                    call_id: "c2".into(),
+                    output: None,
+                    is_error: true,
+                },
+            ],
+        };
+        let encoded = |message_id: MessageId| {
+            let mut encoder = Encoder {
+                message_id,
+                ..Encoder::default()
+            };
+            let mut out = String::new();
+            encoder.encode(Update::Event(started()), &mut out);
+            parts(&out)
+        };
+
+        let continued = encoded(MessageId::Continue("msg_paused".into()));
+        assert_eq!(continued[0]["messageId"], "msg_paused");
+        assert_eq!(
+            continued[1],
+            json!({"type": "tool-output-available", "toolCallId": "c1",
+                   "output": {"rows": []}, "dynamic": true})
+        );
+        assert_eq!(
+            continued[2],
+            json!({"type": "tool-output-denied", "toolCallId": "c2"})
+        );
+        let current = encoded(MessageId::Current);
+        assert!(current[0].get("messageId").is_none(), "{current:?}");
+        assert_eq!(current.len(), 3);
+        let new = encoded(MessageId::New);
+        assert!(new[0]["messageId"].as_str().unwrap().starts_with("msg_"));
     }
 
     #[test]

@@ -170,11 +170,15 @@ pub struct TurnResponse {
 /// What a streamed turn reports as it goes, in order. A turn's events are `Started`, then per
 /// model response `StepStarted`, its `TextDelta`s, then for a response with tool calls one
 /// `ToolInput` per call and one `ToolOutput` per call, and `StepFinished`. The outcome (the
-/// [`TurnResponse`] or the error) is [`run`]'s return value, not an event.
+/// [`TurnResponse`] or the error) is [`run`]'s return value, not an event. A turn that pauses
+/// reports its waiting calls' `ToolInput` only; they are the response's `pending_approvals`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TurnEvent {
     Started {
         conversation_id: ConversationId,
+        /// A resumed turn's answered calls, decided before it asks the model again: the
+        /// outcomes a client showing the paused turn is waiting for. Empty for a new turn.
+        decided: Vec<Decided>,
     },
     StepStarted {
         step: u32,
@@ -193,6 +197,16 @@ pub enum TurnEvent {
         is_error: bool,
     },
     StepFinished,
+}
+
+/// A waiting call as its answer settled it: what the approved call returned, or that it did
+/// not run (declined, superseded or expired).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decided {
+    pub call_id: String,
+    /// `None` when the call did not run.
+    pub output: Option<Value>,
+    pub is_error: bool,
 }
 
 /// Where a turn reports its [`TurnEvent`]s: nowhere for the JSON route, a channel for a
@@ -441,7 +455,7 @@ async fn run_measured(
     .await?;
     let conversation_id = turn.conversation;
     // The calls a resumed turn decided, and the step the paused turn had reached.
-    let (mut traces, mut steps) = (Vec::new(), 0u32);
+    let (mut traces, mut steps, mut decided) = (Vec::new(), 0u32, Vec::new());
     if let Some(answers) = request.approvals() {
         let resumed = resume(
             state,
@@ -455,9 +469,10 @@ async fn run_measured(
         .await?;
         match resumed {
             Resumed::Continue {
-                traces: decided,
+                traces: ran,
                 steps: reached,
-            } => (traces, steps) = (decided, reached),
+                decided: settled,
+            } => (traces, steps, decided) = (ran, reached, settled),
             Resumed::Done(done) => return Ok(done.response(conversation_id)),
         }
     } else if request.conversation().is_some() && has_pending(&turn.history, limits.history) {
@@ -471,7 +486,10 @@ async fn run_measured(
         .await?;
         settle(&mut turn.history, &denied);
     }
-    progress.send(|| TurnEvent::Started { conversation_id });
+    progress.send(|| TurnEvent::Started {
+        conversation_id,
+        decided,
+    });
 
     let mut items = replay::replay(&turn.history, state.limits.replay_chars);
     if turn.history.is_empty() {
@@ -734,7 +752,12 @@ fn settle(history: &mut [StoredMessage], decided: &[Approval]) {
 enum Resumed {
     /// Every call of the paused step is decided (approved ones ran): the loop goes on, with
     /// these calls as the first traces of the resumed turn, from the step it had reached.
-    Continue { traces: Vec<Trace>, steps: u32 },
+    /// `decided` says how each call was settled, for the stream.
+    Continue {
+        traces: Vec<Trace>,
+        steps: u32,
+        decided: Vec<Decided>,
+    },
     /// Nothing more runs now: the answer is this.
     Done(Box<Settled>),
 }
@@ -885,7 +908,23 @@ async fn resume(
             }
         })
         .collect();
-    Ok(Resumed::Continue { traces, steps })
+    let decided = all
+        .iter()
+        .map(|a| {
+            let (output, is_error) = a.output();
+            let ran = a.decision == Decision::Approved;
+            Decided {
+                call_id: a.call_id.clone(),
+                output: ran.then(|| nul::clean_json(output)),
+                is_error,
+            }
+        })
+        .collect();
+    Ok(Resumed::Continue {
+        traces,
+        steps,
+        decided,
+    })
 }
 
 /// Runs one approved call under its stored idempotency key, with the approval in its `_meta`

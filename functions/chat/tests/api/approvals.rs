@@ -14,7 +14,7 @@ use crate::helpers::{FEEDBACK_ROWS, TestChat, input_of, spawn_chat_with_settings
 
 /// A chat over the demo domains with `settings` (`APPROVAL`, ...), alice's task "Renew my
 /// passport" (its id is returned), and a model that plays the steps `steps` makes of that id.
-async fn chat_with_a_task(
+pub async fn chat_with_a_task(
     settings: &[(&str, &str)],
     steps: impl FnOnce(i64) -> Vec<Step>,
 ) -> (TestChat, TestDb, i64) {
@@ -43,7 +43,7 @@ async fn add_task(db: &TestDb, title: &str, notes: &str) -> i64 {
         .get(0)
 }
 
-async fn task_exists(db: &TestDb, id: i64) -> bool {
+pub async fn task_exists(db: &TestDb, id: i64) -> bool {
     db.client()
         .await
         .query_opt("SELECT 1 FROM tasks WHERE id = $1", &[&id])
@@ -54,7 +54,7 @@ async fn task_exists(db: &TestDb, id: i64) -> bool {
 
 /// The `_meta` of every `tools/call` of `delete_task` the mcp function received: each request
 /// the chat sent to run it, retries and replays included.
-fn delete_calls(chat: &TestChat) -> Vec<Value> {
+pub fn delete_calls(chat: &TestChat) -> Vec<Value> {
     chat.mcp()
         .posts("tools/call")
         .into_iter()

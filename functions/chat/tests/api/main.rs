@@ -20,6 +20,7 @@ mod sources;
 mod sql;
 mod startup;
 mod storage;
+mod streamed_approvals;
 mod streaming;
 mod tasks;
 mod turns;
