@@ -230,6 +230,8 @@ impl Chunks {
             ) => {}
             Update::Done(Ok(response)) => {
                 // A retried answer is told the stored outcome, which streamed nothing.
+                // (Its calls' blocks are left out, as the resumed turn's stream has no block
+                // for the calls decided before it, only for those it made.)
                 if response.status == TurnStatus::AlreadyDecided {
                     self.content(out, &response.reply);
                 }
@@ -471,7 +473,7 @@ impl Said {
                 })
             }
             [first, ..] if first.chars().all(|c| c.is_ascii_digit()) => {
-                if words.len() % 2 != 0 {
+                if !words.len().is_multiple_of(2) {
                     return None;
                 }
                 words
