@@ -12,32 +12,53 @@ use crate::helpers::{FEEDBACK_ROWS, TestChat, input_of, spawn_chat_with_settings
 
 const CONVERSATION: &str = "x-parley-conversation-id";
 
-/// A chat over the demo domains with alice's task "Renew my passport" (its id is returned) and
-/// a model that first calls `delete_task` on it, then says `after`, one step each.
-async fn chat_deleting_a_task(after: &[&str]) -> (TestChat, TestDb, i64) {
+/// A chat over the demo domains with `settings`, alice's tasks `titles` (their ids are
+/// returned), and a model that plays the steps `steps` makes of those ids.
+async fn chat_with_tasks(
+    settings: &[(&str, &str)],
+    titles: &[&str],
+    steps: impl FnOnce(&[i64]) -> Vec<Step>,
+) -> (TestChat, TestDb, Vec<i64>) {
     let db = TestDb::with_demo_data(FEEDBACK_ROWS).await;
-    let id: i64 = db
-        .client()
-        .await
-        .query_one(
-            "INSERT INTO tasks (owner, title, notes) VALUES ('alice', 'Renew my passport', '')
-             RETURNING id",
-            &[],
-        )
-        .await
-        .expect("a task")
-        .get(0);
-    let mut steps = vec![Step::call("delete_task", format!(r#"{{"id":{id}}}"#))];
-    steps.extend(after.iter().map(|text| Step::text(*text)));
+    let mut ids = Vec::new();
+    for title in titles {
+        let id: i64 = db
+            .client()
+            .await
+            .query_one(
+                "INSERT INTO tasks (owner, title, notes) VALUES ('alice', $1, '') RETURNING id",
+                &[title],
+            )
+            .await
+            .expect("a task")
+            .get(0);
+        ids.push(id);
+    }
     let tools = parley_testkit::domains::all_tools();
     let chat = spawn_chat_with_settings(
         &db,
         &[("TOOLS_FILE", tools.as_str())],
-        &[],
-        ScriptedLlm::start(steps).await,
+        settings,
+        ScriptedLlm::start(steps(&ids)).await,
     )
     .await;
-    (chat, db, id)
+    (chat, db, ids)
+}
+
+/// Alice's task "Renew my passport" (its id is returned) and a model that first calls
+/// `delete_task` on it, then says `after`, one step each.
+async fn chat_deleting_a_task(after: &[&str]) -> (TestChat, TestDb, i64) {
+    let (chat, db, ids) = chat_with_tasks(&[], &["Renew my passport"], |ids| {
+        let mut steps = vec![delete(ids[0])];
+        steps.extend(after.iter().map(|text| Step::text(*text)));
+        steps
+    })
+    .await;
+    (chat, db, ids[0])
+}
+
+fn delete(id: i64) -> Step {
+    Step::call("delete_task", format!(r#"{{"id":{id}}}"#))
 }
 
 async fn task_exists(db: &TestDb, id: i64) -> bool {
@@ -78,6 +99,18 @@ async fn complete(
     conversation: Option<&str>,
     messages: &[(&str, &str)],
 ) -> (String, String, Value) {
+    let (status, content, id, body) = complete_as(chat, "alice", conversation, messages).await;
+    assert_eq!(status, 200, "{body}");
+    (content, id, body)
+}
+
+/// [`complete`] as `user`, whatever the status.
+async fn complete_as(
+    chat: &TestChat,
+    user: &str,
+    conversation: Option<&str>,
+    messages: &[(&str, &str)],
+) -> (u16, String, String, Value) {
     let messages: Vec<Value> = messages
         .iter()
         .map(|(role, content)| json!({"role": role, "content": content}))
@@ -88,19 +121,21 @@ async fn complete(
         .collect();
     let (status, headers, body) = chat
         .post_json(
-            "alice",
+            user,
             "/v1/chat/completions",
             &headers,
             json!({"model": "parley", "messages": messages}),
         )
         .await;
-    assert_eq!(status, 200, "{body}");
     let content = body["choices"][0]["message"]["content"]
         .as_str()
-        .expect("content")
+        .unwrap_or_default()
         .to_owned();
-    let id = headers[CONVERSATION].to_str().unwrap().to_owned();
-    (content, id, body)
+    let id = headers
+        .get(CONVERSATION)
+        .map(|h| h.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (status, content, id, body)
 }
 
 const ASK: &str = "Delete my passport task";
@@ -161,6 +196,13 @@ async fn no_with_a_reason_declines_and_the_model_is_told_the_reason() {
     let (chat, db, id) = chat_deleting_a_task(&["Kept it."]).await;
     let (question, conversation, _) = complete(&chat, None, &[("user", ASK)]).await;
 
+    // Only the owner answers: bob's "yes" in alice's conversation finds no conversation.
+    let bobs = [("user", ASK), ("assistant", &question), ("user", "yes")];
+    let (status, _, _, body) = complete_as(&chat, "bob", Some(&conversation), &bobs).await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"]["code"], "conversation_not_found", "{body}");
+    assert!(task_exists(&db, id).await);
+
     let answer = [
         ("user", ASK),
         ("assistant", &question),
@@ -204,6 +246,65 @@ async fn any_other_message_declines_what_waits_and_goes_to_the_model() {
     assert_eq!(
         sent.last().unwrap()["content"],
         "yes please, but first list my tasks"
+    );
+}
+
+#[tokio::test]
+async fn several_waiting_calls_are_numbered_and_answered_one_by_one() {
+    let titles = ["Renew my passport", "Water the plants"];
+    let (chat, db, ids) = chat_with_tasks(&[], &titles, |ids| {
+        vec![
+            Step::calls(
+                ids.iter()
+                    .map(|id| ("delete_task", format!(r#"{{"id":{id}}}"#))),
+            ),
+            Step::text("Deleted the first, kept the second."),
+        ]
+    })
+    .await;
+    let (question, conversation, _) = complete(&chat, None, &[("user", ASK)]).await;
+    assert!(
+        question.contains(&format!(
+            "approval for 2 actions:\n1. run delete_task with id = {}\n2. run delete_task with \
+             id = {}\n",
+            ids[0], ids[1]
+        )),
+        "{question}"
+    );
+
+    let answer = [
+        ("user", ASK),
+        ("assistant", &question),
+        ("user", "1: yes; 2: no"),
+    ];
+    let (content, _, _) = complete(&chat, Some(&conversation), &answer).await;
+
+    assert!(content.ends_with("kept the second."), "{content}");
+    assert!(!task_exists(&db, ids[0]).await);
+    assert!(task_exists(&db, ids[1]).await);
+    assert_eq!(deletions(&chat), 1);
+}
+
+#[tokio::test]
+async fn a_yes_after_the_request_expired_runs_nothing() {
+    let (chat, db, ids) = chat_with_tasks(
+        &[("APPROVAL_TTL_MS", "1000")],
+        &["Renew my passport"],
+        |ids| vec![delete(ids[0]), Step::text("It expired.")],
+    )
+    .await;
+    let (question, conversation, _) = complete(&chat, None, &[("user", ASK)]).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1_200)).await;
+
+    let answer = [("user", ASK), ("assistant", &question), ("user", "yes")];
+    let (content, _, _) = complete(&chat, Some(&conversation), &answer).await;
+
+    assert!(content.ends_with("It expired."), "{content}");
+    assert!(task_exists(&db, ids[0]).await);
+    assert_eq!(deletions(&chat), 0);
+    assert_eq!(
+        told_the_model(&chat),
+        "not run: the approval expired before the user answered"
     );
 }
 
