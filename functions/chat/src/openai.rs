@@ -6,6 +6,9 @@
 //! from the `x-parley-conversation-id` header or a `conversation_id` field and is returned in
 //! the same header. Without one a new conversation starts, seeded with the earlier messages the
 //! client sent, as stateless OpenAI clients expect.
+//!
+//! A turn that pauses for the user's approval ends in a written question naming each waiting
+//! call; a next user message in the answer grammar ([`Said`]) becomes the typed answer.
 
 use axum::Json;
 use axum::body::Bytes;
@@ -13,16 +16,18 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
 use crate::AppState;
+use crate::approval::{Approval, ApprovalId, Decision};
 use crate::auth::User;
-use crate::conversation::{ConversationId, Trace};
+use crate::conversation::{self, ConversationId, StorageError, StoredMessage, Trace};
 use crate::error::ApiError;
 use crate::llm::Usage;
-use crate::request::{self, Completion, CompletionBody, Wire};
+use crate::request::{self, ChatBody, Completion, CompletionBody, TurnRequest, Wire, WireAnswer};
 use crate::stream::{self, DONE, Update, frame};
-use crate::turn::{self, Progress, TurnEvent, TurnResponse};
+use crate::turn::{self, Progress, TurnEvent, TurnResponse, TurnStatus};
 
 /// The header a client sends, and gets back, to keep talking in one conversation.
 pub const CONVERSATION_HEADER: &str = "x-parley-conversation-id";
@@ -78,7 +83,10 @@ pub async fn completions(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let bytes = request::body_bytes(body, state.limits.max_body_bytes)?;
-    let completion = parse(&bytes, &headers, &state)?;
+    let mut completion = parse(&bytes, &headers, &state)?;
+    if let Some(answer) = approval_answer(&state, &user, &completion.turn, &bytes).await? {
+        completion.turn = answer;
+    }
     let model = state.model_id.to_string();
     let tool_blocks = completion.tool_blocks.unwrap_or(state.v1_tool_blocks);
     if completion.stream {
@@ -99,6 +107,12 @@ pub async fn completions(
         }
     }
     content.push_str(&response.reply);
+    if !response.pending_approvals.is_empty() {
+        if !content.is_empty() {
+            content.push_str("\n\n");
+        }
+        content.push_str(&pause_question(&response));
+    }
     let body = json!({
         "id": completion_id(),
         "object": "chat.completion",
@@ -215,6 +229,20 @@ impl Chunks {
                 | TurnEvent::ToolInput { .. },
             ) => {}
             Update::Done(Ok(response)) => {
+                // A retried answer is told the stored outcome, which streamed nothing.
+                // (Its calls' blocks are left out, as the resumed turn's stream has no block
+                // for the calls decided before it, only for those it made.)
+                if response.status == TurnStatus::AlreadyDecided {
+                    self.content(out, &response.reply);
+                }
+                if !response.pending_approvals.is_empty() {
+                    let mut question = String::new();
+                    if !self.at_line_start {
+                        question.push_str("\n\n");
+                    }
+                    question.push_str(&pause_question(&response));
+                    self.content(out, &question);
+                }
                 let mut last = self.chunk(json!({}), Some(finish_reason(&response)));
                 last["parley"] = parley_fields(&response);
                 frame(out, &last);
@@ -313,7 +341,295 @@ fn parley_fields(response: &TurnResponse) -> Value {
         "cut_short": response.cut_short,
         "interrupted": response.interrupted,
         "sources": response.sources,
+        "status": response.status,
+        "pending_approvals": response.pending_approvals,
     })
+}
+
+/// A waiting call as the question names it.
+struct Asked<'a> {
+    tool: &'a str,
+    arguments: &'a Value,
+    call_id: &'a str,
+    expires_at: DateTime<Utc>,
+}
+
+/// The question a paused turn ends with: each waiting call in plain words, numbered when there
+/// are several (ordered by call id, the order [`Said`]'s numbers refer to), what to answer, and
+/// when the request expires (the earliest expiry, in UTC).
+fn question(mut asked: Vec<Asked<'_>>) -> String {
+    asked.sort_by(|a, b| a.call_id.cmp(b.call_id));
+    let expires = asked
+        .iter()
+        .map(|a| a.expires_at)
+        .min()
+        .map(|at| format!(" This request expires at {} UTC.", at.format("%H:%M")))
+        .unwrap_or_default();
+    match asked.as_slice() {
+        [one] => format!(
+            "Before I go on, I need your approval to {}. Reply \"yes\" to approve or \"no\" to \
+             decline (you can add a reason after \"no\").{expires}",
+            action(one)
+        ),
+        several => {
+            let mut text = format!(
+                "Before I go on, I need your approval for {} actions:\n",
+                several.len()
+            );
+            for (i, a) in several.iter().enumerate() {
+                text.push_str(&format!("{}. {}\n", i + 1, action(a)));
+            }
+            text.push_str(&format!(
+                "Reply \"yes to all\", \"no to all\" (you can add a reason after it), or one \
+                 answer per number, such as \"1 yes, 2 no\".{expires}"
+            ));
+            text
+        }
+    }
+}
+
+/// `run delete_task with id = 42, reason = "done"`.
+fn action(a: &Asked<'_>) -> String {
+    let arguments = match a.arguments {
+        Value::Object(map) if map.is_empty() => return format!("run {}", a.tool),
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| format!("{k} = {v}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        Value::Null => return format!("run {}", a.tool),
+        other => other.to_string(),
+    };
+    format!("run {} with {arguments}", a.tool)
+}
+
+fn pause_question(response: &TurnResponse) -> String {
+    question(
+        response
+            .pending_approvals
+            .iter()
+            .map(|p| Asked {
+                tool: &p.tool,
+                arguments: &p.arguments,
+                call_id: &p.call_id,
+                expires_at: p.expires_at,
+            })
+            .collect(),
+    )
+}
+
+fn asked(approvals: &[&Approval]) -> String {
+    question(
+        approvals
+            .iter()
+            .map(|a| Asked {
+                tool: &a.tool,
+                arguments: &a.arguments,
+                call_id: &a.call_id,
+                expires_at: a.expires_at,
+            })
+            .collect(),
+    )
+}
+
+/// A user's message read as an answer to waiting calls. The grammar, case and punctuation
+/// aside: `yes` or `yes to all` approves every waiting call; `no` or `no to all`, optionally
+/// followed by a reason, declines every one with it; `<n> yes|no` once for each number of the
+/// question (`1 yes, 2 no`) answers each. Anything else is no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Said {
+    All {
+        approved: bool,
+        reason: Option<String>,
+    },
+    Each(Vec<(usize, bool)>),
+}
+
+impl Said {
+    fn parse(text: &str) -> Option<Said> {
+        let text = text.trim();
+        let words: Vec<String> = text
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_lowercase)
+            .collect();
+        let words: Vec<&str> = words.iter().map(String::as_str).collect();
+        match words.as_slice() {
+            ["yes"] | ["yes", "to", "all"] => Some(Said::All {
+                approved: true,
+                reason: None,
+            }),
+            ["no", ..] => {
+                let rest = word(text, "no")?;
+                let rest = word(rest, "to")
+                    .and_then(|r| word(r, "all"))
+                    .unwrap_or(rest);
+                let reason = rest
+                    .trim_start_matches(|c: char| !c.is_alphanumeric())
+                    .trim();
+                Some(Said::All {
+                    approved: false,
+                    reason: (!reason.is_empty()).then(|| reason.to_owned()),
+                })
+            }
+            [first, ..] if first.chars().all(|c| c.is_ascii_digit()) => {
+                if !words.len().is_multiple_of(2) {
+                    return None;
+                }
+                words
+                    .chunks(2)
+                    .map(|pair| {
+                        let n = pair[0].parse().ok()?;
+                        match pair[1] {
+                            "yes" => Some((n, true)),
+                            "no" => Some((n, false)),
+                            _ => None,
+                        }
+                    })
+                    .collect::<Option<Vec<_>>>()
+                    .map(Said::Each)
+            }
+            _ => None,
+        }
+    }
+
+    /// The answers to `waiting` (in the question's order), when this answers each exactly once.
+    fn answers(self, waiting: &[ApprovalId]) -> Option<Vec<WireAnswer>> {
+        match self {
+            Said::All { approved, reason } => Some(
+                waiting
+                    .iter()
+                    .map(|id| WireAnswer {
+                        id: id.to_string(),
+                        approved,
+                        reason: reason.clone(),
+                    })
+                    .collect(),
+            ),
+            Said::Each(each) => {
+                let mut answers: Vec<Option<bool>> = vec![None; waiting.len()];
+                for (n, approved) in each {
+                    let slot = answers.get_mut(n.checked_sub(1)?)?;
+                    if slot.replace(approved).is_some() {
+                        return None;
+                    }
+                }
+                waiting
+                    .iter()
+                    .zip(answers)
+                    .map(|(id, approved)| {
+                        Some(WireAnswer {
+                            id: id.to_string(),
+                            approved: approved?,
+                            reason: None,
+                        })
+                    })
+                    .collect()
+            }
+        }
+    }
+}
+
+/// `text` after its first word when that is `word` (any case), else `None`.
+fn word<'a>(text: &'a str, word: &str) -> Option<&'a str> {
+    let text = text.trim_start_matches(|c: char| !c.is_alphanumeric());
+    let head = text.get(..word.len())?;
+    let rest = &text[word.len()..];
+    (head.eq_ignore_ascii_case(word) && !rest.starts_with(char::is_alphanumeric)).then_some(rest)
+}
+
+/// The request as an answer to the conversation's paused turn, when its last message is one
+/// ([`Said`]) and the turn it answers is found: the waiting calls of the conversation's latest
+/// message that has any, with no user message since. Once those are decided, the same answer
+/// again (the client retrying the request, whose previous assistant message is still the
+/// question) is answered too, and the core tells it the stored outcome without running
+/// anything again. Any other message goes on as a message (declining what waits).
+async fn approval_answer(
+    state: &AppState,
+    user: &User,
+    turn: &TurnRequest,
+    bytes: &[u8],
+) -> Result<Option<TurnRequest>, ApiError> {
+    let Some(id) = turn.conversation() else {
+        return Ok(None);
+    };
+    let Some(said) = Said::parse(turn.message()) else {
+        return Ok(None);
+    };
+    let history = match conversation::messages(&state.pool, &user.id, &id).await {
+        Ok(history) => history,
+        // The turn itself refuses the conversation as usual.
+        Err(StorageError::NotFound) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let Some(waiting) = answered_calls(&history, || previous_assistant(bytes)) else {
+        return Ok(None);
+    };
+    let Some(answers) = said.answers(&waiting) else {
+        return Ok(None);
+    };
+    let body = ChatBody {
+        message: None,
+        approvals: Some(answers),
+        context: None,
+        conversation_id: Some(id.to_string()),
+        tools: None,
+    };
+    Ok(Some(TurnRequest::try_from(Wire {
+        body,
+        limits: &state.limits,
+    })?))
+}
+
+/// The ids an answer refers to, in the question's order: see [`approval_answer`].
+fn answered_calls(
+    history: &[StoredMessage],
+    previous: impl FnOnce() -> Option<String>,
+) -> Option<Vec<ApprovalId>> {
+    let paused = history.iter().rposition(|m| !m.approvals.is_empty())?;
+    if history[paused..].iter().any(|m| m.role == "user") {
+        return None;
+    }
+    let mut approvals: Vec<&Approval> = history[paused].approvals.iter().collect();
+    approvals.sort_by(|a, b| a.call_id.cmp(&b.call_id));
+    let waiting: Vec<&Approval> = approvals
+        .iter()
+        .copied()
+        .filter(|a| a.decision == Decision::Pending)
+        .collect();
+    if !waiting.is_empty() {
+        return Some(waiting.iter().map(|a| a.id).collect());
+    }
+    let question = squeeze(&asked(&approvals));
+    squeeze(&previous()?)
+        .contains(&question)
+        .then(|| approvals.iter().map(|a| a.id).collect())
+}
+
+/// The text of the message before the last of the request, when it is the assistant's.
+fn previous_assistant(bytes: &[u8]) -> Option<String> {
+    let body: Value = serde_json::from_slice(bytes).ok()?;
+    let messages = body["messages"].as_array()?;
+    let previous = messages.len().checked_sub(2).map(|i| &messages[i])?;
+    if previous["role"] != "assistant" {
+        return None;
+    }
+    match &previous["content"] {
+        Value::String(text) => Some(text.clone()),
+        Value::Array(parts) => Some(
+            parts
+                .iter()
+                .filter_map(|p| p["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+        _ => None,
+    }
+}
+
+/// Whitespace collapsed, as clients may re-wrap the text they send back.
+fn squeeze(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 fn completion_id() -> String {
@@ -345,6 +661,109 @@ mod tests {
         assert_eq!(
             request::strip_tool_blocks(&replayed),
             "Leeds has 3 complaints."
+        );
+    }
+
+    fn all(approved: bool, reason: Option<&str>) -> Option<Said> {
+        Some(Said::All {
+            approved,
+            reason: reason.map(str::to_owned),
+        })
+    }
+
+    #[test]
+    fn answers_are_read_strictly_whatever_their_case_and_punctuation() {
+        assert_eq!(Said::parse("yes"), all(true, None));
+        assert_eq!(Said::parse(" Yes! "), all(true, None));
+        assert_eq!(Said::parse("YES, to all."), all(true, None));
+        assert_eq!(Said::parse("no"), all(false, None));
+        assert_eq!(Said::parse("No, keep it"), all(false, Some("keep it")));
+        assert_eq!(
+            Said::parse("no to all: not today"),
+            all(false, Some("not today"))
+        );
+        assert_eq!(
+            Said::parse("no, today is busy"),
+            all(false, Some("today is busy"))
+        );
+        assert_eq!(
+            Said::parse("1 yes, 2: NO"),
+            Some(Said::Each(vec![(1, true), (2, false)]))
+        );
+        for not_an_answer in [
+            "yes please",
+            "yeah",
+            "nope",
+            "ok",
+            "y",
+            "1 yes, 2",
+            "1 maybe",
+            "yes to some",
+            "Delete my passport task",
+        ] {
+            assert_eq!(Said::parse(not_an_answer), None, "{not_an_answer}");
+        }
+    }
+
+    #[test]
+    fn a_numbered_answer_must_answer_each_waiting_call_once() {
+        let waiting = [ApprovalId::new(), ApprovalId::new()];
+        let each = |pairs: &[(usize, bool)]| Said::Each(pairs.to_vec()).answers(&waiting);
+        let answers = each(&[(2, false), (1, true)]).unwrap();
+        assert_eq!(answers[0].id, waiting[0].to_string());
+        assert!(answers[0].approved);
+        assert!(!answers[1].approved);
+        assert!(each(&[(1, true)]).is_none(), "2 unanswered");
+        assert!(each(&[(1, true), (1, false), (2, true)]).is_none());
+        assert!(each(&[(1, true), (3, true)]).is_none());
+        assert!(each(&[(0, true), (1, true), (2, true)]).is_none());
+        let declined = all(false, Some("keep them")).unwrap().answers(&waiting);
+        assert!(
+            declined
+                .unwrap()
+                .iter()
+                .all(|a| !a.approved && a.reason.as_deref() == Some("keep them"))
+        );
+    }
+
+    #[test]
+    fn the_question_names_each_call_and_its_arguments_in_words() {
+        let at = DateTime::parse_from_rfc3339("2026-11-27T14:05:09Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let args = json!({"id": 42, "title": "Renew \"it\""});
+        let one = question(vec![Asked {
+            tool: "delete_task",
+            arguments: &args,
+            call_id: "call_1",
+            expires_at: at,
+        }]);
+        assert_eq!(
+            one,
+            "Before I go on, I need your approval to run delete_task with id = 42, title = \
+             \"Renew \\\"it\\\"\". Reply \"yes\" to approve or \"no\" to decline (you can add a \
+             reason after \"no\"). This request expires at 14:05 UTC."
+        );
+        let none = json!({});
+        let several = question(vec![
+            Asked {
+                tool: "send_mail",
+                arguments: &none,
+                call_id: "call_b",
+                expires_at: at,
+            },
+            Asked {
+                tool: "delete_task",
+                arguments: &args,
+                call_id: "call_a",
+                expires_at: at,
+            },
+        ]);
+        assert!(
+            several.contains("for 2 actions:\n1. run delete_task with id = 42")
+                && several.contains("\n2. run send_mail\n")
+                && several.contains("\"1 yes, 2 no\""),
+            "{several}"
         );
     }
 }

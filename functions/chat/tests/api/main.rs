@@ -13,6 +13,7 @@ mod logs;
 mod manage;
 mod metrics;
 mod openai;
+mod openai_approvals;
 mod page;
 mod secrets;
 mod sign_in;

@@ -1,0 +1,383 @@
+//! Tool approval through `/v1/chat/completions`, over the real mcp function (the tasks domain,
+//! whose `delete_task` is destructive) and Postgres: a paused turn asks in words, and the next
+//! user message ("yes", "no, <reason>", anything else) decides, exactly once, as the JSON
+//! route's `approvals` do; streamed and not, and from the official `openai` Python package.
+
+use parley_testkit::TestDb;
+use parley_testkit::llm::{ScriptedLlm, Step};
+use serde_json::{Value, json};
+
+use crate::clients;
+use crate::helpers::{FEEDBACK_ROWS, TestChat, input_of, spawn_chat_with_settings, sse_data};
+
+const CONVERSATION: &str = "x-parley-conversation-id";
+
+/// A chat over the demo domains with `settings`, alice's tasks `titles` (their ids are
+/// returned), and a model that plays the steps `steps` makes of those ids.
+async fn chat_with_tasks(
+    settings: &[(&str, &str)],
+    titles: &[&str],
+    steps: impl FnOnce(&[i64]) -> Vec<Step>,
+) -> (TestChat, TestDb, Vec<i64>) {
+    let db = TestDb::with_demo_data(FEEDBACK_ROWS).await;
+    let mut ids = Vec::new();
+    for title in titles {
+        let id: i64 = db
+            .client()
+            .await
+            .query_one(
+                "INSERT INTO tasks (owner, title, notes) VALUES ('alice', $1, '') RETURNING id",
+                &[title],
+            )
+            .await
+            .expect("a task")
+            .get(0);
+        ids.push(id);
+    }
+    let tools = parley_testkit::domains::all_tools();
+    let chat = spawn_chat_with_settings(
+        &db,
+        &[("TOOLS_FILE", tools.as_str())],
+        settings,
+        ScriptedLlm::start(steps(&ids)).await,
+    )
+    .await;
+    (chat, db, ids)
+}
+
+/// Alice's task "Renew my passport" (its id is returned) and a model that first calls
+/// `delete_task` on it, then says `after`, one step each.
+async fn chat_deleting_a_task(after: &[&str]) -> (TestChat, TestDb, i64) {
+    let (chat, db, ids) = chat_with_tasks(&[], &["Renew my passport"], |ids| {
+        let mut steps = vec![delete(ids[0])];
+        steps.extend(after.iter().map(|text| Step::text(*text)));
+        steps
+    })
+    .await;
+    (chat, db, ids[0])
+}
+
+fn delete(id: i64) -> Step {
+    Step::call("delete_task", format!(r#"{{"id":{id}}}"#))
+}
+
+async fn task_exists(db: &TestDb, id: i64) -> bool {
+    db.client()
+        .await
+        .query_opt("SELECT 1 FROM tasks WHERE id = $1", &[&id])
+        .await
+        .expect("query")
+        .is_some()
+}
+
+/// How many times the mcp function was asked to run `delete_task`.
+fn deletions(chat: &TestChat) -> usize {
+    chat.mcp()
+        .posts("tools/call")
+        .into_iter()
+        .filter(|p| p.tool == "delete_task")
+        .count()
+}
+
+/// The output the model was given for the call that waited, in its latest request.
+fn told_the_model(chat: &TestChat) -> String {
+    let requests = chat.llm.requests();
+    let last = requests.last().expect("a model request");
+    input_of(last)
+        .into_iter()
+        .find(|i| i["type"] == "function_call_output")
+        .unwrap_or_else(|| panic!("no call output in {last}"))["output"]
+        .as_str()
+        .expect("text output")
+        .to_owned()
+}
+
+/// `/v1/chat/completions` as a stateless client sends it: the whole history, the conversation
+/// by its header once known. Returns the content, the conversation and the whole body.
+async fn complete(
+    chat: &TestChat,
+    conversation: Option<&str>,
+    messages: &[(&str, &str)],
+) -> (String, String, Value) {
+    let (status, content, id, body) = complete_as(chat, "alice", conversation, messages).await;
+    assert_eq!(status, 200, "{body}");
+    (content, id, body)
+}
+
+/// [`complete`] as `user`, whatever the status.
+async fn complete_as(
+    chat: &TestChat,
+    user: &str,
+    conversation: Option<&str>,
+    messages: &[(&str, &str)],
+) -> (u16, String, String, Value) {
+    let messages: Vec<Value> = messages
+        .iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect();
+    let headers: Vec<(&str, &str)> = conversation
+        .map(|c| (CONVERSATION, c))
+        .into_iter()
+        .collect();
+    let (status, headers, body) = chat
+        .post_json(
+            user,
+            "/v1/chat/completions",
+            &headers,
+            json!({"model": "parley", "messages": messages}),
+        )
+        .await;
+    let content = body["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let id = headers
+        .get(CONVERSATION)
+        .map(|h| h.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (status, content, id, body)
+}
+
+const ASK: &str = "Delete my passport task";
+
+#[tokio::test]
+async fn a_paused_turn_asks_in_words_and_yes_runs_the_call_once_even_when_retried() {
+    let (chat, db, id) = chat_deleting_a_task(&["Deleted.", "You're welcome."]).await;
+
+    let (question, conversation, body) = complete(&chat, None, &[("user", ASK)]).await;
+    assert!(
+        question.contains(&format!(
+            "I need your approval to run delete_task with id = {id}."
+        )) && question.contains("Reply \"yes\" to approve or \"no\" to decline")
+            && question.contains(" UTC."),
+        "{question}"
+    );
+    assert_eq!(body["parley"]["status"], "awaiting_approval", "{body}");
+    assert_eq!(
+        body["parley"]["pending_approvals"][0]["tool"],
+        "delete_task"
+    );
+    assert!(task_exists(&db, id).await, "nothing runs before the answer");
+
+    let answered = [("user", ASK), ("assistant", &question), ("user", "Yes.")];
+    let (content, _, body) = complete(&chat, Some(&conversation), &answered).await;
+    assert!(content.ends_with("\n</details>\nDeleted."), "{body}");
+    assert!(!task_exists(&db, id).await, "the approved call ran");
+    assert_eq!(deletions(&chat), 1);
+    let stored = chat.messages("alice", &conversation).await;
+    assert_eq!(stored[1]["approvals"][0]["decision"], "approved");
+    assert_eq!(stored[1]["approvals"][0]["decided_by"], "alice");
+
+    // The client retries the same request (its answer was lost): the stored outcome, and
+    // nothing runs or is asked again.
+    let (content, _, body) = complete(&chat, Some(&conversation), &answered).await;
+    assert!(content.ends_with("\n</details>\nDeleted."), "{body}");
+    assert_eq!(body["parley"]["status"], "already_decided", "{body}");
+    assert_eq!(deletions(&chat), 1, "the call ran once");
+    assert_eq!(chat.llm.requests().len(), 2);
+
+    // Now nothing waits: "yes" is a message like any other.
+    let later = [
+        ("user", ASK),
+        ("assistant", &question),
+        ("user", "Yes."),
+        ("assistant", "Deleted."),
+        ("user", "yes"),
+    ];
+    let (content, _, _) = complete(&chat, Some(&conversation), &later).await;
+    assert_eq!(content, "You're welcome.");
+    let sent = input_of(chat.llm.requests().last().unwrap());
+    assert_eq!(sent.last().unwrap()["content"], "yes", "{sent:?}");
+    assert_eq!(deletions(&chat), 1);
+}
+
+#[tokio::test]
+async fn no_with_a_reason_declines_and_the_model_is_told_the_reason() {
+    let (chat, db, id) = chat_deleting_a_task(&["Kept it."]).await;
+    let (question, conversation, _) = complete(&chat, None, &[("user", ASK)]).await;
+
+    // Only the owner answers: bob's "yes" in alice's conversation finds no conversation.
+    let bobs = [("user", ASK), ("assistant", &question), ("user", "yes")];
+    let (status, _, _, body) = complete_as(&chat, "bob", Some(&conversation), &bobs).await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"]["code"], "conversation_not_found", "{body}");
+    assert!(task_exists(&db, id).await);
+
+    let answer = [
+        ("user", ASK),
+        ("assistant", &question),
+        ("user", "No, keep it"),
+    ];
+    let (content, _, _) = complete(&chat, Some(&conversation), &answer).await;
+
+    assert!(content.ends_with("</details>\nKept it."), "{content}");
+    assert!(task_exists(&db, id).await);
+    assert_eq!(deletions(&chat), 0);
+    assert_eq!(
+        told_the_model(&chat),
+        "not run: the user declined this call, saying: keep it"
+    );
+    let stored = chat.messages("alice", &conversation).await;
+    assert_eq!(stored[1]["approvals"][0]["decision"], "denied");
+    assert_eq!(stored[1]["approvals"][0]["reason"], "keep it");
+}
+
+#[tokio::test]
+async fn any_other_message_declines_what_waits_and_goes_to_the_model() {
+    let (chat, db, id) = chat_deleting_a_task(&["You have one task."]).await;
+    let (question, conversation, _) = complete(&chat, None, &[("user", ASK)]).await;
+
+    let other = [
+        ("user", ASK),
+        ("assistant", &question),
+        ("user", "yes please, but first list my tasks"),
+    ];
+    let (content, _, _) = complete(&chat, Some(&conversation), &other).await;
+
+    assert_eq!(content, "You have one task.");
+    assert!(task_exists(&db, id).await);
+    assert_eq!(deletions(&chat), 0);
+    assert!(
+        told_the_model(&chat).contains("the user sent a new message instead of answering"),
+        "{}",
+        told_the_model(&chat)
+    );
+    let sent = input_of(chat.llm.requests().last().unwrap());
+    assert_eq!(
+        sent.last().unwrap()["content"],
+        "yes please, but first list my tasks"
+    );
+}
+
+#[tokio::test]
+async fn several_waiting_calls_are_numbered_and_answered_one_by_one() {
+    let titles = ["Renew my passport", "Water the plants"];
+    let (chat, db, ids) = chat_with_tasks(&[], &titles, |ids| {
+        vec![
+            Step::calls(
+                ids.iter()
+                    .map(|id| ("delete_task", format!(r#"{{"id":{id}}}"#))),
+            ),
+            Step::text("Deleted the first, kept the second."),
+        ]
+    })
+    .await;
+    let (question, conversation, _) = complete(&chat, None, &[("user", ASK)]).await;
+    assert!(
+        question.contains(&format!(
+            "approval for 2 actions:\n1. run delete_task with id = {}\n2. run delete_task with \
+             id = {}\n",
+            ids[0], ids[1]
+        )),
+        "{question}"
+    );
+
+    let answer = [
+        ("user", ASK),
+        ("assistant", &question),
+        ("user", "1: yes; 2: no"),
+    ];
+    let (content, _, _) = complete(&chat, Some(&conversation), &answer).await;
+
+    assert!(content.ends_with("kept the second."), "{content}");
+    assert!(!task_exists(&db, ids[0]).await);
+    assert!(task_exists(&db, ids[1]).await);
+    assert_eq!(deletions(&chat), 1);
+}
+
+#[tokio::test]
+async fn a_yes_after_the_request_expired_runs_nothing() {
+    let (chat, db, ids) = chat_with_tasks(
+        &[("APPROVAL_TTL_MS", "1000")],
+        &["Renew my passport"],
+        |ids| vec![delete(ids[0]), Step::text("It expired.")],
+    )
+    .await;
+    let (question, conversation, _) = complete(&chat, None, &[("user", ASK)]).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1_200)).await;
+
+    let answer = [("user", ASK), ("assistant", &question), ("user", "yes")];
+    let (content, _, _) = complete(&chat, Some(&conversation), &answer).await;
+
+    assert!(content.ends_with("It expired."), "{content}");
+    assert!(task_exists(&db, ids[0]).await);
+    assert_eq!(deletions(&chat), 0);
+    assert_eq!(
+        told_the_model(&chat),
+        "not run: the approval expired before the user answered"
+    );
+}
+
+/// The content and the last chunk's `parley` of a streamed completion.
+async fn streamed(chat: &TestChat, body: Value) -> (String, Value) {
+    let response = chat
+        .post_streamed("alice", "/v1/chat/completions", body)
+        .await;
+    assert_eq!(response.status(), 200);
+    let parts = sse_data(&response.text().await.unwrap());
+    assert_eq!(parts.last(), Some(&json!("[DONE]")));
+    let content: String = parts
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    let finish = parts
+        .iter()
+        .find(|c| c["choices"][0]["finish_reason"] == "stop")
+        .expect("a finish chunk");
+    (content, finish["parley"].clone())
+}
+
+#[tokio::test]
+async fn a_streamed_completion_pauses_with_the_question_and_resumes_on_yes() {
+    let (chat, db, id) = chat_deleting_a_task(&["Deleted it."]).await;
+    let (question, parley) = streamed(
+        &chat,
+        json!({"model": "parley", "stream": true,
+               "messages": [{"role": "user", "content": ASK}]}),
+    )
+    .await;
+    assert!(
+        question.contains(&format!("approval to run delete_task with id = {id}.")),
+        "{question}"
+    );
+    assert_eq!(parley["status"], "awaiting_approval", "{parley}");
+    let conversation = parley["conversation_id"].as_str().unwrap();
+    assert!(task_exists(&db, id).await);
+
+    let yes = json!({"model": "parley", "stream": true, "conversation_id": conversation,
+                     "messages": [{"role": "user", "content": ASK},
+                                  {"role": "assistant", "content": question},
+                                  {"role": "user", "content": "yes"}]});
+    let (content, parley) = streamed(&chat, yes.clone()).await;
+    assert!(content.ends_with("Deleted it."), "{content}");
+    assert_eq!(parley["status"], "answered", "{parley}");
+    assert!(!task_exists(&db, id).await);
+    assert_eq!(deletions(&chat), 1);
+
+    // Retried, the stream tells the stored outcome and runs nothing again.
+    let (again, parley) = streamed(&chat, yes).await;
+    assert_eq!(again, content);
+    assert_eq!(parley["status"], "already_decided", "{parley}");
+    assert_eq!(deletions(&chat), 1);
+}
+
+/// The official `openai` Python package (tests/interop/openai_approval.py) reads the question
+/// and answers "yes" in the same conversation.
+#[tokio::test]
+async fn the_official_openai_client_approves_a_call_by_answering_yes() {
+    let (chat, db, id) = chat_deleting_a_task(&["Deleted."]).await;
+    let out = clients::python(
+        "openai_approval.py",
+        &[&chat.base, &crate::helpers::token("alice")],
+    )
+    .await;
+    let question = out["question"].as_str().unwrap();
+    assert!(
+        question.contains(&format!("run delete_task with id = {id}.")),
+        "{question}"
+    );
+    let answer = out["answer"].as_str().unwrap();
+    assert!(answer.ends_with("</details>\nDeleted."), "{answer}");
+    assert!(!task_exists(&db, id).await);
+    assert_eq!(deletions(&chat), 1);
+}
