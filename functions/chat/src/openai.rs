@@ -574,6 +574,10 @@ async fn approval_answer(
         context: None,
         conversation_id: Some(id.to_string()),
         tools: None,
+        messages: None,
+        id: None,
+        trigger: None,
+        message_id: None,
     };
     Ok(Some(TurnRequest::try_from(Wire {
         body,

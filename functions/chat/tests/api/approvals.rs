@@ -4,13 +4,18 @@
 //! idempotency key, and nothing else (a denial, expiry, another user, a new message, an
 //! injected instruction) runs it.
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use parley_testkit::TestDb;
+use parley_core::config::Env;
 use parley_testkit::llm::{ScriptedLlm, Step};
+use parley_testkit::{TcpProxy, TestDb};
 use serde_json::{Value, json};
 
-use crate::helpers::{FEEDBACK_ROWS, TestChat, input_of, spawn_chat_with_settings, sse_data};
+use crate::helpers::{
+    FEEDBACK_ROWS, JWT_SECRET, MCP_TOKEN, TestChat, input_of, spawn_chat_from,
+    spawn_chat_with_settings, spawn_mcp_from, sse_data,
+};
 
 /// A chat over the demo domains with `settings` (`APPROVAL`, ...), alice's task "Renew my
 /// passport" (its id is returned), and a model that plays the steps `steps` makes of that id.
@@ -637,4 +642,94 @@ async fn a_tool_marked_approval_always_waits_and_its_audit_record_carries_the_ap
     assert_eq!(caller, "alice");
     assert_eq!(recorded["id"], approval, "{recorded}");
     assert_eq!(recorded["decided_by"], "alice", "{recorded}");
+}
+
+/// The chat's settings for a model at `llm` and the tools at `mcp_url`, as the helpers give them.
+fn chat_env(db: &TestDb, mcp_url: &str, llm: &ScriptedLlm) -> Env {
+    Env::from_pairs([
+        ("DATABASE_URL", db.url.clone()),
+        ("JWT_SECRET", JWT_SECRET.to_owned()),
+        ("MCP_URL", mcp_url.to_owned()),
+        ("MCP_AUTH_TOKEN", MCP_TOKEN.to_owned()),
+        ("LLM_BASE_URL", llm.base_url()),
+        ("LLM_API_KEY", "sk-test-not-a-real-key".to_owned()),
+        ("MCP_TIMEOUT_MS", "5000".to_owned()),
+    ])
+}
+
+#[tokio::test]
+async fn an_approval_answered_through_another_instance_runs_the_call_once() {
+    let (first, db, id) = chat_with_a_task(&[], |id| {
+        vec![Step::call("delete_task", format!(r#"{{"id":{id}}}"#))]
+    })
+    .await;
+    let (conversation, approval) = pause(&first, id).await;
+
+    // The instance that paused the turn is gone (Lambda reclaimed it); another one, on the same
+    // database and tools, with a model of its own, gets the answer.
+    let llm = ScriptedLlm::start(vec![Step::text("Your passport task is deleted.")]).await;
+    let env = chat_env(&db, &first.mcp().url, &llm);
+    let other = spawn_chat_from(env, llm, None).await;
+    let resumed = other
+        .turn("alice", answer(&conversation, &approval, true))
+        .await;
+
+    assert_eq!(resumed["status"], "answered", "{resumed}");
+    assert_eq!(resumed["reply"], "Your passport task is deleted.");
+    assert!(!task_exists(&db, id).await, "deleted");
+    assert_eq!(delete_calls(&first).len(), 1, "run once");
+    assert_eq!(first.llm.requests().len(), 1, "the first instance was not asked again");
+    // And the first instance, asked the same again, finds it decided rather than running it.
+    let again = first
+        .turn("alice", answer(&conversation, &approval, true))
+        .await;
+    assert_eq!(again["status"], "already_decided", "{again}");
+    assert_eq!(delete_calls(&first).len(), 1, "still once");
+}
+
+#[tokio::test]
+async fn an_approved_call_whose_answer_is_lost_is_sent_again_under_its_key_and_deletes_once() {
+    let db = TestDb::with_demo_data(FEEDBACK_ROWS).await;
+    let id = add_task(&db, "Renew my passport", "").await;
+    let tools = parley_testkit::domains::all_tools();
+    let mcp = spawn_mcp_from(Env::from_pairs([
+        ("DATABASE_URL", db.readonly_url.as_str()),
+        ("MCP_AUTH_TOKEN", MCP_TOKEN),
+        ("TOOLS_FILE", tools.as_str()),
+    ]))
+    .await;
+    let upstream: SocketAddr = url::Url::parse(&mcp.url)
+        .expect("mcp url")
+        .socket_addrs(|| None)
+        .expect("mcp address")[0];
+    // The first answer to a tools/call is lost after the server committed it: the approved
+    // delete ran, and the chat does not know.
+    let proxy = TcpProxy::start(upstream).await;
+    proxy.lose_first_answer(b"tools/call", b"\"result\"");
+    let llm = ScriptedLlm::start(vec![
+        Step::call("delete_task", format!(r#"{{"id":{id}}}"#)),
+        Step::text("Your passport task is deleted."),
+    ])
+    .await;
+    let env = chat_env(&db, &format!("http://{}/mcp", proxy.addr), &llm);
+    let chat = spawn_chat_from(env, llm, Some(mcp)).await;
+    let (conversation, approval) = pause(&chat, id).await;
+
+    let resumed = chat
+        .turn("alice", answer(&conversation, &approval, true))
+        .await;
+
+    assert_eq!(resumed["status"], "answered", "{resumed}");
+    assert!(!task_exists(&db, id).await, "deleted");
+    let calls = delete_calls(&chat);
+    assert_eq!(calls.len(), 2, "sent again after the lost answer: {calls:?}");
+    assert_eq!(
+        calls[0]["parley/idempotency_key"], calls[1]["parley/idempotency_key"],
+        "under the same key"
+    );
+    assert_eq!(calls[1]["parley/approved"]["id"], approval.as_str());
+    // The server answered the repeat with the first attempt's rows: the model is told what was
+    // deleted, not that nothing matched.
+    let told = output_given(&chat, resumed["traces"][0]["call_id"].as_str().unwrap());
+    assert!(told.contains("Renew my passport"), "{told}");
 }
