@@ -678,7 +678,11 @@ async fn an_approval_answered_through_another_instance_runs_the_call_once() {
     assert_eq!(resumed["reply"], "Your passport task is deleted.");
     assert!(!task_exists(&db, id).await, "deleted");
     assert_eq!(delete_calls(&first).len(), 1, "run once");
-    assert_eq!(first.llm.requests().len(), 1, "the first instance was not asked again");
+    assert_eq!(
+        first.llm.requests().len(),
+        1,
+        "the first instance was not asked again"
+    );
     // And the first instance, asked the same again, finds it decided rather than running it.
     let again = first
         .turn("alice", answer(&conversation, &approval, true))
@@ -722,7 +726,11 @@ async fn an_approved_call_whose_answer_is_lost_is_sent_again_under_its_key_and_d
     assert_eq!(resumed["status"], "answered", "{resumed}");
     assert!(!task_exists(&db, id).await, "deleted");
     let calls = delete_calls(&chat);
-    assert_eq!(calls.len(), 2, "sent again after the lost answer: {calls:?}");
+    assert_eq!(
+        calls.len(),
+        2,
+        "sent again after the lost answer: {calls:?}"
+    );
     assert_eq!(
         calls[0]["parley/idempotency_key"], calls[1]["parley/idempotency_key"],
         "under the same key"
