@@ -118,7 +118,7 @@ def main() -> None:
             expect(c).to_be_focused()
             expect(c).to_have_attribute("data-decision", "pending")
             expect(c.locator("h4")).to_contain_text("delete_task")
-            expect(c.locator(".change")).to_contain_text("destructive")
+            expect(c.locator(".change")).to_contain_text("changing or deleting your data (destructive)")
             row = c.locator("table.approval-args tbody tr")
             expect(row).to_have_count(1)
             expect(row.locator("th")).to_have_text("id")
@@ -308,10 +308,15 @@ def main() -> None:
                         "created_at": "2026-01-01T00:00:00Z", "expires_at": "2099-01-01T00:00:00Z",
                         "decision": "pending", "decided_by": None, "decided_at": None, "reason": None,
                         "result": None, "result_is_error": False}
+            # One decided expired, one still pending whose time has passed: neither takes an answer.
+            late = {**approval, "id": "0d9f0c1e-2b3a-4c5d-8e7f-901234567891", "call_id": "c2", "tool": "pay_invoice",
+                    "arguments": {"amount": 12}, "decision": "expired", "decided_at": "2026-01-01T00:20:00Z"}
+            gone = {**late, "id": "0d9f0c1e-2b3a-4c5d-8e7f-901234567892", "call_id": "c3", "tool": "cancel_order",
+                    "decision": "pending", "decided_at": None, "expires_at": "2026-01-01T00:15:00Z"}
             messages = {"conversation_id": fake, "messages": [
                 {"seq": 1, "role": "user", "content": "Mail it", "created_at": "2026-01-01T00:00:00Z"},
                 {"seq": 2, "role": "assistant", "content": "", "created_at": "2026-01-01T00:00:00Z", "traces": [],
-                 "usage": None, "steps": 1, "sources": [], "approvals": [approval]}]}
+                 "usage": None, "steps": 1, "sources": [], "approvals": [approval, late, gone]}]}
             page.route(f"**/api/conversations/{fake}/messages", lambda route: route.fulfill(json=messages))
             page.goto(BASE + "#" + fake)
             page.reload()
@@ -324,10 +329,15 @@ def main() -> None:
             assert fits, "a long argument runs past the card's edge"
             expect(c.locator("tbody td").nth(2)).to_contain_text('"cc"')
             assert page.evaluate("window.__pwned") is None
+            for tool in ("pay_invoice", "cancel_order"):
+                expired = page.locator(f"section.approval[data-tool={tool}]")
+                expect(expired).to_have_attribute("data-decision", "expired")
+                expect(expired.locator(".outcome")).to_contain_text("Expired: not run")
+                expect(expired.get_by_role("button", name="Approve")).to_be_hidden()
             page.unroute(f"**/api/conversations/{fake}/messages")
-            return "markup shown as text, a 1,500-character value wrapped inside the card, objects as JSON"
+            return "markup shown as text, a 1,500-character value wrapped inside the card, objects as JSON; expired calls say so"
 
-        check("arguments are text, wrapped", arguments_as_text)
+        check("arguments are text, wrapped; expired calls take no answer", arguments_as_text)
 
         def clean() -> str:
             # Chromium asks for /favicon.ico by itself; the page has none to give.

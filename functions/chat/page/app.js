@@ -625,14 +625,12 @@ class ApprovalCard {
     this.controls = el("div", { class: "approval-controls" },
       el("div", { class: "approval-buttons" }, this.approve, this.deny),
       el("label", { for: this.reason.id, class: "reason-label" }, "Reason, if you deny (optional)"), this.reason);
-    const description = approval.description ?? state.info?.tools?.[approval.tool]?.description;
     this.node = el("section", {
       class: "approval", tabindex: -1, "aria-labelledby": titleId,
       "data-approval-id": approval.id, "data-tool": approval.tool, "data-decision": "pending",
     },
     el("h4", { id: titleId }, "Approve this action? ", el("span", { class: "tool-name" }, approval.tool),
       approval.server ? el("small", { class: "server" }, ` (${approval.server})`) : null),
-    description ? el("p", { class: "description" }, description) : null,
     el("p", { class: "change" }, changeText(approval)),
     el("div", { class: "table-wrap" }, el("table", { class: "approval-args", "aria-label": "Arguments" },
       el("thead", {}, el("tr", {}, el("th", { scope: "col" }, "Argument"), el("th", { scope: "col" }, "Value"))),
@@ -708,10 +706,14 @@ class ApprovalCard {
   }
 }
 
-/** What answering yes does, in words: the server holds back only calls that change things. */
+/**
+ * What answering yes does, in words. The server holds back calls of tools marked destructive
+ * or as always needing approval (APPROVAL=writes: any that writes); a pending approval does
+ * not say which, so the sentence names both.
+ */
 function changeText(approval) {
-  if (approval.kind === "always") return `${approval.tool} is marked as always needing your approval. It runs only if you approve it.`;
-  return `${approval.tool} changes your data (a destructive action that may not be undone). It runs only if you approve it, with exactly the arguments below.`;
+  return `${approval.tool} is marked as changing or deleting your data (destructive), or as always needing your ` +
+    "approval. It runs only if you approve it, with exactly the arguments below, and may not be undone.";
 }
 
 // --- failures, in words --------------------------------------------------------------------
