@@ -629,7 +629,8 @@ class ApprovalCard {
       class: "approval", tabindex: -1, "aria-labelledby": titleId,
       "data-approval-id": approval.id, "data-tool": approval.tool, "data-decision": "pending",
     },
-    el("h4", { id: titleId }, "Approve this action? ", el("span", { class: "tool-name" }, approval.tool),
+    el("h4", { id: titleId }, this.ask = el("span", { class: "ask" }, "Approve this action? "),
+      el("span", { class: "tool-name" }, approval.tool),
       approval.server ? el("small", { class: "server" }, ` (${approval.server})`) : null),
     el("p", { class: "change" }, changeText(approval)),
     el("div", { class: "table-wrap" }, el("table", { class: "approval-args", "aria-label": "Arguments" },
@@ -676,6 +677,7 @@ class ApprovalCard {
     this.node.dataset.decision = decision;
     this.node.classList.toggle("decided", decision !== "pending");
     this.controls.hidden = decision !== "pending";
+    this.ask.textContent = decision === "pending" ? "Approve this action? " : "You were asked to approve ";
     this.busy(false);
     if (decision === "pending") {
       this.expires.hidden = !Number.isFinite(expiresAt);
