@@ -437,7 +437,7 @@ class ReplyView {
       el("summary", {}, el("span", { class: "tool-name" }, name), " ", status),
       el("h4", {}, "Arguments"), el("pre", { class: "json" }, pretty(input)),
       el("h4", {}, "Output"), output);
-    this.tools.set(id, { details, status, output });
+    this.tools.set(id, { details, status, output, name, input });
     this.parts.append(details);
   }
 
@@ -447,6 +447,32 @@ class ReplyView {
     view.details.classList.add(isError ? "failed" : "done");
     view.status.textContent = isError ? "failed" : describeOutput(output);
     view.output.replaceChildren(isError ? toolError(typeof output === "string" ? output : pretty(output)) : renderOutput(output));
+  }
+
+  /**
+   * Cards for calls waiting for the user's approval (the stream's `pendingApprovals`, the JSON
+   * `pending_approvals`, or a stored message's `approvals`), each where its call is shown;
+   * returns the new cards. A call already carded (a `tool-approval-request` part) is updated.
+   */
+  approvals(list) {
+    const made = [];
+    for (const approval of list ?? []) {
+      const known = cards.get(approval.id);
+      if (known && this.parts.contains(known.node)) {
+        known.update(approval);
+        continue;
+      }
+      const card = new ApprovalCard(approval);
+      const tool = this.tools.get(approval.call_id);
+      // The streamed call is the card now: it did not run, so "running…" would be wrong.
+      if (tool && !tool.details.classList.contains("done") && !tool.details.classList.contains("failed")) {
+        tool.details.replaceWith(card.node);
+      } else {
+        this.parts.append(card.node);
+      }
+      made.push(card);
+    }
+    return made;
   }
 
   /** `sources` as the API returns them, or the stream's `source-url`/`source-document` parts. */
@@ -517,6 +543,7 @@ class ReplyView {
     }
     const text = turn.reply ?? turn.content ?? "";
     if (text) this.fullText(text);
+    this.approvals(turn.approvals ?? turn.pending_approvals);
     this.sources(turn.sources);
     this.meta({ usage: turn.usage, steps: turn.steps, cutShort: turn.cut_short, interrupted: turn.interrupted });
     if (turn.error) this.error(fromSummary(turn.error));
@@ -563,6 +590,132 @@ function toolError(text) {
     toggle.textContent = folded ? "Show all" : "Show less";
   });
   return el("div", {}, pre, toggle);
+}
+
+// --- tool calls waiting for the user's approval ----------------------------------------------
+// A call the server holds back (a destructive tool, or one marked `approval = "always"`) is a
+// card in the reply that made it: what would run, with which arguments, until when it may be
+// approved, and Approve / Deny. The card's outcome always comes from the server (the answer's
+// turn, then GET api/conversations/{id}/messages), so a reload or a second tab shows the same.
+
+/** The cards on the page by approval id; emptied whenever the messages are drawn again. */
+const cards = new Map();
+
+/** A date and time as this browser writes them, to the minute. */
+const when = (iso) => new Date(iso).toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" });
+
+/** A value of a call's arguments as text: strings as they are, anything else as JSON. */
+const argumentText = (value) => (typeof value === "string" ? value : JSON.stringify(value, null, 2));
+
+class ApprovalCard {
+  /** `approval`: a pending approval (`{id, tool, server, arguments, call_id, expires_at}`), or
+   * the stored one of a message (the same with `decision`, `reason`, `result`, ...). */
+  constructor(approval) {
+    this.id = approval.id;
+    this.approval = approval;
+    const titleId = `approval-title-${approval.id}`;
+    const args = approval.arguments && typeof approval.arguments === "object" && !Array.isArray(approval.arguments)
+      ? Object.entries(approval.arguments) : [["(arguments)", approval.arguments]];
+    this.approve = el("button", { type: "button", class: "primary approve" }, "Approve");
+    this.deny = el("button", { type: "button", class: "deny" }, "Deny");
+    this.reason = el("input", { type: "text", class: "reason", id: `approval-reason-${approval.id}`,
+      autocomplete: "off", placeholder: "e.g. keep it for now" });
+    this.outcome = el("p", { class: "outcome", role: "status" });
+    this.expires = el("p", { class: "expires" });
+    this.controls = el("div", { class: "approval-controls" },
+      el("div", { class: "approval-buttons" }, this.approve, this.deny),
+      el("label", { for: this.reason.id, class: "reason-label" }, "Reason, if you deny (optional)"), this.reason);
+    this.node = el("section", {
+      class: "approval", tabindex: -1, "aria-labelledby": titleId,
+      "data-approval-id": approval.id, "data-tool": approval.tool, "data-decision": "pending",
+    },
+    el("h4", { id: titleId }, this.ask = el("span", { class: "ask" }, "Approve this action? "),
+      el("span", { class: "tool-name" }, approval.tool),
+      approval.server ? el("small", { class: "server" }, ` (${approval.server})`) : null),
+    el("p", { class: "change" }, changeText(approval)),
+    el("div", { class: "table-wrap" }, el("table", { class: "approval-args", "aria-label": "Arguments" },
+      el("thead", {}, el("tr", {}, el("th", { scope: "col" }, "Argument"), el("th", { scope: "col" }, "Value"))),
+      el("tbody", {}, ...args.map(([name, value]) => el("tr", {},
+        el("th", { scope: "row" }, name), el("td", {}, el("span", { class: "value" }, argumentText(value)))))))),
+    this.expires, this.controls, this.outcome);
+    this.approve.addEventListener("click", () => answerApproval(this, true));
+    this.deny.addEventListener("click", () => answerApproval(this, false));
+    this.reason.addEventListener("keydown", (event) => {
+      // Enter in the reason field denies: the field is only for a denial.
+      if (event.key === "Enter") {
+        event.preventDefault();
+        answerApproval(this, false);
+      }
+    });
+    cards.set(approval.id, this);
+    this.update(approval);
+  }
+
+  /** Still waiting for an answer here (not decided, not past its time). */
+  get open() {
+    return this.node.dataset.decision === "pending";
+  }
+
+  /** Buttons off while an answer is on its way (or a new message is declining the call). */
+  busy(on, text = "") {
+    for (const control of [this.approve, this.deny, this.reason]) control.disabled = on;
+    this.node.setAttribute("aria-busy", String(on));
+    if (text) this.outcome.textContent = text;
+  }
+
+  /** Shows where the call stands: `approval` as the server last told it. */
+  update(approval) {
+    this.approval = { ...this.approval, ...approval };
+    const a = this.approval;
+    clearTimeout(this.timer);
+    let decision = a.decision ?? "pending";
+    const expiresAt = Date.parse(a.expires_at);
+    // Past its time, nothing can approve it any more: the server decides it expired when
+    // answered, and a new message declines it. Shown as expired now rather than inviting a
+    // click that cannot run the call.
+    if (decision === "pending" && expiresAt <= Date.now()) decision = "expired";
+    this.node.dataset.decision = decision;
+    this.node.classList.toggle("decided", decision !== "pending");
+    this.controls.hidden = decision !== "pending";
+    this.ask.textContent = decision === "pending" ? "Approve this action? " : "You were asked to approve ";
+    this.busy(false);
+    if (decision === "pending") {
+      this.expires.hidden = !Number.isFinite(expiresAt);
+      this.expires.replaceChildren("Waiting for your answer until ",
+        el("time", { datetime: a.expires_at }, Number.isFinite(expiresAt) ? when(a.expires_at) : ""),
+        ". Nothing runs until you approve.");
+      this.outcome.textContent = "";
+      if (Number.isFinite(expiresAt)) {
+        // setTimeout takes at most 2^31-1 ms; APPROVAL_TTL_MS is at most a day.
+        this.timer = setTimeout(() => this.update({}), Math.min(expiresAt - Date.now() + 50, 2 ** 31 - 1));
+      }
+      return;
+    }
+    this.expires.hidden = true;
+    const at = a.decided_at ? ` (${when(a.decided_at)})` : "";
+    let text;
+    if (decision === "approved") {
+      if (a.result === undefined || a.result === null) text = `Approved${at}: running…`;
+      else if (a.result_is_error) text = `Approved${at}, but it failed: ${argumentText(a.result)}`;
+      else text = `Approved${at} and done.`;
+    } else if (decision === "denied") {
+      text = `Declined${at}: not run.${a.reason ? ` Reason: ${a.reason}` : ""}`;
+    } else {
+      text = "Expired: not run, as nobody answered in time.";
+    }
+    this.node.dataset.outcome = decision === "approved" && a.result != null && !a.result_is_error ? "done" : decision;
+    this.outcome.textContent = text;
+  }
+}
+
+/**
+ * What answering yes does, in words. The server holds back calls of tools marked destructive
+ * or as always needing approval (APPROVAL=writes: any that writes); a pending approval does
+ * not say which, so the sentence names both.
+ */
+function changeText(approval) {
+  return `${approval.tool} is marked as changing or deleting your data (destructive), or as always needing your ` +
+    "approval. It runs only if you approve it, with exactly the arguments below, and may not be undone.";
 }
 
 // --- failures, in words --------------------------------------------------------------------
@@ -1061,6 +1214,7 @@ function newConversation() {
   state.abort?.abort();
   state.conversation = null;
   if (location.hash) history.replaceState(null, "", location.pathname + location.search);
+  forgetCards();
   $("messages").replaceChildren();
   showTitle("New conversation");
   markCurrent();
@@ -1147,6 +1301,7 @@ async function openConversation(id) {
   try {
     const body = await (await api(`api/conversations/${encodeURIComponent(id)}/messages`)).json();
     state.conversation = id;
+    forgetCards();
     messages.replaceChildren(...body.messages.map(renderStored));
     const title = $("conversations").querySelector(`a[data-id="${id}"] .title`);
     showTitle(title ? title.textContent : "Conversation");
@@ -1162,8 +1317,18 @@ async function openConversation(id) {
     closeSidebar();
     scrollDown();
   }
+  // A call still waiting for an answer is what to do next here (after a reload too).
+  const waiting = [...cards.values()].find((c) => c.open);
+  if (waiting) {
+    waiting.node.scrollIntoView({ block: "nearest" });
+    waiting.node.focus();
+  }
 }
 
+function forgetCards() {
+  for (const card of cards.values()) clearTimeout(card.timer);
+  cards.clear();
+}
 function renderStored(m) {
   if (m.role === "user") return userMessage(m.content, m.context);
   const view = new ReplyView();
@@ -1234,19 +1399,99 @@ async function send(event) {
   const body = { message };
   if (state.conversation) body.conversation_id = state.conversation;
   if (context) body.context = context;
-
   const messages = $("messages");
   messages.append(userMessage(message, context));
   welcome();
+  box.value = "";
+  // The server declines every call still waiting when a new message comes instead of an
+  // answer: the cards stop taking answers now and show the stored outcome after the turn.
+  const waiting = [...cards.values()].filter((c) => c.open);
+  for (const card of waiting) card.busy(true, "Declining: you sent a new message instead…");
+  const outcome = await runTurn(body, {
+    failed: (e) => {
+      if (e.status === 401 || e instanceof SessionEnded) {
+        // Signed out mid-turn: the question waits in the box (and across the sign-in) for a retry.
+        box.value = message;
+        sessionStorage.setItem(DRAFT_KEY, message);
+      }
+    },
+  });
+  if (waiting.length) await refreshCards(outcome.conversationId);
+}
+
+/** Answers `card`'s call: the approvals request, whose resumed turn shows as a new reply. */
+async function answerApproval(card, approved) {
+  if (state.abort || !card.open) return;
+  const conversation = state.conversation;
+  const reason = card.reason.value.trim();
+  const answer = { id: card.id, approved };
+  if (!approved && reason) answer.reason = reason;
+  card.busy(true, approved ? "Approved: running…" : "Declining…");
+  const outcome = await runTurn({ conversation_id: conversation, approvals: [answer] }, {
+    settled: (status) => status === "already_decided",
+    failed: (e) => e.code === "conversation_busy",
+  });
+  if (outcome.settled || outcome.busy) {
+    // Another tab (or a retry) answered first: what it decided is the answer, and the
+    // conversation is drawn again from the server, as a reload would show it.
+    await showStoredOutcome(conversation, outcome.busy
+      ? "This conversation is busy with an answer from another tab or window. Showing what was decided…"
+      : "This call was already answered, in another tab or window. Showing what was decided.");
+    return;
+  }
+  if (outcome.problem) {
+    // Not decided (a refusal before the turn began): the card takes an answer again.
+    await refreshCards(conversation);
+    if (card.open) card.busy(false, `Not sent: ${problemText(outcome.problem)}`);
+    return;
+  }
+  await refreshCards(conversation);
+}
+
+/** The conversation drawn again from the server after another tab's answer, until its turn is
+ * stored (a call approved elsewhere may still be running there). */
+async function showStoredOutcome(conversation, message) {
+  setStatus(message);
+  for (let attempt = 0; attempt < 30; attempt++) {
+    if (state.conversation !== conversation) return;
+    await openConversation(conversation);
+    setStatus(message);
+    const running = [...cards.values()].some((c) => c.node.dataset.decision === "approved" && c.approval.result == null);
+    if (!running) break;
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+  }
+}
+
+/** The cards of `conversation` updated from GET api/conversations/{id}/messages. */
+async function refreshCards(conversation) {
+  if (!conversation || conversation !== state.conversation || !cards.size) return;
+  try {
+    const body = await (await api(`api/conversations/${encodeURIComponent(conversation)}/messages`)).json();
+    if (conversation !== state.conversation) return;
+    for (const m of body.messages) for (const a of m.approvals ?? []) cards.get(a.id)?.update(a);
+  } catch (e) {
+    setStatus(`Could not show how the approval went: ${problemText(e)}`);
+  }
+}
+
+/**
+ * One turn: POST api/chat with `body`, read as it streams (or as JSON) into a new reply.
+ * `settled(status)` says whether a finished turn is one to throw away (its reply is shown
+ * otherwise), `failed(error)` whether a refused one is. Returns `{conversationId, problem,
+ * settled, busy}`; cards the turn paused at get the focus.
+ */
+async function runTurn(body, { settled = () => false, failed = () => false } = {}) {
+  const messages = $("messages");
   const view = new ReplyView();
   view.node.setAttribute("aria-busy", "true");
   messages.append(view.node);
-  box.value = "";
   scrollDown();
   const abort = new AbortController();
   state.abort = abort;
   busy(true);
   setStatus("Working…");
+  const outcome = { conversationId: body.conversation_id ?? null, problem: null, settled: false, busy: false };
+  let status = null;
   try {
     // A deployment whose gateway buffers names where turns can stream (PAGE_STREAM_URL).
     const target = state.info?.stream_url ? new URL("api/chat", state.info.stream_url).href : "api/chat";
@@ -1258,30 +1503,37 @@ async function send(event) {
     });
     const type = response.headers.get("content-type") ?? "";
     if (type.startsWith("text/event-stream")) {
-      await readStream(response.body, view);
+      status = await readStream(response.body, view);
     } else {
       // A server without the streaming route answers with the whole turn as JSON.
       const turn = await response.json();
+      status = turn.status ?? null;
       adopt(turn.conversation_id);
-      view.whole(turn);
+      if (!settled(status)) view.whole(turn);
     }
-    setStatus("");
+    outcome.settled = settled(status);
+    if (outcome.settled) view.node.remove();
+    setStatus(status === "awaiting_approval" ? "Waiting for your approval." : "");
   } catch (e) {
     if (abort.signal.aborted) {
       view.error({ code: null, message: "Stopped." });
       setStatus("Stopped.");
+      outcome.problem = { code: null, message: "Stopped." };
     } else if (e instanceof HttpError || e instanceof SessionEnded) {
       // The question may be stored already: a retry must join that conversation.
       adopt(e.conversationId);
-      view.error(e);
-      setStatus("The turn failed.");
-      if (e.status === 401 || e instanceof SessionEnded) {
-        // Signed out mid-turn: the question waits in the box (and across the sign-in) for a retry.
-        box.value = message;
-        sessionStorage.setItem(DRAFT_KEY, message);
+      outcome.problem = e;
+      if (failed(e)) {
+        outcome.busy = e.code === "conversation_busy";
+        view.node.remove();
+      } else {
+        view.error(e);
+        setStatus("The turn failed.");
       }
     } else {
-      view.error({ code: null, message: `The connection broke off before the reply ended (${e.message}). Send your message again.` });
+      const message = `The connection broke off before the reply ended (${e.message}). Send your message again.`;
+      view.error({ code: null, message });
+      outcome.problem = { code: null, message };
       setStatus("The turn failed.");
     }
   } finally {
@@ -1294,12 +1546,21 @@ async function send(event) {
     const title = $("conversations").querySelector(`a[data-id="${state.conversation}"] .title`);
     if (title && $("rename-form").hidden) showTitle(title.textContent);
   }
+  outcome.conversationId = state.conversation;
+  // A call waiting for approval takes the focus: the next thing to do is to answer it.
+  const waiting = [...view.node.querySelectorAll("section.approval")].find((n) => n.dataset.decision === "pending");
+  if (waiting) {
+    waiting.scrollIntoView({ block: "nearest" });
+    waiting.focus();
+  }
+  return outcome;
 }
 
-/** A streamed reply, part by part (AI SDK UI message stream v1). */
+/** A streamed reply, part by part (AI SDK UI message stream v1); returns the turn's status. */
 async function readStream(body, view) {
   const sources = [];
   let ended = false;
+  let status = null;
   for await (const part of uiMessageParts(body)) {
     switch (part.type) {
       case "start":
@@ -1323,6 +1584,15 @@ async function readStream(body, view) {
       case "tool-output-error":
         view.toolOutput(part.toolCallId, part.errorText, true);
         break;
+      case "tool-approval-request": {
+        // The AI SDK's part for a call that waits (AI SDK 5+); `finish` lists the same calls
+        // with their expiry, so a server without this part shows the same cards.
+        const call = view.tools.get(part.toolCallId);
+        if (call && part.approvalId) {
+          view.approvals([{ id: part.approvalId, tool: call.name, arguments: call.input, call_id: part.toolCallId }]);
+        }
+        break;
+      }
       case "source-url":
         sources.push({ id: part.sourceId, title: part.title, uri: part.url });
         break;
@@ -1332,6 +1602,8 @@ async function readStream(body, view) {
       case "finish": {
         const meta = part.messageMetadata ?? {};
         adopt(meta.conversationId);
+        status = meta.status ?? null;
+        view.approvals(meta.pendingApprovals);
         view.sources(meta.sources?.length ? meta.sources : sources);
         view.meta(meta);
         ended = true;
@@ -1346,6 +1618,7 @@ async function readStream(body, view) {
     }
   }
   if (!ended) view.error({ code: null, message: "The reply broke off before it finished. Send your message again." });
+  return status;
 }
 
 /** The conversation a turn belongs to becomes the open one (a new one gets its id here). */
