@@ -382,7 +382,7 @@ async fn a_streamed_completion_pauses_with_the_question_and_resumes_on_yes() {
 }
 
 /// The official `openai` Python package (tests/interop/openai_approval.py) reads the question
-/// and answers "yes" in the same conversation.
+/// and answers "yes" by resending the history, with no conversation id, then retries that.
 #[tokio::test]
 async fn the_official_openai_client_approves_a_call_by_answering_yes() {
     let (chat, db, id) = chat_deleting_a_task(&["Deleted."]).await;
@@ -398,6 +398,8 @@ async fn the_official_openai_client_approves_a_call_by_answering_yes() {
     );
     let answer = out["answer"].as_str().unwrap();
     assert!(answer.ends_with("</details>\nDeleted."), "{answer}");
+    assert_eq!(out["same_conversation"], true, "{out}");
+    assert_eq!(out["retried_status"], "already_decided", "{out}");
     assert!(!task_exists(&db, id).await);
     assert_eq!(deletions(&chat), 1);
 }
