@@ -362,6 +362,10 @@ async fn a_streamed_completion_pauses_with_the_question_and_resumes_on_yes() {
     );
     assert_eq!(parley["status"], "awaiting_approval", "{parley}");
     let conversation = parley["conversation_id"].as_str().unwrap();
+    assert!(
+        question.ends_with(&format!("\n\n{}", reference(conversation))),
+        "{question}"
+    );
     assert!(task_exists(&db, id).await);
 
     let yes = json!({"model": "parley", "stream": true, "conversation_id": conversation,
