@@ -6,8 +6,10 @@ Usage: openai_approval.py BASE_URL TOKEN   (run by functions/chat/tests/api/open
 under .parley/venv-interop, with a model scripted to call the destructive `delete_task`)
 
 1. "Delete my passport task": the turn pauses and the reply asks for approval;
-2. the whole history again plus "yes", in the same conversation (its header): the call runs
-   and the model answers.
+2. the whole history again plus "yes", with no conversation id (as Open WebUI and LibreChat
+   send it): the question's reference line leads the answer to the paused conversation, the
+   call runs and the model answers;
+3. the same request again, as a client retrying after a lost answer: the stored outcome.
 """
 
 from __future__ import annotations
@@ -31,12 +33,19 @@ def main() -> None:
         {"role": "assistant", "content": question},
         {"role": "user", "content": "yes"},
     ]
-    resumed = client.chat.completions.create(
-        model="parley",
-        messages=history,
-        extra_headers={HEADER: raw.headers.get(HEADER)},
+    answered = client.chat.completions.with_raw_response.create(model="parley", messages=history)
+    resumed = answered.parse()
+    retried = client.chat.completions.create(model="parley", messages=history)
+    print(
+        json.dumps(
+            {
+                "question": question,
+                "answer": resumed.choices[0].message.content,
+                "same_conversation": answered.headers.get(HEADER) == raw.headers.get(HEADER),
+                "retried_status": (retried.model_extra or {}).get("parley", {}).get("status"),
+            }
+        )
     )
-    print(json.dumps({"question": question, "answer": resumed.choices[0].message.content}))
 
 
 if __name__ == "__main__":

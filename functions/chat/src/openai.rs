@@ -8,7 +8,10 @@
 //! client sent, as stateless OpenAI clients expect.
 //!
 //! A turn that pauses for the user's approval ends in a written question naming each waiting
-//! call; a next user message in the answer grammar ([`Said`]) becomes the typed answer.
+//! call, and a last line naming the conversation ([`request::approval_ref_line`]); a next user
+//! message in the answer grammar ([`Said`]) becomes the typed answer. A request that names no
+//! conversation continues the one its last assistant message names that way, when it is the
+//! user's own, so clients that resend the whole history (Open WebUI, LibreChat) can answer.
 
 use axum::Json;
 use axum::body::Bytes;
@@ -49,9 +52,9 @@ fn model(state: &AppState) -> Value {
     })
 }
 
-/// A completion request, read and checked: the model must be this server's, and the
-/// conversation header, when sent, names the conversation.
-fn parse(bytes: &[u8], headers: &HeaderMap, state: &AppState) -> Result<Completion, ApiError> {
+/// A completion request, read: the model must be this server's, and the conversation header,
+/// when sent, names the conversation.
+fn parse(bytes: &[u8], headers: &HeaderMap, state: &AppState) -> Result<CompletionBody, ApiError> {
     let mut body: CompletionBody = request::parse_json(bytes)?;
     if *body.model != *state.model_id {
         return Err(ApiError::NotFound {
@@ -69,10 +72,29 @@ fn parse(bytes: &[u8], headers: &HeaderMap, state: &AppState) -> Result<Completi
         })?;
         body.conversation_id = Some(id.to_owned());
     }
-    Ok(Completion::try_from(Wire {
-        body,
-        limits: &state.limits,
-    })?)
+    Ok(body)
+}
+
+/// The conversation a request that names none continues: the one the reference line of its
+/// last assistant message names, with its history, when it is the user's own. Any other
+/// reference (malformed, unknown, another user's) is no reference, and a new conversation
+/// starts as for any stateless client: answering 404 to another user's would tell whoever
+/// holds a copy of the history (a chat shared or cloned in the client) whether the
+/// conversation still exists, and leave that copy unable to go on. Only the assistant's
+/// messages count, so a user cannot point a message elsewhere by writing a reference.
+async fn referenced(
+    state: &AppState,
+    user: &User,
+    bytes: &[u8],
+) -> Result<Option<(ConversationId, Vec<StoredMessage>)>, ApiError> {
+    let Some(id) = last_assistant(bytes).and_then(|text| request::approval_ref(&text)) else {
+        return Ok(None);
+    };
+    match conversation::messages(&state.pool, &user.id, &id).await {
+        Ok(history) => Ok(Some((id, history))),
+        Err(StorageError::NotFound) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// `POST /v1/chat/completions`.
@@ -83,8 +105,19 @@ pub async fn completions(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let bytes = request::body_bytes(body, state.limits.max_body_bytes)?;
-    let mut completion = parse(&bytes, &headers, &state)?;
-    if let Some(answer) = approval_answer(&state, &user, &completion.turn, &bytes).await? {
+    let mut body = parse(&bytes, &headers, &state)?;
+    let mut history = None;
+    if body.conversation_id.is_none()
+        && let Some((id, stored)) = referenced(&state, &user, &bytes).await?
+    {
+        body.conversation_id = Some(id.to_string());
+        history = Some(stored);
+    }
+    let mut completion = Completion::try_from(Wire {
+        body,
+        limits: &state.limits,
+    })?;
+    if let Some(answer) = approval_answer(&state, &user, &completion.turn, history, &bytes).await? {
         completion.turn = answer;
     }
     let model = state.model_id.to_string();
@@ -403,8 +436,10 @@ fn action(a: &Asked<'_>) -> String {
     format!("run {} with {arguments}", a.tool)
 }
 
+/// The question a paused turn's reply ends with, and the line that leads a stateless client's
+/// answer back to this conversation.
 fn pause_question(response: &TurnResponse) -> String {
-    question(
+    let question = question(
         response
             .pending_approvals
             .iter()
@@ -415,6 +450,10 @@ fn pause_question(response: &TurnResponse) -> String {
                 expires_at: p.expires_at,
             })
             .collect(),
+    );
+    format!(
+        "{question}\n\n{}",
+        request::approval_ref_line(&response.conversation_id)
     )
 }
 
@@ -543,11 +582,13 @@ fn word<'a>(text: &'a str, word: &str) -> Option<&'a str> {
 /// message that has any, with no user message since. Once those are decided, the same answer
 /// again (the client retrying the request, whose previous assistant message is still the
 /// question) is answered too, and the core tells it the stored outcome without running
-/// anything again. Any other message goes on as a message (declining what waits).
+/// anything again. Any other message goes on as a message (declining what waits). `known` is
+/// the conversation's history when it was read already.
 async fn approval_answer(
     state: &AppState,
     user: &User,
     turn: &TurnRequest,
+    known: Option<Vec<StoredMessage>>,
     bytes: &[u8],
 ) -> Result<Option<TurnRequest>, ApiError> {
     let Some(id) = turn.conversation() else {
@@ -556,11 +597,14 @@ async fn approval_answer(
     let Some(said) = Said::parse(turn.message()) else {
         return Ok(None);
     };
-    let history = match conversation::messages(&state.pool, &user.id, &id).await {
-        Ok(history) => history,
-        // The turn itself refuses the conversation as usual.
-        Err(StorageError::NotFound) => return Ok(None),
-        Err(e) => return Err(e.into()),
+    let history = match known {
+        Some(history) => history,
+        None => match conversation::messages(&state.pool, &user.id, &id).await {
+            Ok(history) => history,
+            // The turn itself refuses the conversation as usual.
+            Err(StorageError::NotFound) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        },
     };
     let Some(waiting) = answered_calls(&history, || previous_assistant(bytes)) else {
         return Ok(None);
@@ -615,10 +659,19 @@ fn previous_assistant(bytes: &[u8]) -> Option<String> {
     let body: Value = serde_json::from_slice(bytes).ok()?;
     let messages = body["messages"].as_array()?;
     let previous = messages.len().checked_sub(2).map(|i| &messages[i])?;
-    if previous["role"] != "assistant" {
-        return None;
-    }
-    match &previous["content"] {
+    (previous["role"] == "assistant").then(|| text_of(previous))?
+}
+
+/// The text of the request's last assistant message.
+fn last_assistant(bytes: &[u8]) -> Option<String> {
+    let body: Value = serde_json::from_slice(bytes).ok()?;
+    let messages = body["messages"].as_array()?;
+    text_of(messages.iter().rev().find(|m| m["role"] == "assistant")?)
+}
+
+/// A message's content as text: a string, or its text parts a line each.
+fn text_of(message: &Value) -> Option<String> {
+    match &message["content"] {
         Value::String(text) => Some(text.clone()),
         Value::Array(parts) => Some(
             parts
@@ -666,6 +719,23 @@ mod tests {
             request::strip_tool_blocks(&replayed),
             "Leeds has 3 complaints."
         );
+    }
+
+    #[test]
+    fn a_reference_counts_only_as_the_last_line_and_only_with_a_uuid() {
+        let id = ConversationId::new();
+        let line = request::approval_ref_line(&id);
+        let asked = format!("Reply \"yes\" to approve.\n\n{line}");
+        assert_eq!(request::approval_ref(&asked), Some(id));
+        assert_eq!(request::approval_ref(&format!("{asked}\n  \n")), Some(id));
+        assert_eq!(request::approval_ref(&line), Some(id));
+        assert_eq!(request::approval_ref(&format!("{line}\nThen more.")), None);
+        assert_eq!(request::approval_ref("(Parley approval ref: 42)"), None);
+        assert_eq!(
+            request::approval_ref(&format!("Parley approval ref: {id}")),
+            None
+        );
+        assert_eq!(request::approval_ref("Reply \"yes\" to approve."), None);
     }
 
     fn all(approved: bool, reason: Option<&str>) -> Option<Said> {

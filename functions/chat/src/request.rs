@@ -545,7 +545,7 @@ fn prior_items(earlier: &[WireMessage]) -> Result<Vec<Item>, RequestError> {
         match message.role.as_str() {
             "user" => items.push(Item::User(text)),
             "assistant" => {
-                let said = strip_tool_blocks(&text);
+                let said = strip_tool_blocks(strip_approval_ref(&text));
                 if !said.trim().is_empty() {
                     items.push(Item::Assistant(said));
                 }
@@ -572,6 +572,42 @@ pub fn strip_tool_blocks(text: &str) -> String {
     }
     out.push_str(rest);
     out.trim().to_owned()
+}
+
+/// How the OpenAI-compatible endpoint's question for approval names its conversation, as its
+/// last line (`(Parley approval ref: <conversation id>)`), so that a client that sends no
+/// conversation id, only the whole history again, still answers in that conversation.
+const APPROVAL_REF: (&str, &str) = ("(Parley approval ref: ", ")");
+
+/// The reference line naming `id`.
+pub fn approval_ref_line(id: &ConversationId) -> String {
+    format!("{}{id}{}", APPROVAL_REF.0, APPROVAL_REF.1)
+}
+
+/// The conversation an assistant message's last line names as [`approval_ref_line`] does, when
+/// it is exactly such a line with a UUID in it.
+pub fn approval_ref(text: &str) -> Option<ConversationId> {
+    let (_, line) = ref_line(text)?;
+    let id = line
+        .strip_prefix(APPROVAL_REF.0)?
+        .strip_suffix(APPROVAL_REF.1)?;
+    ConversationId::parse(id.trim())
+}
+
+/// An assistant message without its reference line: the model is not shown it again.
+fn strip_approval_ref(text: &str) -> &str {
+    match ref_line(text) {
+        Some((before, _)) => before,
+        None => text,
+    }
+}
+
+/// The text before its last line, and that line when it looks like a reference.
+fn ref_line(text: &str) -> Option<(&str, &str)> {
+    let text = text.trim_end();
+    let (before, line) = text.rsplit_once('\n').unwrap_or(("", text));
+    let line = line.trim();
+    (line.starts_with(APPROVAL_REF.0) && line.ends_with(APPROVAL_REF.1)).then_some((before, line))
 }
 
 /// The user's message, trimmed: not empty, not too long, no NUL (Postgres text cannot hold
