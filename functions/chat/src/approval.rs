@@ -39,14 +39,40 @@ pub struct ToolMarks {
     pub always: bool,
 }
 
+/// Why a call waits for the user's approval: what the card and the question tell the user the
+/// call will do. When several apply, the first listed here is the one given (a deletion that
+/// also always asks is told as a deletion: the stronger warning).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Why {
+    /// The tool is annotated `destructiveHint: true`: it deletes or overwrites data.
+    Destructive,
+    /// The tool's `_meta["parley/approval"]` is `"always"` (it may send, spend or change
+    /// something outside the chat).
+    Always,
+    /// `APPROVAL=writes`, and the tool is not annotated read-only: it changes data.
+    Writes,
+}
+
 impl Policy {
+    /// Why a call of a tool so marked waits for the user's approval; `None` when it runs.
+    pub fn why(self, marks: ToolMarks) -> Option<Why> {
+        if self == Policy::Off {
+            None
+        } else if marks.destructive {
+            Some(Why::Destructive)
+        } else if marks.always {
+            Some(Why::Always)
+        } else if self == Policy::Writes && !marks.read_only {
+            Some(Why::Writes)
+        } else {
+            None
+        }
+    }
+
     /// Whether a call of a tool so marked waits for the user's approval.
     pub fn waits(self, marks: ToolMarks) -> bool {
-        match self {
-            Policy::Off => false,
-            Policy::Destructive => marks.destructive || marks.always,
-            Policy::Writes => marks.destructive || marks.always || !marks.read_only,
-        }
+        self.why(marks).is_some()
     }
 }
 
@@ -150,6 +176,24 @@ pub struct PendingApproval {
     /// The model's id of the call (the stream's `toolCallId`).
     pub call_id: String,
     pub expires_at: DateTime<Utc>,
+    /// Why it waits (what it will change), and what the tool does as its listing says:
+    /// what a card shows beside the arguments.
+    #[serde(flatten)]
+    pub about: About,
+}
+
+/// What a waiting call will change and what its tool does, stored with the call so a card
+/// shown after a reload says the same as the one shown when the turn paused.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct About {
+    /// `None` only for calls stored before this was recorded (migration 0014).
+    #[serde(default)]
+    pub why: Option<Why>,
+    /// The tool's description and title, as its server lists them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
 }
 
 /// A call that waits, as the turn that paused stores it (with its assistant message).
@@ -170,6 +214,7 @@ impl Pending {
             "id": p.id, "step": self.step, "call_id": p.call_id, "server": p.server,
             "tool": p.tool, "arguments": p.arguments,
             "idempotency_key": self.idempotency_key, "expires_at": p.expires_at,
+            "why": p.about.why, "description": p.about.description, "title": p.about.title,
         })
     }
 }
@@ -204,6 +249,8 @@ pub struct Approval {
     /// sentence a denial or expiry became; `None` until then.
     pub result: Option<Value>,
     pub result_is_error: bool,
+    #[serde(flatten)]
+    pub about: About,
     /// Not sent to clients: the key the call runs under.
     #[serde(skip_serializing, default)]
     pub idempotency_key: String,
@@ -473,6 +520,51 @@ mod tests {
         for m in [marks(false, true, false), marks(true, false, true)] {
             assert!(!Policy::Off.waits(m));
         }
+    }
+
+    #[test]
+    fn a_waiting_call_says_why_naming_the_strongest_reason() {
+        use Why::*;
+        let policy = Policy::default();
+        assert_eq!(policy.why(marks(false, true, false)), Some(Destructive));
+        assert_eq!(policy.why(marks(false, true, true)), Some(Destructive));
+        assert_eq!(policy.why(marks(true, false, true)), Some(Always));
+        assert_eq!(policy.why(marks(false, false, false)), None);
+        assert_eq!(Policy::Writes.why(marks(false, false, false)), Some(Writes));
+        assert_eq!(Policy::Writes.why(marks(false, false, true)), Some(Always));
+        assert_eq!(
+            Policy::Writes.why(marks(false, true, false)),
+            Some(Destructive)
+        );
+        assert_eq!(Policy::Writes.why(marks(true, false, false)), None);
+        assert_eq!(Policy::Off.why(marks(false, true, true)), None);
+    }
+
+    #[test]
+    fn a_stored_approval_without_why_reads_and_one_with_it_says_so() {
+        let stored = |extra: Value| {
+            let mut row = json!({
+                "id": ApprovalId::new(), "step": 1, "call_id": "c1", "server": "parley",
+                "tool": "delete_task", "arguments": {"id": 1},
+                "created_at": "2026-11-27T08:00:00Z", "expires_at": "2026-11-27T08:15:00Z",
+                "decision": "pending", "decided_by": null, "decided_at": null, "reason": null,
+                "result": null, "result_is_error": false, "idempotency_key": "k",
+            });
+            row.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            serde_json::from_value::<Approval>(row).unwrap()
+        };
+        assert_eq!(stored(json!({})).about, About::default());
+        let now = stored(
+            json!({"why": "destructive", "description": "Deletes a task.",
+                                "title": null}),
+        );
+        assert_eq!(now.about.why, Some(Why::Destructive));
+        let sent = serde_json::to_value(&now).unwrap();
+        assert_eq!(sent["why"], "destructive");
+        assert_eq!(sent["description"], "Deletes a task.");
+        assert!(sent.get("title").is_none() && sent.get("idempotency_key").is_none());
     }
 
     #[test]

@@ -150,6 +150,7 @@ mod tests {
             reason: None,
             result,
             result_is_error: decision != Decision::Approved,
+            about: Default::default(),
             idempotency_key: "k".into(),
         }
     }

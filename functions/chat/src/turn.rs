@@ -812,6 +812,7 @@ fn still_pending(approvals: &[Approval]) -> Vec<PendingApproval> {
             arguments: a.arguments.clone(),
             call_id: a.call_id.clone(),
             expires_at: a.expires_at,
+            about: a.about.clone(),
         })
         .collect()
 }
@@ -975,12 +976,10 @@ fn waiting(
         key,
     }: &Call<'_>,
 ) -> Option<Pending> {
-    if *over_cap
-        || !catalog.waits(&call.name, state.approval.policy)
-        || narrowed.is_some_and(|offered| !offered.iter().any(|t| t.name == call.name))
-    {
+    if *over_cap || narrowed.is_some_and(|offered| !offered.iter().any(|t| t.name == call.name)) {
         return None;
     }
+    let about = catalog.about(&call.name, state.approval.policy)?;
     let arguments = parse_arguments(&call.arguments).ok()?;
     let ttl = chrono::Duration::from_std(state.approval.ttl).unwrap_or(chrono::Duration::MAX);
     Some(Pending {
@@ -991,6 +990,7 @@ fn waiting(
             arguments: nul::clean_json(Value::Object(arguments)),
             call_id: call.call_id.clone(),
             expires_at: chrono::Utc::now() + ttl,
+            about,
         },
         step: *step,
         idempotency_key: key.as_str().to_owned(),

@@ -330,12 +330,12 @@ const FINISH: &str = "WITH freed AS (
      waiting AS (
        INSERT INTO chat.approvals
          (id, conversation_id, message_seq, step, call_id, server, tool, arguments,
-          idempotency_key, expires_at)
+          idempotency_key, expires_at, why, description, title)
        SELECT a.id, $1, freed.message_count, a.step, a.call_id, a.server, a.tool, a.arguments,
-              a.idempotency_key, a.expires_at
+              a.idempotency_key, a.expires_at, a.why, a.description, a.title
        FROM freed, jsonb_to_recordset($11::jsonb) AS a(id uuid, step integer, call_id text,
             server text, tool text, arguments jsonb, idempotency_key text,
-            expires_at timestamptz)
+            expires_at timestamptz, why text, description text, title text)
        RETURNING 1)
      SELECT EXISTS (SELECT 1 FROM stored)
        OR EXISTS (SELECT 1 FROM chat.conversations

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use rmcp::model::Tool;
 use serde_json::{Map, Value};
 
-use crate::approval::{Policy, ToolMarks};
+use crate::approval::{About, Policy, ToolMarks, Why};
 use crate::llm::ToolDef;
 use parley_wire::{Citation, META_APPROVAL, META_CITATION, META_CONTEXT, META_IDEMPOTENCY_KEY};
 
@@ -38,6 +38,10 @@ pub(super) struct Route {
     /// or idempotent, or it records the idempotency key every call carries.
     pub(super) resendable: bool,
     pub(super) traits: ToolTraits,
+    /// The listing's description and title (the tool's, else its annotations'), for the
+    /// user's approval card.
+    pub(super) description: Option<String>,
+    pub(super) title: Option<String>,
 }
 
 /// What the instructions say about one tool, from its listing's annotations and `_meta`.
@@ -101,9 +105,23 @@ impl Catalog {
     /// Whether a call of the tool the model calls `name` waits for the user's approval under
     /// `policy`. A name the catalog does not know runs (and fails as unknown).
     pub fn waits(&self, name: &str, policy: Policy) -> bool {
-        self.routes
-            .get(name)
-            .is_some_and(|r| policy.waits(r.traits.marks))
+        self.why(name, policy).is_some()
+    }
+
+    /// Why a call of the tool the model calls `name` waits under `policy`, when it does.
+    pub fn why(&self, name: &str, policy: Policy) -> Option<Why> {
+        policy.why(self.routes.get(name)?.traits.marks)
+    }
+
+    /// What a waiting call of the tool the model calls `name` tells the user: why it waits
+    /// under `policy` and what the tool does, as listed. `None` when its calls do not wait.
+    pub fn about(&self, name: &str, policy: Policy) -> Option<About> {
+        let route = self.routes.get(name)?;
+        Some(About {
+            why: Some(policy.why(route.traits.marks)?),
+            description: route.description.clone(),
+            title: route.title.clone(),
+        })
     }
 
     /// The configured name of the server offering the tool the model calls `name`.
@@ -183,6 +201,17 @@ impl Catalog {
                         // Every call carries an idempotency key, so a keyed tool replays.
                         resendable: read_only || idempotent || keyed,
                         traits,
+                        description: t
+                            .description
+                            .as_deref()
+                            .map(str::trim)
+                            .filter(|d| !d.is_empty())
+                            .map(str::to_owned),
+                        title: t
+                            .title
+                            .clone()
+                            .or_else(|| t.annotations.as_ref().and_then(|a| a.title.clone()))
+                            .filter(|t| !t.trim().is_empty()),
                     },
                 );
             }
@@ -435,6 +464,38 @@ mod tests {
         assert!(waiting(Policy::Off).is_empty());
         assert_eq!(catalog.server_of("mail"), Some("docs"));
         assert_eq!(catalog.server_of("delete"), Some("parley"));
+    }
+
+    #[test]
+    fn a_waiting_calls_card_says_why_and_what_the_tool_does_as_listed() {
+        let mut delete = tool("delete", (Some(false), Some(true), None), json!({}));
+        delete.description = Some(" Deletes one task by id. ".into());
+        delete.annotations.as_mut().unwrap().title = Some("Delete a task".into());
+        let mut mail = tool(
+            "mail",
+            (Some(false), Some(false), None),
+            json!({META_APPROVAL: "always"}),
+        );
+        mail.title = Some("Send an e-mail".into());
+        mail.description = Some(String::new().into());
+        let add = tool("add", (Some(false), Some(false), None), json!({}));
+        let catalog = Catalog::build(vec![listing(0, vec![delete, mail, add], None)], false);
+        let about = catalog.about("delete", Policy::Destructive).unwrap();
+        assert_eq!(about.why, Some(Why::Destructive));
+        assert_eq!(
+            about.description.as_deref(),
+            Some("Deletes one task by id.")
+        );
+        assert_eq!(about.title.as_deref(), Some("Delete a task"));
+        let about = catalog.about("mail", Policy::Writes).unwrap();
+        assert_eq!(about.why, Some(Why::Always));
+        assert_eq!(
+            (about.description, about.title.as_deref()),
+            (None, Some("Send an e-mail"))
+        );
+        assert_eq!(catalog.about("add", Policy::Destructive), None);
+        assert_eq!(catalog.why("add", Policy::Writes), Some(Why::Writes));
+        assert_eq!(catalog.about("missing", Policy::Writes), None);
     }
 
     #[test]

@@ -351,6 +351,41 @@ async fn an_approval_answered_after_it_expired_is_not_run() {
 }
 
 #[tokio::test]
+async fn a_waiting_call_says_why_it_waits_and_what_its_tool_does_also_after_a_reload() {
+    let (chat, _db, id) = chat_with_a_task(&[], |id| {
+        vec![Step::call("delete_task", format!(r#"{{"id":{id}}}"#))]
+    })
+    .await;
+
+    let paused = chat
+        .turn("alice", json!({"message": "Delete my passport task"}))
+        .await;
+
+    let approval = the_pending_delete(&paused, id);
+    // As domains/tasks/tools.toml declares delete_task (destructive = true).
+    let said = |pending: &Value| {
+        assert_eq!(pending["why"], "destructive", "{pending}");
+        assert_eq!(pending["title"], "Delete a task", "{pending}");
+        let description = pending["description"].as_str().unwrap_or_default();
+        assert!(
+            description.starts_with("Delete one of the user's tasks by id for good"),
+            "{pending}"
+        );
+    };
+    said(&paused["pending_approvals"][0]);
+    let messages = chat
+        .messages("alice", paused["conversation_id"].as_str().unwrap())
+        .await;
+    let stored = &messages[1]["approvals"][0];
+    assert_eq!(stored["id"], approval.as_str(), "{messages:?}");
+    said(stored);
+    assert_eq!(
+        stored["description"],
+        paused["pending_approvals"][0]["description"]
+    );
+}
+
+#[tokio::test]
 async fn a_new_message_instead_of_an_answer_declines_what_waited() {
     let (chat, db, id) = chat_with_a_task(&[], |id| {
         vec![
@@ -417,6 +452,7 @@ async fn approval_writes_also_pauses_a_write_that_is_not_destructive() {
 
     assert_eq!(paused["status"], "awaiting_approval", "{paused}");
     assert_eq!(paused["pending_approvals"][0]["tool"], "create_task");
+    assert_eq!(paused["pending_approvals"][0]["why"], "writes", "{paused}");
     let count: i64 = db
         .client()
         .await
@@ -607,6 +643,11 @@ async fn a_tool_marked_approval_always_waits_and_its_audit_record_carries_the_ap
         .await;
     assert_eq!(paused["status"], "awaiting_approval", "{paused}");
     assert_eq!(paused["pending_approvals"][0]["tool"], "send_digest");
+    assert_eq!(paused["pending_approvals"][0]["why"], "always", "{paused}");
+    assert_eq!(
+        paused["pending_approvals"][0]["description"],
+        "E-mails the user how many feedback items are open."
+    );
     assert!(
         chat.mcp()
             .posts("tools/call")
