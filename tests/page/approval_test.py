@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 import traceback
 from pathlib import Path
 
@@ -30,6 +31,12 @@ SHOTS = Path(os.environ["SCREENSHOTS"])
 TASK = 90001
 # The resumed turn's answer, from approval_script.json.
 ANSWER = "That is settled"
+# delete_task's description as the tasks domain declares it (the card shows it under the tool).
+DELETE_TASK_DESCRIPTION = next(
+    t["description"].strip()
+    for t in tomllib.loads((Path(__file__).resolve().parents[2] / "domains/tasks/tools.toml").read_text())["tool"]
+    if t["name"] == "delete_task"
+)
 # A turn here is a model request or two against a scripted model: seconds at most.
 TURN_MS = 20_000
 
@@ -118,7 +125,11 @@ def main() -> None:
             expect(c).to_be_focused()
             expect(c).to_have_attribute("data-decision", "pending")
             expect(c.locator("h4")).to_contain_text("delete_task")
-            expect(c.locator(".change")).to_contain_text("changing or deleting your data (destructive)")
+            # Why it waits (delete_task is declared destructive) and what it does, as the tasks
+            # domain's tools.toml describes it.
+            expect(c.locator(".change")).to_contain_text("This deletes or overwrites data.")
+            expect(c.locator(".about")).to_contain_text("Delete a task")
+            expect(c.locator(".about")).to_contain_text(DELETE_TASK_DESCRIPTION[:60])
             row = c.locator("table.approval-args tbody tr")
             expect(row).to_have_count(1)
             expect(row.locator("th")).to_have_text("id")
@@ -132,7 +143,7 @@ def main() -> None:
             assert decisions(conversation_of(page)) == ["pending"], decisions(conversation_of(page))
             c.scroll_into_view_if_needed()
             page.screenshot(path=str(SHOTS / "approval-card.png"))
-            return "tool, what it changes, the arguments as a table, its expiry; focused; nothing ran"
+            return "tool, its description, what it changes, the arguments as a table, its expiry; focused; nothing ran"
 
         check("a call waiting for approval is a card", shows_the_call)
 
@@ -195,6 +206,9 @@ def main() -> None:
             expect(c).to_have_attribute("data-decision", "pending")
             expect(c).to_be_focused()
             expect(c.locator("table.approval-args td")).to_have_text(str(TASK))
+            # Read back from the stored approval: the same sentence and description.
+            expect(c.locator(".change")).to_contain_text("This deletes or overwrites data.")
+            expect(c.locator(".about")).to_contain_text(DELETE_TASK_DESCRIPTION[:60])
             c.get_by_role("button", name="Approve").click()
             expect(c).to_have_attribute("data-outcome", "done", timeout=TURN_MS)
             assert not task_exists(), "approved after a reload, the task is still there"

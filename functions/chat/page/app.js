@@ -608,8 +608,10 @@ const when = (iso) => new Date(iso).toLocaleString(undefined, { dateStyle: "medi
 const argumentText = (value) => (typeof value === "string" ? value : JSON.stringify(value, null, 2));
 
 class ApprovalCard {
-  /** `approval`: a pending approval (`{id, tool, server, arguments, call_id, expires_at}`), or
-   * the stored one of a message (the same with `decision`, `reason`, `result`, ...). */
+  /** `approval`: a pending approval (`{id, tool, server, arguments, call_id, expires_at, why,
+   * description?, title?}`), or the stored one of a message (the same with `decision`,
+   * `reason`, `result`, ...). A card made from a stream's `tool-approval-request` has only the
+   * call until the turn's `pendingApprovals` arrive: [`update`] fills in the rest. */
   constructor(approval) {
     this.id = approval.id;
     this.approval = approval;
@@ -622,6 +624,8 @@ class ApprovalCard {
       autocomplete: "off", placeholder: "e.g. keep it for now" });
     this.outcome = el("p", { class: "outcome", role: "status" });
     this.expires = el("p", { class: "expires" });
+    this.about = el("p", { class: "about", hidden: true });
+    this.change = el("p", { class: "change" });
     this.controls = el("div", { class: "approval-controls" },
       el("div", { class: "approval-buttons" }, this.approve, this.deny),
       el("label", { for: this.reason.id, class: "reason-label" }, "Reason, if you deny (optional)"), this.reason);
@@ -632,7 +636,7 @@ class ApprovalCard {
     el("h4", { id: titleId }, this.ask = el("span", { class: "ask" }, "Approve this action? "),
       el("span", { class: "tool-name" }, approval.tool),
       approval.server ? el("small", { class: "server" }, ` (${approval.server})`) : null),
-    el("p", { class: "change" }, changeText(approval)),
+    this.about, this.change,
     el("div", { class: "table-wrap" }, el("table", { class: "approval-args", "aria-label": "Arguments" },
       el("thead", {}, el("tr", {}, el("th", { scope: "col" }, "Argument"), el("th", { scope: "col" }, "Value"))),
       el("tbody", {}, ...args.map(([name, value]) => el("tr", {},
@@ -663,10 +667,25 @@ class ApprovalCard {
     if (text) this.outcome.textContent = text;
   }
 
+  /** What the tool does (its title and description, as its server lists them) and what
+   * approving it will change. */
+  showAbout(a) {
+    const title = typeof a.title === "string" && a.title.trim() ? a.title.trim() : "";
+    const description = typeof a.description === "string" ? a.description.trim() : "";
+    this.about.replaceChildren(...[
+      title ? el("strong", { class: "title" }, title) : null,
+      title && description ? ": " : null,
+      description || null,
+    ].filter((part) => part !== null));
+    this.about.hidden = !title && !description;
+    this.change.replaceChildren(...changeText(a));
+  }
+
   /** Shows where the call stands: `approval` as the server last told it. */
   update(approval) {
     this.approval = { ...this.approval, ...approval };
     const a = this.approval;
+    this.showAbout(a);
     clearTimeout(this.timer);
     let decision = a.decision ?? "pending";
     const expiresAt = Date.parse(a.expires_at);
@@ -708,14 +727,23 @@ class ApprovalCard {
   }
 }
 
+/** What each `why` a waiting call comes with means, in the user's words. */
+const WHY_TEXT = {
+  destructive: "This deletes or overwrites data.",
+  always: "This tool always asks first (it may send, spend or change something outside this chat).",
+  writes: "This changes data.",
+};
+
 /**
- * What answering yes does, in words. The server holds back calls of tools marked destructive
- * or as always needing approval (APPROVAL=writes: any that writes); a pending approval does
- * not say which, so the sentence names both.
+ * What answering yes does, in words (the reason in bold), from why the server holds the call
+ * back. A call without `why` (stored before the server said it, or a stream's request part not
+ * yet followed by the turn's `pendingApprovals`) gets the sentence that names every reason.
  */
 function changeText(approval) {
-  return `${approval.tool} is marked as changing or deleting your data (destructive), or as always needing your ` +
-    "approval. It runs only if you approve it, with exactly the arguments below, and may not be undone.";
+  const why = WHY_TEXT[approval.why];
+  const lead = why ?? `${approval.tool} is marked as changing or deleting your data (destructive), or as always ` +
+    "needing your approval.";
+  return [el("strong", {}, lead), " It runs only if you approve it, with exactly the arguments below, and may not be undone."];
 }
 
 // --- failures, in words --------------------------------------------------------------------
