@@ -16,10 +16,12 @@ import os
 import subprocess
 import sys
 import tomllib
-import traceback
 from pathlib import Path
 
 from playwright.sync_api import Page, expect, sync_playwright
+
+import checks
+from checks import check
 
 BASE = os.environ["PARLEY_CHAT_URL"].rstrip("/") + "/"
 TOKEN = os.environ["PARLEY_TOKEN"]
@@ -40,18 +42,6 @@ DELETE_TASK_DESCRIPTION = next(
 # A turn here is a model request or two against a scripted model: seconds at most.
 TURN_MS = 20_000
 
-failed = 0
-
-
-def check(name: str, fn) -> None:
-    global failed
-    try:
-        detail = fn()
-        print(f"ok: {name}" + (f" ({detail})" if detail else ""), flush=True)
-    except Exception as e:  # noqa: BLE001 - every failure is reported as one line
-        failed += 1
-        print(f"FAIL: {name}: {type(e).__name__}: {str(e)[:600]}", flush=True)
-        traceback.print_exc(file=sys.stderr)
 
 
 def sql(query: str) -> str:
@@ -366,4 +356,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    sys.exit(1 if failed else 0)
+    sys.exit(checks.exit_status())

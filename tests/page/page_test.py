@@ -12,10 +12,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-import traceback
 from pathlib import Path
 
 from playwright.sync_api import Page, expect, sync_playwright
+
+import checks
+from checks import check
 
 BASE = os.environ["PARLEY_CHAT_URL"].rstrip("/") + "/"
 TOKEN = os.environ["PARLEY_TOKEN"]
@@ -27,18 +29,6 @@ EXAMPLES = json.loads((Path(__file__).resolve().parents[2] / "domains/page-examp
 # A tool error far wider than any window, with no space to break at.
 LONG_ERROR = "relation_does_not_exist:" + "x" * 1800
 
-failed = 0
-
-
-def check(name: str, fn) -> None:
-    global failed
-    try:
-        detail = fn()
-        print(f"ok: {name}" + (f" ({detail})" if detail else ""), flush=True)
-    except Exception as e:  # noqa: BLE001 - every failure is reported as one line
-        failed += 1
-        print(f"FAIL: {name}: {type(e).__name__}: {str(e)[:600]}", flush=True)
-        traceback.print_exc(file=sys.stderr)
 
 
 # Markdown in, the HTML the page's renderer builds out (read back with innerHTML).
@@ -499,4 +489,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    sys.exit(1 if failed else 0)
+    sys.exit(checks.exit_status())

@@ -20,13 +20,15 @@ import json
 import os
 import sys
 import time
-import traceback
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 from playwright.sync_api import Page, expect, sync_playwright
+
+import checks
+from checks import check
 
 BASE = os.environ["PARLEY_OIDC_CHAT_URL"].rstrip("/") + "/"
 ISSUER = os.environ["PARLEY_OIDC_ISSUER"]
@@ -38,18 +40,6 @@ QUESTION = "Which districts are in Kent?"
 LATER = "And which are in Kent after the refresh?"
 INTERRUPTED = "A question asked as the session ends"
 
-failed = 0
-
-
-def check(name: str, fn) -> None:
-    global failed
-    try:
-        detail = fn()
-        print(f"ok: {name}" + (f" ({detail})" if detail else ""), flush=True)
-    except Exception as e:  # noqa: BLE001 - every failure is reported as one line
-        failed += 1
-        print(f"FAIL: {name}: {type(e).__name__}: {str(e)[:600]}", flush=True)
-        traceback.print_exc(file=sys.stderr)
 
 
 def claims(token: str) -> dict:
@@ -309,4 +299,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    sys.exit(1 if failed else 0)
+    sys.exit(checks.exit_status())

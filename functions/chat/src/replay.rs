@@ -57,19 +57,7 @@ fn with_approvals(m: &StoredMessage) -> Vec<Trace> {
         .filter(|t| t.approval.is_none())
         .cloned()
         .collect();
-    traces.extend(m.approvals.iter().map(|a| {
-        let (output, is_error) = a.output();
-        Trace {
-            call_id: a.call_id.clone(),
-            step: a.step,
-            name: a.tool.clone(),
-            args: a.arguments.clone(),
-            output,
-            is_error,
-            duration_ms: 0,
-            approval: Some(a.id),
-        }
-    }));
+    traces.extend(m.approvals.iter().map(Trace::of_approval));
     // Stable: within a step, the calls that ran come first, as they were stored.
     traces.sort_by_key(|t| t.step);
     traces

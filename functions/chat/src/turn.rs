@@ -892,20 +892,15 @@ async fn resume(
     let traces = all
         .iter()
         .map(|a| {
-            let (output, is_error) = a.output();
+            let trace = Trace::of_approval(a);
             Trace {
-                call_id: a.call_id.clone(),
-                step: a.step,
-                name: a.tool.clone(),
-                args: a.arguments.clone(),
-                output: nul::clean_json(output),
-                is_error,
+                output: nul::clean_json(trace.output),
                 duration_ms: if a.decision == Decision::Approved {
                     duration_ms
                 } else {
                     0
                 },
-                approval: Some(a.id),
+                ..trace
             }
         })
         .collect();

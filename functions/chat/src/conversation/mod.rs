@@ -193,6 +193,24 @@ pub struct Trace {
     pub approval: Option<ApprovalId>,
 }
 
+impl Trace {
+    /// A call that waited for approval, with what became of it: its result, or the sentence a
+    /// denial or expiry became. It took no time of the turn that shows it, unless it ran there.
+    pub fn of_approval(a: &Approval) -> Trace {
+        let (output, is_error) = a.output();
+        Trace {
+            call_id: a.call_id.clone(),
+            step: a.step,
+            name: a.tool.clone(),
+            args: a.arguments.clone(),
+            output,
+            is_error,
+            duration_ms: 0,
+            approval: Some(a.id),
+        }
+    }
+}
+
 /// A stored message, as `GET /api/conversations/{id}/messages` returns it.
 #[derive(Debug, Clone, Serialize)]
 pub struct StoredMessage {
