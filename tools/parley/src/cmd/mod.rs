@@ -8,6 +8,7 @@ pub mod enroll;
 pub mod ingest;
 pub mod logins;
 pub mod migrate;
+mod table;
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -6,6 +6,8 @@ use chrono::SecondsFormat;
 use parley_core::audit::{Approval, Record};
 use serde_json::{Value, json};
 
+use crate::cmd::table::{aligned, cut, one_line};
+
 /// One row of `parley.audit`: the record the mcp function wrote, under the id the table gave
 /// it (ids break ties between records of the same instant).
 #[derive(Debug, Clone, PartialEq)]
@@ -81,72 +83,11 @@ impl Stored {
 
 /// The records as an aligned table under a header, one line each, columns two spaces apart.
 pub fn table(records: &[Stored]) -> String {
-    let header = HEADER.map(str::to_owned);
-    let lines: Vec<[String; 9]> = std::iter::once(header)
+    let lines: Vec<Vec<String>> = std::iter::once(HEADER.map(str::to_owned))
         .chain(records.iter().map(Stored::cells))
+        .map(Vec::from)
         .collect();
-    let mut widths = [0; 9];
-    for line in &lines {
-        for (width, cell) in widths.iter_mut().zip(line) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    for line in &lines {
-        let mut text = String::new();
-        for (i, cell) in line.iter().enumerate() {
-            if i > 0 {
-                text.push_str("  ");
-            }
-            let pad = " ".repeat(widths[i] - cell.chars().count());
-            if RIGHT_ALIGNED[i] {
-                text.push_str(&pad);
-                text.push_str(cell);
-            } else {
-                text.push_str(cell);
-                // The last column is not padded: no trailing blanks on every line.
-                if i + 1 < line.len() {
-                    text.push_str(&pad);
-                }
-            }
-        }
-        out.push_str(text.trim_end());
-        out.push('\n');
-    }
-    out
-}
-
-/// Runs of whitespace and control characters (newlines, tabs, escapes) and the bidirectional
-/// overrides that reorder what a terminal shows become single spaces.
-fn one_line(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut gap = false;
-    for c in text.trim().chars() {
-        if c.is_whitespace() || c.is_control() || is_bidi_control(c) {
-            gap = true;
-        } else {
-            if gap && !out.is_empty() {
-                out.push(' ');
-            }
-            gap = false;
-            out.push(c);
-        }
-    }
-    out
-}
-
-fn is_bidi_control(c: char) -> bool {
-    matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-}
-
-/// At most `max` characters, the last an ellipsis when something was cut.
-fn cut(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        return text.to_owned();
-    }
-    let mut out: String = text.chars().take(max - 1).collect();
-    out.push('…');
-    out
+    aligned(&lines, &RIGHT_ALIGNED)
 }
 
 #[cfg(test)]
