@@ -7,6 +7,7 @@ use clap::error::ErrorKind;
 use serde_json::{Value, json};
 
 use super::Admin;
+use crate::cmd::collections::Action;
 use crate::cmd::{self, Cli, Command};
 
 /// Lambda answers at most 6 MB; `audit --limit` can ask for more. The output is cut here,
@@ -15,7 +16,14 @@ const MAX_OUTPUT_BYTES: usize = 5 * 1024 * 1024;
 
 /// The subcommands the function runs. Not `ingest`: it reads files, and the function has none
 /// of the caller's (upload them to a machine that can reach the database instead).
-pub const ALLOWED: [&str; 5] = ["migrate", "demo-data", "enroll", "audit", "logins"];
+pub const ALLOWED: [&str; 6] = [
+    "migrate",
+    "demo-data",
+    "collections",
+    "enroll",
+    "audit",
+    "logins",
+];
 
 pub fn is_command(event: &Value) -> bool {
     event.get("command").is_some()
@@ -53,6 +61,22 @@ fn parse(event: &Value) -> Result<Command, Value> {
                 "`{}` cannot run in the function; it runs {}",
                 cli.command.name(),
                 ALLOWED.join(", ")
+            ),
+        ));
+    }
+    // The CLI asks for the name to be typed on its terminal; an invocation has none, so the
+    // payload must say `--yes` itself rather than fail after connecting.
+    if let Command::Collections(args) = &cli.command
+        && let Some(Action::Remove(remove)) = &args.action
+        && !remove.yes
+    {
+        return Err(answer(
+            false,
+            "",
+            &format!(
+                "`collections remove` asks for the name to be typed on a terminal, and the \
+                 function has none: add \"--yes\" to remove {} without asking",
+                remove.name
             ),
         ));
     }
@@ -116,7 +140,7 @@ mod tests {
                 .expect("parsed");
         match command {
             Command::Enroll(args) => {
-                assert_eq!(args.collection, "handbook");
+                assert_eq!(args.collection.as_deref(), Some("handbook"));
                 assert_eq!(args.groups, ["staff"]);
             }
             other => panic!("parsed as {other:?}"),
@@ -129,8 +153,32 @@ mod tests {
         assert_eq!(answer["ok"], false);
         assert_eq!(
             answer["error"],
-            "`ingest` cannot run in the function; it runs migrate, demo-data, enroll, audit, logins"
+            "`ingest` cannot run in the function; it runs migrate, demo-data, collections, enroll, \
+             audit, logins"
         );
+    }
+
+    #[test]
+    fn removing_a_collection_needs_yes_because_the_function_has_no_terminal() {
+        let answer = refusal(json!({"command": ["collections", "remove", "handbook"]}));
+        assert_eq!(answer["ok"], false);
+        assert_eq!(
+            answer["error"],
+            "`collections remove` asks for the name to be typed on a terminal, and the function \
+             has none: add \"--yes\" to remove handbook without asking"
+        );
+        let command = parse(&json!({"command": ["collections", "remove", "handbook", "--yes"]}))
+            .expect("parsed");
+        assert!(matches!(
+            command,
+            Command::Collections(cmd::collections::Args {
+                action: Some(Action::Remove(cmd::collections::RemoveArgs {
+                    yes: true,
+                    ..
+                })),
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! `parley-admin` function (which runs an allow-listed few) share every subcommand's code.
 
 pub mod audit;
+pub mod collections;
 pub mod demo_data;
 pub mod enroll;
 pub mod ingest;
@@ -43,7 +44,10 @@ pub enum Command {
     DemoData(demo_data::Args),
     /// Ingest Markdown, HTML and text files into a document collection (embeds with EMBEDDINGS_*).
     Ingest(ingest::Args),
-    /// Add or remove readers of a document collection: users by subject, groups by name.
+    /// List the document collections (counts, model, size, readers), or remove one.
+    Collections(collections::Args),
+    /// Add or remove readers of a document collection (users by subject, groups by name), or
+    /// list who may read what.
     Enroll(enroll::Args),
     /// Print the audit trail of tool calls: who called which tool, with what, and how it went.
     Audit(audit::Args),
@@ -58,6 +62,7 @@ impl Command {
             Command::Migrate(_) => "migrate",
             Command::DemoData(_) => "demo-data",
             Command::Ingest(_) => "ingest",
+            Command::Collections(_) => "collections",
             Command::Enroll(_) => "enroll",
             Command::Audit(_) => "audit",
             Command::Logins(_) => "logins",
@@ -74,6 +79,7 @@ pub async fn run(command: Command, env: &Env, out: &mut Out) -> Result<(), CmdEr
         Command::Migrate(args) => Box::pin(migrate::run(args, env, out)).await,
         Command::DemoData(args) => Box::pin(demo_data::run(args, env, out)).await,
         Command::Ingest(args) => Box::pin(ingest::run(args, env, out)).await,
+        Command::Collections(args) => Box::pin(collections::run(args, env, out)).await,
         Command::Enroll(args) => Box::pin(enroll::run(args, env, out)).await,
         Command::Audit(args) => Box::pin(audit::run(args, env, out)).await,
         Command::Logins(args) => Box::pin(logins::run(args, env, out)).await,
@@ -92,6 +98,8 @@ pub enum CmdError {
     Ingest(#[from] parley_ingest::IngestError),
     #[error(transparent)]
     Embed(#[from] parley_embed::EmbedError),
+    #[error(transparent)]
+    Collections(#[from] collections::CollectionsError),
     #[error(transparent)]
     Audit(#[from] audit::AuditError),
     #[error(transparent)]
@@ -112,6 +120,7 @@ impl CmdError {
         match self {
             CmdError::Connect(e) if e.is_usage() => ExitCode::from(2),
             CmdError::Ingest(e) if e.is_usage() => ExitCode::from(2),
+            CmdError::Collections(e) if e.is_usage() => ExitCode::from(2),
             CmdError::Logins(e) if e.is_usage() => ExitCode::from(2),
             CmdError::LoginSource(logins::SourceError::NoPassword { .. }) => ExitCode::from(2),
             CmdError::Settings(_) => ExitCode::from(2),
