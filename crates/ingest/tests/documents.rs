@@ -24,11 +24,17 @@ fn print_to_pdf(page: &str, dir: &Path) -> PathBuf {
         "{} is missing: install postgresql-doc-15 (tests/page/run --deps-only)",
         html.display()
     );
-    let out = dir.join(page.replace(".html", ".pdf"));
+    chromium_print(&html, &dir.join(page.replace(".html", ".pdf")), &[])
+}
+
+/// Prints `html` to `out` with headless Chromium and `extra` flags.
+fn chromium_print(html: &Path, out: &Path, extra: &[&str]) -> PathBuf {
+    let page = html.display();
     let status = Command::new("chromium")
         .args(["--headless", "--no-sandbox", "--disable-gpu"])
+        .args(extra)
         .arg(format!("--print-to-pdf={}", out.display()))
-        .arg(&html)
+        .arg(html)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .status()
@@ -39,7 +45,30 @@ fn print_to_pdf(page: &str, dir: &Path) -> PathBuf {
         status.success() && out.exists(),
         "chromium failed on {page}"
     );
-    out
+    out.to_path_buf()
+}
+
+#[test]
+fn a_pdf_of_images_only_is_refused_for_having_no_text_layer() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("scan.html");
+    // Shapes and no text, as a scanned page is an image without text; and without Chromium's
+    // header and footer, which are text.
+    std::fs::write(
+        &html,
+        "<svg width=400 height=300><rect width=400 height=300 fill=black/></svg>",
+    )
+    .unwrap();
+    let pdf = chromium_print(
+        &html,
+        &dir.path().join("scan.pdf"),
+        &["--no-pdf-header-footer"],
+    );
+    let bytes = std::fs::read(&pdf).unwrap();
+    assert_eq!(
+        extract(&bytes, Format::Pdf, "scan", &ExtractLimits::default()).unwrap_err(),
+        ExtractError::NoTextLayer(1)
+    );
 }
 
 fn read_pdf(path: &Path) -> parley_ingest::Extracted {
