@@ -36,6 +36,8 @@ pub struct Chunk {
     pub position: usize,
     pub heading: Vec<String>,
     pub text: String,
+    /// Its section's page (PDF), where its text starts: sections never span pages.
+    pub page: Option<u32>,
 }
 
 /// Every section's chunks, numbered in document order.
@@ -48,6 +50,7 @@ pub fn chunk_sections(sections: &[Section], options: &ChunkOptions) -> Vec<Chunk
                 position: chunks.len(),
                 heading: section.heading.clone(),
                 text,
+                page: section.page,
             });
         }
     }
@@ -315,10 +318,12 @@ mod tests {
             Section {
                 heading: vec!["A".into()],
                 text: "First. ".repeat(30).trim_end().to_owned(),
+                page: None,
             },
             Section {
                 heading: vec!["A".into(), "B".into()],
                 text: "Second.".into(),
+                page: Some(2),
             },
         ];
         let chunks = chunk_sections(&sections, &opts(100, 20));
@@ -326,6 +331,8 @@ mod tests {
         assert_eq!(last.heading, ["A", "B"]);
         assert_eq!(last.text, "Second.");
         assert_eq!(last.section, 1);
+        assert_eq!(last.page, Some(2));
+        assert_eq!(chunks[0].page, None);
         assert_eq!(
             chunks.iter().map(|c| c.position).collect::<Vec<_>>(),
             (0..chunks.len()).collect::<Vec<_>>()

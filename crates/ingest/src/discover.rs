@@ -173,6 +173,7 @@ mod tests {
             ("a/x.html", "<p>x</p>"),
             ("a/y.txt", "y"),
             ("a/z.pdf", "%PDF"),
+            ("a/w.doc", "old Word"),
             (".git/config", "[core]"),
             (".hidden.md", "# no"),
             ("IMAGE.PNG", "png"),
@@ -183,7 +184,7 @@ mod tests {
         }
         let found = discover_all(std::slice::from_ref(&dir)).unwrap();
         let uris: Vec<String> = found.files.iter().map(SourceFile::uri).collect();
-        assert_eq!(uris, ["a/x.html", "a/y.txt", "b.md"]);
+        assert_eq!(uris, ["a/x.html", "a/y.txt", "a/z.pdf", "b.md"]);
         assert_eq!(found.ignored, 2);
 
         let single = discover(&[dir.join("a/x.html")]).unwrap();

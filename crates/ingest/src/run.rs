@@ -96,7 +96,7 @@ pub async fn ingest(
             .unwrap_or_else(|| uri.clone());
         // Discover keeps only known formats; a SourceFile made by hand may name any file.
         let Some(format) = file.format() else {
-            run.skip(uri, "not a Markdown, HTML or text file".into());
+            run.skip(uri, "not a Markdown, HTML, text, PDF or Word file".into());
             continue;
         };
         let extracted = match extract(&doc, format, &stem, &options.extract) {
@@ -116,6 +116,7 @@ pub async fn ingest(
                     section: c.section as i32,
                     position: c.position as i32,
                     context: context(&extracted.title, &c.heading),
+                    page: c.page.map(|p| p as i32),
                     heading: c.heading,
                     text: c.text,
                 })

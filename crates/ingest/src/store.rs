@@ -50,6 +50,8 @@ pub(crate) struct NewChunk {
     pub heading: Vec<String>,
     pub text: String,
     pub context: String,
+    /// The page it starts on (PDF).
+    pub page: Option<i32>,
 }
 
 pub(crate) async fn check_schema(db: &Client) -> Result<(), IngestError> {
@@ -257,7 +259,7 @@ pub(crate) async fn write_document(
 
     let sink = tx
         .copy_in(
-            "COPY parley.chunks (document_id, collection_id, section, position, heading, text, context, embedding)
+            "COPY parley.chunks (document_id, collection_id, section, position, heading, text, context, page, embedding)
              FROM STDIN (FORMAT binary)",
         )
         .await
@@ -272,6 +274,7 @@ pub(crate) async fn write_document(
             Type::TEXT_ARRAY,
             Type::TEXT,
             Type::TEXT,
+            Type::INT4,
             vector.clone(),
         ]
     ));
@@ -286,6 +289,7 @@ pub(crate) async fn write_document(
                 &c.heading,
                 &c.text,
                 &c.context,
+                &c.page,
                 &Vector(e),
             ])
             .await

@@ -1,10 +1,13 @@
-//! A file's bytes to clean text: a title and sections, each under its heading path. Refuses
-//! what is not text (NUL bytes, invalid UTF-8), has none, or is built to exhaust the extractor
-//! (nesting past [`ExtractLimits`], or longer than its time), with a reason for the summary.
-//! Knows nothing of chunks, embeddings or storage.
+//! A file's bytes to clean text: a title and sections, each under its heading path (and, from
+//! a PDF, on its page). Refuses what is not text (NUL bytes or invalid UTF-8 in a text format;
+//! an encrypted, image-only or broken PDF or Word file), has none, or is built to exhaust the
+//! extractor (past [`ExtractLimits`]), with a reason for the summary. Knows nothing of chunks,
+//! embeddings or storage.
 
+mod docx;
 mod html;
 mod markdown;
+mod pdf;
 pub(crate) mod text;
 
 use std::path::Path;
@@ -13,7 +16,8 @@ use std::time::{Duration, Instant};
 /// Bumped whenever extraction or chunking changes what a file becomes, so the next run
 /// replaces documents whose bytes did not change (it is part of the content hash).
 /// 2: script text and control characters no longer reach titles, headings or text.
-pub const EXTRACTOR_VERSION: &str = "parley-ingest/2";
+/// 3: PDF and Word files; sections carry their page.
+pub const EXTRACTOR_VERSION: &str = "parley-ingest/3";
 
 /// Bounds on one file's extraction, so that one hostile file is skipped with a reason instead
 /// of crashing or stalling the run.
@@ -26,6 +30,14 @@ pub struct ExtractLimits {
     pub max_html_depth: usize,
     /// The time one file's extraction may take before the file is refused.
     pub max_time: Duration,
+    /// A PDF with more pages than this is refused. Text extraction runs at roughly 50-100
+    /// pages a second on one core, and embedding at ~10 chunks a second (about 2 per page), so
+    /// 2,000 pages is already ~7 minutes of a run; a larger file is better split.
+    pub max_pdf_pages: usize,
+    /// The most bytes a Word file's parts (`word/document.xml`, `word/styles.xml`) may unpack
+    /// to: a zip of a few kilobytes can inflate to gigabytes. A 500-page manual's document.xml
+    /// is ~10 MB.
+    pub max_unpacked_bytes: u64,
 }
 
 impl Default for ExtractLimits {
@@ -33,6 +45,8 @@ impl Default for ExtractLimits {
         ExtractLimits {
             max_html_depth: 512,
             max_time: Duration::from_secs(30),
+            max_pdf_pages: 2000,
+            max_unpacked_bytes: 64 << 20,
         }
     }
 }
@@ -74,16 +88,20 @@ pub enum Format {
     Markdown,
     Html,
     Text,
+    Pdf,
+    Docx,
 }
 
 impl Format {
-    /// `.md .markdown .html .htm .txt .text`, in any case.
+    /// `.md .markdown .html .htm .txt .text .pdf .docx`, in any case.
     pub fn of_path(path: &Path) -> Option<Format> {
         let ext = path.extension()?.to_str()?.to_ascii_lowercase();
         match ext.as_str() {
             "md" | "markdown" => Some(Format::Markdown),
             "html" | "htm" => Some(Format::Html),
             "txt" | "text" => Some(Format::Text),
+            "pdf" => Some(Format::Pdf),
+            "docx" => Some(Format::Docx),
             _ => None,
         }
     }
@@ -110,6 +128,8 @@ pub struct Section {
     /// The headings above it, outermost first; empty before the first heading.
     pub heading: Vec<String>,
     pub text: String,
+    /// The page it is on (from 1), for paged formats (PDF): a section never spans pages.
+    pub page: Option<u32>,
 }
 
 /// Why a file was not ingested; the message is the reason the summary lists.
@@ -127,6 +147,16 @@ pub enum ExtractError {
     TooDeep(usize),
     #[error("extraction took longer than the limit of {} ms", .0.as_millis())]
     TooSlow(Duration),
+    #[error("encrypted PDF (it needs a password to be read)")]
+    Encrypted,
+    #[error("no text layer ({0} pages of images only: it would need OCR)")]
+    NoTextLayer(usize),
+    #[error("{0} pages, over the limit of {1}")]
+    TooManyPages(usize, usize),
+    #[error("unpacks to more than the limit of {0} bytes")]
+    TooLarge(u64),
+    #[error("unreadable {0} file: {1}")]
+    Broken(&'static str, String),
 }
 
 /// Extracts `bytes` as `format` within `limits`; `stem` (the file name without extension) is
@@ -140,17 +170,11 @@ pub fn extract(
     if bytes.is_empty() {
         return Err(ExtractError::Empty);
     }
-    if let Some(at) = bytes.iter().position(|&b| b == 0) {
-        return Err(ExtractError::Binary(at));
-    }
-    let source =
-        std::str::from_utf8(bytes).map_err(|e| ExtractError::InvalidUtf8(e.valid_up_to()))?;
-    let source = source.strip_prefix('\u{feff}').unwrap_or(source);
     let budget = Budget::new(limits);
     let (title, sections) = match format {
-        Format::Markdown => markdown::extract(source, &budget)?,
-        Format::Html => html::extract(source, &budget)?,
-        Format::Text => (None, text::plain(source)),
+        Format::Pdf => pdf::extract(bytes, &budget)?,
+        Format::Docx => docx::extract(bytes, &budget)?,
+        Format::Markdown | Format::Html | Format::Text => textual(bytes, format, &budget)?,
     };
     if sections.is_empty() {
         return Err(ExtractError::NoText);
@@ -159,6 +183,24 @@ pub fn extract(
         .filter(|t| !t.is_empty())
         .unwrap_or_else(|| text::one_line(stem));
     Ok(Extracted { title, sections })
+}
+
+/// A title if the document names one, and its sections.
+type Parts = (Option<String>, Vec<Section>);
+
+/// The text formats: UTF-8 without NUL bytes.
+fn textual(bytes: &[u8], format: Format, budget: &Budget) -> Result<Parts, ExtractError> {
+    if let Some(at) = bytes.iter().position(|&b| b == 0) {
+        return Err(ExtractError::Binary(at));
+    }
+    let source =
+        std::str::from_utf8(bytes).map_err(|e| ExtractError::InvalidUtf8(e.valid_up_to()))?;
+    let source = source.strip_prefix('\u{feff}').unwrap_or(source);
+    Ok(match format {
+        Format::Markdown => markdown::extract(source, budget)?,
+        Format::Html => html::extract(source, budget)?,
+        Format::Text | Format::Pdf | Format::Docx => (None, text::plain(source)),
+    })
 }
 
 /// Sections as (heading path joined by " / ", text), for tests' expectations.
@@ -222,7 +264,8 @@ mod tests {
             e.sections,
             [Section {
                 heading: vec![],
-                text: "First line\nsecond line\n\nNext para".into()
+                text: "First line\nsecond line\n\nNext para".into(),
+                page: None,
             }]
         );
     }
@@ -245,7 +288,9 @@ mod tests {
         assert_eq!(Format::of_path(Path::new("a/B.MD")), Some(Format::Markdown));
         assert_eq!(Format::of_path(Path::new("x.htm")), Some(Format::Html));
         assert_eq!(Format::of_path(Path::new("x.text")), Some(Format::Text));
-        assert_eq!(Format::of_path(Path::new("x.pdf")), None);
+        assert_eq!(Format::of_path(Path::new("x.PDF")), Some(Format::Pdf));
+        assert_eq!(Format::of_path(Path::new("x.docx")), Some(Format::Docx));
+        assert_eq!(Format::of_path(Path::new("x.doc")), None);
         assert_eq!(Format::of_path(Path::new("README")), None);
     }
 }

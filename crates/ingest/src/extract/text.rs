@@ -17,6 +17,8 @@ pub(super) struct SectionsBuilder {
     space: bool,
     /// Inside a table cell, paragraph breaks would split the row: they become spaces.
     cell_depth: usize,
+    /// The page the text being written is on, for paged formats (PDF).
+    page: Option<u32>,
 }
 
 impl SectionsBuilder {
@@ -105,6 +107,13 @@ impl SectionsBuilder {
         self.paragraph_break();
     }
 
+    /// Closes the current section: what follows is on page `page` (from 1), under the same
+    /// headings. Pages are kept apart so that each chunk starts on one known page.
+    pub fn page(&mut self, page: u32) {
+        self.close_section();
+        self.page = Some(page);
+    }
+
     pub fn enter_cell(&mut self) {
         self.cell_depth += 1;
     }
@@ -128,6 +137,7 @@ impl SectionsBuilder {
             self.sections.push(Section {
                 heading: self.stack.iter().map(|(_, h)| h.clone()).collect(),
                 text: text.to_owned(),
+                page: self.page,
             });
         }
     }
@@ -211,6 +221,7 @@ pub(super) fn plain(source: &str) -> Vec<Section> {
         vec![Section {
             heading: Vec::new(),
             text,
+            page: None,
         }]
     }
 }

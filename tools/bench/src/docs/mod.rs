@@ -5,6 +5,7 @@
 //! a synthetic size (1M chunks by default), and the mcp function's cold start with the model.
 
 mod branches;
+mod pdf;
 mod quality;
 mod synthetic;
 
@@ -96,6 +97,18 @@ pub struct Args {
     /// one thread, in a child process started with RAYON_NUM_THREADS=1.
     #[arg(long, hide = true)]
     embed_only: bool,
+    /// Only compare retrieval over manual pages printed to PDF with the same pages as HTML:
+    /// this many labelled questions (their pages, plus --pdf-distractors others), printed by
+    /// headless Chromium, ingested into a database named --database with `_pdf` appended
+    /// (0: don't).
+    #[arg(long, default_value_t = 0)]
+    pdf_compare: usize,
+    /// Pages ingested besides the answering ones for --pdf-compare, spread over the manual.
+    #[arg(long, default_value_t = 40)]
+    pdf_distractors: usize,
+    /// The Chromium binary for --pdf-compare.
+    #[arg(long, default_value = "chromium")]
+    chromium: String,
 }
 
 /// Ingestion of the whole manual.
@@ -182,6 +195,22 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         embedder.model_id(),
         ms(started.elapsed())
     );
+    if args.pdf_compare > 0 {
+        let name = format!("{}_pdf", args.database);
+        let (_, mut db) = create_database(&admin_url, &name).await?;
+        println!("{command}");
+        return pdf::compare(
+            &mut db,
+            &embedder,
+            spec,
+            &args.manual,
+            &questions,
+            args.pdf_compare,
+            args.pdf_distractors,
+            &args.chromium,
+        )
+        .await;
+    }
     let model = embedder.model_id().to_owned();
     let (manual_url, mut db) = create_database(&admin_url, &args.database).await?;
     let pg_version: String = db.query_one("SHOW server_version", &[]).await?.get(0);

@@ -45,6 +45,13 @@ pub struct Args {
     #[arg(long, value_name = "MS", default_value_t = ExtractLimits::default().max_time.as_millis() as u64,
           value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     pub extract_timeout_ms: u64,
+    /// Skip PDFs with more pages than this.
+    #[arg(long, value_name = "N", default_value_t = ExtractLimits::default().max_pdf_pages as u32,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_pdf_pages: u32,
+    /// Skip Word files whose text parts unpack to more than this many bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = ExtractLimits::default().max_unpacked_bytes)]
+    pub max_unpacked_bytes: u64,
 }
 
 /// Refused before connecting, with the rule, rather than by the table's CHECK.
@@ -73,6 +80,8 @@ pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
         extract: ExtractLimits {
             max_html_depth: args.max_html_depth as usize,
             max_time: Duration::from_millis(args.extract_timeout_ms),
+            max_pdf_pages: args.max_pdf_pages as usize,
+            max_unpacked_bytes: args.max_unpacked_bytes,
         },
         chunk: ChunkOptions::default(),
         progress: true,
