@@ -210,6 +210,17 @@ impl Stack {
         connect(&self.url_as("postgres", "x")).await
     }
 
+    /// The one value `sql` selects, read as the superuser.
+    async fn one<T: for<'a> tokio_postgres::types::FromSql<'a>>(&self, sql: &str) -> T {
+        self.owner().await.query_one(sql, &[]).await.unwrap().get(0)
+    }
+
+    /// Whether `parley migrate` has run at all (its bookkeeping table exists).
+    async fn migrated(&self) -> bool {
+        self.one("SELECT to_regclass('public.schema_migrations') IS NOT NULL")
+            .await
+    }
+
     async fn login(&self, user: &str, password: &str) -> Result<tokio_postgres::Client, String> {
         let (client, conn) = tokio_postgres::connect(&self.url_as(user, password), NoTls)
             .await
@@ -262,12 +273,8 @@ async fn create_migrates_loads_the_demo_and_makes_logins_that_log_in_with_their_
         "postgres is a superuser here"
     );
     let recorded: i64 = stack
-        .owner()
-        .await
-        .query_one("SELECT count(*) FROM public.schema_migrations", &[])
-        .await
-        .unwrap()
-        .get(0);
+        .one("SELECT count(*) FROM public.schema_migrations")
+        .await;
     assert_eq!(recorded as usize, migrations);
 
     // Each login logs in with its secret's password, and holds what docs/deploy.md says.
@@ -335,13 +342,7 @@ async fn an_update_changes_nothing_but_a_rotated_password_and_the_old_one_stops_
     assert_eq!(created["Status"], "SUCCESS", "{created}");
     let count =
         "SELECT (SELECT count(*) FROM public.feedback) + (SELECT count(*) FROM public.tasks)";
-    let rows: i64 = stack
-        .owner()
-        .await
-        .query_one(count, &[])
-        .await
-        .unwrap()
-        .get(0);
+    let rows: i64 = stack.one(count).await;
     stack
         .moto
         .put_secret(
@@ -360,13 +361,7 @@ async fn an_update_changes_nothing_but_a_rotated_password_and_the_old_one_stops_
         "no replacement"
     );
     assert_eq!(updated["Data"]["MigrationsApplied"], "0");
-    let after: i64 = stack
-        .owner()
-        .await
-        .query_one(count, &[])
-        .await
-        .unwrap()
-        .get(0);
+    let after: i64 = stack.one(count).await;
     assert_eq!(after, rows, "the demo data is loaded once");
     assert!(stack.login(&stack.user("chat"), "rotated").await.is_ok());
     let old = stack
@@ -400,15 +395,8 @@ async fn delete_answers_success_with_the_same_id_and_drops_nothing() {
         "the role stays"
     );
     let tables: i64 = stack
-        .owner()
-        .await
-        .query_one(
-            "SELECT count(*) FROM pg_tables WHERE schemaname IN ('parley', 'chat')",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+        .one("SELECT count(*) FROM pg_tables WHERE schemaname IN ('parley', 'chat')")
+        .await;
     assert!(tables > 0, "the schema stays");
 }
 
@@ -427,16 +415,7 @@ async fn a_wrong_secret_arn_fails_naming_it_before_anything_is_migrated() {
         reason.starts_with("cannot fetch secret parley/no-such-secret: ResourceNotFoundException"),
         "{reason}"
     );
-    let migrated: bool = stack
-        .owner()
-        .await
-        .query_one(
-            "SELECT to_regclass('public.schema_migrations') IS NOT NULL",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let migrated: bool = stack.migrated().await;
     assert!(!migrated, "nothing was done");
 }
 
@@ -548,16 +527,7 @@ async fn the_answer_goes_out_before_the_timeout_and_a_failed_put_is_tried_again(
     // And the work was stopped, not left to finish behind the answer: unstopped, this Create
     // migrates in about 2 s here. Absence can only be shown by waiting past that.
     tokio::time::sleep(Duration::from_secs(6)).await;
-    let migrated: bool = stack
-        .owner()
-        .await
-        .query_one(
-            "SELECT to_regclass('public.schema_migrations') IS NOT NULL",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let migrated: bool = stack.migrated().await;
     assert!(!migrated, "the cut-off Create went on running");
 }
 
