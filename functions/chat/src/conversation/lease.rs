@@ -158,11 +158,9 @@ async fn try_begin(
     let lease_secs = start.lease.as_secs_f64();
     let limit = start.history_limit as i64;
     let title = title(start.message.unwrap_or_default());
-    let claim_sql = match (is_new, start.message.is_some()) {
-        (true, _) => CREATE,
-        (false, true) => CLAIM,
-        (false, false) => CLAIM_TO_RESUME,
-    };
+    let claim_sql = if is_new { CREATE } else { CLAIM };
+    // A resume stores no question, so counts none in.
+    let questions = i32::from(start.message.is_some());
 
     let prepared = futures::try_join!(
         conn.prepare_cached(SETTINGS),
@@ -175,7 +173,9 @@ async fn try_begin(
         // Nothing has been sent but statement descriptions: a dead link here is stale.
         Err(e) => return Err(e.into()),
     };
-    let claim_params: [&(dyn ToSql + Sync); 5] = [id, &owner, &lease, &lease_secs, &title];
+    // CREATE's fifth parameter is the new conversation's title, CLAIM's the questions counted.
+    let fifth: &(dyn ToSql + Sync) = if is_new { &title } else { &questions };
+    let claim_params: [&(dyn ToSql + Sync); 5] = [id, &owner, &lease, &lease_secs, fifth];
     let insert_params: [&(dyn ToSql + Sync); 4] = [id, &start.message, &start.context, &lease];
     let settings_params: [&(dyn ToSql + Sync); 1] = [&lock_timeout];
     // A new conversation has no history: the window query is not sent at all.
@@ -184,7 +184,7 @@ async fn try_begin(
     let (began, set, claimed, rows, inserted, committed) = futures::join!(
         conn.batch_execute("BEGIN"),
         conn.execute(&settings, &settings_params),
-        conn.query_opt(&claim, &claim_params[..if is_new { 5 } else { 4 }]),
+        conn.query_opt(&claim, &claim_params),
         async {
             match read_window {
                 true => conn.query(&window, &[id, &limit, &lease]).await.map(Some),
@@ -260,24 +260,13 @@ async fn try_begin(
 const SETTINGS: &str = "SELECT set_config('lock_timeout', $1, true),
        set_config('synchronous_commit', 'off', true)";
 
-/// Claims an owned conversation whose lease is free or expired, and counts the question in.
-/// One row unless the conversation is missing or someone else's: whether the claim was taken,
-/// and whether it replaced an expired one (the outer query sees the row as it was).
+/// Claims an owned conversation whose lease is free or expired, and counts `$5` questions in
+/// (1, or 0 for a turn that resumes after its approvals were answered). One row unless the
+/// conversation is missing or someone else's: whether the claim was taken, and whether it
+/// replaced an expired one (the outer query sees the row as it was).
 const CLAIM: &str = "WITH claimed AS (
        UPDATE chat.conversations
-       SET message_count = message_count + 1, updated_at = now(),
-           turn_lease = $3, turn_lease_until = now() + $4::float8 * interval '1 second'
-       WHERE id = $1 AND owner = $2
-         AND (turn_lease_until IS NULL OR turn_lease_until <= now())
-       RETURNING 1)
-     SELECT EXISTS (SELECT 1 FROM claimed), turn_lease_until IS NOT NULL
-     FROM chat.conversations WHERE id = $1 AND owner = $2";
-
-/// [`CLAIM`] for a turn that resumes after its approvals were answered: no question is counted
-/// in.
-const CLAIM_TO_RESUME: &str = "WITH claimed AS (
-       UPDATE chat.conversations
-       SET updated_at = now(),
+       SET message_count = message_count + $5::int4, updated_at = now(),
            turn_lease = $3, turn_lease_until = now() + $4::float8 * interval '1 second'
        WHERE id = $1 AND owner = $2
          AND (turn_lease_until IS NULL OR turn_lease_until <= now())
