@@ -247,17 +247,21 @@ async fn apply_one(client: &mut Client, login: &Login) -> Result<Done, LoginErro
     .map_err(pg("granting the group"))?;
     let mut switches_to = Vec::new();
     let mut warnings = Vec::new();
+    // The tools' logins (mcp, SQL) read only by default; a write tool opens its own READ WRITE
+    // transaction.
+    if matches!(login.kind, Kind::Mcp | Kind::Sql) {
+        execute(
+            &tx,
+            "ALTER ROLE %I SET default_transaction_read_only = on",
+            &login.user,
+            None,
+        )
+        .await
+        .map_err(pg("making it read-only by default"))?;
+    }
     match login.kind {
         Kind::Chat => {}
         Kind::Mcp => {
-            execute(
-                &tx,
-                "ALTER ROLE %I SET default_transaction_read_only = on",
-                &login.user,
-                None,
-            )
-            .await
-            .map_err(pg("making it read-only by default"))?;
             // The domains' write roles (`NOLOGIN IN ROLE parley_tool_writer`, e.g. the tasks
             // domain's parley_tasks_writer) that may write a table of this database (roles
             // are cluster-wide; another database's domains are not this one's): SET but not
@@ -288,14 +292,6 @@ async fn apply_one(client: &mut Client, login: &Login) -> Result<Done, LoginErro
             }
         }
         Kind::Sql => {
-            execute(
-                &tx,
-                "ALTER ROLE %I SET default_transaction_read_only = on",
-                &login.user,
-                None,
-            )
-            .await
-            .map_err(pg("making it read-only by default"))?;
             execute(
                 &tx,
                 &format!("ALTER ROLE %I CONNECTION LIMIT {SQL_CONNECTION_LIMIT}"),

@@ -312,6 +312,8 @@ impl McpClients {
                 ToolOutcome::error(not_run)
             }
         };
+        const RESEND_REFUSED: &str = "the connection to its server failed before the answer \
+                                      arrived, and sending it again was refused";
         // Two attempts: the first may find a connection that died while the instance was
         // frozen or the server restarted; the second uses a fresh one.
         for attempt in 1..=2 {
@@ -368,8 +370,7 @@ the server could not be reached to send it again",
                     tracing::warn!(server = %server.config.name, "MCP server refused the caller assertion; MCP_CALLER_KEY must be the same in the chat and mcp functions");
                     return unavailable(
                         maybe_ran,
-                        "the connection to its server failed before the answer arrived, and \
-sending it again was refused",
+                        RESEND_REFUSED,
                         format!(
                             "the tool server `{}` did not accept the user's identity; try again later or answer without it",
                             server.config.name
@@ -382,8 +383,7 @@ sending it again was refused",
                         tracing::warn!(server = %server.config.name, "MCP server refused the token");
                         return unavailable(
                             maybe_ran,
-                            "the connection to its server failed before the answer arrived, and \
-sending it again was refused",
+                            RESEND_REFUSED,
                             format!(
                                 "the tool server `{}` refused Parley's credentials; try again later or answer without it",
                                 server.config.name

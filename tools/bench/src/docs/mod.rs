@@ -783,16 +783,8 @@ impl Report {
         );
         for s in &self.quality {
             for groups in [&s.by_kind, &s.by_part] {
-                let line: Vec<String> = groups
-                    .iter()
-                    .map(|g| {
-                        format!(
-                            "{} ({}) {:.2}/{:.2}",
-                            g.name, g.questions, g.recall5, g.mrr10
-                        )
-                    })
-                    .collect();
-                let _ = writeln!(out, "  {:<26} {}", s.method, line.join(", "));
+                let line = quality::groups_line(groups);
+                let _ = writeln!(out, "  {:<26} {line}", s.method);
             }
         }
         if self.hybrid_mismatches > 0 {

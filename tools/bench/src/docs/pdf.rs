@@ -176,17 +176,7 @@ pub async fn compare(
         );
     }
     for (name, s) in [("HTML", &html), ("PDF", &pdf)] {
-        let kinds: Vec<String> = s
-            .by_kind
-            .iter()
-            .map(|g| {
-                format!(
-                    "{} ({}) {:.2}/{:.2}",
-                    g.name, g.questions, g.recall5, g.mrr10
-                )
-            })
-            .collect();
-        println!("  {name:<5} {}", kinds.join(", "));
+        println!("  {name:<5} {}", quality::groups_line(&s.by_kind));
     }
     Ok(())
 }

@@ -99,6 +99,20 @@ pub struct Group {
     pub mrr10: f64,
 }
 
+/// `groups` on one line of a report: `name (questions) recall@5/MRR@10, ...`.
+pub fn groups_line(groups: &[Group]) -> String {
+    let each: Vec<String> = groups
+        .iter()
+        .map(|g| {
+            format!(
+                "{} ({}) {:.2}/{:.2}",
+                g.name, g.questions, g.recall5, g.mrr10
+            )
+        })
+        .collect();
+    each.join(", ")
+}
+
 pub fn summarise(method: &str, questions: &[Question], scores: &[Score]) -> Summary {
     let all = group("all", questions, scores, |_| true);
     let groups = |key: fn(&Question) -> &str| {
