@@ -5,6 +5,7 @@
 //! **Invariant:** this crate knows no routes, no MCP and no LLM; the functions bring those.
 
 pub mod audit;
+pub mod aws;
 pub mod config;
 pub mod db;
 pub mod error;

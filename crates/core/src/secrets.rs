@@ -16,7 +16,6 @@ use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use aws_config::BehaviorVersion;
 use aws_sdk_secretsmanager::error::{ProvideErrorMetadata, SdkError};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use secrecy::ExposeSecret;
@@ -382,33 +381,11 @@ where
     crate::error::chain(e)
 }
 
-/// The Secrets Manager client: the default AWS configuration (credential chain, region,
-/// `AWS_ENDPOINT_URL`), except that what `env` itself holds is used as given, so a test can
-/// point one instance at a local server without touching the process environment.
+/// The Secrets Manager client ([`crate::aws::sdk_config`]).
 async fn client(env: &Env) -> aws_sdk_secretsmanager::Client {
-    let mut loader = aws_config::defaults(BehaviorVersion::latest());
-    if let Some(region) = env.get("AWS_REGION").or(env.get("AWS_DEFAULT_REGION")) {
-        loader = loader.region(aws_config::Region::new(region.to_owned()));
-    }
-    if let Some(url) = env
-        .get("AWS_ENDPOINT_URL_SECRETS_MANAGER")
-        .or(env.get("AWS_ENDPOINT_URL"))
-    {
-        loader = loader.endpoint_url(url);
-    }
-    if let (Some(id), Some(key)) = (
-        env.get("AWS_ACCESS_KEY_ID"),
-        env.get("AWS_SECRET_ACCESS_KEY"),
-    ) {
-        loader = loader.credentials_provider(aws_sdk_secretsmanager::config::Credentials::new(
-            id,
-            key,
-            env.get("AWS_SESSION_TOKEN").map(str::to_owned),
-            None,
-            "environment",
-        ));
-    }
-    aws_sdk_secretsmanager::Client::new(&loader.load().await)
+    aws_sdk_secretsmanager::Client::new(
+        &crate::aws::sdk_config(env, "AWS_ENDPOINT_URL_SECRETS_MANAGER").await,
+    )
 }
 
 /// `base` with every secret's settings laid over it, later secrets winning.

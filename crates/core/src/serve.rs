@@ -7,6 +7,7 @@
 use std::fmt::Display;
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::{Body, HttpBody};
@@ -348,6 +349,21 @@ async fn shutdown_signal() {
     tracing::info!("shutting down");
 }
 
+/// 2001-09-09 in milliseconds since the epoch: no deadline Lambda sends is earlier.
+const EPOCH_DEADLINES_FROM: u64 = 1_000_000_000_000;
+
+/// What remains of an invocation whose runtime deadline is `deadline_ms`. Lambda sends the
+/// deadline in milliseconds since the epoch; `cargo lambda watch` (1.9) sends its timeout
+/// instead (`600000`), which read as a time is long past: a value too small to be a time is
+/// taken as what is left.
+pub fn time_left(deadline_ms: u64, now: SystemTime) -> Duration {
+    if deadline_ms < EPOCH_DEADLINES_FROM {
+        return Duration::from_millis(deadline_ms);
+    }
+    let now = now.duration_since(UNIX_EPOCH).unwrap_or_default();
+    Duration::from_millis(deadline_ms).saturating_sub(now)
+}
+
 #[cfg(test)]
 mod tests {
     use axum::routing::post;
@@ -357,6 +373,26 @@ mod tests {
     use axum::http::header::{ALLOW, CONTENT_TYPE};
 
     use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn time_left_reads_lambdas_epoch_deadline_and_the_emulators_timeout() {
+        let now = UNIX_EPOCH + Duration::from_millis(1_795_762_213_458);
+        assert_eq!(
+            time_left(1_795_762_213_458 + 900_000, now),
+            Duration::from_secs(900)
+        );
+        assert_eq!(
+            time_left(1_795_762_213_000, now),
+            Duration::ZERO,
+            "already past"
+        );
+        assert_eq!(
+            time_left(600_000, now),
+            Duration::from_secs(600),
+            "cargo lambda watch"
+        );
+    }
 
     fn app() -> Router {
         traced(Router::new().route("/api/chat", post(|| async { "ok" })))

@@ -5,7 +5,7 @@
 pub mod custom_resource;
 pub mod invoke;
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use parley_core::config::Env;
 use serde_json::Value;
@@ -14,20 +14,7 @@ use serde_json::Value;
 /// S3 URL, which answers in well under a second.
 const PUT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// 2001-09-09 in milliseconds since the epoch: no deadline Lambda sends is earlier.
-const EPOCH_DEADLINES_FROM: u64 = 1_000_000_000_000;
-
-/// What remains of an invocation whose runtime deadline is `deadline_ms`. Lambda sends the
-/// deadline in milliseconds since the epoch; `cargo lambda watch` (1.9) sends its timeout
-/// instead (`600000`), which read as a time is long past: a value too small to be a time is
-/// taken as what is left.
-pub fn time_left(deadline_ms: u64, now: SystemTime) -> Duration {
-    if deadline_ms < EPOCH_DEADLINES_FROM {
-        return Duration::from_millis(deadline_ms);
-    }
-    let now = now.duration_since(UNIX_EPOCH).unwrap_or_default();
-    Duration::from_millis(deadline_ms).saturating_sub(now)
-}
+pub use parley_core::serve::time_left;
 
 /// What every invocation shares, built once at cold start. Settings are read per invocation,
 /// with the secrets, so that a bad one becomes a FAILED answer rather than an init error (which
@@ -73,29 +60,5 @@ impl Admin {
         } else {
             Err(AdminError::Unrecognised)
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn time_left_reads_lambdas_epoch_deadline_and_the_emulators_timeout() {
-        let now = UNIX_EPOCH + Duration::from_millis(1_795_762_213_458);
-        assert_eq!(
-            time_left(1_795_762_213_458 + 900_000, now),
-            Duration::from_secs(900)
-        );
-        assert_eq!(
-            time_left(1_795_762_213_000, now),
-            Duration::ZERO,
-            "already past"
-        );
-        assert_eq!(
-            time_left(600_000, now),
-            Duration::from_secs(600),
-            "cargo lambda watch"
-        );
     }
 }
