@@ -12,6 +12,7 @@ pub mod discover;
 pub mod extract;
 mod progress;
 mod run;
+pub mod s3;
 mod store;
 
 use std::path::PathBuf;
@@ -24,6 +25,7 @@ pub use extract::{
     EXTRACTOR_VERSION, ExtractError, ExtractLimits, Extracted, Format, Section, extract,
 };
 pub use run::ingest;
+pub use s3::CollectionSettings;
 
 /// The collection a run writes into. Created on first ingest; on later runs the fields given
 /// here replace the stored ones and the fields left `None` keep theirs.
@@ -63,6 +65,9 @@ pub struct IngestOptions {
     pub chunk: ChunkOptions,
     /// Draw a progress bar on stderr, if stderr is a terminal.
     pub progress: bool,
+    /// Give up, with [`IngestError::Deadline`], as soon as the chunks left would not be embedded
+    /// by then at the rate measured so far (a Lambda function's remaining time).
+    pub deadline: Option<std::time::Instant>,
 }
 
 impl Default for IngestOptions {
@@ -73,6 +78,7 @@ impl Default for IngestOptions {
             extract: ExtractLimits::default(),
             chunk: ChunkOptions::default(),
             progress: false,
+            deadline: None,
         }
     }
 }
@@ -88,6 +94,8 @@ pub struct Summary {
     pub unchanged: u64,
     /// Documents deleted by `prune`.
     pub deleted: u64,
+    /// S3 objects not written because another ingestion read a newer state of them first.
+    pub superseded: u64,
     /// Files not ingested, each with why; the run went on without them.
     pub skipped: Vec<Skipped>,
     /// Chunks written (of added and replaced documents).
@@ -127,7 +135,11 @@ impl std::fmt::Display for Summary {
             self.elapsed.as_secs_f64(),
             self.docs_per_sec(),
             self.chunks_per_sec()
-        )
+        )?;
+        if self.superseded > 0 {
+            write!(f, "; {} superseded by newer reads", self.superseded)?;
+        }
+        Ok(())
     }
 }
 
@@ -173,6 +185,16 @@ pub enum IngestError {
     NoCollection { collection: String },
     #[error("embedding failed: {0}")]
     Embed(#[from] parley_embed::EmbedError),
+    #[error(
+        "{chunks} chunks left to embed would not finish in the {}s left{}; ingest it with `parley ingest` from a machine, split the file, or give the function more memory (CPU)",
+        time_left.as_secs(),
+        needed.map(|n| format!(" (about {}s at the rate so far)", n.as_secs())).unwrap_or_default()
+    )]
+    Deadline {
+        chunks: usize,
+        needed: Option<Duration>,
+        time_left: Duration,
+    },
     #[error("the embedder returned {got} vectors for {expected} texts")]
     EmbedCount { expected: usize, got: usize },
     #[error("{step}: {}", parley_core::db::pg_message(source))]
@@ -259,6 +281,7 @@ mod tests {
             }],
             chunks: 60,
             elapsed: Duration::from_secs(2),
+            ..Summary::default()
         };
         assert_eq!(
             s.to_string(),

@@ -5,7 +5,7 @@
 //! summary and the run goes on.
 
 use std::collections::HashSet;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parley_embed::Embedder;
 use sha2::{Digest, Sha256};
@@ -15,7 +15,7 @@ use tokio_postgres::types::Type;
 use crate::chunk::{ChunkOptions, chunk_sections};
 use crate::extract::{EXTRACTOR_VERSION, extract};
 use crate::progress::Progress;
-use crate::store::{self, Collection, NewChunk, NewDocument};
+use crate::store::{self, Claim, Collection, NewChunk, NewDocument, Written};
 use crate::{CollectionSpec, IngestError, IngestOptions, Skipped, SourceFile, Summary};
 
 /// Chunks gathered before one call to the embedder: two of its default batches of 32, so a
@@ -31,11 +31,24 @@ pub async fn ingest(
     files: Vec<SourceFile>,
     options: &IngestOptions,
 ) -> Result<Summary, IngestError> {
-    let start = Instant::now();
     crate::check_collection_name(&collection.name)?;
     store::check_schema(db).await?;
     let coll =
         store::ensure_collection(db, collection, embedder.model_id(), embedder.dims()).await?;
+    let sources = files.into_iter().map(|file| (file, None)).collect();
+    ingest_sources(db, embedder, coll, sources, options).await
+}
+
+/// [`ingest`] into a collection already ensured, each file with the S3 claim it is written
+/// under, if any (`crate::s3`).
+pub(crate) async fn ingest_sources(
+    db: &mut Client,
+    embedder: &Embedder,
+    coll: Collection,
+    files: Vec<(SourceFile, Option<Claim>)>,
+    options: &IngestOptions,
+) -> Result<Summary, IngestError> {
+    let start = Instant::now();
     let stored = store::stored(db, &coll).await?;
     let vector = store::vector_type(db).await?;
 
@@ -45,11 +58,14 @@ pub async fn ingest(
         summary: Summary::default(),
         progress: Progress::new(options.progress, files.len()),
         ready: None,
+        deadline: options.deadline,
+        embedded: 0,
+        embedding: Duration::ZERO,
     };
     let mut seen = HashSet::new();
     let mut batch: Vec<NewDocument> = Vec::new();
     let mut batch_chunks = 0;
-    for file in files {
+    for (file, claim) in files {
         let uri = file.uri();
         let chars = uri.chars().count();
         if chars > crate::MAX_URI_CHARS {
@@ -71,7 +87,7 @@ pub async fn ingest(
         let doc = match read(&file, &uri, options) {
             Ok(bytes) => bytes,
             Err(reason) => {
-                run.skip(uri, reason);
+                run.skip_claimed(db, claim, uri, reason).await?;
                 continue;
             }
         };
@@ -82,6 +98,13 @@ pub async fn ingest(
             m => m.clone(),
         };
         if let Some(old) = stored.get(&uri).filter(|s| s.content_hash == hash) {
+            if let Some(c) = &claim
+                && !store::claim(&*db, &run.coll, c, "unchanged", None).await?
+            {
+                run.summary.superseded += 1;
+                run.progress.passed();
+                continue;
+            }
             if old.path != path || old.metadata != metadata {
                 store::update_place(db, old.id, &path, &metadata).await?;
             }
@@ -96,13 +119,14 @@ pub async fn ingest(
             .unwrap_or_else(|| uri.clone());
         // Discover keeps only known formats; a SourceFile made by hand may name any file.
         let Some(format) = file.format() else {
-            run.skip(uri, "not a Markdown, HTML, text, PDF or Word file".into());
+            let reason = "not a Markdown, HTML, text, PDF or Word file".to_owned();
+            run.skip_claimed(db, claim, uri, reason).await?;
             continue;
         };
         let extracted = match extract(&doc, format, &stem, &options.extract) {
             Ok(e) => e,
             Err(e) => {
-                run.skip(uri, e.to_string());
+                run.skip_claimed(db, claim, uri, e.to_string()).await?;
                 continue;
             }
         };
@@ -128,6 +152,7 @@ pub async fn ingest(
             content_hash: hash,
             chars,
             sections: extracted.sections,
+            claim,
         });
         if batch_chunks >= EMBED_BATCH {
             run.flush(db, embedder, std::mem::take(&mut batch)).await?;
@@ -161,6 +186,11 @@ struct Run {
     summary: Summary,
     progress: Progress,
     ready: Option<Embedded>,
+    /// When the run must have finished ([`IngestOptions::deadline`]).
+    deadline: Option<Instant>,
+    /// Chunks embedded so far and the time it took: the rate a deadline is projected with.
+    embedded: usize,
+    embedding: Duration,
 }
 
 impl Run {
@@ -168,6 +198,26 @@ impl Run {
         tracing::debug!(%uri, %reason, "skipped");
         self.summary.skipped.push(Skipped { uri, reason });
         self.progress.passed();
+    }
+
+    /// [`Run::skip`], recording the skip under the file's claim when it has one (a lost claim:
+    /// someone read the object later, so this run's reason no longer stands).
+    async fn skip_claimed(
+        &mut self,
+        db: &Client,
+        claim: Option<Claim>,
+        uri: String,
+        reason: String,
+    ) -> Result<(), IngestError> {
+        if let Some(c) = &claim
+            && !store::claim(db, &self.coll, c, "skipped", Some(&reason)).await?
+        {
+            self.summary.superseded += 1;
+            self.progress.passed();
+            return Ok(());
+        }
+        self.skip(uri, reason);
+        Ok(())
     }
 
     /// Embeds `batch` while writing the batch embedded before it; `batch` is then the one
@@ -187,14 +237,32 @@ impl Run {
             })
             .collect();
         let waiting = self.ready.take();
+        let deadline = self.deadline;
+        let (done_before, took_before) = (self.embedded, self.embedding);
         let embed = async {
-            if texts.is_empty() {
-                Ok(Vec::new())
-            } else {
-                embedder.embed(&texts).await
+            let mut all = Vec::with_capacity(texts.len());
+            let started = Instant::now();
+            // In slices, so a deadline is checked between them: one document may have
+            // thousands of chunks.
+            for slice in texts.chunks(EMBED_BATCH) {
+                if let Some(deadline) = deadline {
+                    check_deadline(
+                        deadline,
+                        done_before + all.len(),
+                        took_before + started.elapsed(),
+                        texts.len() - all.len(),
+                    )?;
+                }
+                all.extend(embedder.embed(slice).await?);
             }
+            Ok::<_, IngestError>((all, started.elapsed()))
         };
-        let (embeddings, written) = tokio::join!(embed, self.write(db, waiting));
+        let (embedded, written) = tokio::join!(embed, self.write(db, waiting));
+        let embeddings = embedded.map(|(e, took)| {
+            self.embedded += e.len();
+            self.embedding += took;
+            e
+        });
         written?;
         let embeddings = embeddings?;
         if embeddings.len() != texts.len() {
@@ -224,17 +292,52 @@ impl Run {
         for doc in &docs {
             let (mine, after) = rest.split_at(doc.chunks.len());
             rest = after;
-            let replaced = store::write_document(db, &self.coll, &self.vector, doc, mine).await?;
-            if replaced {
-                self.summary.replaced += 1;
-            } else {
-                self.summary.added += 1;
+            match store::write_document(db, &self.coll, &self.vector, doc, mine).await? {
+                Written::Replaced => self.summary.replaced += 1,
+                Written::Added => self.summary.added += 1,
+                Written::Superseded => {
+                    self.summary.superseded += 1;
+                    self.progress.written(doc.chunks.len());
+                    continue;
+                }
             }
             self.summary.chunks += doc.chunks.len() as u64;
             self.progress.written(doc.chunks.len());
         }
         Ok(())
     }
+}
+
+/// Fails when the chunks left, at the rate measured so far, would not be embedded before
+/// `deadline` (with no rate yet, the first slice runs: it measures one).
+fn check_deadline(
+    deadline: Instant,
+    done: usize,
+    took: Duration,
+    left: usize,
+) -> Result<(), IngestError> {
+    let now = Instant::now();
+    let time_left = deadline.saturating_duration_since(now);
+    if done == 0 {
+        return if time_left.is_zero() {
+            Err(IngestError::Deadline {
+                chunks: left,
+                needed: None,
+                time_left,
+            })
+        } else {
+            Ok(())
+        };
+    }
+    let needed = took.mul_f64(left as f64 / done as f64);
+    if needed > time_left {
+        return Err(IngestError::Deadline {
+            chunks: left,
+            needed: Some(needed),
+            time_left,
+        });
+    }
+    Ok(())
 }
 
 /// The file's bytes, or why it is skipped. Only regular files are read: a FIFO would block the

@@ -41,6 +41,262 @@ pub(crate) struct NewDocument {
     pub chars: i32,
     pub sections: Vec<crate::Section>,
     pub chunks: Vec<NewChunk>,
+    /// Set when the document comes from an S3 object: written only if the claim holds.
+    pub claim: Option<Claim>,
+}
+
+/// What an ingestion from S3 read, to be recorded in `parley.s3_objects` in the same
+/// transaction as what it changes (migration 0016 says why and how the comparison works).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Claim {
+    pub bucket: String,
+    pub key: String,
+    /// The document's uri; `None` for a collection's settings object.
+    pub uri: Option<String>,
+    /// Normalised ([`crate::s3`]); `None` when no event said (a sync, the command line).
+    pub sequencer: Option<String>,
+    pub version_id: Option<String>,
+    pub etag: Option<String>,
+    /// The database's clock just before S3 was read.
+    pub fetched_at: std::time::SystemTime,
+}
+
+/// What a claimed write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Written {
+    Added,
+    Replaced,
+    /// Someone read the object from S3 after this run did and recorded it first: nothing
+    /// was changed.
+    Superseded,
+}
+
+/// Records `claim` with `outcome` unless the stored row was read from S3 later than this
+/// claim's read; true if recorded. In a transaction, the row stays locked until it ends, so
+/// two writers of one key take turns.
+pub(crate) async fn claim(
+    db: &impl GenericClient,
+    collection: &Collection,
+    claim: &Claim,
+    outcome: &str,
+    reason: Option<&str>,
+) -> Result<bool, IngestError> {
+    let row = db
+        .query_opt(
+            "INSERT INTO parley.s3_objects AS o
+                    (bucket, key, collection_id, uri, sequencer, version_id, etag, fetched_at, outcome, reason)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+             ON CONFLICT (bucket, key) DO UPDATE
+                SET collection_id = EXCLUDED.collection_id, uri = EXCLUDED.uri,
+                    sequencer = greatest(o.sequencer, EXCLUDED.sequencer),
+                    version_id = EXCLUDED.version_id, etag = EXCLUDED.etag,
+                    fetched_at = EXCLUDED.fetched_at, outcome = EXCLUDED.outcome,
+                    reason = EXCLUDED.reason, updated_at = now()
+              WHERE o.fetched_at < EXCLUDED.fetched_at
+             RETURNING 1",
+            &[
+                &claim.bucket,
+                &claim.key,
+                &collection.id,
+                &claim.uri,
+                &claim.sequencer,
+                &claim.version_id,
+                &claim.etag,
+                &claim.fetched_at,
+                &outcome,
+                &reason,
+            ],
+        )
+        .await
+        .map_err(pg("recording what was read from S3"))?;
+    Ok(row.is_some())
+}
+
+/// What `parley.s3_objects` holds for one key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ObjectState {
+    pub sequencer: Option<String>,
+    pub version_id: Option<String>,
+    pub etag: Option<String>,
+    pub outcome: String,
+    pub reason: Option<String>,
+    pub fetched_at: std::time::SystemTime,
+}
+
+pub(crate) async fn object_state(
+    db: &impl GenericClient,
+    bucket: &str,
+    key: &str,
+) -> Result<Option<ObjectState>, IngestError> {
+    let row = db
+        .query_opt(
+            "SELECT sequencer, version_id, etag, outcome, reason, fetched_at
+               FROM parley.s3_objects WHERE bucket = $1 AND key = $2",
+            &[&bucket, &key],
+        )
+        .await
+        .map_err(pg("reading what was last read of an S3 object"))?;
+    Ok(row.map(|r| ObjectState {
+        sequencer: r.get(0),
+        version_id: r.get(1),
+        etag: r.get(2),
+        outcome: r.get(3),
+        reason: r.get(4),
+        fetched_at: r.get(5),
+    }))
+}
+
+/// Every recorded key of `bucket` under `prefix`, with its state (for a sync).
+pub(crate) async fn object_states(
+    db: &impl GenericClient,
+    bucket: &str,
+    prefix: &str,
+) -> Result<HashMap<String, ObjectState>, IngestError> {
+    let rows = db
+        .query(
+            "SELECT key, sequencer, version_id, etag, outcome, reason, fetched_at
+               FROM parley.s3_objects WHERE bucket = $1 AND starts_with(key, $2)",
+            &[&bucket, &prefix],
+        )
+        .await
+        .map_err(pg("reading what was last read of the prefix's S3 objects"))?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            (
+                r.get(0),
+                ObjectState {
+                    sequencer: r.get(1),
+                    version_id: r.get(2),
+                    etag: r.get(3),
+                    outcome: r.get(4),
+                    reason: r.get(5),
+                    fetched_at: r.get(6),
+                },
+            )
+        })
+        .collect())
+}
+
+/// The database's clock: when an S3 read starts, compared across every ingest function.
+pub(crate) async fn clock(db: &impl GenericClient) -> Result<std::time::SystemTime, IngestError> {
+    Ok(db
+        .query_one("SELECT clock_timestamp()", &[])
+        .await
+        .map_err(pg("reading the database's clock"))?
+        .get(0))
+}
+
+/// Deletes the claimed object's document, in one transaction with its claim. `None` when the
+/// claim lost (see [`claim`]); else whether a document was deleted.
+pub(crate) async fn delete_claimed(
+    db: &mut Client,
+    collection: &Collection,
+    claimed: &Claim,
+) -> Result<Option<bool>, IngestError> {
+    let tx = db
+        .transaction()
+        .await
+        .map_err(pg("starting a deletion's transaction"))?;
+    if !claim(&tx, collection, claimed, "deleted", None).await? {
+        return Ok(None);
+    }
+    let deleted = match &claimed.uri {
+        Some(uri) => {
+            tx.execute(
+                "DELETE FROM parley.documents WHERE collection_id = $1 AND uri = $2",
+                &[&collection.id, uri],
+            )
+            .await
+            .map_err(pg("deleting a document whose object was deleted"))?
+                > 0
+        }
+        None => false,
+    };
+    tx.commit().await.map_err(pg("committing a deletion"))?;
+    Ok(Some(deleted))
+}
+
+/// Applies a collection's settings object, in one transaction with its claim: the given
+/// fields replace the stored ones, and `readers`, when given, becomes the whole list of
+/// members. `false` when the claim lost.
+pub(crate) async fn apply_settings(
+    db: &mut Client,
+    collection: &Collection,
+    claimed: &Claim,
+    settings: &crate::CollectionSettings,
+) -> Result<bool, IngestError> {
+    let tx = db
+        .transaction()
+        .await
+        .map_err(pg("starting the settings' transaction"))?;
+    if !claim(&tx, collection, claimed, "settings", None).await? {
+        return Ok(false);
+    }
+    tx.execute(
+        "UPDATE parley.collections
+            SET title = coalesce($2, title), description = coalesce($3, description),
+                public = coalesce($4, public), updated_at = now()
+          WHERE id = $1",
+        &[
+            &collection.id,
+            &settings.title,
+            &settings.description,
+            &settings.public,
+        ],
+    )
+    .await
+    .map_err(pg("updating the collection from its settings object"))?;
+    if let Some(readers) = &settings.readers {
+        tx.execute(
+            "DELETE FROM parley.memberships WHERE collection_id = $1",
+            &[&collection.id],
+        )
+        .await
+        .map_err(pg("replacing the collection's readers"))?;
+        let name: String = tx
+            .query_one(
+                "SELECT name FROM parley.collections WHERE id = $1",
+                &[&collection.id],
+            )
+            .await
+            .map_err(pg("reading the collection's name"))?
+            .get(0);
+        enroll(&tx, &name, readers, false).await?;
+    }
+    tx.commit().await.map_err(pg("committing the settings"))?;
+    Ok(true)
+}
+
+/// The collection's documents under `uri_prefix` that came from `bucket` and whose keys were
+/// not listed, deleted when no one read their object since `listed_at` (an object created
+/// after the listing is not pruned). Returns how many.
+pub(crate) async fn prune_objects(
+    db: &impl GenericClient,
+    collection: &Collection,
+    bucket: &str,
+    uri_prefix: &str,
+    listed: &[String],
+    listed_at: std::time::SystemTime,
+) -> Result<u64, IngestError> {
+    let rows = db
+        .query(
+            "WITH gone AS (
+                 UPDATE parley.s3_objects o
+                    SET outcome = 'deleted', version_id = NULL, etag = NULL, reason = NULL,
+                        fetched_at = $5, updated_at = now()
+                  WHERE o.collection_id = $1 AND o.bucket = $2 AND o.uri IS NOT NULL
+                    AND starts_with(o.uri, $3) AND o.key <> ALL ($4)
+                    AND o.fetched_at < $5 AND o.outcome <> 'deleted'
+                 RETURNING o.uri)
+             DELETE FROM parley.documents d USING gone
+              WHERE d.collection_id = $1 AND d.uri = gone.uri
+             RETURNING d.id",
+            &[&collection.id, &bucket, &uri_prefix, &listed, &listed_at],
+        )
+        .await
+        .map_err(pg("pruning documents whose objects are gone"))?;
+    Ok(rows.len() as u64)
 }
 
 #[derive(Debug, Clone)]
@@ -132,6 +388,21 @@ async fn ensure_index(db: &Client, dims: usize) -> Result<(), IngestError> {
     .map_err(pg("creating the HNSW index for this model's length"))
 }
 
+/// The collection by name, if it exists.
+pub(crate) async fn find_collection(
+    db: &impl GenericClient,
+    name: &str,
+) -> Result<Option<Collection>, IngestError> {
+    Ok(db
+        .query_opt(
+            "SELECT id FROM parley.collections WHERE name = $1",
+            &[&name],
+        )
+        .await
+        .map_err(pg("finding the collection"))?
+        .map(|r| Collection { id: r.get(0) }))
+}
+
 /// The collection's documents by uri.
 pub(crate) async fn stored(
     db: &Client,
@@ -187,18 +458,25 @@ pub(crate) async fn vector_type(db: &Client) -> Result<Type, IngestError> {
 
 /// Replaces one document in one transaction: the old row (its sections and chunks by cascade)
 /// deleted, the new one inserted, its sections and chunks copied in. A reader sees the old
-/// document or the new one. Returns whether a document was replaced (rather than added).
+/// document or the new one. With a claim, the claim is recorded first in the same transaction,
+/// and a lost claim changes nothing.
 pub(crate) async fn write_document(
     db: &mut Client,
     collection: &Collection,
     vector: &Type,
     doc: &NewDocument,
     embeddings: &[Vec<f32>],
-) -> Result<bool, IngestError> {
+) -> Result<Written, IngestError> {
     let tx = db
         .transaction()
         .await
         .map_err(pg("starting a document's transaction"))?;
+    // First, so the claim's row lock is held until the document is in.
+    if let Some(c) = &doc.claim
+        && !claim(&tx, collection, c, "stored", None).await?
+    {
+        return Ok(Written::Superseded);
+    }
     let replaced = tx
         .execute(
             "DELETE FROM parley.documents WHERE collection_id = $1 AND uri = $2",
@@ -300,7 +578,11 @@ pub(crate) async fn write_document(
         .await
         .map_err(pg("finishing COPY into chunks"))?;
     tx.commit().await.map_err(pg("committing a document"))?;
-    Ok(replaced)
+    Ok(if replaced {
+        Written::Replaced
+    } else {
+        Written::Added
+    })
 }
 
 /// Deletes the collection's documents whose uris are not in `keep`, in one statement (one

@@ -85,6 +85,7 @@ pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
         },
         chunk: ChunkOptions::default(),
         progress: true,
+        deadline: None,
     };
     let total = found.files.len();
     let summary =
