@@ -20,5 +20,5 @@ pub mod raw_http;
 pub use cluster::{TestCluster, bin_dir as pg_bin_dir};
 pub use db::{READONLY_USER, SQL_READER_USER, TestDb, connect};
 pub use embeddings::model_dir;
-pub use moto::{MOTO_REGION, Moto};
+pub use moto::{MOTO_REGION, Moto, MotoBucket};
 pub use proxy::TcpProxy;

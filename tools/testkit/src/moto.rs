@@ -1,5 +1,5 @@
-//! `Moto`: a local AWS Secrets Manager (the `moto_server` from PyPI) on a free loopback port,
-//! one per test, stopped on Drop. Tests reach it through an SDK client built here with explicit
+//! `Moto`: a local AWS (the `moto_server` from PyPI: Secrets Manager, S3) on a free loopback
+//! port, one per test, stopped on Drop. Tests reach it through an SDK client built here with explicit
 //! endpoint and dummy credentials, and hand the same values to the functions via [`Moto::env`].
 
 use std::fs::{self, File};
@@ -125,6 +125,86 @@ impl Moto {
             .send()
             .await
             .unwrap_or_else(|e| panic!("putting a new value of secret {id} in moto: {e:?}"));
+    }
+}
+
+/// A versioned bucket in moto, as the template makes the documents bucket.
+#[derive(Debug, Clone)]
+pub struct MotoBucket {
+    pub name: String,
+    pub client: aws_sdk_s3::Client,
+}
+
+impl Moto {
+    /// Creates bucket `name` with versioning on.
+    pub async fn versioned_bucket(&self, name: &str) -> MotoBucket {
+        use aws_sdk_s3::types::{
+            BucketLocationConstraint, BucketVersioningStatus, CreateBucketConfiguration,
+            VersioningConfiguration,
+        };
+        let config = aws_sdk_s3::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new(MOTO_REGION))
+            .endpoint_url(&self.endpoint)
+            .force_path_style(true)
+            .credentials_provider(Credentials::new(
+                DUMMY_KEY,
+                DUMMY_KEY,
+                None,
+                None,
+                "parley-testkit",
+            ))
+            .build();
+        let client = aws_sdk_s3::Client::from_conf(config);
+        client
+            .create_bucket()
+            .bucket(name)
+            .create_bucket_configuration(
+                CreateBucketConfiguration::builder()
+                    .location_constraint(BucketLocationConstraint::from(MOTO_REGION))
+                    .build(),
+            )
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("creating bucket {name} in moto: {e:?}"));
+        client
+            .put_bucket_versioning()
+            .bucket(name)
+            .versioning_configuration(
+                VersioningConfiguration::builder()
+                    .status(BucketVersioningStatus::Enabled)
+                    .build(),
+            )
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("turning versioning on for {name}: {e:?}"));
+        MotoBucket {
+            name: name.to_owned(),
+            client,
+        }
+    }
+}
+
+impl MotoBucket {
+    pub async fn put(&self, key: &str, body: impl Into<Vec<u8>>) {
+        self.client
+            .put_object()
+            .bucket(&self.name)
+            .key(key)
+            .body(aws_sdk_s3::primitives::ByteStream::from(body.into()))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("putting {key}: {e:?}"));
+    }
+
+    pub async fn delete(&self, key: &str) {
+        self.client
+            .delete_object()
+            .bucket(&self.name)
+            .key(key)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("deleting {key}: {e:?}"));
     }
 }
 

@@ -487,7 +487,9 @@ pub async fn sync(
                 &p,
                 same.then(|| state.map(|s| s.outcome.as_str())).flatten(),
             ) {
-                (_, Some("stored" | "unchanged" | "settings")) => run.unchanged += 1,
+                // Settings are not documents: an unchanged one is not counted.
+                (Place::Settings { .. }, Some("settings")) => {}
+                (_, Some("stored" | "unchanged")) => run.unchanged += 1,
                 (_, Some("skipped")) => run.skipped.push(crate::Skipped {
                     uri: listed.key.clone(),
                     reason: state.and_then(|s| s.reason.clone()).unwrap_or_default(),

@@ -15,14 +15,16 @@ use crate::cmd::{self, Cli, Command};
 const MAX_OUTPUT_BYTES: usize = 5 * 1024 * 1024;
 
 /// The subcommands the function runs. Not `ingest`: it reads files, and the function has none
-/// of the caller's (upload them to a machine that can reach the database instead).
-pub const ALLOWED: [&str; 6] = [
+/// of the caller's (put them in the documents bucket, or run it from a machine that reaches the
+/// database). `sync` reads the documents bucket.
+pub const ALLOWED: [&str; 7] = [
     "migrate",
     "demo-data",
     "collections",
     "enroll",
     "audit",
     "logins",
+    "sync",
 ];
 
 pub fn is_command(event: &Value) -> bool {
@@ -154,7 +156,7 @@ mod tests {
         assert_eq!(
             answer["error"],
             "`ingest` cannot run in the function; it runs migrate, demo-data, collections, enroll, \
-             audit, logins"
+             audit, logins, sync"
         );
     }
 

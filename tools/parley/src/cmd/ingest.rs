@@ -1,14 +1,17 @@
-//! `parley ingest`: Markdown, HTML and text files (directories walked) into a collection of
-//! the database in `DATABASE_URL`, embedded with the model the `EMBEDDINGS_*` settings name.
-//! Incremental: unchanged files are skipped, changed ones replaced, and with `--prune` the
-//! collection's documents no longer among the files deleted. A file that cannot be ingested is
-//! listed with its reason and the run goes on; it still exits 0 (see docs/settings.md).
+//! `parley ingest`: Markdown, HTML, text, PDF and Word files (directories walked) into a
+//! collection of the database in `DATABASE_URL`, embedded with the model the `EMBEDDINGS_*`
+//! settings name; or the objects under `s3://bucket/prefix`, each into the collection its key
+//! names (as the ingest function does). Incremental: unchanged files are skipped, changed ones
+//! replaced, and with `--prune` the collection's documents no longer among the files deleted.
+//! A file that cannot be ingested is listed with its reason and the run goes on; it still exits
+//! 0 (see docs/settings.md).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use parley_core::config::Env;
 use parley_embed::{EmbedSettings, Embedder};
+use parley_ingest::s3::S3Url;
 use parley_ingest::{ChunkOptions, CollectionSpec, ExtractLimits, IngestOptions};
 
 use super::{CmdError, Out};
@@ -16,12 +19,15 @@ use super::{CmdError, Out};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Files or directories to ingest; directories are walked for .md, .markdown, .html, .htm,
-    /// .txt and .text files, each stored under its path relative to the directory.
+    /// .txt, .text, .pdf and .docx files, each stored under its path relative to the directory.
+    /// Or `s3://bucket/prefix`: every object under it, into the collection its key's first
+    /// folder names (`<collection>/<path>`), with `_collection.json` applied.
     #[arg(required = true, value_name = "PATH")]
     pub paths: Vec<PathBuf>,
-    /// The collection to ingest into, created if new (lower-case letters, digits, '_', '.', '-').
+    /// The collection to ingest files into, created if new (lower-case letters, digits, '_',
+    /// '.', '-'). Not with s3:// (the key names it).
     #[arg(long, value_name = "NAME", value_parser = collection_name)]
-    pub collection: String,
+    pub collection: Option<String>,
     /// The collection's title (default on creation: its name).
     #[arg(long)]
     pub title: Option<String>,
@@ -34,6 +40,13 @@ pub struct Args {
     /// Delete the collection's documents that are not among these files.
     #[arg(long)]
     pub prune: bool,
+    #[command(flatten)]
+    pub limits: Limits,
+}
+
+/// How big and how deep a file may be before it is skipped (shared with `parley sync`).
+#[derive(Debug, clap::Args)]
+pub struct Limits {
     /// Skip files larger than this many bytes.
     #[arg(long, value_name = "BYTES", default_value_t = IngestOptions::default().max_document_bytes)]
     pub max_document_bytes: u64,
@@ -54,6 +67,24 @@ pub struct Args {
     pub max_unpacked_bytes: u64,
 }
 
+impl Limits {
+    pub fn options(&self, prune: bool) -> IngestOptions {
+        IngestOptions {
+            prune,
+            max_document_bytes: self.max_document_bytes,
+            extract: ExtractLimits {
+                max_html_depth: self.max_html_depth as usize,
+                max_time: Duration::from_millis(self.extract_timeout_ms),
+                max_pdf_pages: self.max_pdf_pages as usize,
+                max_unpacked_bytes: self.max_unpacked_bytes,
+            },
+            chunk: ChunkOptions::default(),
+            progress: true,
+            deadline: None,
+        }
+    }
+}
+
 /// Refused before connecting, with the rule, rather than by the table's CHECK.
 fn collection_name(raw: &str) -> Result<String, String> {
     parley_ingest::check_collection_name(raw)
@@ -62,6 +93,43 @@ fn collection_name(raw: &str) -> Result<String, String> {
 }
 
 pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
+    let urls: Vec<Option<Result<S3Url, String>>> = args
+        .paths
+        .iter()
+        .map(|p| S3Url::parse(&p.to_string_lossy()))
+        .collect();
+    if urls.iter().any(Option::is_some) {
+        if urls.iter().any(Option::is_none) {
+            return Err(CmdError::Usage(
+                "give either s3:// URLs or local paths, not both".into(),
+            ));
+        }
+        if args.collection.is_some() {
+            return Err(CmdError::Usage(
+                "--collection is for local files: under s3:// each key's first folder names its collection (<collection>/<path>)".into(),
+            ));
+        }
+        if args.title.is_some() || args.description.is_some() || args.public {
+            return Err(CmdError::Usage(
+                "--title, --description and --public are for local files: under s3:// a collection's <collection>/_collection.json sets them".into(),
+            ));
+        }
+        let urls = urls
+            .into_iter()
+            .flatten()
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(CmdError::Usage)?;
+        let options = args.limits.options(args.prune);
+        for url in &urls {
+            super::sync::from_s3(url, &options, env, out).await?;
+        }
+        return Ok(());
+    }
+    let Some(collection) = args.collection else {
+        return Err(CmdError::Usage(
+            "--collection NAME is required for local files".into(),
+        ));
+    };
     let found = parley_ingest::discover_all(&args.paths)?;
     let settings = EmbedSettings::from_env(env).map_err(CmdError::Settings)?;
     // Usage mistakes in DATABASE_URL surface before the model takes its second to load.
@@ -69,24 +137,12 @@ pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
     let embedder = Embedder::from_settings(&settings)?;
     let mut client = crate::db::connect(env).await?;
     let spec = CollectionSpec {
-        name: args.collection,
+        name: collection,
         title: args.title,
         description: args.description,
         public: args.public.then_some(true),
     };
-    let options = IngestOptions {
-        prune: args.prune,
-        max_document_bytes: args.max_document_bytes,
-        extract: ExtractLimits {
-            max_html_depth: args.max_html_depth as usize,
-            max_time: Duration::from_millis(args.extract_timeout_ms),
-            max_pdf_pages: args.max_pdf_pages as usize,
-            max_unpacked_bytes: args.max_unpacked_bytes,
-        },
-        chunk: ChunkOptions::default(),
-        progress: true,
-        deadline: None,
-    };
+    let options = args.limits.options(args.prune);
     let total = found.files.len();
     let summary =
         parley_ingest::ingest(&mut client, &embedder, &spec, found.files, &options).await?;

@@ -9,6 +9,7 @@ pub mod enroll;
 pub mod ingest;
 pub mod logins;
 pub mod migrate;
+pub mod sync;
 mod table;
 
 use std::io::Write;
@@ -44,6 +45,7 @@ pub enum Command {
     DemoData(demo_data::Args),
     /// Ingest Markdown, HTML and text files into a document collection (embeds with EMBEDDINGS_*).
     Ingest(ingest::Args),
+    Sync(sync::Args),
     /// List the document collections (counts, model, size, readers), or remove one.
     Collections(collections::Args),
     /// Add or remove readers of a document collection (users by subject, groups by name), or
@@ -62,6 +64,7 @@ impl Command {
             Command::Migrate(_) => "migrate",
             Command::DemoData(_) => "demo-data",
             Command::Ingest(_) => "ingest",
+            Command::Sync(_) => "sync",
             Command::Collections(_) => "collections",
             Command::Enroll(_) => "enroll",
             Command::Audit(_) => "audit",
@@ -79,6 +82,7 @@ pub async fn run(command: Command, env: &Env, out: &mut Out) -> Result<(), CmdEr
         Command::Migrate(args) => Box::pin(migrate::run(args, env, out)).await,
         Command::DemoData(args) => Box::pin(demo_data::run(args, env, out)).await,
         Command::Ingest(args) => Box::pin(ingest::run(args, env, out)).await,
+        Command::Sync(args) => Box::pin(sync::run(args, env, out)).await,
         Command::Collections(args) => Box::pin(collections::run(args, env, out)).await,
         Command::Enroll(args) => Box::pin(enroll::run(args, env, out)).await,
         Command::Audit(args) => Box::pin(audit::run(args, env, out)).await,
@@ -97,6 +101,8 @@ pub enum CmdError {
     #[error(transparent)]
     Ingest(#[from] parley_ingest::IngestError),
     #[error(transparent)]
+    S3(#[from] parley_ingest::s3::S3Error),
+    #[error(transparent)]
     Embed(#[from] parley_embed::EmbedError),
     #[error(transparent)]
     Collections(#[from] collections::CollectionsError),
@@ -110,6 +116,9 @@ pub enum CmdError {
     Settings(parley_core::config::ConfigError),
     #[error(transparent)]
     Secrets(#[from] parley_core::secrets::SecretsError),
+    /// Arguments that do not go together, said in a sentence.
+    #[error("{0}")]
+    Usage(String),
     #[error("writing the output failed: {0}")]
     Output(#[from] std::io::Error),
 }
@@ -123,7 +132,7 @@ impl CmdError {
             CmdError::Collections(e) if e.is_usage() => ExitCode::from(2),
             CmdError::Logins(e) if e.is_usage() => ExitCode::from(2),
             CmdError::LoginSource(logins::SourceError::NoPassword { .. }) => ExitCode::from(2),
-            CmdError::Settings(_) => ExitCode::from(2),
+            CmdError::Settings(_) | CmdError::Usage(_) => ExitCode::from(2),
             _ => ExitCode::FAILURE,
         }
     }
