@@ -107,10 +107,11 @@ def create_secrets(endpoint: str, db_url: str, users: dict[str, str]) -> None:
              "host": db.hostname, "port": db.port or 5432, "dbname": db.path.lstrip("/")})})
 
 
-def invoke_raw(cargo_lambda: str, port: int, data_file: Path) -> tuple[int, str]:
-    """`cargo lambda invoke parley-admin --data-file`: its exit code and what it printed."""
+def invoke_raw(cargo_lambda: str, port: int, data_file: Path, function: str = FUNCTION) -> tuple[int, str]:
+    """`cargo lambda invoke <function> --data-file` (parley-admin unless said): its exit code and
+    what it printed."""
     r = subprocess.run(
-        [cargo_lambda, "lambda", "invoke", FUNCTION, "--invoke-address", "127.0.0.1", "--invoke-port",
+        [cargo_lambda, "lambda", "invoke", function, "--invoke-address", "127.0.0.1", "--invoke-port",
          str(port), "--data-file", str(data_file), "--output-format", "json"],
         capture_output=True, text=True, timeout=600, check=False,
     )

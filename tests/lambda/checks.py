@@ -24,7 +24,10 @@ built the workspace and made a database:
        it, and the event-stream turn's body in several chunks spread over the stub's pace;
    (f) parley-admin, the migration function, with the custom-resource events events/admin-*.json
        against the empty database --admin-db-url (admin.py: moto for the secrets, a local
-       receiver for CloudFormation's ResponseURL), and a direct `audit`.
+       receiver for CloudFormation's ResponseURL), and a direct `audit`;
+   (g) the ingest function with the S3 events events/ingest-*.json against moto's S3 and SQS
+       (ingest.py): create, overwrite, a duplicate, an older event late, a corrupt file
+       dead-lettered, the settings object, a delete, and an event arriving after the delete.
 Prints one `ok:`/`FAIL:` line per check (`skip:` for a check that cannot run yet) and `lambda: N passed, N failed` (N counting --passed,
 the setup checks tests/lambda/run made); exits 1 if anything failed. KEEP_WORK=1 keeps the logs.
 """
@@ -56,6 +59,7 @@ sys.path.insert(0, str(HERE))
 import sse  # noqa: E402 - beside this file
 from coldstart import free_port, stop  # noqa: E402 - beside this file
 from admin import run_admin  # noqa: E402 - beside this file
+from ingest import run_ingest  # noqa: E402 - beside this file
 from runtime_api import Invocation, RuntimeApi, function_url_event  # noqa: E402 - beside this file
 
 MCP_TOKEN = "local-mcp-token"  # the token the events carry
@@ -285,8 +289,8 @@ def run_events(checks: Checks, cargo_lambda: str, port: int, work: Path, events:
     turn_conversation = ""  # the first chat turn's: the list and messages events read it back
     for event in sorted(events, key=lambda e: (event_order(e), e.name)):
         base, shown = event.stem, f"events/{event.name}"
-        if base.startswith("admin-"):
-            continue  # parley-admin's, (f) below
+        if base.startswith(("admin-", "ingest-")):
+            continue  # parley-admin's and the ingest function's, (f) and (g) below
 
         def call(function: str, path: Path = event) -> Callable[[], Answer]:
             return lambda: invoke(cargo_lambda, port, function, path)
@@ -769,6 +773,8 @@ def run(args: argparse.Namespace, checks: Checks, work: Path, procs: list[subpro
     run_events(checks, args.cargo_lambda, port, work, events)
     run_admin(checks, args.cargo_lambda, args.bin_dir, base, args.admin_db_url, args.moto_server, args.psql,
               keep, work, procs, start_function, ROOT / "events")
+    run_ingest(checks, args.cargo_lambda, args.bin_dir, base, args.db_url, args.moto_server, args.psql,
+               keep, work, procs, start_function, ROOT / "events", ROOT / ".parley" / "models" / "all-MiniLM-L6-v2")
     run_function_urls(checks, base, work)
     if args.interop_python:
         run_python_sdk(checks, args.interop_python, base)
