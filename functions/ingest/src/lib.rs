@@ -109,7 +109,15 @@ impl Ingest {
                 deadline: Some(deadline),
                 ..self.settings.options.clone()
             };
-            match apply_event(db, &self.embedder, &self.s3, &event, &options).await {
+            let applied = match &self.settings.bucket {
+                Some(ours) if *ours != event.bucket => Err(S3Error::Refused {
+                    bucket: event.bucket.clone(),
+                    key: event.key.clone(),
+                    reason: format!("not the documents bucket ({ours}, DOCUMENTS_BUCKET)"),
+                }),
+                _ => apply_event(db, &self.embedder, &self.s3, &event, &options).await,
+            };
+            match applied {
                 Ok(outcome) => {
                     tracing::info!(bucket = %event.bucket, key = %event.key, event = %event.name, ?outcome, "applied");
                     answers.push(json!({"key": event.key, "outcome": describe(&outcome)}));

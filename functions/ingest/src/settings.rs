@@ -20,6 +20,8 @@ pub struct Settings {
     /// `INGEST_DLQ_URL`: the SQS queue refused objects are sent to. Unset: a refusal fails the
     /// invocation, and Lambda's own retries and dead-letter queue take it.
     pub dead_letter_url: Option<String>,
+    /// `DOCUMENTS_BUCKET`: when set, events from any other bucket are refused.
+    pub bucket: Option<String>,
     /// `INGEST_TIME_MARGIN_MS`.
     pub time_margin: Duration,
     /// `INGEST_MAX_OBJECT_BYTES` and the extraction limits.
@@ -44,6 +46,11 @@ impl Settings {
         }
         Ok(Settings {
             dead_letter_url,
+            bucket: env
+                .get("DOCUMENTS_BUCKET")
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned),
             time_margin: env.millis("INGEST_TIME_MARGIN_MS", DEFAULT_TIME_MARGIN, 0..=600_000)?,
             options: IngestOptions {
                 prune: false,

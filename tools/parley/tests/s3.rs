@@ -127,6 +127,8 @@ async fn s3_urls_refuse_local_only_options_and_bad_bucket_names() {
     assert!(err.contains("not both"), "{err}");
     let err = failure(&parley(&["sync", "s3://Team_Docs/"], &db, &moto), 2);
     assert!(err.contains("not an S3 bucket name"), "{err}");
+    let err = failure(&parley(&["sync"], &db, &moto), 2);
+    assert!(err.contains("name the prefix to sync"), "{err}");
     let err = failure(&parley(&["ingest", "./docs"], &db, &moto), 2);
     assert!(
         err.contains("--collection NAME is required for local files"),

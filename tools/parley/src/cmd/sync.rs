@@ -13,9 +13,10 @@ use super::{CmdError, Out};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// `s3://bucket/prefix`: every key under it is `<collection>/<path>`.
+    /// `s3://bucket/prefix`: every key under it is `<collection>/<path>`. Default: the whole
+    /// documents bucket, `s3://$DOCUMENTS_BUCKET/` (set in the admin function).
     #[arg(value_name = "S3_URL", value_parser = s3_url)]
-    pub url: S3Url,
+    pub url: Option<S3Url>,
     #[command(flatten)]
     pub limits: Limits,
 }
@@ -25,7 +26,18 @@ fn s3_url(raw: &str) -> Result<S3Url, String> {
 }
 
 pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
-    from_s3(&args.url, &args.limits.options(true), env, out).await
+    let url = match args.url {
+        Some(url) => url,
+        None => match env.get("DOCUMENTS_BUCKET").filter(|b| !b.is_empty()) {
+            Some(bucket) => s3_url(&format!("s3://{bucket}/")).map_err(CmdError::Usage)?,
+            None => {
+                return Err(CmdError::Usage(
+                    "name the prefix to sync, s3://bucket/prefix (or set DOCUMENTS_BUCKET)".into(),
+                ));
+            }
+        },
+    };
+    from_s3(&url, &args.limits.options(true), env, out).await
 }
 
 /// Ingests `url`'s objects (pruning when `options.prune`), one line per collection.
