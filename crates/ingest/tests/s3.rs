@@ -53,6 +53,7 @@ impl S3 {
             bucket: BUCKET.into(),
             key: key.into(),
             sequencer: Some(sequencer.into()),
+            version_id: None,
             name: "ObjectCreated:Put".into(),
         };
         let embedder = parley_testkit::embeddings::embedder();

@@ -1,5 +1,5 @@
 //! The dead-letter queue for refused objects: one SQS message per object, a JSON body with the
-//! bucket, key, sequencer, event and reason, so a person sees what failed and why, and can send
+//! bucket, key, version, sequencer, event and reason, so a person sees what failed and why, and can send
 //! the event again once the file is fixed.
 
 use parley_core::config::Env;
@@ -10,6 +10,8 @@ use serde::Serialize;
 pub struct Refusal {
     pub bucket: String,
     pub key: String,
+    #[serde(rename = "versionId")]
+    pub version_id: Option<String>,
     pub sequencer: Option<String>,
     pub event: String,
     pub reason: String,

@@ -37,6 +37,8 @@ struct ObjectRef {
     key: String,
     #[serde(default)]
     sequencer: Option<String>,
+    #[serde(rename = "versionId", default)]
+    version_id: Option<String>,
 }
 
 /// The payload's object events, or why it is not an S3 event. S3's test event (sent when a
@@ -59,6 +61,7 @@ pub fn parse(payload: &Value) -> Result<Vec<ObjectEvent>, String> {
                 bucket: r.s3.bucket.name,
                 key: decode_event_key(&r.s3.object.key),
                 sequencer: r.s3.object.sequencer,
+                version_id: r.s3.object.version_id,
                 name: r.name,
             })
         })
@@ -75,7 +78,7 @@ mod tests {
         let payload = json!({"Records": [{
             "eventSource": "aws:s3", "eventName": "ObjectCreated:Put",
             "s3": {"bucket": {"name": "docs"},
-                   "object": {"key": "hr/Leave+policy.pdf", "sequencer": "0A1B", "size": 3}}
+                   "object": {"key": "hr/Leave+policy.pdf", "sequencer": "0A1B", "versionId": "v1", "size": 3}}
         }]});
         assert_eq!(
             parse(&payload).unwrap(),
@@ -83,6 +86,7 @@ mod tests {
                 bucket: "docs".into(),
                 key: "hr/Leave policy.pdf".into(),
                 sequencer: Some("0A1B".into()),
+                version_id: Some("v1".into()),
                 name: "ObjectCreated:Put".into(),
             }]
         );

@@ -92,6 +92,7 @@ impl Ingest {
                 let refusal = Refusal {
                     bucket: String::new(),
                     key: String::new(),
+                    version_id: None,
                     sequencer: None,
                     event: String::new(),
                     reason,
@@ -180,6 +181,7 @@ fn refusal(event: &ObjectEvent, e: &S3Error) -> Refusal {
     Refusal {
         bucket: event.bucket.clone(),
         key: event.key.clone(),
+        version_id: event.version_id.clone(),
         sequencer: event.sequencer.clone(),
         event: event.name.clone(),
         reason,

@@ -32,6 +32,8 @@ pub struct ObjectEvent {
     pub key: String,
     /// As the event gave it; compared after [`normalise_sequencer`].
     pub sequencer: Option<String>,
+    /// The version the event is about: reported, not read (the current version is).
+    pub version_id: Option<String>,
     /// `ObjectCreated:Put`, `ObjectRemoved:DeleteMarkerCreated`, ...: logged, not trusted.
     pub name: String,
 }
