@@ -49,7 +49,8 @@ pub(crate) async fn ingest_sources(
     options: &IngestOptions,
 ) -> Result<Summary, IngestError> {
     let start = Instant::now();
-    let stored = store::stored(db, &coll).await?;
+    let uris: Vec<String> = files.iter().map(|(f, _)| f.uri()).collect();
+    let stored = store::stored(db, &coll, &uris).await?;
     let vector = store::vector_type(db).await?;
 
     let mut run = Run {

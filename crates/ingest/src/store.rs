@@ -403,15 +403,19 @@ pub(crate) async fn find_collection(
         .map(|r| Collection { id: r.get(0) }))
 }
 
-/// The collection's documents by uri.
+/// The collection's documents among `uris`, by uri.
 pub(crate) async fn stored(
     db: &Client,
     collection: &Collection,
+    uris: &[String],
 ) -> Result<HashMap<String, Stored>, IngestError> {
+    // Only the run's own: an S3 event ingests one object into a collection that may hold
+    // hundreds of thousands.
     let rows = db
         .query(
-            "SELECT uri, content_hash, path, metadata, id FROM parley.documents WHERE collection_id = $1",
-            &[&collection.id],
+            "SELECT uri, content_hash, path, metadata, id FROM parley.documents
+              WHERE collection_id = $1 AND uri = ANY ($2)",
+            &[&collection.id, &uris],
         )
         .await
         .map_err(pg("reading the collection's documents"))?;
