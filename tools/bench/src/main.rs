@@ -8,6 +8,7 @@ mod mcp;
 mod mcp_client;
 mod measure;
 mod peers;
+mod s3;
 mod server;
 mod setup;
 mod sql_audit;
@@ -37,6 +38,9 @@ enum Command {
     /// latency at the manual's size and at 1M synthetic chunks, mcp cold start with the model,
     /// and retrieval quality (recall@5, MRR@10) of hybrid search against its branches alone.
     Docs(docs::Args),
+    /// One ingest instance's throughput on PDFs from S3 (moto): pages/s and chunks/s, and what
+    /// 100,000 pages take at a given concurrency and cost.
+    S3(s3::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -51,5 +55,6 @@ fn main() -> anyhow::Result<()> {
         Command::Mcp(args) => runtime.block_on(mcp::run(args)),
         Command::Chat(args) => runtime.block_on(chat::run(args)),
         Command::Docs(args) => runtime.block_on(docs::run(args)),
+        Command::S3(args) => runtime.block_on(s3::run(args)),
     }
 }

@@ -5,7 +5,7 @@
 //! a synthetic size (1M chunks by default), and the mcp function's cold start with the model.
 
 mod branches;
-mod pdf;
+pub(crate) mod pdf;
 mod quality;
 mod synthetic;
 

@@ -55,7 +55,7 @@ fn pick(
 }
 
 /// Prints `page` to `out` with headless Chromium, as "Print to PDF" does.
-fn print(chromium: &str, html: &Path, out: &Path) -> anyhow::Result<()> {
+pub(crate) fn print(chromium: &str, html: &Path, out: &Path) -> anyhow::Result<()> {
     let status = Command::new(chromium)
         .args(["--headless", "--no-sandbox", "--disable-gpu"])
         .arg(format!("--print-to-pdf={}", out.display()))
