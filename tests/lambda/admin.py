@@ -83,16 +83,27 @@ def start_moto(server: str, log: Path, procs: list[subprocess.Popen]) -> str:
     return ""
 
 
-def moto_call(endpoint: str, target: str, body: dict) -> dict:
-    """One Secrets Manager call (JSON protocol); moto checks no signature, only the region."""
-    request = urllib.request.Request(endpoint, data=json.dumps(body).encode(), method="POST", headers={
-        "Content-Type": "application/x-amz-json-1.1",
-        "X-Amz-Target": f"secretsmanager.{target}",
-        "Authorization": f"AWS4-HMAC-SHA256 Credential={MOTO_KEY}/20260101/{REGION}/secretsmanager/aws4_request, "
+def moto_request(url: str, service: str, method: str = "POST", body: bytes | None = None,
+                 headers: dict[str, str] | None = None) -> bytes:
+    """One call to moto as `service`; moto checks no signature, only the region in it."""
+    request = urllib.request.Request(url, data=body, method=method, headers={
+        **(headers or {}),
+        "Authorization": f"AWS4-HMAC-SHA256 Credential={MOTO_KEY}/20260101/{REGION}/{service}/aws4_request, "
                          "SignedHeaders=host, Signature=0",
     })
     with urllib.request.urlopen(request, timeout=30) as r:
-        return json.loads(r.read() or b"{}")
+        return r.read()
+
+
+def moto_json(endpoint: str, service: str, target: str, version: str, body: dict) -> dict:
+    """One call in the JSON protocol (`version` 1.0 or 1.1 as the service speaks it)."""
+    headers = {"Content-Type": f"application/x-amz-json-{version}", "X-Amz-Target": target}
+    return json.loads(moto_request(endpoint, service, body=json.dumps(body).encode(), headers=headers) or b"{}")
+
+
+def moto_call(endpoint: str, target: str, body: dict) -> dict:
+    """One Secrets Manager call."""
+    return moto_json(endpoint, "secretsmanager", f"secretsmanager.{target}", "1.1", body)
 
 
 def create_secrets(endpoint: str, db_url: str, users: dict[str, str]) -> None:

@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 from typing import Callable
 
-from admin import MOTO_KEY, REGION, invoke_raw, psql, start_moto
+from admin import MOTO_KEY, REGION, invoke_raw, moto_json, moto_request, psql, start_moto
 
 FUNCTION = "ingest"
 BUCKET = "parley-documents-local"
@@ -32,28 +32,16 @@ CORRUPT = b"%PDF-1.7\nnot really a PDF\n"
 
 
 def s3(endpoint: str, method: str, path: str, body: bytes = b"", query: str = "") -> bytes:
-    """One S3 REST call, path-style; moto checks no signature."""
+    """One S3 REST call, path-style."""
     url = f"{endpoint}/{urllib.request.quote(path)}" + (f"?{query}" if query else "")
     # A body needs its type: urllib's default (a form) makes moto read it as form fields.
-    request = urllib.request.Request(url, data=body if method == "PUT" else None, method=method, headers={
-        "Content-Type": "application/octet-stream",
-        "Authorization": f"AWS4-HMAC-SHA256 Credential={MOTO_KEY}/20260101/{REGION}/s3/aws4_request, "
-                         "SignedHeaders=host, Signature=0",
-    })
-    with urllib.request.urlopen(request, timeout=30) as r:
-        return r.read()
+    return moto_request(url, "s3", method, body if method == "PUT" else None,
+                        {"Content-Type": "application/octet-stream"})
 
 
 def sqs(endpoint: str, action: str, body: dict) -> dict:
     """One SQS call in the JSON protocol the Rust SDK speaks."""
-    request = urllib.request.Request(endpoint, data=json.dumps(body).encode(), method="POST", headers={
-        "Content-Type": "application/x-amz-json-1.0",
-        "X-Amz-Target": f"AmazonSQS.{action}",
-        "Authorization": f"AWS4-HMAC-SHA256 Credential={MOTO_KEY}/20260101/{REGION}/sqs/aws4_request, "
-                         "SignedHeaders=host, Signature=0",
-    })
-    with urllib.request.urlopen(request, timeout=30) as r:
-        return json.loads(r.read() or b"{}")
+    return moto_json(endpoint, "sqs", f"AmazonSQS.{action}", "1.0", body)
 
 
 def run_ingest(checks, cargo_lambda: str, bin_dir: str, base: str, db_url: str, moto_server: str,

@@ -36,6 +36,23 @@ impl S3 {
         self.objects.delete(key).await
     }
 
+    /// `sync` of `url` with pruning, as `parley sync` runs it.
+    async fn sync(&self, db: &TestDb, url: &str) -> parley_ingest::s3::SyncSummary {
+        let url = S3Url::parse(url).unwrap().unwrap();
+        let embedder = parley_testkit::embeddings::embedder();
+        let options = IngestOptions::default();
+        sync(
+            &mut db.client().await,
+            &embedder,
+            &self.bucket,
+            &url,
+            &options,
+            true,
+        )
+        .await
+        .unwrap()
+    }
+
     async fn apply(&self, db: &TestDb, key: &str, sequencer: &str) -> Result<Outcome, String> {
         self.apply_with(db, key, sequencer, &IngestOptions::default())
             .await
@@ -369,19 +386,7 @@ async fn sync_repairs_a_prefix_after_lost_events() {
     s3.put("it/vpn.md", "# VPN\n\nUse the VPN from home.\n")
         .await;
 
-    let url = S3Url::parse("s3://team-docs/hr/").unwrap().unwrap();
-    let mut client = db.client().await;
-    let embedder = parley_testkit::embeddings::embedder();
-    let summary = sync(
-        &mut client,
-        &embedder,
-        &s3.bucket,
-        &url,
-        &IngestOptions::default(),
-        true,
-    )
-    .await
-    .unwrap();
+    let summary = s3.sync(&db, "s3://team-docs/hr/").await;
     let hr = &summary.collections["hr"];
     assert_eq!(
         (hr.added, hr.deleted, hr.skipped.len()),
@@ -397,16 +402,7 @@ async fn sync_repairs_a_prefix_after_lost_events() {
     assert!(chunks(&db, "hr", "pay.txt").await.is_some());
 
     // Again: nothing to do, nothing downloaded again.
-    let again = sync(
-        &mut client,
-        &embedder,
-        &s3.bucket,
-        &url,
-        &IngestOptions::default(),
-        true,
-    )
-    .await
-    .unwrap();
+    let again = s3.sync(&db, "s3://team-docs/hr/").await;
     let hr = &again.collections["hr"];
     assert_eq!(
         (hr.added, hr.replaced, hr.unchanged, hr.deleted),

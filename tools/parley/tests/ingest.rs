@@ -6,7 +6,7 @@ mod common;
 
 use std::process::{Command, Output};
 
-use common::{failure, stdout_of};
+use common::{failure, rows, stdout_of};
 
 use parley_testkit::TestDb;
 
@@ -29,17 +29,6 @@ fn write(dir: &tempfile::TempDir, rel: &str, body: &str) {
 
 fn path(dir: &tempfile::TempDir) -> &str {
     dir.path().to_str().expect("a UTF-8 temp path")
-}
-
-async fn rows(db: &TestDb, sql: &str) -> Vec<String> {
-    db.client()
-        .await
-        .query(sql, &[])
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
 }
 
 #[tokio::test]

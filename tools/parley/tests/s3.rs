@@ -6,7 +6,7 @@ mod common;
 
 use std::process::{Command, Output};
 
-use common::{failure, stdout_of};
+use common::{failure, rows, stdout_of};
 use parley_testkit::{Moto, TestDb};
 
 fn parley(args: &[&str], db: &TestDb, moto: &Moto) -> Output {
@@ -18,17 +18,6 @@ fn parley(args: &[&str], db: &TestDb, moto: &Moto) -> Output {
         .envs(moto.env())
         .output()
         .expect("parley runs")
-}
-
-async fn rows(db: &TestDb, sql: &str) -> Vec<String> {
-    db.client()
-        .await
-        .query(sql, &[])
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
 }
 
 #[tokio::test]

@@ -147,13 +147,7 @@ impl Moto {
             .region(Region::new(MOTO_REGION))
             .endpoint_url(&self.endpoint)
             .force_path_style(true)
-            .credentials_provider(Credentials::new(
-                DUMMY_KEY,
-                DUMMY_KEY,
-                None,
-                None,
-                "parley-testkit",
-            ))
+            .credentials_provider(credentials())
             .build();
         let client = aws_sdk_s3::Client::from_conf(config);
         client
@@ -223,15 +217,13 @@ fn client(endpoint: &str) -> aws_sdk_secretsmanager::Client {
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new(MOTO_REGION))
         .endpoint_url(endpoint)
-        .credentials_provider(Credentials::new(
-            DUMMY_KEY,
-            DUMMY_KEY,
-            None,
-            None,
-            "parley-testkit",
-        ))
+        .credentials_provider(credentials())
         .build();
     aws_sdk_secretsmanager::Client::from_conf(config)
+}
+
+fn credentials() -> Credentials {
+    Credentials::new(DUMMY_KEY, DUMMY_KEY, None, None, "parley-testkit")
 }
 
 fn server_path() -> PathBuf {

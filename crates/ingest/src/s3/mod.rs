@@ -117,6 +117,39 @@ impl S3Error {
     }
 }
 
+/// One key, for the errors about it.
+#[derive(Clone, Copy)]
+struct At<'a> {
+    bucket: &'a str,
+    key: &'a str,
+}
+
+impl At<'_> {
+    fn refused(self, reason: String) -> S3Error {
+        S3Error::Refused {
+            bucket: self.bucket.to_owned(),
+            key: self.key.to_owned(),
+            reason,
+        }
+    }
+
+    fn ingest(self, source: IngestError) -> S3Error {
+        S3Error::Ingest {
+            bucket: self.bucket.to_owned(),
+            key: self.key.to_owned(),
+            source,
+        }
+    }
+
+    fn call(self, source: S3CallError) -> S3Error {
+        S3Error::Call {
+            bucket: self.bucket.to_owned(),
+            key: self.key.to_owned(),
+            source,
+        }
+    }
+}
+
 /// Brings `event.key` up to date with what the bucket holds now. See the module doc.
 pub async fn apply_event(
     db: &mut Client,
@@ -126,16 +159,9 @@ pub async fn apply_event(
     options: &IngestOptions,
 ) -> Result<Outcome, S3Error> {
     let (bucket, key) = (event.bucket.as_str(), event.key.as_str());
-    let ingest_err = |source| S3Error::Ingest {
-        bucket: bucket.to_owned(),
-        key: key.to_owned(),
-        source,
-    };
-    let refused = |reason: String| S3Error::Refused {
-        bucket: bucket.to_owned(),
-        key: key.to_owned(),
-        reason,
-    };
+    let at = At { bucket, key };
+    let ingest_err = |source| at.ingest(source);
+    let refused = |reason| at.refused(reason);
     let place = place(key).map_err(refused)?;
     if let Place::Ignored(why) = place {
         return Ok(Outcome::Ignored(why));
@@ -185,16 +211,9 @@ async fn apply(
         place,
         state,
     } = object;
-    let ingest_err = |source| S3Error::Ingest {
-        bucket: bucket.to_owned(),
-        key: key.to_owned(),
-        source,
-    };
-    let refused = |reason: String| S3Error::Refused {
-        bucket: bucket.to_owned(),
-        key: key.to_owned(),
-        reason,
-    };
+    let at = At { bucket, key };
+    let ingest_err = |source| at.ingest(source);
+    let refused = |reason| at.refused(reason);
     let (collection, uri) = match &place {
         Place::Document { collection, uri } => (collection.as_str(), Some(uri.clone())),
         Place::Settings { collection } => (collection.as_str(), None),
@@ -213,11 +232,7 @@ async fn apply(
     let fetched = s3
         .fetch(bucket, key, dir.path(), rel, limit)
         .await
-        .map_err(|source| S3Error::Call {
-            bucket: bucket.to_owned(),
-            key: key.to_owned(),
-            source,
-        })?;
+        .map_err(|source| at.call(source))?;
     let claim = |version_id: Option<String>, etag: Option<String>| Claim {
         bucket: bucket.to_owned(),
         key: key.to_owned(),
@@ -413,21 +428,17 @@ pub async fn sync(
     prune: bool,
 ) -> Result<SyncSummary, S3Error> {
     let bucket = url.bucket.as_str();
-    let prefix_err = |source| S3Error::Ingest {
-        bucket: bucket.to_owned(),
-        key: url.prefix.clone(),
-        source,
+    let at = At {
+        bucket,
+        key: &url.prefix,
     };
+    let prefix_err = |source| at.ingest(source);
     store::check_schema(db).await.map_err(prefix_err)?;
     let listed_at = store::clock(&*db).await.map_err(prefix_err)?;
     let listing = s3
         .list(bucket, &url.prefix)
         .await
-        .map_err(|source| S3Error::Call {
-            bucket: bucket.to_owned(),
-            key: url.prefix.clone(),
-            source,
-        })?;
+        .map_err(|source| at.call(source))?;
     let states = store::object_states(&*db, bucket, &url.prefix)
         .await
         .map_err(prefix_err)?;
@@ -459,10 +470,13 @@ pub async fn sync(
     }
 
     for (name, objects) in by_collection {
-        let coll_err = |source| S3Error::Ingest {
-            bucket: bucket.to_owned(),
-            key: format!("{name}/"),
-            source,
+        let folder = format!("{name}/");
+        let coll_err = |source| {
+            At {
+                bucket,
+                key: &folder,
+            }
+            .ingest(source)
         };
         let existing = store::find_collection(&*db, &name)
             .await
@@ -561,19 +575,12 @@ async fn ingest_group(
             continue;
         };
         let key = listed.key.as_str();
-        let fetched_at = store::clock(&*db).await.map_err(|source| S3Error::Ingest {
-            bucket: bucket.to_owned(),
-            key: key.to_owned(),
-            source,
-        })?;
+        let at = At { bucket, key };
+        let fetched_at = store::clock(&*db).await.map_err(|e| at.ingest(e))?;
         let fetched = s3
             .fetch(bucket, key, dir.path(), uri, options.max_document_bytes)
             .await
-            .map_err(|source| S3Error::Call {
-                bucket: bucket.to_owned(),
-                key: key.to_owned(),
-                source,
-            })?;
+            .map_err(|e| at.call(e))?;
         let claim = |version_id, etag| Claim {
             bucket: bucket.to_owned(),
             key: key.to_owned(),
@@ -600,13 +607,13 @@ async fn ingest_group(
         }
     }
     for claimed in missing {
+        let at = At {
+            bucket,
+            key: &claimed.key,
+        };
         if let Some(true) = store::delete_claimed(db, coll, &claimed)
             .await
-            .map_err(|source| S3Error::Ingest {
-                bucket: bucket.to_owned(),
-                key: claimed.key.clone(),
-                source,
-            })?
+            .map_err(|e| at.ingest(e))?
         {
             run.deleted += 1;
         }
@@ -614,16 +621,10 @@ async fn ingest_group(
     if sources.is_empty() {
         return Ok(());
     }
+    let first = group.first().map_or("", |(l, _)| l.key.as_str());
     let part = crate::run::ingest_sources(db, embedder, coll.clone(), sources, options)
         .await
-        .map_err(|source| S3Error::Ingest {
-            bucket: bucket.to_owned(),
-            key: group
-                .first()
-                .map(|(l, _)| l.key.clone())
-                .unwrap_or_default(),
-            source,
-        })?;
+        .map_err(|e| At { bucket, key: first }.ingest(e))?;
     run.added += part.added;
     run.replaced += part.replaced;
     run.unchanged += part.unchanged;

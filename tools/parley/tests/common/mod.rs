@@ -19,3 +19,17 @@ pub fn failure(out: &Output, code: i32) -> String {
     assert_eq!(out.status.code(), Some(code), "{stderr}");
     stderr
 }
+
+/// The first column of each row `sql` returns, as text.
+// Not every test binary that shares this module reads rows.
+#[allow(dead_code)]
+pub async fn rows(db: &parley_testkit::TestDb, sql: &str) -> Vec<String> {
+    db.client()
+        .await
+        .query(sql, &[])
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
