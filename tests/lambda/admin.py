@@ -129,6 +129,17 @@ def invoke_raw(cargo_lambda: str, port: int, data_file: Path, function: str = FU
     return r.returncode, (r.stdout if r.returncode == 0 else r.stderr or r.stdout)
 
 
+def start_on_moto(start_function: Callable, checks, procs: list[subprocess.Popen], bin_dir: str, base: str,
+                  function: str, settings: dict[str, str], endpoint: str, work: Path) -> int:
+    """Starts `function` of the build under the watch server at `base`, its AWS SDK pointed at
+    moto at `endpoint`; the watch server's port."""
+    settings = dict(settings, AWS_ENDPOINT_URL=endpoint, AWS_REGION=REGION, AWS_ACCESS_KEY_ID=MOTO_KEY,
+                    AWS_SECRET_ACCESS_KEY=MOTO_KEY, RUST_LOG="info")
+    start_function(checks, procs, bin_dir, function, function, f"{base}/.rt/{function}", settings,
+                   work / f"{function}.log")
+    return int(base.rsplit(":", 1)[1])
+
+
 def psql(psql_bin: str, url: str, sql: str) -> str:
     r = subprocess.run([psql_bin, url, "-XAtq", "-v", "ON_ERROR_STOP=1", "-c", sql],
                        capture_output=True, text=True, timeout=60, check=False)
@@ -171,15 +182,8 @@ def run_admin(checks, cargo_lambda: str, bin_dir: str, base: str, db_url: str, m
             DATABASE_PORT=str(db.port or 5432),
             DATABASE_NAME=db.path.lstrip("/"),
             DB_SSLMODE="disable",
-            AWS_ENDPOINT_URL=endpoint,
-            AWS_REGION=REGION,
-            AWS_ACCESS_KEY_ID=MOTO_KEY,
-            AWS_SECRET_ACCESS_KEY=MOTO_KEY,
-            RUST_LOG="info",
         )
-        port = int(base.rsplit(":", 1)[1])
-        start_function(checks, procs, bin_dir, FUNCTION, FUNCTION, f"{base}/.rt/{FUNCTION}", settings,
-                       work / f"{FUNCTION}.log")
+        port = start_on_moto(start_function, checks, procs, bin_dir, base, FUNCTION, settings, endpoint, work)
         admin_checks(checks, cargo_lambda, port, receiver, db_url, psql_bin, users, work, events_dir)
     finally:
         receiver.close()

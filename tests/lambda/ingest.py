@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 from typing import Callable
 
-from admin import MOTO_KEY, REGION, invoke_raw, moto_json, moto_request, psql, start_moto
+from admin import REGION, invoke_raw, moto_json, moto_request, psql, start_moto, start_on_moto
 
 FUNCTION = "ingest"
 BUCKET = "parley-documents-local"
@@ -71,15 +71,8 @@ def run_ingest(checks, cargo_lambda: str, bin_dir: str, base: str, db_url: str, 
         INGEST_DLQ_URL=queue,
         DOCUMENTS_BUCKET=BUCKET,
         DB_POOL_MAX_SIZE="1",
-        AWS_ENDPOINT_URL=endpoint,
-        AWS_REGION=REGION,
-        AWS_ACCESS_KEY_ID=MOTO_KEY,
-        AWS_SECRET_ACCESS_KEY=MOTO_KEY,
-        RUST_LOG="info",
     )
-    port = int(base.rsplit(":", 1)[1])
-    start_function(checks, procs, bin_dir, FUNCTION, FUNCTION, f"{base}/.rt/{FUNCTION}", settings,
-                   work / f"{FUNCTION}.log")
+    port = start_on_moto(start_function, checks, procs, bin_dir, base, FUNCTION, settings, endpoint, work)
 
     def chunks() -> str:
         return psql(psql_bin, db_url, "SELECT count(*) || ' chunks: ' || coalesce(string_agg(k.text, ' | '), '') "
