@@ -29,6 +29,12 @@ pub struct Question {
     pub part: String,
     /// Manual pages (file names) that answer it.
     pub pages: Vec<String>,
+    /// `dev` (tune on it) or `held-out` (report only), fixed once by the file header's rule.
+    #[expect(
+        dead_code,
+        reason = "parsed so the file loads; read once results are reported per split"
+    )]
+    pub split: Option<String>,
 }
 
 pub fn questions(path: &Path) -> anyhow::Result<Vec<Question>> {
@@ -164,6 +170,7 @@ mod tests {
             kind: "keyword".into(),
             part: "sql".into(),
             pages: pages.iter().map(|p| (*p).to_owned()).collect(),
+            split: None,
         }
     }
 
