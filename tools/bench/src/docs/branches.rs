@@ -1,8 +1,8 @@
 //! The retrieval baselines, derived from `search_documents`' own SQL so they cannot drift from
 //! it: the tool's hybrid query with one of its two branches emptied. The vector branch is the
-//! top-level CTE whose body orders by `<=>`, the full-text branch the one that matches with
-//! `@@` (and has no `<=>`); emptying one leaves the tool's fusion, relevance threshold,
-//! caller filter and output exactly as shipped, fed by the other branch alone.
+//! top-level CTE named `vector`, the lexical (BM25) branch the one named `words`; emptying one
+//! leaves the tool's fusion, relevance threshold, caller filter and output exactly as shipped,
+//! fed by the other branch alone.
 
 use std::ops::Range;
 
@@ -19,7 +19,7 @@ impl Branch {
     pub fn name(self) -> &'static str {
         match self {
             Branch::Vector => "vector only",
-            Branch::FullText => "full-text only",
+            Branch::FullText => "words only (BM25)",
         }
     }
 }
@@ -35,23 +35,11 @@ pub struct Cte {
 /// columns.
 pub fn only(sql: &str, keep: Branch) -> anyhow::Result<String> {
     let ctes = ctes(sql)?;
-    let vector: Vec<&Cte> = ctes
-        .iter()
-        .filter(|c| sql[c.body.clone()].contains("<=>"))
-        .collect();
-    let text: Vec<&Cte> = ctes
-        .iter()
-        .filter(|c| {
-            let body = &sql[c.body.clone()];
-            body.contains("@@") && !body.contains("<=>")
-        })
-        .collect();
-    let (&[vector], &[text]) = (vector.as_slice(), text.as_slice()) else {
+    let named = |name: &str| ctes.iter().find(|c| c.name == name);
+    let (Some(vector), Some(text)) = (named("vector"), named("words")) else {
         bail!(
-            "search_documents' SQL should have one top-level CTE ordering by <=> (the vector \
-             branch) and one matching with @@ (the full-text branch); found {} and {} among {:?}",
-            vector.len(),
-            text.len(),
+            "search_documents' SQL should have a top-level CTE named `vector` (the vector \
+             branch) and one named `words` (the lexical branch); found {:?}",
             ctes.iter().map(|c| &c.name).collect::<Vec<_>>()
         );
     };
@@ -220,22 +208,22 @@ mod tests {
     use super::*;
 
     const HYBRID: &str = "WITH scope AS (SELECT parley.searchable_collections($2, $3) AS ids),
-vec AS MATERIALIZED (
+vector AS MATERIALIZED (
   SELECT c.id, row_number() OVER (ORDER BY c.embedding::vector(384) <=> $4::vector(384)) AS r
   FROM parley.chunks c, scope WHERE c.collection_id = ANY (scope.ids) -- a ( in a comment
   ORDER BY c.embedding::vector(384) <=> $4::vector(384) LIMIT 40
 ),
-fts (id, r) AS (
+words (id, r) AS (
   SELECT c.id, row_number() OVER (ORDER BY ts_rank_cd(c.tsv, q) DESC)
   FROM parley.chunks c, websearch_to_tsquery('english', $1) q WHERE c.tsv @@ q AND ')' <> '('
 )
-SELECT id, sum(1.0 / (60 + r)) AS score FROM (SELECT * FROM vec UNION ALL SELECT * FROM fts) f
+SELECT id, sum(1.0 / (60 + r)) AS score FROM (SELECT * FROM vector UNION ALL SELECT * FROM words) f
 GROUP BY id ORDER BY score DESC";
 
     #[test]
     fn finds_top_level_ctes_past_comments_strings_and_column_lists() {
         let names: Vec<String> = ctes(HYBRID).unwrap().into_iter().map(|c| c.name).collect();
-        assert_eq!(names, ["scope", "vec", "fts"]);
+        assert_eq!(names, ["scope", "vector", "words"]);
     }
 
     #[test]
@@ -263,7 +251,7 @@ GROUP BY id ORDER BY score DESC";
     #[test]
     fn sql_without_both_branches_is_refused() {
         let err = only("WITH a AS (SELECT 1) SELECT * FROM a", Branch::Vector).unwrap_err();
-        assert!(err.to_string().contains("found 0 and 0"), "{err}");
+        assert!(err.to_string().contains("found [\"a\"]"), "{err}");
         assert!(only("SELECT 1", Branch::Vector).is_err());
     }
 
@@ -280,7 +268,7 @@ GROUP BY id ORDER BY score DESC";
         let text = only(inner, Branch::FullText).unwrap();
         assert_ne!(vector, text);
         // Each keeps its own branch whole and empties the other.
-        assert!(vector.contains("<=>") && text.contains("@@"));
+        assert!(vector.contains("<=>") && text.contains("chunk_terms"));
         assert_eq!(vector.matches("WHERE false").count(), 1);
         assert_eq!(text.matches("WHERE false").count(), 1);
     }

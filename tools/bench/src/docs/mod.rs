@@ -779,10 +779,10 @@ impl Report {
         }
         let _ = writeln!(
             out,
-            "per kind and per part of the manual (recall@5 / MRR@10):"
+            "per split (dev: tuned on; held-out: not), per kind and per part of the manual (recall@5 / MRR@10):"
         );
         for s in &self.quality {
-            for groups in [&s.by_kind, &s.by_part] {
+            for groups in [&s.by_split, &s.by_kind, &s.by_part] {
                 let line = quality::groups_line(groups);
                 let _ = writeln!(out, "  {:<26} {line}", s.method);
             }
@@ -823,6 +823,7 @@ impl Report {
             })).collect::<Vec<_>>(),
             "quality": self.quality.iter().map(|s| json!({
                 "method": s.method, "recall_at_5": s.recall5, "mrr_at_10": s.mrr10,
+                "by_split": s.by_split.iter().map(group_json).collect::<Vec<_>>(),
                 "by_kind": s.by_kind.iter().map(group_json).collect::<Vec<_>>(),
                 "by_part": s.by_part.iter().map(group_json).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),

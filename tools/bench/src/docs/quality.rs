@@ -30,10 +30,6 @@ pub struct Question {
     /// Manual pages (file names) that answer it.
     pub pages: Vec<String>,
     /// `dev` (tune on it) or `held-out` (report only), fixed once by the file header's rule.
-    #[expect(
-        dead_code,
-        reason = "parsed so the file loads; read once results are reported per split"
-    )]
     pub split: Option<String>,
 }
 
@@ -48,6 +44,9 @@ pub fn questions(path: &Path) -> anyhow::Result<Vec<Question>> {
         }
         if !["paraphrase", "keyword", "concept"].contains(&q.kind.as_str()) {
             bail!("{:?}: kind must be paraphrase, keyword or concept", q.q);
+        }
+        if !matches!(q.split.as_deref(), None | Some("dev" | "held-out")) {
+            bail!("{:?}: split must be dev or held-out", q.q);
         }
     }
     Ok(file.question)
@@ -94,6 +93,8 @@ pub struct Summary {
     pub mrr10: f64,
     pub by_kind: Vec<Group>,
     pub by_part: Vec<Group>,
+    /// `dev` and `held-out`: what was tuned on and what was not.
+    pub by_split: Vec<Group>,
 }
 
 /// The mean scores of the questions sharing a kind or a part.
@@ -136,6 +137,7 @@ pub fn summarise(method: &str, questions: &[Question], scores: &[Score]) -> Summ
         mrr10: all.mrr10,
         by_kind: groups(|q| &q.kind),
         by_part: groups(|q| &q.part),
+        by_split: groups(|q| q.split.as_deref().unwrap_or("unsplit")),
     }
 }
 
