@@ -7,6 +7,7 @@
 //! Storage is `migrations/0004_documents.sql`; this crate writes as the tables' owner (row-level
 //! security does not apply) and never serves reads.
 
+pub mod card;
 pub mod chunk;
 pub mod discover;
 pub mod extract;

@@ -64,6 +64,8 @@ pub(crate) async fn ingest_sources(
         embedding: Duration::ZERO,
     };
     let mut seen = HashSet::new();
+    // Unchanged documents stored before cards existed (migration 0019): given one at the end.
+    let mut without_card = Vec::new();
     let mut batch: Vec<NewDocument> = Vec::new();
     let mut batch_chunks = 0;
     for (file, claim) in files {
@@ -109,6 +111,9 @@ pub(crate) async fn ingest_sources(
             if old.path != path || old.metadata != metadata {
                 store::update_place(db, old.id, &path, &metadata).await?;
             }
+            if !old.has_card {
+                without_card.push(old.id);
+            }
             run.summary.unchanged += 1;
             run.progress.passed();
             continue;
@@ -132,6 +137,7 @@ pub(crate) async fn ingest_sources(
             }
         };
         let chunks = chunk_sections(&extracted.sections, &options.chunk);
+        let card = crate::card::card(&extracted.title, &extracted.sections);
         let chars = i32::try_from(extracted.chars()).unwrap_or(i32::MAX);
         batch_chunks += chunks.len();
         batch.push(NewDocument {
@@ -153,6 +159,7 @@ pub(crate) async fn ingest_sources(
             content_hash: hash,
             chars,
             sections: extracted.sections,
+            card,
             claim,
         });
         if batch_chunks >= EMBED_BATCH {
@@ -162,6 +169,7 @@ pub(crate) async fn ingest_sources(
     }
     run.flush(db, embedder, batch).await?;
     run.flush(db, embedder, Vec::new()).await?;
+    fill_cards(db, embedder, &without_card).await?;
 
     if options.prune {
         let keep: Vec<String> = seen.into_iter().collect();
@@ -229,12 +237,14 @@ impl Run {
         embedder: &Embedder,
         batch: Vec<NewDocument>,
     ) -> Result<(), IngestError> {
+        // Each document's chunks, then its card.
         let texts: Vec<String> = batch
             .iter()
             .flat_map(|d| {
                 d.chunks
                     .iter()
                     .map(|c| format!("{}\n\n{}", c.context, c.text))
+                    .chain(std::iter::once(d.card.clone()))
             })
             .collect();
         let waiting = self.ready.take();
@@ -291,9 +301,11 @@ impl Run {
         };
         let mut rest = embeddings.as_slice();
         for doc in &docs {
-            let (mine, after) = rest.split_at(doc.chunks.len());
+            let (mine, after) = rest.split_at(doc.chunks.len() + 1);
             rest = after;
-            match store::write_document(db, &self.coll, &self.vector, doc, mine).await? {
+            let (chunks, card) = mine.split_at(doc.chunks.len());
+            match store::write_document(db, &self.coll, &self.vector, doc, chunks, &card[0]).await?
+            {
                 Written::Replaced => self.summary.replaced += 1,
                 Written::Added => self.summary.added += 1,
                 Written::Superseded => {
@@ -307,6 +319,29 @@ impl Run {
         }
         Ok(())
     }
+}
+
+/// Cards for unchanged documents that have none: made from their stored sections, embedded in
+/// batches, stored; their chunks are not embedded again.
+async fn fill_cards(db: &Client, embedder: &Embedder, ids: &[i64]) -> Result<(), IngestError> {
+    for group in ids.chunks(EMBED_BATCH) {
+        let sources = store::card_sources(db, group).await?;
+        let cards: Vec<String> = sources
+            .iter()
+            .map(|(_, title, sections)| crate::card::card(title, sections))
+            .collect();
+        let embeddings = embedder.embed(&cards).await?;
+        if embeddings.len() != cards.len() {
+            return Err(IngestError::EmbedCount {
+                expected: cards.len(),
+                got: embeddings.len(),
+            });
+        }
+        for (((id, _, _), card), e) in sources.iter().zip(&cards).zip(&embeddings) {
+            store::set_card(db, *id, card, e).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Fails when the chunks left, at the rate measured so far, would not be embedded before

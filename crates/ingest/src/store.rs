@@ -28,6 +28,8 @@ pub(crate) struct Stored {
     pub path: Vec<String>,
     pub metadata: serde_json::Value,
     pub id: i64,
+    /// Whether its card is stored (documents ingested before migration 0019 have none).
+    pub has_card: bool,
 }
 
 /// A document ready to store: everything but its id.
@@ -41,6 +43,8 @@ pub(crate) struct NewDocument {
     pub chars: i32,
     pub sections: Vec<crate::Section>,
     pub chunks: Vec<NewChunk>,
+    /// What the whole document is about ([`crate::card`]), embedded beside its chunks.
+    pub card: String,
     /// Set when the document comes from an S3 object: written only if the claim holds.
     pub claim: Option<Claim>,
 }
@@ -413,7 +417,8 @@ pub(crate) async fn stored(
     // hundreds of thousands.
     let rows = db
         .query(
-            "SELECT uri, content_hash, path, metadata, id FROM parley.documents
+            "SELECT uri, content_hash, path, metadata, id, card_embedding IS NOT NULL
+               FROM parley.documents
               WHERE collection_id = $1 AND uri = ANY ($2)",
             &[&collection.id, &uris],
         )
@@ -429,6 +434,7 @@ pub(crate) async fn stored(
                     path: r.get(2),
                     metadata: r.get(3),
                     id: r.get(4),
+                    has_card: r.get(5),
                 },
             )
         })
@@ -470,6 +476,7 @@ pub(crate) async fn write_document(
     vector: &Type,
     doc: &NewDocument,
     embeddings: &[Vec<f32>],
+    card_embedding: &[f32],
 ) -> Result<Written, IngestError> {
     let tx = db
         .transaction()
@@ -496,8 +503,9 @@ pub(crate) async fn write_document(
     };
     let id: i64 = tx
         .query_one(
-            "INSERT INTO parley.documents (collection_id, uri, title, path, metadata, content_hash, chars)
-             VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+            "INSERT INTO parley.documents
+                    (collection_id, uri, title, path, metadata, content_hash, chars, card, card_embedding)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
             &[
                 &collection.id,
                 &doc.uri,
@@ -506,6 +514,8 @@ pub(crate) async fn write_document(
                 metadata,
                 &doc.content_hash,
                 &doc.chars,
+                &doc.card,
+                &Vector(card_embedding),
             ],
         )
         .await
@@ -587,6 +597,57 @@ pub(crate) async fn write_document(
     } else {
         Written::Added
     })
+}
+
+/// The title and sections of documents stored without a card, to make theirs.
+pub(crate) async fn card_sources(
+    db: &Client,
+    ids: &[i64],
+) -> Result<Vec<(i64, String, Vec<crate::Section>)>, IngestError> {
+    let rows = db
+        .query(
+            "SELECT d.id, d.title, s.heading, s.text
+               FROM parley.documents d LEFT JOIN parley.sections s ON s.document_id = d.id
+              WHERE d.id = ANY ($1)
+              ORDER BY d.id, s.ord",
+            &[&ids],
+        )
+        .await
+        .map_err(pg("reading documents to make their cards"))?;
+    let mut out: Vec<(i64, String, Vec<crate::Section>)> = Vec::new();
+    for r in rows {
+        let id: i64 = r.get(0);
+        if out.last().is_none_or(|(last, _, _)| *last != id) {
+            out.push((id, r.get(1), Vec::new()));
+        }
+        let heading: Option<Vec<String>> = r.get(2);
+        let text: Option<String> = r.get(3);
+        if let (Some(heading), Some(text), Some((_, _, sections))) = (heading, text, out.last_mut())
+        {
+            sections.push(crate::Section {
+                heading,
+                text,
+                page: None,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Stores a document's card and its embedding.
+pub(crate) async fn set_card(
+    db: &Client,
+    id: i64,
+    card: &str,
+    embedding: &[f32],
+) -> Result<(), IngestError> {
+    db.execute(
+        "UPDATE parley.documents SET card = $2, card_embedding = $3 WHERE id = $1",
+        &[&id, &card, &Vector(embedding)],
+    )
+    .await
+    .map_err(pg("storing a document's card"))?;
+    Ok(())
 }
 
 /// Deletes the collection's documents whose uris are not in `keep`, in one statement (one

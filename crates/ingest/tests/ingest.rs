@@ -576,3 +576,56 @@ async fn enroll_adds_and_removes_users_and_groups() {
     let err = enroll(&c, "nope", &members, false).await.unwrap_err();
     assert_eq!(err.to_string(), "nope: no collection by that name");
 }
+
+#[tokio::test]
+async fn each_document_gets_a_card_and_an_old_one_without_gets_it_without_re_embedding() {
+    let db = TestDb::migrated().await;
+    let dir = Dir::new();
+    dir.write("guide.md", GUIDE_MD);
+    run(&db, "widgets", dir.files(), &IngestOptions::default())
+        .await
+        .unwrap();
+    let client = db.client().await;
+    let card = |client: tokio_postgres::Client| async move {
+        let row = client
+            .query_one(
+                "SELECT card, vector_dims(card_embedding), (SELECT array_agg(id ORDER BY id) FROM parley.chunks)
+                   FROM parley.documents",
+                &[],
+            )
+            .await
+            .unwrap();
+        (
+            row.get::<_, Option<String>>(0),
+            row.get::<_, Option<i32>>(1),
+            row.get::<_, Vec<i64>>(2),
+        )
+    };
+    let (text, dims, chunk_ids) = card(client).await;
+    let text = text.expect("a card");
+    assert!(
+        text.starts_with("Widget guide. Widgets are small.")
+            && text.contains("Sections: Installing"),
+        "{text}"
+    );
+    assert_eq!(dims, Some(384));
+
+    // As a document stored before migration 0019 is: no card. A re-run with the file unchanged
+    // makes its card from the stored sections and leaves its chunks as they were.
+    db.client()
+        .await
+        .execute(
+            "UPDATE parley.documents SET card = NULL, card_embedding = NULL",
+            &[],
+        )
+        .await
+        .unwrap();
+    let again = run(&db, "widgets", dir.files(), &IngestOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(counts(&again), (0, 0, 1, 0, 0));
+    let (refilled, dims, same_chunks) = card(db.client().await).await;
+    assert_eq!(refilled.as_deref(), Some(text.as_str()));
+    assert_eq!(dims, Some(384));
+    assert_eq!(same_chunks, chunk_ids, "chunks not written again");
+}
