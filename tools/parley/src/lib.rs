@@ -1,6 +1,6 @@
 //! The `parley` admin command as a library: connecting to the database named by
 //! `DATABASE_URL`, one module per subcommand under `cmd` (`cmd::audit::recent` reads the audit
-//! trail), the demo domains `demo-data` loads, the functions' login roles, and `admin`, the
+//! trail), `eval` (scoring a search tool on labelled questions), the demo domains `demo-data` loads, the functions' login roles, and `admin`, the
 //! `parley-admin` Lambda function that runs the same code for CloudFormation and `aws lambda
 //! invoke`.
 
@@ -8,4 +8,5 @@ pub mod admin;
 pub mod cmd;
 pub mod db;
 pub mod demo;
+pub mod eval;
 pub mod logins;
