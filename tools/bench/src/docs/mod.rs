@@ -531,11 +531,13 @@ async fn score_all(
         let hybrid = uris(rows(&answer).with_context(|| format!("{:?}", q.q))?);
         let embeddings = search::embeddings(spec, &args, embedder).await?;
         let model = embedder.model_id();
-        if search::uris(db, spec, &spec.wrapped_sql, &args, &embeddings, model).await? != hybrid {
+        if search::uris(db, spec, &spec.wrapped_sql, &args, &embeddings, model, None).await?
+            != hybrid
+        {
             mismatches += 1;
         }
-        let text = search::uris(db, spec, &text_sql, &args, &embeddings, model).await?;
-        let vector = search::uris(db, spec, &vector_sql, &args, &embeddings, model).await?;
+        let text = search::uris(db, spec, &text_sql, &args, &embeddings, model, None).await?;
+        let vector = search::uris(db, spec, &vector_sql, &args, &embeddings, model, None).await?;
         scores[0].push(quality::score(q, &text));
         scores[1].push(quality::score(q, &vector));
         scores[2].push(quality::score(q, &hybrid));

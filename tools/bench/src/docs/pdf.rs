@@ -114,6 +114,7 @@ async fn score(
             &args,
             &embeddings,
             embedder.model_id(),
+            None,
         )
         .await?;
         let uris: Vec<String> = uris.iter().map(|u| as_html(u)).collect();

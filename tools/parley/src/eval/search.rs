@@ -12,6 +12,9 @@ use tokio_postgres::types::ToSql;
 
 use super::Question;
 
+/// As `tools::exec` sets the caller for the transaction (local to it).
+const SET_CALLER: &str = "SELECT set_config('parley.caller', $1, true)";
+
 #[derive(Debug, thiserror::Error)]
 pub enum SearchError {
     /// The question's arguments do not fit the tool's parameters (e.g. a `--k` above its
@@ -22,14 +25,22 @@ pub enum SearchError {
         arguments: String,
         problem: String,
     },
-    #[error("tool `{0}` binds values from a signed-in caller's token; evaluation runs without one")]
+    #[error("tool `{0}` binds parameters from the caller's token; evaluation cannot make one up")]
     NeedsCaller(String),
     #[error("embedding the question failed: {0}")]
     Embed(#[from] EmbedError),
+    /// What Postgres said (`parley_core::db::pg_message`): a refusal of the tool's own, such
+    /// as a collection the caller may not read, reads as the model would see it.
     #[error("running the tool's SQL failed: {0}")]
-    Database(#[from] tokio_postgres::Error),
+    Database(String),
     #[error("a row of the tool is not JSON: {0}")]
     Row(#[from] serde_json::Error),
+}
+
+impl From<tokio_postgres::Error> for SearchError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        SearchError::Database(parley_core::db::pg_message(&e))
+    }
 }
 
 impl SearchError {
@@ -102,9 +113,10 @@ pub async fn embeddings(
 }
 
 /// Runs `sql` (the tool's `wrapped_sql`, or a branch of it wrapped the same way) on `db` with
-/// the values the server binds for `args` without a caller, and returns the rows' `uri`s.
-/// `begin_sql` takes the tool's role and settings as the server does; what it reads is
-/// still what the service token may read (`parley.searchable_collections`).
+/// the values the server binds for `args`, and returns the rows' `uri`s. `begin_sql` takes
+/// the tool's role and settings as the server does. Without `user` (a subject) it reads what
+/// the service token may read (`parley.searchable_collections`: the public collections); with
+/// one, `parley.caller` carries that subject alone (no groups), as for a signed-in user.
 pub async fn uris(
     db: &tokio_postgres::Client,
     spec: &ToolSpec,
@@ -112,6 +124,7 @@ pub async fn uris(
     args: &Map<String, Value>,
     embeddings: &HashMap<String, Vec<f32>>,
     model: &str,
+    user: Option<&str>,
 ) -> Result<Vec<String>, SearchError> {
     let values = check_arguments(spec, args)?;
     let row_limit = spec
@@ -138,7 +151,16 @@ pub async fn uris(
     params.push(&fetch);
     let statement = db.prepare_typed(sql, &spec.placeholder_types).await?;
     db.batch_execute(&exec::begin_sql(spec)).await?;
-    let rows = db.query(&statement, &params).await;
+    let rows = match user {
+        Some(sub) => {
+            let caller = json!({ "sub": sub }).to_string();
+            match db.execute(SET_CALLER, &[&caller]).await {
+                Ok(_) => db.query(&statement, &params).await,
+                Err(e) => Err(e),
+            }
+        }
+        None => db.query(&statement, &params).await,
+    };
     db.batch_execute("ROLLBACK").await?;
     rows?
         .iter()
