@@ -98,6 +98,10 @@ async fn eval_prints_each_method_s_scores_and_the_misses_with_what_came_instead(
         )),
         "{text}"
     );
+    assert!(
+        text.contains("; searching as the service token (public collections)\n"),
+        "{text}"
+    );
     // Two of three answered in the top 5: recall@5 is 2/3 whatever the order.
     let line = |method: &str| {
         text.lines()
@@ -231,6 +235,7 @@ async fn a_private_collection_is_searched_as_the_user_named_by_user() {
         "{refused}"
     );
     let text = stdout_of(&parley(&["eval", &questions, "--user", "ann"], &db.url));
+    assert!(text.contains("; searching as user ann\n"), "{text}");
     assert!(text.contains("misses: 0 of 1 questions"), "{text}");
 }
 
@@ -266,6 +271,24 @@ fn a_malformed_questions_file_exits_2_naming_the_question_and_the_field() {
     );
     assert!(
         err.contains("question 1 (\"x\")") && err.contains("pgaes"),
+        "{err}"
+    );
+
+    // More rows than the tool allows: a usage mistake, told before connecting.
+    let fine = write(
+        &dir,
+        "fine.toml",
+        "[[question]]\nq = \"x\"\npages = [\"a.md\"]\n",
+    );
+    let err = failure(
+        &parley(
+            &["eval", &fine, "--k", "25"],
+            "postgres://nobody@127.0.0.1:1/none",
+        ),
+        2,
+    );
+    assert!(
+        err.contains("tool `search_documents` refuses the arguments") && err.contains("limit"),
         "{err}"
     );
 }

@@ -111,6 +111,8 @@ struct Report {
     tools: String,
     tool: String,
     model: String,
+    /// `--user`: whose collections were searched; `None`, the service token's.
+    user: Option<String>,
     k: usize,
     questions: Vec<Question>,
     /// The hybrid (the tool as shipped) first, then each branch alone.
@@ -230,6 +232,7 @@ pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
         tools,
         tool: spec.name.clone(),
         model: embedder.model_id().to_owned(),
+        user: args.user.clone(),
         k,
         questions: all,
         methods,
@@ -272,12 +275,17 @@ impl Report {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "{} questions from {}; tool {} in {}; embedded with {}\n",
+            "{} questions from {}; tool {} in {}; embedded with {}; searching as {}\n",
             self.questions.len(),
             self.file,
             self.tool,
             self.tools,
-            self.model
+            self.model,
+            self.user
+                .as_deref()
+                .map_or("the service token (public collections)".to_owned(), |u| {
+                    format!("user {u}")
+                })
         );
         let width = self
             .methods
@@ -319,10 +327,10 @@ impl Report {
         let missed: Vec<_> = self.missed().collect();
         let _ = writeln!(
             s,
-            "\nmisses: {} of {} questions have no answer in the first {k} ({}){}",
+            "\nmisses: {} of {} questions have no answer in the first {k} of {} as shipped{}",
             missed.len(),
             self.questions.len(),
-            self.methods[0].method,
+            self.tool,
             if missed.len() > self.misses {
                 format!("; the first {} follow", self.misses)
             } else {
@@ -369,6 +377,7 @@ impl Report {
             "tool": self.tool,
             "tools_file": self.tools,
             "model": self.model,
+            "user": self.user,
             "k": self.k,
             "overall": { "method": hybrid.method, "recall": hybrid.recall, "mrr_at_10": hybrid.mrr10 },
             "groups": groups(hybrid),
