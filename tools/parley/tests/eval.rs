@@ -239,6 +239,81 @@ async fn a_private_collection_is_searched_as_the_user_named_by_user() {
     assert!(text.contains("misses: 0 of 1 questions"), "{text}");
 }
 
+#[tokio::test]
+async fn a_tool_without_branches_is_scored_alone_and_says_why() {
+    let (db, dir) = handbook().await;
+    let tools = write(
+        &dir,
+        "tools.toml",
+        r#"
+[[tool]]
+name = "find_by_title"
+description = "Documents whose title contains the query."
+limit_param = "limit"
+sql = """
+SELECT d.uri FROM parley.documents d
+WHERE d.title ILIKE '%' || :query || '%'
+ORDER BY d.uri
+LIMIT :limit
+"""
+
+[tool.params.query]
+type = "string"
+required = true
+
+[tool.params.limit]
+type = "integer"
+default = 10
+"#,
+    );
+    let questions = write(
+        &dir,
+        "titles.toml",
+        "[[question]]\nq = \"Expenses\"\npages = [\"expenses.md\"]\n\n\
+         [[question]]\nq = \"Holidays\"\npages = [\"leave.md\"]\n",
+    );
+
+    let text = stdout_of(&parley(
+        &[
+            "eval",
+            &questions,
+            "--tools",
+            &tools,
+            "--tool",
+            "find_by_title",
+        ],
+        &db.url,
+    ));
+    let hybrid = text
+        .lines()
+        .find(|l| l.starts_with("find_by_title "))
+        .unwrap_or_else(|| panic!("{text}"));
+    let scores: Vec<&str> = hybrid.split_whitespace().skip(1).collect();
+    assert_eq!(scores, ["0.500", "0.500"], "{text}");
+    assert!(
+        text.contains(
+            "(branches not compared: the tool's SQL is not as expected: it does not start with WITH"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("vector only"), "{text}");
+    assert!(
+        text.contains("  \"Holidays\"\n    expected:     leave.md\n    came instead: nothing\n"),
+        "{text}"
+    );
+
+    let missing = failure(
+        &parley(&["eval", &questions, "--tools", &tools], &db.url),
+        2,
+    );
+    assert!(
+        missing.contains(
+            "has no tool named `search_documents` (pass the search tool with --tool NAME)"
+        ),
+        "{missing}"
+    );
+}
+
 #[test]
 fn a_malformed_questions_file_exits_2_naming_the_question_and_the_field() {
     let dir = tempfile::tempdir().unwrap();

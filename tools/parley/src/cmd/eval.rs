@@ -189,7 +189,12 @@ pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
         Ok(v) => (v, None),
         Err(e) => (Vec::new(), Some(e.to_string())),
     };
-    let mut sqls = vec![(format!("hybrid ({})", spec.name), spec.wrapped_sql.clone())];
+    // A tool without the two branches is not a hybrid: it is scored under its own name.
+    let shipped = match no_branches {
+        None => format!("hybrid ({})", spec.name),
+        Some(_) => spec.name.clone(),
+    };
+    let mut sqls = vec![(shipped, spec.wrapped_sql.clone())];
     sqls.extend(variants);
 
     let mut runs = Vec::with_capacity(all.len());
