@@ -171,3 +171,79 @@ pub async fn uris(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use parley_mcp::catalog::Catalog;
+    use parley_mcp::output::Limits;
+
+    use super::*;
+
+    /// `search` with a `filters` parameter (a string here: only that it is declared matters)
+    /// and `plain` without one.
+    fn tools() -> (tempfile::TempDir, Catalog) {
+        let dir = tempfile::tempdir().unwrap();
+        let path: PathBuf = dir.path().join("tools.toml");
+        let tool = |name: &str, extra: &str| {
+            let filter = if extra.is_empty() {
+                ""
+            } else {
+                " WHERE :filters IS NOT NULL"
+            };
+            format!(
+                "[[tool]]\nname = \"{name}\"\ndescription = \"d\"\nlimit_param = \"limit\"\n\
+                 sql = \"SELECT :query AS uri{filter} LIMIT :limit\"\n\
+                 [tool.params.query]\ntype = \"string\"\nrequired = true\n\
+                 [tool.params.limit]\ntype = \"integer\"\n{extra}"
+            )
+        };
+        let text = format!(
+            "{}\n{}",
+            tool("search", "[tool.params.filters]\ntype = \"string\"\n"),
+            tool("plain", "")
+        );
+        std::fs::write(&path, text).unwrap();
+        let catalog = Catalog::load(&[path], Limits::default()).unwrap();
+        (dir, catalog)
+    }
+
+    fn question() -> Question {
+        Question {
+            q: "What changed?".into(),
+            pages: vec!["a.md".into()],
+            collection: Some("policies".into()),
+            filters: Some(Map::from_iter([("department".into(), json!("finance"))])),
+            kind: None,
+            part: None,
+            split: None,
+        }
+    }
+
+    #[test]
+    fn filters_reach_only_a_tool_that_declares_them() {
+        let (_dir, catalog) = tools();
+        let with = arguments(catalog.get("search").unwrap(), &question(), 10);
+        assert_eq!(
+            Value::Object(with),
+            json!({ "query": "What changed?", "limit": 10, "collection": "policies",
+                    "filters": { "department": "finance" } })
+        );
+        let without = arguments(catalog.get("plain").unwrap(), &question(), 10);
+        assert!(!without.contains_key("filters"), "{without:?}");
+    }
+
+    #[test]
+    fn arguments_the_tool_refuses_are_a_usage_mistake() {
+        let (_dir, catalog) = tools();
+        let plain = catalog.get("plain").unwrap();
+        // `plain` has no `collection` parameter.
+        let err = check_arguments(plain, &arguments(plain, &question(), 10)).unwrap_err();
+        assert!(err.is_usage(), "{err}");
+        assert!(err.to_string().contains("collection"), "{err}");
+        let mut q = question();
+        q.collection = None;
+        assert!(check_arguments(plain, &arguments(plain, &q, 10)).is_ok());
+    }
+}
