@@ -4,7 +4,6 @@
 //! branches alone), times `search_documents` `tools/call` over HTTP at the manual's size and at
 //! a synthetic size (1M chunks by default), and the mcp function's cold start with the model.
 
-mod branches;
 pub(crate) mod pdf;
 mod quality;
 mod synthetic;
@@ -14,22 +13,19 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use parley_cli::eval::{Branch, branches, search};
 use parley_embed::{EmbedSettings, Embedder};
 use parley_mcp::catalog::Catalog;
 use parley_mcp::output::Limits;
-use parley_mcp::tools::params::Source;
-use parley_mcp::tools::{ToolSpec, exec};
+use parley_mcp::tools::ToolSpec;
 use serde_json::{Map, Value, json};
-use tokio_postgres::types::ToSql;
 
-use crate::mcp::bound_values;
 use crate::mcp_client::{Mcp, http_client, tools_file_setting};
 use crate::measure::{self, Stats, ms, percentile};
 use crate::server::{Server, free_port, memory};
 use crate::setup::{
     Machine, admin_url, command_line, create_database, machine, now_nanos, write_json,
 };
-use branches::Branch;
 use quality::{Question, Score, Summary};
 
 /// The tool measured and scored.
@@ -533,13 +529,15 @@ async fn score_all(
         let args = arguments(q);
         let (_, answer) = measure::post_json(http, &url, call_body(i + 1, &args)).await?;
         let hybrid = uris(rows(&answer).with_context(|| format!("{:?}", q.q))?);
-        let embedding = embedder.embed_one(&q.q).await?;
+        let embeddings = search::embeddings(spec, &args, embedder).await?;
         let model = embedder.model_id();
-        if direct_uris(db, spec, &spec.wrapped_sql, &args, &embedding, model).await? != hybrid {
+        if search::uris(db, spec, &spec.wrapped_sql, &args, &embeddings, model, None).await?
+            != hybrid
+        {
             mismatches += 1;
         }
-        let text = direct_uris(db, spec, &text_sql, &args, &embedding, model).await?;
-        let vector = direct_uris(db, spec, &vector_sql, &args, &embedding, model).await?;
+        let text = search::uris(db, spec, &text_sql, &args, &embeddings, model, None).await?;
+        let vector = search::uris(db, spec, &vector_sql, &args, &embeddings, model, None).await?;
         scores[0].push(quality::score(q, &text));
         scores[1].push(quality::score(q, &vector));
         scores[2].push(quality::score(q, &hybrid));
@@ -557,49 +555,10 @@ async fn score_all(
     for s in &summaries {
         eprintln!(
             "{:<26} recall@5 {:.3}  MRR@10 {:.3}",
-            s.method, s.recall5, s.mrr10
+            s.method, s.recall, s.mrr10
         );
     }
     Ok((summaries, mismatches))
-}
-
-/// Runs `sql` (the tool's wrapped SQL or a branch of it) on the bench's connection inside the
-/// transaction the server opens for the tool, with the values the server binds: the call's
-/// arguments, the query's embedding (float4[]) and the embedder's model id. The bench connects as a superuser, but the tool's
-/// role (set by `begin_sql`) and `parley.searchable_collections` keep what it reads to what the
-/// service may read, as on the server.
-async fn direct_uris(
-    db: &tokio_postgres::Client,
-    spec: &ToolSpec,
-    sql: &str,
-    args: &Map<String, Value>,
-    embedding: &Vec<f32>,
-    model: &str,
-) -> anyhow::Result<Vec<String>> {
-    let call = bound_values(spec, args, None)?;
-    let model = model.to_owned();
-    let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(spec.placeholder_params.len());
-    for &p in &spec.placeholder_params {
-        let param = &spec.params[p];
-        params.push(match &param.source {
-            Source::Embedding(_) => embedding,
-            Source::EmbedderModel => &model,
-            Source::Argument | Source::Caller(_) => call.values[p].as_sql(),
-        });
-    }
-    params.push(&call.fetch);
-    let statement = db.prepare_typed(sql, &spec.placeholder_types).await?;
-    db.batch_execute(&exec::begin_sql(spec)).await?;
-    let rows = db.query(&statement, &params).await;
-    db.batch_execute("ROLLBACK").await?;
-    let rows = rows.context("running the tool's SQL directly")?;
-    rows.iter()
-        .take(usize::try_from(call.row_limit)?)
-        .map(|r| {
-            let row: Value = serde_json::from_str(r.get::<_, &str>(0))?;
-            Ok(row["uri"].as_str().unwrap_or_default().to_owned())
-        })
-        .collect()
 }
 
 /// `search_documents` over HTTP as a model calls it (the query only), rotating over the
@@ -650,7 +609,7 @@ async fn search_latency(
 }
 
 fn group_json(g: &quality::Group) -> Value {
-    json!({ "name": g.name, "questions": g.questions, "recall_at_5": g.recall5, "mrr_at_10": g.mrr10 })
+    json!({ "name": g.name, "questions": g.questions, "recall_at_5": g.recall, "mrr_at_10": g.mrr10 })
 }
 
 fn verdict(met: bool) -> &'static str {
@@ -775,7 +734,7 @@ impl Report {
         );
         let _ = writeln!(out, "{:<26} {:>9} {:>7}", "method", "recall@5", "MRR@10");
         for s in &self.quality {
-            let _ = writeln!(out, "{:<26} {:>9.3} {:>7.3}", s.method, s.recall5, s.mrr10);
+            let _ = writeln!(out, "{:<26} {:>9.3} {:>7.3}", s.method, s.recall, s.mrr10);
         }
         let _ = writeln!(
             out,
@@ -822,7 +781,7 @@ impl Report {
                     "gin": x.gin.as_secs_f64() })),
             })).collect::<Vec<_>>(),
             "quality": self.quality.iter().map(|s| json!({
-                "method": s.method, "recall_at_5": s.recall5, "mrr_at_10": s.mrr10,
+                "method": s.method, "recall_at_5": s.recall, "mrr_at_10": s.mrr10,
                 "by_split": s.by_split.iter().map(group_json).collect::<Vec<_>>(),
                 "by_kind": s.by_kind.iter().map(group_json).collect::<Vec<_>>(),
                 "by_part": s.by_part.iter().map(group_json).collect::<Vec<_>>(),

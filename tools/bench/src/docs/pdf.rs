@@ -13,8 +13,9 @@ use parley_embed::Embedder;
 use parley_mcp::tools::ToolSpec;
 use serde_json::json;
 
+use super::arguments;
 use super::quality::{self, Question, Score, Summary};
-use super::{arguments, direct_uris};
+use parley_cli::eval::search;
 
 const HTML: &str = "pdfcmp-html";
 const PDF: &str = "pdfcmp-pdf";
@@ -105,14 +106,15 @@ async fn score(
     for q in questions {
         let mut args = arguments(q);
         args.insert("collection".into(), json!(collection));
-        let embedding = embedder.embed_one(&q.q).await?;
-        let uris = direct_uris(
+        let embeddings = search::embeddings(spec, &args, embedder).await?;
+        let uris = search::uris(
             db,
             spec,
             &spec.wrapped_sql,
             &args,
-            &embedding,
+            &embeddings,
             embedder.model_id(),
+            None,
         )
         .await?;
         let uris: Vec<String> = uris.iter().map(|u| as_html(u)).collect();
@@ -170,10 +172,7 @@ pub async fn compare(
     std::fs::remove_dir_all(&dir)?;
     println!("form   chunks  recall@5  MRR@10   (hybrid, search_documents)");
     for (name, chunks, s) in [("HTML", html_chunks, &html), ("PDF", pdf_chunks, &pdf)] {
-        println!(
-            "{name:<6} {chunks:>6}  {:>8.3}  {:>6.3}",
-            s.recall5, s.mrr10
-        );
+        println!("{name:<6} {chunks:>6}  {:>8.3}  {:>6.3}", s.recall, s.mrr10);
     }
     for (name, s) in [("HTML", &html), ("PDF", &pdf)] {
         println!("  {name:<5} {}", quality::groups_line(&s.by_kind));

@@ -6,6 +6,7 @@ pub mod audit;
 pub mod collections;
 pub mod demo_data;
 pub mod enroll;
+pub mod eval;
 pub mod ingest;
 pub mod logins;
 pub mod migrate;
@@ -55,6 +56,7 @@ pub enum Command {
     Audit(audit::Args),
     /// Create or update the functions' login roles (mcp, chat, SQL tools) with their grants.
     Logins(logins::Args),
+    Eval(eval::Args),
 }
 
 impl Command {
@@ -69,6 +71,7 @@ impl Command {
             Command::Enroll(_) => "enroll",
             Command::Audit(_) => "audit",
             Command::Logins(_) => "logins",
+            Command::Eval(_) => "eval",
         }
     }
 }
@@ -87,6 +90,7 @@ pub async fn run(command: Command, env: &Env, out: &mut Out) -> Result<(), CmdEr
         Command::Enroll(args) => Box::pin(enroll::run(args, env, out)).await,
         Command::Audit(args) => Box::pin(audit::run(args, env, out)).await,
         Command::Logins(args) => Box::pin(logins::run(args, env, out)).await,
+        Command::Eval(args) => Box::pin(eval::run(args, env, out)).await,
     }
 }
 
@@ -108,6 +112,8 @@ pub enum CmdError {
     Collections(#[from] collections::CollectionsError),
     #[error(transparent)]
     Audit(#[from] audit::AuditError),
+    #[error(transparent)]
+    Eval(#[from] eval::EvalError),
     #[error(transparent)]
     Logins(#[from] crate::logins::LoginError),
     #[error(transparent)]
@@ -131,6 +137,7 @@ impl CmdError {
             CmdError::Ingest(e) if e.is_usage() => ExitCode::from(2),
             CmdError::Collections(e) if e.is_usage() => ExitCode::from(2),
             CmdError::Logins(e) if e.is_usage() => ExitCode::from(2),
+            CmdError::Eval(e) if e.is_usage() => ExitCode::from(2),
             CmdError::LoginSource(logins::SourceError::NoPassword { .. }) => ExitCode::from(2),
             CmdError::Settings(_) | CmdError::Usage(_) => ExitCode::from(2),
             _ => ExitCode::FAILURE,

@@ -1,4 +1,4 @@
-//! The retrieval baselines, derived from `search_documents`' own SQL so they cannot drift from
+//! The retrieval baselines, derived from the search tool's own SQL so they cannot drift from
 //! it: the tool's hybrid query with one of its two branches emptied. The vector branch is the
 //! top-level CTE named `vector`, the lexical (BM25) branch the one named `words`; emptying one
 //! leaves the tool's fusion, relevance threshold, caller filter and output exactly as shipped,
@@ -6,7 +6,20 @@
 
 use std::ops::Range;
 
-use anyhow::{Context, bail};
+#[derive(Debug, thiserror::Error)]
+pub enum BranchError {
+    #[error(
+        "the tool's SQL should have a top-level CTE named `vector` (the vector branch) and one \
+         named `words` (the lexical branch); found {0:?}"
+    )]
+    Missing(Vec<String>),
+    #[error("the tool's SQL is not as expected: {0}")]
+    Shape(String),
+}
+
+fn shape<T>(problem: impl Into<String>) -> Result<T, BranchError> {
+    Err(BranchError::Shape(problem.into()))
+}
 
 /// One branch of the hybrid query, to keep while the other is emptied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,15 +46,13 @@ pub struct Cte {
 
 /// `sql` (a tool's SQL) with the branch other than `keep` replaced by an empty set of the same
 /// columns.
-pub fn only(sql: &str, keep: Branch) -> anyhow::Result<String> {
+pub fn only(sql: &str, keep: Branch) -> Result<String, BranchError> {
     let ctes = ctes(sql)?;
     let named = |name: &str| ctes.iter().find(|c| c.name == name);
     let (Some(vector), Some(text)) = (named("vector"), named("words")) else {
-        bail!(
-            "search_documents' SQL should have a top-level CTE named `vector` (the vector \
-             branch) and one named `words` (the lexical branch); found {:?}",
-            ctes.iter().map(|c| &c.name).collect::<Vec<_>>()
-        );
+        return Err(BranchError::Missing(
+            ctes.iter().map(|c| c.name.clone()).collect(),
+        ));
     };
     let emptied = match keep {
         Branch::Vector => text,
@@ -58,22 +69,24 @@ pub fn only(sql: &str, keep: Branch) -> anyhow::Result<String> {
 /// The declared SQL inside `ToolSpec::wrapped_sql` (`[/* parley tool=... */ ]WITH tool_rows
 /// AS (<sql>) SELECT ...`), with the wrapper's prefix (the tool's comment included) and suffix,
 /// so a changed SQL can be wrapped the same way.
-pub fn unwrap(wrapped: &str) -> anyhow::Result<(&str, &str, &str)> {
+pub fn unwrap(wrapped: &str) -> Result<(&str, &str, &str), BranchError> {
     const PREFIX: &str = "WITH tool_rows AS (\n";
     const SUFFIX: &str = "\n) SELECT row_to_json(tool_rows)::text FROM tool_rows LIMIT $";
-    let inner_end = wrapped
-        .rfind(SUFFIX)
-        .context("ToolSpec::wrapped_sql no longer ends as the bench expects")?;
+    let Some(inner_end) = wrapped.rfind(SUFFIX) else {
+        return shape("ToolSpec::wrapped_sql no longer ends as expected");
+    };
     // The comment naming the tool to a DBA (issue 12) comes first when there is one.
     let comment_end = match wrapped.strip_prefix("/*") {
-        Some(rest) => rest
-            .find("*/ ")
-            .map(|i| 2 + i + "*/ ".len())
-            .context("ToolSpec::wrapped_sql's leading comment does not end as the bench expects")?,
+        Some(rest) => match rest.find("*/ ") {
+            Some(i) => 2 + i + "*/ ".len(),
+            None => {
+                return shape("ToolSpec::wrapped_sql's leading comment does not end as expected");
+            }
+        },
         None => 0,
     };
     if !wrapped[comment_end..].starts_with(PREFIX) {
-        bail!("ToolSpec::wrapped_sql no longer starts as the bench expects");
+        return shape("ToolSpec::wrapped_sql no longer starts as expected");
     }
     let inner_start = comment_end + PREFIX.len();
     Ok((
@@ -84,7 +97,7 @@ pub fn unwrap(wrapped: &str) -> anyhow::Result<(&str, &str, &str)> {
 }
 
 /// The top-level CTEs of a statement starting `WITH [RECURSIVE]`.
-pub fn ctes(sql: &str) -> anyhow::Result<Vec<Cte>> {
+pub fn ctes(sql: &str) -> Result<Vec<Cte>, BranchError> {
     let tokens = tokens(sql);
     let word = |i: usize, w: &str| {
         tokens
@@ -93,7 +106,7 @@ pub fn ctes(sql: &str) -> anyhow::Result<Vec<Cte>> {
     };
     let is = |i: usize, s: &str| tokens.get(i).is_some_and(|t| &sql[t.clone()] == s);
     // The token after the parenthesis opened at token `i` closes.
-    let close = |i: usize| -> anyhow::Result<usize> {
+    let close = |i: usize| -> Result<usize, BranchError> {
         let mut depth = 0usize;
         for (j, t) in tokens.iter().enumerate().skip(i) {
             match &sql[t.clone()] {
@@ -107,11 +120,11 @@ pub fn ctes(sql: &str) -> anyhow::Result<Vec<Cte>> {
                 _ => {}
             }
         }
-        bail!("unbalanced parentheses in the tool's SQL")
+        shape("unbalanced parentheses")
     };
     let mut i = 0;
     if !word(i, "with") {
-        bail!("search_documents' SQL does not start with WITH (its branches should be CTEs)");
+        return shape("it does not start with WITH (its branches should be CTEs)");
     }
     i += 1;
     if word(i, "recursive") {
@@ -119,14 +132,16 @@ pub fn ctes(sql: &str) -> anyhow::Result<Vec<Cte>> {
     }
     let mut out = Vec::new();
     loop {
-        let name = tokens.get(i).context("the tool's SQL ends inside WITH")?;
+        let Some(name) = tokens.get(i) else {
+            return shape("it ends inside WITH");
+        };
         let name = sql[name.clone()].trim_matches('"').to_owned();
         i += 1;
         if is(i, "(") {
             i = close(i)? + 1;
         }
         if !word(i, "as") {
-            bail!("expected AS after the CTE name {name}");
+            return shape(format!("expected AS after the CTE name {name}"));
         }
         i += 1;
         if word(i, "not") {
@@ -136,7 +151,7 @@ pub fn ctes(sql: &str) -> anyhow::Result<Vec<Cte>> {
             i += 1;
         }
         if !is(i, "(") {
-            bail!("expected ( after {name} AS");
+            return shape(format!("expected ( after {name} AS"));
         }
         let end = close(i)?;
         out.push(Cte {

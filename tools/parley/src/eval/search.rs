@@ -1,0 +1,249 @@
+//! A search tool's SQL run directly for one question, with the values the mcp function binds:
+//! the call's arguments, the embeddings of the arguments the tool embeds and the embedder's
+//! model id, inside the transaction `tools::exec` opens. It returns the rows' uris, best first.
+
+use std::collections::HashMap;
+
+use parley_embed::{EmbedError, Embedder};
+use parley_mcp::tools::params::{Source, parse_arguments};
+use parley_mcp::tools::{ToolSpec, exec};
+use serde_json::{Map, Value, json};
+use tokio_postgres::types::ToSql;
+
+use super::Question;
+
+/// As `tools::exec` sets the caller for the transaction (local to it).
+const SET_CALLER: &str = "SELECT set_config('parley.caller', $1, true)";
+
+#[derive(Debug, thiserror::Error)]
+pub enum SearchError {
+    /// The question's arguments do not fit the tool's parameters (e.g. a `--k` above its
+    /// `limit` maximum): a usage mistake.
+    #[error("tool `{tool}` refuses the arguments {arguments}: {problem}")]
+    Arguments {
+        tool: String,
+        arguments: String,
+        problem: String,
+    },
+    #[error("tool `{0}` binds parameters from the caller's token; evaluation cannot make one up")]
+    NeedsCaller(String),
+    #[error("embedding the question failed: {0}")]
+    Embed(#[from] EmbedError),
+    /// What Postgres said (`parley_core::db::pg_message`): a refusal of the tool's own, such
+    /// as a collection the caller may not read, reads as the model would see it.
+    #[error("running the tool's SQL failed: {0}")]
+    Database(String),
+    #[error("a row of the tool is not JSON: {0}")]
+    Row(#[from] serde_json::Error),
+}
+
+impl From<tokio_postgres::Error> for SearchError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        SearchError::Database(parley_core::db::pg_message(&e))
+    }
+}
+
+impl SearchError {
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            SearchError::Arguments { .. } | SearchError::NeedsCaller(_)
+        )
+    }
+}
+
+/// What a model would send for `question`, asking for `limit` rows: `query`, and `collection`
+/// and `filters` from the question when it has them and the tool declares them (a tool
+/// without a `filters` parameter is called without the question's filters).
+pub fn arguments(spec: &ToolSpec, question: &Question, limit: usize) -> Map<String, Value> {
+    let declares = |name: &str| {
+        spec.params
+            .iter()
+            .any(|p| p.name == name && p.source == Source::Argument)
+    };
+    let mut m = Map::new();
+    m.insert("query".into(), json!(question.q));
+    m.insert("limit".into(), json!(limit));
+    if let Some(c) = &question.collection {
+        m.insert("collection".into(), json!(c));
+    }
+    if let Some(f) = question.filters.as_ref().filter(|_| declares("filters")) {
+        m.insert("filters".into(), Value::Object(f.clone()));
+    }
+    m
+}
+
+/// The values the tool's parameters take from `args`, or why it refuses them (before anything
+/// is embedded or run, so a bad file or option stops at once).
+pub fn check_arguments(
+    spec: &ToolSpec,
+    args: &Map<String, Value>,
+) -> Result<Vec<parley_mcp::tools::params::SqlValue>, SearchError> {
+    if spec
+        .params
+        .iter()
+        .any(|p| matches!(p.source, Source::Caller(_)))
+    {
+        return Err(SearchError::NeedsCaller(spec.name.clone()));
+    }
+    parse_arguments(&spec.params, Some(args)).map_err(|e| SearchError::Arguments {
+        tool: spec.name.clone(),
+        arguments: Value::Object(args.clone()).to_string(),
+        problem: e.to_string(),
+    })
+}
+
+/// The embeddings of the string arguments the tool embeds (`from = "embedding.<argument>"`),
+/// by argument name; an argument not given is left out and bound as NULL.
+pub async fn embeddings(
+    spec: &ToolSpec,
+    args: &Map<String, Value>,
+    embedder: &Embedder,
+) -> Result<HashMap<String, Vec<f32>>, SearchError> {
+    let mut out = HashMap::new();
+    for param in &spec.params {
+        if let Source::Embedding(argument) = &param.source
+            && !out.contains_key(argument)
+            && let Some(text) = args.get(argument).and_then(Value::as_str)
+        {
+            out.insert(argument.clone(), embedder.embed_one(text).await?);
+        }
+    }
+    Ok(out)
+}
+
+/// Runs `sql` (the tool's `wrapped_sql`, or a branch of it wrapped the same way) on `db` with
+/// the values the server binds for `args`, and returns the rows' `uri`s. `begin_sql` takes
+/// the tool's role and settings as the server does. Without `user` (a subject) it reads what
+/// the service token may read (`parley.searchable_collections`: the public collections); with
+/// one, `parley.caller` carries that subject alone (no groups), as for a signed-in user.
+pub async fn uris(
+    db: &tokio_postgres::Client,
+    spec: &ToolSpec,
+    sql: &str,
+    args: &Map<String, Value>,
+    embeddings: &HashMap<String, Vec<f32>>,
+    model: &str,
+    user: Option<&str>,
+) -> Result<Vec<String>, SearchError> {
+    let values = check_arguments(spec, args)?;
+    let row_limit = spec
+        .limit_param
+        .and_then(|i| values[i].as_i64())
+        .map_or(spec.max_rows, |n| (n.max(1) as u64).min(spec.max_rows));
+    // One more than is kept, as the server fetches to tell a truncated answer.
+    let fetch = i64::try_from(row_limit + 1).unwrap_or(i64::MAX);
+    let model = model.to_owned();
+    let none: Option<Vec<f32>> = None;
+    let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(spec.placeholder_params.len());
+    for &p in &spec.placeholder_params {
+        let param = &spec.params[p];
+        params.push(match &param.source {
+            Source::Embedding(argument) => match embeddings.get(argument) {
+                Some(v) => v,
+                None => &none,
+            },
+            Source::EmbedderModel => &model,
+            Source::Argument => values[p].as_sql(),
+            Source::Caller(_) => return Err(SearchError::NeedsCaller(spec.name.clone())),
+        });
+    }
+    params.push(&fetch);
+    let statement = db.prepare_typed(sql, &spec.placeholder_types).await?;
+    db.batch_execute(&exec::begin_sql(spec)).await?;
+    let rows = match user {
+        Some(sub) => {
+            let caller = json!({ "sub": sub }).to_string();
+            match db.execute(SET_CALLER, &[&caller]).await {
+                Ok(_) => db.query(&statement, &params).await,
+                Err(e) => Err(e),
+            }
+        }
+        None => db.query(&statement, &params).await,
+    };
+    db.batch_execute("ROLLBACK").await?;
+    rows?
+        .iter()
+        .take(usize::try_from(row_limit).unwrap_or(usize::MAX))
+        .map(|r| {
+            let row: Value = serde_json::from_str(r.get::<_, &str>(0))?;
+            Ok(row["uri"].as_str().unwrap_or_default().to_owned())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use parley_mcp::catalog::Catalog;
+    use parley_mcp::output::Limits;
+
+    use super::*;
+
+    /// `search` with a `filters` parameter (a string here: only that it is declared matters)
+    /// and `plain` without one.
+    fn tools() -> (tempfile::TempDir, Catalog) {
+        let dir = tempfile::tempdir().unwrap();
+        let path: PathBuf = dir.path().join("tools.toml");
+        let tool = |name: &str, extra: &str| {
+            let filter = if extra.is_empty() {
+                ""
+            } else {
+                " WHERE :filters IS NOT NULL"
+            };
+            format!(
+                "[[tool]]\nname = \"{name}\"\ndescription = \"d\"\nlimit_param = \"limit\"\n\
+                 sql = \"SELECT :query AS uri{filter} LIMIT :limit\"\n\
+                 [tool.params.query]\ntype = \"string\"\nrequired = true\n\
+                 [tool.params.limit]\ntype = \"integer\"\n{extra}"
+            )
+        };
+        let text = format!(
+            "{}\n{}",
+            tool("search", "[tool.params.filters]\ntype = \"string\"\n"),
+            tool("plain", "")
+        );
+        std::fs::write(&path, text).unwrap();
+        let catalog = Catalog::load(&[path], Limits::default()).unwrap();
+        (dir, catalog)
+    }
+
+    fn question() -> Question {
+        Question {
+            q: "What changed?".into(),
+            pages: vec!["a.md".into()],
+            collection: Some("policies".into()),
+            filters: Some(Map::from_iter([("department".into(), json!("finance"))])),
+            kind: None,
+            part: None,
+            split: None,
+        }
+    }
+
+    #[test]
+    fn filters_reach_only_a_tool_that_declares_them() {
+        let (_dir, catalog) = tools();
+        let with = arguments(catalog.get("search").unwrap(), &question(), 10);
+        assert_eq!(
+            Value::Object(with),
+            json!({ "query": "What changed?", "limit": 10, "collection": "policies",
+                    "filters": { "department": "finance" } })
+        );
+        let without = arguments(catalog.get("plain").unwrap(), &question(), 10);
+        assert!(!without.contains_key("filters"), "{without:?}");
+    }
+
+    #[test]
+    fn arguments_the_tool_refuses_are_a_usage_mistake() {
+        let (_dir, catalog) = tools();
+        let plain = catalog.get("plain").unwrap();
+        // `plain` has no `collection` parameter.
+        let err = check_arguments(plain, &arguments(plain, &question(), 10)).unwrap_err();
+        assert!(err.is_usage(), "{err}");
+        assert!(err.to_string().contains("collection"), "{err}");
+        let mut q = question();
+        q.collection = None;
+        assert!(check_arguments(plain, &arguments(plain, &q, 10)).is_ok());
+    }
+}
