@@ -11,6 +11,7 @@ pub mod card;
 pub mod chunk;
 pub mod discover;
 pub mod extract;
+pub mod metadata;
 mod progress;
 mod run;
 pub mod s3;
@@ -69,6 +70,9 @@ pub struct IngestOptions {
     /// Give up, with [`IngestError::Deadline`], as soon as the chunks left would not be embedded
     /// by then at the rate measured so far (a Lambda function's remaining time).
     pub deadline: Option<std::time::Instant>,
+    /// Metadata given to every document of the run (`parley ingest --meta`), under each
+    /// file's own and its front matter ([`metadata::merge`]).
+    pub metadata: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Default for IngestOptions {
@@ -80,6 +84,7 @@ impl Default for IngestOptions {
             chunk: ChunkOptions::default(),
             progress: false,
             deadline: None,
+            metadata: serde_json::Map::new(),
         }
     }
 }

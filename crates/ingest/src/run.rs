@@ -13,7 +13,8 @@ use tokio_postgres::Client;
 use tokio_postgres::types::Type;
 
 use crate::chunk::{ChunkOptions, chunk_sections};
-use crate::extract::{EXTRACTOR_VERSION, extract};
+use crate::extract::{EXTRACTOR_VERSION, Format, extract};
+use crate::metadata;
 use crate::progress::Progress;
 use crate::store::{self, Claim, Collection, NewChunk, NewDocument, Written};
 use crate::{CollectionSpec, IngestError, IngestOptions, Skipped, SourceFile, Summary};
@@ -96,10 +97,7 @@ pub(crate) async fn ingest_sources(
         };
         let hash = content_hash(&doc, &options.chunk);
         let path = file.structure();
-        let metadata = match &file.metadata {
-            serde_json::Value::Null => serde_json::json!({}),
-            m => m.clone(),
-        };
+        let metadata = metadata(&file, &doc, options);
         if let Some(old) = stored.get(&uri).filter(|s| s.content_hash == hash) {
             if let Some(c) = &claim
                 && !store::claim(&*db, &run.coll, c, "unchanged", None).await?
@@ -181,6 +179,25 @@ pub(crate) async fn ingest_sources(
     run.progress.finish();
     run.summary.elapsed = start.elapsed();
     Ok(run.summary)
+}
+
+/// The document's metadata ([`metadata::merge`]): the run's, the file's own, and a Markdown
+/// file's front matter. Read for unchanged files too (the front matter is at most a few lines
+/// at the top), so a stored document keeps its front matter's keys when only `--meta` changes.
+fn metadata(file: &SourceFile, doc: &[u8], options: &IngestOptions) -> serde_json::Value {
+    let front = match file.format() {
+        Some(Format::Markdown) => {
+            // Front matter must be UTF-8 to be read; the rest of an invalid file is refused by
+            // `extract`, with its reason.
+            let text = match std::str::from_utf8(doc) {
+                Ok(text) => text,
+                Err(e) => std::str::from_utf8(&doc[..e.valid_up_to()]).unwrap_or_default(),
+            };
+            metadata::front_matter(text)
+        }
+        _ => serde_json::Map::new(),
+    };
+    metadata::merge(&options.metadata, &file.metadata, front)
 }
 
 /// Documents embedded and waiting to be written.

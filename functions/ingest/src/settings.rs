@@ -84,6 +84,8 @@ impl Settings {
                 chunk: ChunkOptions::default(),
                 progress: false,
                 deadline: None,
+                // S3 objects carry their own (x-amz-meta-*), stored by `parley_ingest::s3`.
+                metadata: Default::default(),
             },
         })
     }

@@ -116,6 +116,66 @@ async fn ingest_reports_what_it_did_and_a_rerun_only_what_changed() {
     );
 }
 
+#[tokio::test]
+async fn meta_and_front_matter_become_metadata_and_a_change_of_meta_alone_is_not_re_embedded() {
+    let db = TestDb::migrated().await;
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        &dir,
+        "policy.md",
+        "---\ndepartment: hr\nyear: 2024\n---\n# Leave\n\nTwo days a month.\n",
+    );
+    write(&dir, "notes.txt", "Plain notes.\n");
+    let ingest = |meta: &[&str]| {
+        let mut args = vec!["ingest", path(&dir), "--collection", "docs"];
+        for m in meta {
+            args.extend(["--meta", m]);
+        }
+        stdout_of(&parley(&args, &db.url))
+    };
+    let metadata = || {
+        rows(
+            &db,
+            "SELECT uri || ' ' || metadata::text FROM parley.documents ORDER BY uri",
+        )
+    };
+    let first = ingest(&["department=all", "reviewed=true", "year=2020"]);
+    assert!(first.contains("2 added"), "{first}");
+    // The file's front matter wins over --meta on a shared key.
+    assert_eq!(
+        metadata().await,
+        [
+            r#"notes.txt {"year": 2020, "reviewed": true, "department": "all"}"#,
+            r#"policy.md {"year": 2024, "reviewed": true, "department": "hr"}"#,
+        ]
+    );
+    let chunks = || {
+        rows(
+            &db,
+            "SELECT string_agg(id::text, ',' ORDER BY id) FROM parley.chunks",
+        )
+    };
+    let before = chunks().await;
+
+    let second = ingest(&["reviewed=false"]);
+    assert!(
+        second.contains("0 added, 0 replaced, 2 unchanged"),
+        "{second}"
+    );
+    assert_eq!(
+        metadata().await,
+        [
+            r#"notes.txt {"reviewed": false}"#,
+            r#"policy.md {"year": 2024, "reviewed": false, "department": "hr"}"#,
+        ]
+    );
+    assert_eq!(
+        chunks().await,
+        before,
+        "the same chunks, not embedded again"
+    );
+}
+
 /// Files built to break a run (nesting that overflowed the stack or ran for minutes, a named
 /// pipe that blocked the read) are each listed with why; the rest are stored and the run
 /// exits 0, warning on stderr.
@@ -230,6 +290,28 @@ fn usage_mistakes_exit_2_with_the_reason() {
 
     let no_paths = parley(&["ingest", "--collection", "docs"], nowhere);
     assert!(failure(&no_paths, 2).contains("<PATH>"));
+
+    let bad_meta = parley(
+        &[
+            "ingest",
+            path(&dir),
+            "--collection",
+            "docs",
+            "--meta",
+            "my key=x",
+        ],
+        nowhere,
+    );
+    let stderr = failure(&bad_meta, 2);
+    assert!(
+        stderr.contains("--meta key `my key` must be 1-64 characters"),
+        "{stderr}"
+    );
+    let not_a_pair = parley(
+        &["ingest", path(&dir), "--collection", "docs", "--meta", "hr"],
+        nowhere,
+    );
+    assert!(failure(&not_a_pair, 2).contains("--meta `hr` is not key=value"));
 
     let no_members = parley(&["enroll", "--collection", "docs"], nowhere);
     assert!(failure(&no_members, 2).contains("--user"));

@@ -1,7 +1,8 @@
 //! Markdown (CommonMark with tables) to sections: headings make the heading path, code blocks
 //! are kept line for line, list items and table rows are lines. Raw HTML (with the text
 //! between an inline `<script>` or `<style>` and its end tag) and YAML front matter are left
-//! out. The first level-1 heading is the title.
+//! out (its flat scalars become the document's metadata: `crate::metadata::front_matter`).
+//! The first level-1 heading is the title.
 
 use pulldown_cmark::{CowStr, Event, Options, Parser, Tag, TagEnd};
 

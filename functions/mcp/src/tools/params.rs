@@ -41,6 +41,8 @@ pub enum ParamType {
         min_length: Option<u64>,
         max_length: Option<u64>,
     },
+    /// A JSON object, bound as `jsonb` (e.g. search filters the SQL hands to a function).
+    Object,
     /// An embedding the server computes ([`Source::Embedding`]), bound as `float4[]`; the SQL
     /// casts it (`:q::vector(384)`). Never an argument.
     Vector,
@@ -56,6 +58,7 @@ impl ParamType {
             ParamType::Date => Type::DATE,
             ParamType::Timestamp => Type::TIMESTAMPTZ,
             ParamType::StringArray { .. } => Type::TEXT_ARRAY,
+            ParamType::Object => Type::JSONB,
             ParamType::Vector => Type::FLOAT4_ARRAY,
         }
     }
@@ -157,6 +160,7 @@ pub enum SqlValue {
     Date(NaiveDate),
     Timestamp(DateTime<Utc>),
     TextArray(Vec<String>),
+    Json(Value),
     Vector(Vec<f32>),
 }
 
@@ -171,6 +175,7 @@ impl SqlValue {
             SqlValue::Date(v) => v,
             SqlValue::Timestamp(v) => v,
             SqlValue::TextArray(v) => v,
+            SqlValue::Json(v) => v,
             SqlValue::Vector(v) => v,
         }
     }
@@ -306,6 +311,7 @@ impl ParamSpec {
                     put("maxItems", json!(n));
                 }
             }
+            ParamType::Object => put("type", json!("object")),
             ParamType::Vector => {
                 put("type", json!("array"));
                 put("items", json!({"type": "number"}));
@@ -414,6 +420,19 @@ impl ParamSpec {
                     Err(invalid(format!("must be one of: {}", values.join(", "))))
                 }
             }
+            ParamType::Object => {
+                if !value.is_object() {
+                    return Err(invalid(format!(
+                        "must be a JSON object, got {}",
+                        kind(value)
+                    )));
+                }
+                // jsonb refuses \u0000 in any string, with an error the caller would not see.
+                if has_nul(value) {
+                    return Err(invalid("must not contain NUL characters".into()));
+                }
+                Ok(SqlValue::Json(value.clone()))
+            }
             ParamType::Vector => Err(ArgumentError::Computed(self.name.clone())),
         }
     }
@@ -430,6 +449,7 @@ impl SqlValue {
             SqlValue::Date(d) => json!(d.format("%Y-%m-%d").to_string()),
             SqlValue::Timestamp(t) => json!(t.to_rfc3339()),
             SqlValue::TextArray(v) => json!(v),
+            SqlValue::Json(v) => v.clone(),
             SqlValue::Vector(v) => json!(v),
         }
     }
@@ -546,6 +566,16 @@ pub fn input_schema(params: &[ParamSpec]) -> Map<String, Value> {
     }
     schema.insert("additionalProperties".into(), json!(false));
     schema
+}
+
+/// Whether a NUL character is in any key or string of `value`.
+fn has_nul(value: &Value) -> bool {
+    match value {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(has_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+        _ => false,
+    }
 }
 
 /// A string's length bounds (in characters) and no NUL, which Postgres' text cannot hold.
@@ -672,6 +702,36 @@ mod tests {
         )];
         let err = parse_arguments(&p, None).unwrap_err();
         assert_eq!(err.to_string(), "missing required parameter `query`");
+    }
+
+    #[test]
+    fn an_object_argument_is_published_as_an_object_and_refuses_anything_else() {
+        let p = [param("filters", ParamType::Object, false)];
+        assert_eq!(p[0].schema(), json!({"type": "object"}));
+        let args = json!({"filters": {"year": {"gte": 2024}, "tags": ["a"]}});
+        assert_eq!(
+            parse_arguments(&p, args.as_object()).unwrap(),
+            vec![SqlValue::Json(
+                json!({"year": {"gte": 2024}, "tags": ["a"]})
+            )]
+        );
+        assert_eq!(parse_arguments(&p, None).unwrap(), vec![SqlValue::Null]);
+        for (bad, problem) in [
+            (
+                json!("{\"year\": 2024}"),
+                "must be a JSON object, got a string",
+            ),
+            (
+                json!([{"year": 2024}]),
+                "must be a JSON object, got an array",
+            ),
+            (json!({"a": ["x\u{0}y"]}), "must not contain NUL characters"),
+            (json!({"a\u{0}": 1}), "must not contain NUL characters"),
+        ] {
+            let args = json!({ "filters": bad });
+            let err = parse_arguments(&p, args.as_object()).unwrap_err();
+            assert_eq!(err.to_string(), format!("parameter `filters` {problem}"));
+        }
     }
 
     #[test]

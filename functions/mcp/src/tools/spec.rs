@@ -578,7 +578,7 @@ fn param(name: String, raw: RawParam) -> Result<ParamSpec, String> {
         (None, Source::Argument) => {
             return Err(
                 "needs a type (string, integer, number, boolean, date, timestamp, \
-                 enum, string_array), or `from` to take it from the caller"
+                 enum, string_array, object), or `from` to take it from the caller"
                     .into(),
             );
         }
@@ -622,12 +622,13 @@ fn param(name: String, raw: RawParam) -> Result<ParamSpec, String> {
             min_length: raw.min_length,
             max_length: raw.max_length,
         },
+        "object" => ParamType::Object,
         // Only for `from = "embedding.<argument>"` (a declared `type` was refused above).
         "vector" if matches!(source, Source::Embedding(_)) => ParamType::Vector,
         other => {
             return Err(format!(
                 "unknown type `{other}` (string, integer, number, boolean, date, timestamp, \
-                 enum, string_array)"
+                 enum, string_array, object)"
             ));
         }
     };
@@ -636,6 +637,9 @@ fn param(name: String, raw: RawParam) -> Result<ParamSpec, String> {
     }
     if matches!(ty, ParamType::StringArray { .. }) && source != Source::Argument {
         return Err("a string_array cannot come from the caller".into());
+    }
+    if matches!(ty, ParamType::Object) && source != Source::Argument {
+        return Err("an object cannot come from the caller".into());
     }
     if matches!(ty, ParamType::Vector) && raw.max_items.is_some() {
         return Err("max_items is for a string_array, not an embedding".into());
@@ -1025,6 +1029,37 @@ mod tests {
         }
         let err = error_of(&tool("description = \"x\""));
         assert!(err.contains("parameter `owner`: needs a type"), "{err}");
+    }
+
+    #[test]
+    fn objects_bind_as_jsonb_and_take_no_bounds_nor_a_caller() {
+        let t = parse_one(
+            "[[tool]]\nname = \"filtered\"\ndescription = \"d\"\nsql = \"SELECT :f\"\n\
+             [tool.params.f]\ntype = \"object\"\ndefault = { year = 2024 }\n",
+        )
+        .unwrap();
+        assert_eq!(t.placeholder_types[0], Type::JSONB);
+        assert_eq!(t.params[0].ty, ParamType::Object);
+        assert_eq!(
+            t.params[0].default,
+            Some(SqlValue::Json(serde_json::json!({"year": 2024})))
+        );
+        let err = error_of(
+            "[[tool]]\nname = \"t\"\ndescription = \"d\"\nsql = \"SELECT :f\"\n\
+             [tool.params.f]\ntype = \"object\"\nmax_length = 3\n",
+        );
+        assert_eq!(
+            err,
+            "tool `t`: parameter `f`: bounds given that a object cannot have"
+        );
+        let err = error_of(
+            "[[tool]]\nname = \"t\"\ndescription = \"d\"\nsql = \"SELECT :f\"\n\
+             [tool.params.f]\ntype = \"object\"\nfrom = \"caller.claims.f\"\n",
+        );
+        assert_eq!(
+            err,
+            "tool `t`: parameter `f`: an object cannot come from the caller"
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod connections;
 mod direct;
 mod disconnects;
 mod documents_access;
+mod documents_filters;
 mod embeddings;
 mod helpers;
 mod identity;

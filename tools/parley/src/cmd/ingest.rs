@@ -40,6 +40,13 @@ pub struct Args {
     /// Delete the collection's documents that are not among these files.
     #[arg(long)]
     pub prune: bool,
+    /// Metadata for every document of this run, KEY=VALUE (repeatable): keys are 1-64 letters,
+    /// digits, '_', '-', '.'; values at most 1000 characters, stored as numbers or
+    /// true/false when they read as such, else as text. A Markdown file's front matter wins
+    /// on a shared key. search_documents filters on it. Not with s3:// (objects carry
+    /// x-amz-meta-*).
+    #[arg(long = "meta", value_name = "KEY=VALUE", value_parser = meta_pair)]
+    pub meta: Vec<(String, serde_json::Value)>,
     #[command(flatten)]
     pub limits: Limits,
 }
@@ -81,8 +88,14 @@ impl Limits {
             chunk: ChunkOptions::default(),
             progress: true,
             deadline: None,
+            metadata: serde_json::Map::new(),
         }
     }
+}
+
+/// Refused before connecting (exit 2), naming the pair and the rule.
+fn meta_pair(raw: &str) -> Result<(String, serde_json::Value), String> {
+    parley_ingest::metadata::parse_pair(raw).map_err(|e| e.to_string())
 }
 
 /// Refused before connecting, with the rule, rather than by the table's CHECK.
@@ -114,6 +127,11 @@ pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
                 "--title, --description and --public are for local files: under s3:// a collection's <collection>/_collection.json sets them".into(),
             ));
         }
+        if !args.meta.is_empty() {
+            return Err(CmdError::Usage(
+                "--meta is for local files: an S3 object's user metadata (x-amz-meta-*) becomes its document's".into(),
+            ));
+        }
         let urls = urls
             .into_iter()
             .flatten()
@@ -142,7 +160,11 @@ pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
         description: args.description,
         public: args.public.then_some(true),
     };
-    let options = args.limits.options(args.prune);
+    let options = IngestOptions {
+        // Repeated keys: the last one given wins.
+        metadata: args.meta.into_iter().collect(),
+        ..args.limits.options(args.prune)
+    };
     let total = found.files.len();
     let summary =
         parley_ingest::ingest(&mut client, &embedder, &spec, found.files, &options).await?;
