@@ -520,10 +520,18 @@ async fn score_all(
 ) -> anyhow::Result<(Vec<Summary>, usize)> {
     let (prefix, inner, suffix) = branches::unwrap(&spec.wrapped_sql)?;
     let wrap = |sql: String| format!("{prefix}{sql}{suffix}");
-    let vector_sql = wrap(branches::only(inner, Branch::Vector)?);
-    let text_sql = wrap(branches::only(inner, Branch::FullText)?);
+    // Each branch alone (words, vector, then pages when the tool has them), then the hybrid.
+    let mut variants = Vec::new();
+    for b in branches::present(inner)? {
+        variants.push((b, wrap(branches::only(inner, b)?)));
+    }
+    variants.sort_by_key(|(b, _)| match b {
+        Branch::FullText => 0,
+        Branch::Vector => 1,
+        Branch::Pages => 2,
+    });
     let url = format!("{base}/mcp");
-    let mut scores: [Vec<Score>; 3] = Default::default();
+    let mut scores: Vec<Vec<Score>> = vec![Vec::new(); variants.len() + 1];
     let mut mismatches = 0;
     for (i, q) in questions.iter().enumerate() {
         let args = arguments(q);
@@ -536,17 +544,17 @@ async fn score_all(
         {
             mismatches += 1;
         }
-        let text = search::uris(db, spec, &text_sql, &args, &embeddings, model, None).await?;
-        let vector = search::uris(db, spec, &vector_sql, &args, &embeddings, model, None).await?;
-        scores[0].push(quality::score(q, &text));
-        scores[1].push(quality::score(q, &vector));
-        scores[2].push(quality::score(q, &hybrid));
+        for (n, (_, sql)) in variants.iter().enumerate() {
+            let found = search::uris(db, spec, sql, &args, &embeddings, model, None).await?;
+            scores[n].push(quality::score(q, &found));
+        }
+        scores[variants.len()].push(quality::score(q, &hybrid));
     }
-    let names = [
-        Branch::FullText.name(),
-        Branch::Vector.name(),
-        "hybrid (search_documents)",
-    ];
+    let names: Vec<&str> = variants
+        .iter()
+        .map(|(b, _)| b.name())
+        .chain(std::iter::once("hybrid (search_documents)"))
+        .collect();
     let summaries = names
         .iter()
         .zip(&scores)

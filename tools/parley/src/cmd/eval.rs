@@ -14,9 +14,7 @@ use serde_json::{Value, json};
 
 use super::{CmdError, Out};
 use crate::eval::score::{self, Group, Score, Summary};
-use crate::eval::{
-    Branch, DEPTH, Question, QuestionsError, SearchError, branches, questions, search,
-};
+use crate::eval::{DEPTH, Question, QuestionsError, SearchError, branches, questions, search};
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -253,11 +251,11 @@ pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
     Ok(())
 }
 
-/// Each branch alone, named, as SQL wrapped like the tool's: the hybrid with the other branch
+/// Each branch alone, named, as SQL wrapped like the tool's: the hybrid with the other branches
 /// emptied (see [`branches::only`]).
 fn branch_variants(spec: &ToolSpec) -> Result<Vec<(String, String)>, branches::BranchError> {
     let (prefix, inner, suffix) = branches::unwrap(&spec.wrapped_sql)?;
-    [Branch::Vector, Branch::FullText]
+    branches::present(inner)?
         .into_iter()
         .map(|b| {
             let sql = branches::only(inner, b)?;

@@ -1,8 +1,9 @@
 //! The retrieval baselines, derived from the search tool's own SQL so they cannot drift from
-//! it: the tool's hybrid query with one of its two branches emptied. The vector branch is the
-//! top-level CTE named `vector`, the lexical (BM25) branch the one named `words`; emptying one
-//! leaves the tool's fusion, relevance threshold, caller filter and output exactly as shipped,
-//! fed by the other branch alone.
+//! it: the tool's hybrid query with all but one of its branches emptied. The vector branch is
+//! the top-level CTE named `vector`, the lexical (BM25) branch the one named `words`, and the
+//! pages (document cards) branch, when the tool has one, `pages`; emptying the others leaves
+//! the tool's fusion, relevance threshold, caller filter and output exactly as shipped, fed by
+//! the one branch alone.
 
 use std::ops::Range;
 
@@ -21,11 +22,12 @@ fn shape<T>(problem: impl Into<String>) -> Result<T, BranchError> {
     Err(BranchError::Shape(problem.into()))
 }
 
-/// One branch of the hybrid query, to keep while the other is emptied.
+/// One branch of the hybrid query, to keep while the others are emptied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Branch {
     Vector,
     FullText,
+    Pages,
 }
 
 impl Branch {
@@ -33,8 +35,32 @@ impl Branch {
         match self {
             Branch::Vector => "vector only",
             Branch::FullText => "words only (BM25)",
+            Branch::Pages => "pages only (cards)",
         }
     }
+
+    fn cte(self) -> &'static str {
+        match self {
+            Branch::Vector => "vector",
+            Branch::FullText => "words",
+            Branch::Pages => "pages",
+        }
+    }
+}
+
+/// The branches `sql` has: `vector` and `words` always (else an error), `pages` when present.
+pub fn present(sql: &str) -> Result<Vec<Branch>, BranchError> {
+    let ctes = ctes(sql)?;
+    let has = |b: Branch| ctes.iter().any(|c| c.name == b.cte());
+    if !(has(Branch::Vector) && has(Branch::FullText)) {
+        return Err(BranchError::Missing(
+            ctes.iter().map(|c| c.name.clone()).collect(),
+        ));
+    }
+    Ok([Branch::Vector, Branch::FullText, Branch::Pages]
+        .into_iter()
+        .filter(|b| has(*b))
+        .collect())
 }
 
 /// A top-level CTE: its name and the byte range of its body (inside the parentheses).
@@ -44,26 +70,28 @@ pub struct Cte {
     pub body: Range<usize>,
 }
 
-/// `sql` (a tool's SQL) with the branch other than `keep` replaced by an empty set of the same
+/// `sql` (a tool's SQL) with every branch but `keep` replaced by an empty set of the same
 /// columns.
 pub fn only(sql: &str, keep: Branch) -> Result<String, BranchError> {
-    let ctes = ctes(sql)?;
-    let named = |name: &str| ctes.iter().find(|c| c.name == name);
-    let (Some(vector), Some(text)) = (named("vector"), named("words")) else {
-        return Err(BranchError::Missing(
-            ctes.iter().map(|c| c.name.clone()).collect(),
-        ));
-    };
-    let emptied = match keep {
-        Branch::Vector => text,
-        Branch::FullText => vector,
-    };
-    let body = &sql[emptied.body.clone()];
-    Ok(format!(
-        "{}SELECT * FROM (\n{body}\n) AS branch_left_out WHERE false{}",
-        &sql[..emptied.body.start],
-        &sql[emptied.body.end..]
-    ))
+    let mut out = sql.to_owned();
+    let branches = present(sql)?;
+    if !branches.contains(&keep) {
+        return shape(format!("the tool's SQL has no `{}` CTE", keep.cte()));
+    }
+    // From the last CTE back, so the earlier ones' byte ranges stay valid.
+    let mut emptied: Vec<Cte> = ctes(sql)?
+        .into_iter()
+        .filter(|c| branches.iter().any(|b| *b != keep && b.cte() == c.name))
+        .collect();
+    emptied.sort_by_key(|c| std::cmp::Reverse(c.body.start));
+    for cte in emptied {
+        let body = &sql[cte.body.clone()];
+        out.replace_range(
+            cte.body.clone(),
+            &format!("SELECT * FROM (\n{body}\n) AS branch_left_out WHERE false"),
+        );
+    }
+    Ok(out)
 }
 
 /// The declared SQL inside `ToolSpec::wrapped_sql` (`[/* parley tool=... */ ]WITH tool_rows
@@ -271,7 +299,7 @@ GROUP BY id ORDER BY score DESC";
     }
 
     #[test]
-    fn the_shipped_search_documents_has_both_branches() {
+    fn the_shipped_search_documents_has_all_three_branches() {
         let catalog = parley_mcp::catalog::Catalog::load(
             &[parley_domain_documents::tools_path()],
             parley_mcp::output::Limits::default(),
@@ -279,13 +307,21 @@ GROUP BY id ORDER BY score DESC";
         .unwrap();
         let spec = catalog.get("search_documents").unwrap();
         let (_, inner, _) = unwrap(&spec.wrapped_sql).unwrap();
+        assert_eq!(
+            present(inner).unwrap(),
+            [Branch::Vector, Branch::FullText, Branch::Pages]
+        );
         let vector = only(inner, Branch::Vector).unwrap();
         let text = only(inner, Branch::FullText).unwrap();
+        let pages = only(inner, Branch::Pages).unwrap();
         assert_ne!(vector, text);
-        // Each keeps its own branch whole and empties the other.
-        assert!(vector.contains("<=>") && text.contains("chunk_terms"));
-        assert_eq!(vector.matches("WHERE false").count(), 1);
-        assert_eq!(text.matches("WHERE false").count(), 1);
+        // Each keeps its own branch whole and empties the other two.
+        assert!(vector.contains("FROM parley.chunks c\n    WHERE vector_dims"));
+        assert!(text.contains("FROM parley.chunk_terms b"));
+        assert!(pages.contains("FROM parley.documents d\n    WHERE vector_dims(d.card_embedding)"));
+        for sql in [&vector, &text, &pages] {
+            assert_eq!(sql.matches("WHERE false").count(), 2);
+        }
     }
 
     #[test]
