@@ -17,6 +17,7 @@ pub mod catalog;
 pub mod config;
 pub mod error;
 pub mod output;
+pub mod rerank;
 pub mod server;
 pub mod tools;
 
@@ -157,7 +158,12 @@ async fn router(
         .await
         .map_err(|e| StartupError::Function(SetupError::Audit(e)))?;
     let audit = audit::Audit::start(config.audit, &pool);
+    let reranker = config.rerank.clone().map(rerank::Reranker::new);
+    if reranker.is_some() && !catalog.specs().iter().any(|t| t.rerank.is_some()) {
+        tracing::warn!("RERANK is set but no tool declares `rerank`: nothing is reranked");
+    }
     let handler = server::ParleyMcp::new(catalog, pool.clone(), embedder)
+        .with_reranker(reranker)
         .with_sql(sql)
         .with_audit(audit)
         .with_metrics(metrics);
