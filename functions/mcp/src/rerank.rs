@@ -2,9 +2,11 @@
 //! model that scores each row's text against the query, then cut to the caller's limit. A
 //! reranker that fails never fails the call: the rows keep the order the SQL gave them.
 //!
-//! Backend: any HTTP service with the common `/rerank` shape (Cohere, Jina, Voyage, Hugging
+//! Backends: any HTTP service with the common `/rerank` shape (Cohere, Jina, Voyage, Hugging
 //! Face text-embeddings-inference), with the embeddings client's retry policy
-//! (`parley_core::retry`). It logs no query, no text and no key.
+//! (`parley_core::retry`); or Amazon Bedrock's rerank models through the AWS SDK (its
+//! `Rerank` operation), with the same timeout and number of retries. It logs no query, no text
+//! and no key.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,52 +26,77 @@ const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 /// `RERANK_*`, read once at start-up; `None` when `RERANK` is `off` (the default).
 #[derive(Debug, Clone)]
 pub struct RerankSettings {
-    /// `RERANK_URL`: the endpoint itself, e.g. `https://api.cohere.com/v2/rerank`.
-    pub url: url::Url,
-    /// `RERANK_MODEL`: sent as `model` when set.
+    pub backend: Backend,
+    /// `RERANK_MODEL`: sent as `model` when set (`http`); the model's ARN (`bedrock`).
     pub model: Option<String>,
-    /// `RERANK_API_KEY`: sent as `Authorization: Bearer` when set.
-    pub api_key: Option<SecretString>,
     /// `RERANK_TIMEOUT_MS`: one request (default 3000).
     pub timeout: Duration,
     /// `RERANK_MAX_RETRIES`: retries after a 429, a 5xx or a transport failure (default 1).
     pub max_retries: u32,
-    /// `RERANK_RETRY_BUDGET_MS`: waiting between one request's retries (default 500).
+    /// `RERANK_RETRY_BUDGET_MS`: waiting between one request's retries (default 500; `http`).
     pub retry_budget: Duration,
+}
+
+/// `RERANK`: `http` or `bedrock`.
+#[derive(Debug, Clone)]
+pub enum Backend {
+    Http {
+        /// `RERANK_URL`: the endpoint itself, e.g. `https://api.cohere.com/v2/rerank`.
+        url: url::Url,
+        /// `RERANK_API_KEY`: sent as `Authorization: Bearer` when set.
+        api_key: Option<SecretString>,
+    },
+    /// Bedrock's `Rerank` in the region of `AWS_REGION`, the endpoint overridable with
+    /// `AWS_ENDPOINT_URL_BEDROCK_AGENT_RUNTIME`.
+    Bedrock,
 }
 
 impl RerankSettings {
     pub fn from_env(env: &Env) -> Result<Option<Self>, ConfigError> {
-        match env.get("RERANK").unwrap_or("off") {
-            "off" => Ok(None),
+        let backend = match env.get("RERANK").unwrap_or("off") {
+            "off" => return Ok(None),
             "http" => {
                 let url: url::Url = env.required("RERANK_URL")?;
                 if !matches!(url.scheme(), "http" | "https") {
                     return Err(ConfigError::new("RERANK_URL", "must be an http(s) URL"));
                 }
-                Ok(Some(Self {
+                Backend::Http {
                     url,
-                    model: env.get("RERANK_MODEL").map(str::to_owned),
                     api_key: env.secret("RERANK_API_KEY"),
-                    // A search waits for it: a few seconds, not the embeddings' ten.
-                    timeout: env.millis(
-                        "RERANK_TIMEOUT_MS",
-                        Duration::from_secs(3),
-                        10..=60_000,
-                    )?,
-                    max_retries: env.limit("RERANK_MAX_RETRIES", 1, 0..=10)? as u32,
-                    retry_budget: env.millis(
-                        "RERANK_RETRY_BUDGET_MS",
-                        Duration::from_millis(500),
-                        0..=60_000,
-                    )?,
-                }))
+                }
             }
-            other => Err(ConfigError::new(
-                "RERANK",
-                format!("must be off or http, got {other:?}"),
-            )),
-        }
+            "bedrock" => {
+                if !env
+                    .get("RERANK_MODEL")
+                    .is_some_and(|m| m.starts_with("arn:"))
+                {
+                    return Err(ConfigError::new(
+                        "RERANK_MODEL",
+                        "must be a rerank model's ARN with RERANK=bedrock, e.g. \
+                         arn:aws:bedrock:us-west-2::foundation-model/amazon.rerank-v1:0",
+                    ));
+                }
+                Backend::Bedrock
+            }
+            other => {
+                return Err(ConfigError::new(
+                    "RERANK",
+                    format!("must be off, http or bedrock, got {other:?}"),
+                ));
+            }
+        };
+        Ok(Some(Self {
+            backend,
+            model: env.get("RERANK_MODEL").map(str::to_owned),
+            // A search waits for it: a few seconds, not the embeddings' ten.
+            timeout: env.millis("RERANK_TIMEOUT_MS", Duration::from_secs(3), 10..=60_000)?,
+            max_retries: env.limit("RERANK_MAX_RETRIES", 1, 0..=10)? as u32,
+            retry_budget: env.millis(
+                "RERANK_RETRY_BUDGET_MS",
+                Duration::from_millis(500),
+                0..=60_000,
+            )?,
+        }))
     }
 }
 
@@ -78,6 +105,9 @@ impl RerankSettings {
 pub enum RerankError {
     #[error("the reranker's request failed: {0}")]
     Request(#[from] PostError),
+    /// Bedrock's error, as the SDK describes it (no request data).
+    #[error("Bedrock's Rerank failed: {0}")]
+    Bedrock(String),
     /// Never holds the answer's text: a service may echo the documents back.
     #[error("the reranker's answer is malformed: {0}")]
     BadResponse(String),
@@ -86,13 +116,23 @@ pub enum RerankError {
 /// A client of one reranking endpoint; cheap to clone.
 #[derive(Clone)]
 pub struct Reranker {
-    inner: Arc<Inner>,
+    inner: Arc<Client>,
 }
 
-struct Inner {
-    settings: RerankSettings,
-    policy: RetryPolicy,
-    http: reqwest::Client,
+// One per instance, behind an `Arc`: the size of a variant costs nothing.
+#[allow(clippy::large_enum_variant)]
+enum Client {
+    Http {
+        settings: RerankSettings,
+        url: url::Url,
+        api_key: Option<SecretString>,
+        policy: RetryPolicy,
+        http: reqwest::Client,
+    },
+    Bedrock {
+        model_arn: String,
+        client: aws_sdk_bedrockagentruntime::Client,
+    },
 }
 
 #[derive(Serialize)]
@@ -121,50 +161,110 @@ struct Scored {
 }
 
 impl Reranker {
-    pub fn new(settings: RerankSettings) -> Self {
-        let policy = RetryPolicy {
-            service: "reranker",
-            timeout: settings.timeout,
-            max_retries: settings.max_retries,
-            retry_budget: settings.retry_budget,
-            max_response_bytes: MAX_RESPONSE_BYTES,
-            base_backoff: retry::BASE_BACKOFF,
+    /// The client `settings` describe; `env` gives Bedrock's region, endpoint and credentials.
+    pub async fn new(settings: RerankSettings, env: &Env) -> Self {
+        let client = match settings.backend.clone() {
+            Backend::Http { url, api_key } => Client::Http {
+                policy: RetryPolicy {
+                    service: "reranker",
+                    timeout: settings.timeout,
+                    max_retries: settings.max_retries,
+                    retry_budget: settings.retry_budget,
+                    max_response_bytes: MAX_RESPONSE_BYTES,
+                    base_backoff: retry::BASE_BACKOFF,
+                },
+                url,
+                api_key,
+                settings,
+                http: reqwest::Client::new(),
+            },
+            Backend::Bedrock => {
+                use aws_sdk_bedrockagentruntime::config::retry::RetryConfig;
+                use aws_sdk_bedrockagentruntime::config::timeout::TimeoutConfig;
+                let shared =
+                    parley_core::aws::sdk_config(env, "AWS_ENDPOINT_URL_BEDROCK_AGENT_RUNTIME")
+                        .await;
+                // The SDK's own retries (throttling, 5xx, timeouts) with the http backend's
+                // numbers: one attempt's timeout, as many retries.
+                let config = aws_sdk_bedrockagentruntime::config::Builder::from(&shared)
+                    .timeout_config(
+                        TimeoutConfig::builder()
+                            .operation_attempt_timeout(settings.timeout)
+                            .build(),
+                    )
+                    .retry_config(
+                        RetryConfig::standard()
+                            .with_max_attempts(settings.max_retries.saturating_add(1)),
+                    )
+                    .build();
+                Client::Bedrock {
+                    model_arn: settings.model.clone().unwrap_or_default(),
+                    client: aws_sdk_bedrockagentruntime::Client::from_conf(config),
+                }
+            }
         };
         Self {
-            inner: Arc::new(Inner {
-                settings,
-                policy,
-                http: reqwest::Client::new(),
-            }),
+            inner: Arc::new(client),
         }
     }
 
     /// One score per text, in the order of `texts` (higher is more relevant).
     pub async fn rerank(&self, query: &str, texts: &[String]) -> Result<Vec<f32>, RerankError> {
-        let inner = &self.inner;
-        let settings = &inner.settings;
-        let body = serde_json::to_vec(&Request {
-            model: settings.model.as_deref(),
-            query,
-            documents: texts,
-            top_n: texts.len(),
-        })
-        .map_err(|e| RerankError::BadResponse(format!("the request cannot be written: {e}")))?;
-        // Every attempt's timeout and the waits between them, as the embeddings client bounds
-        // one batch.
-        let attempts = settings.max_retries.saturating_add(1);
-        let deadline =
-            Instant::now() + settings.timeout.saturating_mul(attempts) + settings.retry_budget;
-        let bytes = retry::post_json(
-            &inner.http,
-            &inner.policy,
-            settings.api_key.as_ref(),
-            settings.url.clone(),
-            body,
-            deadline,
-        )
-        .await?;
-        scores(&bytes, texts.len())
+        match &*self.inner {
+            Client::Http {
+                settings,
+                url,
+                api_key,
+                policy,
+                http,
+            } => {
+                let body = serde_json::to_vec(&Request {
+                    model: settings.model.as_deref(),
+                    query,
+                    documents: texts,
+                    top_n: texts.len(),
+                })
+                .map_err(|e| {
+                    RerankError::BadResponse(format!("the request cannot be written: {e}"))
+                })?;
+                // Every attempt's timeout and the waits between them, as the embeddings
+                // client bounds one batch.
+                let attempts = settings.max_retries.saturating_add(1);
+                let deadline = Instant::now()
+                    + settings.timeout.saturating_mul(attempts)
+                    + settings.retry_budget;
+                let bytes =
+                    retry::post_json(http, policy, api_key.as_ref(), url.clone(), body, deadline)
+                        .await?;
+                scores(&bytes, texts.len())
+            }
+            Client::Bedrock { model_arn, client } => {
+                let (queries, sources, configuration) = bedrock_request(model_arn, query, texts)?;
+                let answer = client
+                    .rerank()
+                    .set_queries(Some(queries))
+                    .set_sources(Some(sources))
+                    .reranking_configuration(configuration)
+                    .send()
+                    .await
+                    .map_err(|e| {
+                        RerankError::Bedrock(
+                            aws_sdk_bedrockagentruntime::error::DisplayErrorContext(e).to_string(),
+                        )
+                    })?;
+                let scored = answer
+                    .results
+                    .iter()
+                    .map(|r| {
+                        (
+                            usize::try_from(r.index).unwrap_or(usize::MAX),
+                            r.relevance_score,
+                        )
+                    })
+                    .collect();
+                by_index(scored, texts.len())
+            }
+        }
     }
 
     /// `fetched` (the rows of a call run `depth` deep) reordered by their scores for `query`,
@@ -229,6 +329,17 @@ fn scores(bytes: &[u8], count: usize) -> Result<Vec<f32>, RerankError> {
         Answer::Results { results } => results,
         Answer::Bare(results) => results,
     };
+    by_index(
+        scored
+            .into_iter()
+            .map(|s| (s.index, s.relevance_score))
+            .collect(),
+        count,
+    )
+}
+
+/// `(index, score)` pairs as one score per text, each of the `count` texts scored once.
+fn by_index(scored: Vec<(usize, f32)>, count: usize) -> Result<Vec<f32>, RerankError> {
     if scored.len() != count {
         return Err(RerankError::BadResponse(format!(
             "{} scores came back for {count} texts",
@@ -236,25 +347,86 @@ fn scores(bytes: &[u8], count: usize) -> Result<Vec<f32>, RerankError> {
         )));
     }
     let mut scores: Vec<Option<f32>> = vec![None; count];
-    for s in scored {
-        if !s.relevance_score.is_finite() {
+    for (index, score) in scored {
+        if !score.is_finite() {
             return Err(RerankError::BadResponse(format!(
-                "the score of index {} is not a number",
-                s.index
+                "the score of index {index} is not a number"
             )));
         }
-        let slot = scores.get_mut(s.index).ok_or_else(|| {
-            RerankError::BadResponse(format!("index {} for {count} texts", s.index))
-        })?;
-        if slot.replace(s.relevance_score).is_some() {
+        let slot = scores
+            .get_mut(index)
+            .ok_or_else(|| RerankError::BadResponse(format!("index {index} for {count} texts")))?;
+        if slot.replace(score).is_some() {
             return Err(RerankError::BadResponse(format!(
-                "index {} came back twice",
-                s.index
+                "index {index} came back twice"
             )));
         }
     }
     // As many scores as slots, none twice: every slot is filled.
     Ok(scores.into_iter().flatten().collect())
+}
+
+/// Bedrock's `Rerank` input: the query as text, each text an inline text document, every one
+/// scored (`numberOfResults`) by the model `model_arn`.
+fn bedrock_request(
+    model_arn: &str,
+    query: &str,
+    texts: &[String],
+) -> Result<
+    (
+        Vec<aws_sdk_bedrockagentruntime::types::RerankQuery>,
+        Vec<aws_sdk_bedrockagentruntime::types::RerankSource>,
+        aws_sdk_bedrockagentruntime::types::RerankingConfiguration,
+    ),
+    RerankError,
+> {
+    use aws_sdk_bedrockagentruntime::types::{
+        BedrockRerankingConfiguration, BedrockRerankingModelConfiguration, RerankDocument,
+        RerankDocumentType, RerankQuery, RerankQueryContentType, RerankSource, RerankSourceType,
+        RerankTextDocument, RerankingConfiguration, RerankingConfigurationType,
+    };
+    // The builders fail only on a missing required field, all of which are set here.
+    let built = |e: aws_sdk_bedrockagentruntime::error::BuildError| {
+        RerankError::BadResponse(format!("the request cannot be built: {e}"))
+    };
+    let text = |t: &str| RerankTextDocument::builder().text(t).build();
+    let queries = vec![
+        RerankQuery::builder()
+            .r#type(RerankQueryContentType::Text)
+            .text_query(text(query))
+            .build()
+            .map_err(built)?,
+    ];
+    let sources = texts
+        .iter()
+        .map(|t| {
+            let document = RerankDocument::builder()
+                .r#type(RerankDocumentType::Text)
+                .text_document(text(t))
+                .build()
+                .map_err(built)?;
+            RerankSource::builder()
+                .r#type(RerankSourceType::Inline)
+                .inline_document_source(document)
+                .build()
+                .map_err(built)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let model = BedrockRerankingModelConfiguration::builder()
+        .model_arn(model_arn)
+        .build()
+        .map_err(built)?;
+    let configuration = RerankingConfiguration::builder()
+        .r#type(RerankingConfigurationType::BedrockRerankingModel)
+        .bedrock_reranking_configuration(
+            BedrockRerankingConfiguration::builder()
+                .number_of_results(i32::try_from(texts.len()).unwrap_or(i32::MAX))
+                .model_configuration(model)
+                .build(),
+        )
+        .build()
+        .map_err(built)?;
+    Ok((queries, sources, configuration))
 }
 
 /// The rows of a rendered result, each exactly as Postgres wrote it.
@@ -308,7 +480,11 @@ mod tests {
         ]))
         .unwrap()
         .unwrap();
-        assert_eq!(s.url.as_str(), "https://api.example.com/v2/rerank");
+        let Backend::Http { url, api_key } = &s.backend else {
+            panic!("not http: {s:?}");
+        };
+        assert_eq!(url.as_str(), "https://api.example.com/v2/rerank");
+        assert!(api_key.is_some());
         assert_eq!(s.model.as_deref(), Some("rerank-v3.5"));
         assert_eq!(s.timeout, Duration::from_millis(750));
         assert_eq!(s.max_retries, 0);
@@ -323,6 +499,14 @@ mod tests {
     fn a_bad_setting_is_named() {
         for (pairs, var) in [
             (vec![("RERANK", "on")], "RERANK"),
+            (vec![("RERANK", "bedrock")], "RERANK_MODEL"),
+            (
+                vec![
+                    ("RERANK", "bedrock"),
+                    ("RERANK_MODEL", "amazon.rerank-v1:0"),
+                ],
+                "RERANK_MODEL",
+            ),
             (vec![("RERANK", "http")], "RERANK_URL"),
             (
                 vec![("RERANK", "http"), ("RERANK_URL", "ftp://x/rerank")],
@@ -347,6 +531,70 @@ mod tests {
         ] {
             let err = RerankSettings::from_env(&env(&pairs)).unwrap_err();
             assert_eq!(err.var, var, "{pairs:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn bedrock_takes_the_model_arn_and_the_same_timeout_and_retries() {
+        let arn = "arn:aws:bedrock:us-west-2::foundation-model/amazon.rerank-v1:0";
+        let s = RerankSettings::from_env(&env(&[
+            ("RERANK", "bedrock"),
+            ("RERANK_MODEL", arn),
+            ("RERANK_TIMEOUT_MS", "800"),
+            ("RERANK_MAX_RETRIES", "2"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert!(matches!(s.backend, Backend::Bedrock), "{s:?}");
+        assert_eq!(s.model.as_deref(), Some(arn));
+        assert_eq!((s.timeout, s.max_retries), (Duration::from_millis(800), 2));
+    }
+
+    #[test]
+    fn the_bedrock_request_sends_the_query_and_every_text_inline_to_the_model() {
+        use aws_sdk_bedrockagentruntime::types::{
+            RerankDocumentType, RerankQueryContentType, RerankSourceType,
+            RerankingConfigurationType,
+        };
+        let arn = "arn:aws:bedrock:us-west-2::foundation-model/amazon.rerank-v1:0";
+        let texts = ["first passage".to_owned(), "second passage".to_owned()];
+        let (queries, sources, configuration) =
+            bedrock_request(arn, "what is vacuum", &texts).unwrap();
+        assert_eq!(queries.len(), 1);
+        assert_eq!(queries[0].r#type(), &RerankQueryContentType::Text);
+        assert_eq!(
+            queries[0].text_query().and_then(|t| t.text()),
+            Some("what is vacuum")
+        );
+        let sent: Vec<&str> = sources
+            .iter()
+            .map(|s| {
+                assert_eq!(s.r#type(), &RerankSourceType::Inline);
+                let document = s.inline_document_source().unwrap();
+                assert_eq!(document.r#type(), &RerankDocumentType::Text);
+                document.text_document().and_then(|t| t.text()).unwrap()
+            })
+            .collect();
+        assert_eq!(sent, ["first passage", "second passage"]);
+        assert_eq!(
+            configuration.r#type(),
+            &RerankingConfigurationType::BedrockRerankingModel
+        );
+        let bedrock = configuration.bedrock_reranking_configuration().unwrap();
+        assert_eq!(bedrock.number_of_results(), Some(2), "every text scored");
+        assert_eq!(bedrock.model_configuration().unwrap().model_arn(), arn);
+    }
+
+    #[test]
+    fn bedrock_scores_are_put_back_by_index_and_a_short_answer_is_malformed() {
+        assert_eq!(
+            by_index(vec![(1, 0.9), (0, 0.2)], 2).unwrap(),
+            vec![0.2, 0.9]
+        );
+        // A negative index from the SDK's i32 becomes usize::MAX: out of range.
+        for scored in [vec![(0, 0.9)], vec![(0, 0.9), (usize::MAX, 0.1)]] {
+            let err = by_index(scored, 2).unwrap_err();
+            assert!(matches!(err, RerankError::BadResponse(_)), "{err:?}");
         }
     }
 
