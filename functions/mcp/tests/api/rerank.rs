@@ -256,3 +256,33 @@ async fn with_rerank_off_nothing_is_sent_and_the_search_answers() {
     assert_eq!(rows.len(), 2);
     assert!(stand_in.requests().is_empty());
 }
+
+#[tokio::test]
+async fn a_rerank_text_naming_a_column_the_statement_does_not_return_stops_start_up() {
+    let tools = r#"
+[[tool]]
+name = "misranked"
+description = "d"
+rerank = { query = "q", text = "body", depth = 10 }
+sql = "SELECT 1 AS id, :q AS text"
+
+[tool.params.q]
+type = "string"
+required = true
+"#;
+    let err = spawn_on(
+        TestDb::migrated().await,
+        Options {
+            tools_toml: Some(tools.into()),
+            ..Options::default()
+        },
+    )
+    .await
+    .err()
+    .expect("start-up refused");
+    assert_eq!(
+        err,
+        "tool `misranked` does not match the database schema: rerank text names the column \
+         `body`, which the statement does not return (it returns id, text)"
+    );
+}
