@@ -55,6 +55,9 @@ pub struct McpConfig {
     /// `EMBEDDINGS` and `EMBEDDINGS_*`: the embedder loaded at start-up when some tool embeds
     /// text. Read (and a bad value refused) whether or not one does.
     pub embeddings: EmbedSettings,
+    /// `RERANK` and `RERANK_*`: the reranker of the tools that declare `rerank`; `None` when
+    /// off (the default).
+    pub rerank: Option<crate::rerank::RerankSettings>,
     /// `SQL_DATABASE_URL` and `SQL_POOL_MAX_SIZE`: the login role the ad-hoc SQL tools run as
     /// and its pool; used only when a tools file has `[sql]`.
     pub sql_db: Option<DbConfig>,
@@ -120,6 +123,7 @@ impl McpConfig {
                 timeout: env.millis("TOOL_TIMEOUT_MS", defaults.timeout, 10..=300_000)?,
             },
             embeddings: EmbedSettings::from_env(env)?,
+            rerank: crate::rerank::RerankSettings::from_env(env)?,
             sql_db: sql_db(env)?,
             audit: crate::audit::AuditConfig::from_env(env)?,
         })

@@ -17,6 +17,7 @@ pub mod catalog;
 pub mod config;
 pub mod error;
 pub mod output;
+pub mod rerank;
 pub mod server;
 pub mod tools;
 
@@ -91,7 +92,7 @@ impl Application {
         let (env, secrets) = parley_core::secrets::load(&env).await?;
         let config = McpConfig::from_env(&env)?;
         let metrics = Metrics::new(&MetricsConfig::from_env(&env)?, sink);
-        let router = router(&config, secrets, metrics).await?;
+        let router = router(&env, &config, secrets, metrics).await?;
         let listener = Listener::bind(&env, DEFAULT_LISTEN_ADDR).await?;
         Ok(Bound::new(router, listener))
     }
@@ -100,6 +101,7 @@ impl Application {
 /// Loads the tools (and the embedder, when a tool embeds text), builds the pool, checks every
 /// tool statement against the database and returns the whole HTTP surface.
 async fn router(
+    env: &Env,
     config: &McpConfig,
     secrets: Option<Secrets>,
     metrics: Metrics,
@@ -157,7 +159,15 @@ async fn router(
         .await
         .map_err(|e| StartupError::Function(SetupError::Audit(e)))?;
     let audit = audit::Audit::start(config.audit, &pool);
+    let reranker = match config.rerank.clone() {
+        Some(settings) => Some(rerank::Reranker::new(settings, env).await),
+        None => None,
+    };
+    if reranker.is_some() && !catalog.specs().iter().any(|t| t.rerank.is_some()) {
+        tracing::warn!("RERANK is set but no tool declares `rerank`: nothing is reranked");
+    }
     let handler = server::ParleyMcp::new(catalog, pool.clone(), embedder)
+        .with_reranker(reranker)
         .with_sql(sql)
         .with_audit(audit)
         .with_metrics(metrics);

@@ -37,6 +37,8 @@ use crate::auth::Caller;
 use crate::catalog::Catalog;
 use crate::config::McpConfig;
 use crate::output::ToolOutput;
+use crate::rerank::{self, Reranker};
+use crate::tools::params::SqlValue;
 use crate::tools::{self, ToolSpec};
 
 /// What every deployment says about its tools, whatever the data; each tools file's own
@@ -54,6 +56,8 @@ pub struct ParleyMcp {
     pool: Pool,
     /// Loaded at start-up only when some tool embeds text (see `tools::embedding`).
     embedder: Option<Embedder>,
+    /// `RERANK`: reorders the rows of the tools that declare `rerank` (see `crate::rerank`).
+    reranker: Option<Reranker>,
     /// The ad-hoc SQL tools, when a tools file has `[sql]`.
     sql: Option<Arc<SqlTools>>,
     audit: Audit,
@@ -73,12 +77,19 @@ impl ParleyMcp {
             catalog,
             pool,
             embedder,
+            reranker: None,
             sql: None,
             audit: Audit::Off,
             metrics: Metrics::off(),
             instructions: instructions.into(),
             listed,
         }
+    }
+
+    /// Reranks the rows of the tools that declare `rerank`.
+    pub fn with_reranker(mut self, reranker: Option<Reranker>) -> Self {
+        self.reranker = reranker;
+        self
     }
 
     /// Serves the ad-hoc SQL tools too, listed after the declared ones.
@@ -461,7 +472,38 @@ impl ParleyMcp {
         tools::params::bind_caller(&tool.name, &tool.params, &mut args, user)?;
         let key = IdempotencyKey::from_meta(meta)?;
         tools::embedding::bind(&tool.params, &mut args, self.embedder.as_ref()).await?;
-        Ok(tools::exec::run(&self.pool, tool, &args, user, key.as_ref(), marker).await?)
+        let (Some(declared), Some(reranker)) = (&tool.rerank, &self.reranker) else {
+            return Ok(
+                tools::exec::run(&self.pool, tool, &args, user, key.as_ref(), marker).await?,
+            );
+        };
+        // Fetched `depth` deep with room for as many bytes per row as the tool allows, then
+        // reordered and cut to what the caller asked for.
+        let row_limit = tools::exec::row_limit(tool, &args);
+        let depth = rerank::fetch_depth(declared.depth, row_limit);
+        let max_bytes = tool
+            .max_bytes
+            .saturating_mul(depth.div_ceil(row_limit.max(1)));
+        let query = match &args[declared.query] {
+            SqlValue::Text(text) => text.clone(),
+            _ => String::new(),
+        };
+        if let Some(i) = tool.limit_param {
+            args[i] = SqlValue::Int(i64::try_from(depth).unwrap_or(i64::MAX));
+        }
+        let caps = (depth, max_bytes);
+        let fetched =
+            tools::exec::run_capped(&self.pool, tool, &args, user, None, marker, caps).await?;
+        Ok(reranker
+            .reorder(
+                &tool.name,
+                &query,
+                &declared.text,
+                &fetched,
+                row_limit,
+                tool.max_bytes,
+            )
+            .await)
     }
 }
 

@@ -200,6 +200,99 @@ async fn eval_json_has_the_overall_scores_groups_branches_and_misses() {
     assert!(!came.is_empty() && came.len() <= 3, "{came:?}");
 }
 
+/// A stand-in `/rerank` that knows the answers: a passage holding one (the annual leave
+/// days, the expenses address) scores 0, any other 1, so a right page falls below every other
+/// page found. Its requests are counted; its URL.
+async fn answer_demoting_reranker() -> (std::sync::Arc<std::sync::atomic::AtomicUsize>, String) {
+    use axum::{Json, Router, routing::post};
+    let requests = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = requests.clone();
+    let app = Router::new().route(
+        "/rerank",
+        post(move |Json(body): Json<Value>| async move {
+            let n = body["documents"].as_array().map_or(0, Vec::len);
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let results: Vec<Value> = (0..n)
+                .map(|i| {
+                    let text = body["documents"][i].as_str().unwrap_or_default();
+                    let right = text.contains("25 days") || text.contains("finance@example.org");
+                    serde_json::json!({"index": i, "relevance_score": if right { 0.0 } else { 1.0 }})
+                })
+                .collect();
+            Json(serde_json::json!({ "results": results }))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/rerank", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (requests, url)
+}
+
+#[tokio::test]
+async fn with_a_reranker_configured_eval_scores_the_hybrid_reranked_too() {
+    let (db, dir) = handbook().await;
+    // A page near both answerable questions, so each finds another page to rank.
+    write(
+        &dir,
+        "handbook/travel.md",
+        "# Travel\n\n## Trains and leave\nA train ticket for a work trip is booked by the office; \
+         days spent travelling count as working days, not paid leave or holiday.\n",
+    );
+    stdout_of(&parley(
+        &[
+            "ingest",
+            dir.path().to_str().unwrap(),
+            "--collection",
+            "handbook",
+            "--public",
+        ],
+        &db.url,
+    ));
+    let questions = write(&dir, "questions.toml", QUESTIONS);
+    let (requests, url) = answer_demoting_reranker().await;
+    let database_url = db.url.clone();
+    // The server runs on this test's runtime while the command is waited for elsewhere.
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_parley"))
+            .args(["eval", &questions, "--json", "--k", "3"])
+            .env_clear()
+            .env("DATABASE_URL", database_url)
+            .env("EMBEDDINGS_MODEL_DIR", parley_testkit::model_dir())
+            .env("RERANK", "http")
+            .env("RERANK_URL", url)
+            .output()
+            .expect("parley runs")
+    })
+    .await
+    .unwrap();
+    let v: Value = serde_json::from_str(&stdout_of(&output)).unwrap();
+    assert_eq!(
+        requests.load(std::sync::atomic::Ordering::SeqCst),
+        3,
+        "one request per question"
+    );
+    assert_eq!(v["reranked"]["method"], "reranked (http)", "{v:#}");
+    let branches: Vec<&str> = v["branches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["method"].as_str().unwrap())
+        .collect();
+    assert!(
+        !branches.iter().any(|b| b.starts_with("reranked")),
+        "{branches:?}"
+    );
+    // The stand-in puts the right pages below the others, so they rank lower than the
+    // hybrid ranks them.
+    let mrr = |m: &Value| m["mrr_at_10"].as_f64().unwrap();
+    assert!(
+        mrr(&v["reranked"]) < mrr(&v["overall"]),
+        "reranked {} vs hybrid {}",
+        v["reranked"],
+        v["overall"]
+    );
+}
+
 #[tokio::test]
 async fn a_private_collection_is_searched_as_the_user_named_by_user() {
     let (db, dir) = handbook().await;

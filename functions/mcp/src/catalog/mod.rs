@@ -305,6 +305,19 @@ async fn check_columns(
             ),
         });
     }
+    if let Some(rerank) = &tool.rerank
+        && !returned.contains(&rerank.text.as_str())
+    {
+        return Err(CatalogError::Schema {
+            tool: tool.name.clone(),
+            message: format!(
+                "rerank text names the column `{}`, which the statement does not return \
+                 (it returns {})",
+                rerank.text,
+                returned.join(", ")
+            ),
+        });
+    }
     let Some(citation) = &tool.citation else {
         return Ok(true);
     };

@@ -103,6 +103,7 @@ struct Call<'a> {
     key: Option<&'a IdempotencyKey>,
     fetch: i64,
     row_limit: u64,
+    max_bytes: u64,
     marker: Marker<'a>,
 }
 
@@ -117,17 +118,36 @@ pub async fn run(
     key: Option<&IdempotencyKey>,
     marker: Marker<'_>,
 ) -> Result<ToolOutput, ExecError> {
-    let started = std::time::Instant::now();
-    let row_limit = tool
-        .limit_param
+    let caps = (row_limit(tool, args), tool.max_bytes);
+    run_capped(pool, tool, args, user, key, marker, caps).await
+}
+
+/// The rows a call asked for: its limit argument, within the tool's `max_rows`.
+pub fn row_limit(tool: &ToolSpec, args: &[SqlValue]) -> u64 {
+    tool.limit_param
         .and_then(|i| args[i].as_i64())
-        .map_or(tool.max_rows, |n| (n.max(1) as u64).min(tool.max_rows));
+        .map_or(tool.max_rows, |n| (n.max(1) as u64).min(tool.max_rows))
+}
+
+/// [`run`] with other caps than the call's own, `(rows, bytes)`: a reranked call fetches
+/// deeper than it returns (`crate::rerank`).
+pub async fn run_capped(
+    pool: &Pool,
+    tool: &ToolSpec,
+    args: &[SqlValue],
+    user: Option<&VerifiedClaims>,
+    key: Option<&IdempotencyKey>,
+    marker: Marker<'_>,
+    (row_limit, max_bytes): (u64, u64),
+) -> Result<ToolOutput, ExecError> {
+    let started = std::time::Instant::now();
     let call = Call {
         caller: user.map(|u| serde_json::Value::Object(u.claims.clone()).to_string()),
         key: key.filter(|_| tool.keyed_sql.is_some()),
         // One row past the limit tells "exactly N" from "more than N".
         fetch: i64::try_from(row_limit + 1).unwrap_or(i64::MAX),
         row_limit,
+        max_bytes,
         marker,
     };
 
@@ -280,7 +300,7 @@ async fn query(
     let rows = async {
         let stream = client.query_raw(&statement, params).await?;
         let mut stream = std::pin::pin!(stream);
-        let mut out = Render::new(call.row_limit, tool.max_bytes);
+        let mut out = Render::new(call.row_limit, call.max_bytes);
         while let Some(row) = stream.try_next().await? {
             if !out.push(row.get::<_, &str>(0)) {
                 break;
@@ -313,7 +333,7 @@ async fn replay(
             let mut output = render(
                 recorded.iter().map(String::as_str),
                 call.row_limit,
-                tool.max_bytes,
+                call.max_bytes,
             );
             output.replayed = true;
             output

@@ -69,6 +69,29 @@ pub struct ToolSpec {
     /// `parley.idempotency` under a key, in the same statement. Its placeholders are
     /// [`ToolSpec::placeholder_types`] followed by the tool's name and the key (both text).
     pub keyed_sql: Option<String>,
+    /// `rerank = { query, text, depth }`: when the server has a reranker (`RERANK`), the rows
+    /// are fetched `depth` deep, reordered by it and cut to the caller's limit.
+    pub rerank: Option<Rerank>,
+}
+
+/// How a tool's rows are reranked (see `crate::rerank`).
+#[derive(Debug, Clone)]
+pub struct Rerank {
+    /// The string argument holding what the caller looks for, as an index into `params`.
+    pub query: usize,
+    /// The output column holding each row's text.
+    pub text: String,
+    /// How many rows are fetched and reranked (the caller's limit when that is larger).
+    pub depth: u64,
+}
+
+/// `rerank` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRerank {
+    query: String,
+    text: String,
+    depth: u64,
 }
 
 /// When a client that asks users before acting (Parley's chat) makes a call of the tool wait
@@ -119,6 +142,7 @@ pub struct RawTool {
     #[serde(default)]
     settings: IndexMap<String, toml::Value>,
     citation: Option<Citation>,
+    rerank: Option<RawRerank>,
     #[serde(default)]
     params: IndexMap<String, RawParam>,
 }
@@ -329,6 +353,10 @@ fn tool(raw: RawTool, limits: Limits) -> Result<ToolSpec, String> {
             }
         }
     }
+    let rerank = raw
+        .rerank
+        .map(|r| rerank(r, &params, raw.writes))
+        .transpose()?;
     let columns_sql = format!(
         "WITH tool_rows AS (\n{}\n) SELECT * FROM tool_rows LIMIT ${}",
         rewritten.sql,
@@ -359,6 +387,7 @@ fn tool(raw: RawTool, limits: Limits) -> Result<ToolSpec, String> {
         citation: raw.citation,
         columns_sql,
         keyed_sql,
+        rerank,
         custom_plans,
         name,
         title: raw.title,
@@ -521,6 +550,46 @@ fn quote_literal(text: &str) -> String {
 }
 
 /// An output column's name as `row_to_json` writes it for an unquoted alias.
+/// Most rows a tool may have reranked: each is one text in one request to the reranker, and
+/// Cohere's and Voyage's APIs take at most 1000 documents per request.
+pub const MAX_RERANK_DEPTH: u64 = 1000;
+
+fn rerank(raw: RawRerank, params: &[ParamSpec], writes: bool) -> Result<Rerank, String> {
+    if writes {
+        return Err("rerank applies to a read-only tool's rows, not a write's".into());
+    }
+    let query = params
+        .iter()
+        .position(|p| {
+            p.name == raw.query
+                && p.source == Source::Argument
+                && matches!(p.ty, ParamType::String { .. })
+        })
+        .ok_or_else(|| {
+            format!(
+                "rerank query `{}` must be a string parameter taken as an argument",
+                raw.query
+            )
+        })?;
+    if !is_column_name(&raw.text) {
+        return Err(format!(
+            "rerank text = \"{}\" must be an output column's name \
+             (letters, digits and _, not starting with a digit)",
+            raw.text
+        ));
+    }
+    if !(1..=MAX_RERANK_DEPTH).contains(&raw.depth) {
+        return Err(format!(
+            "rerank depth must be between 1 and {MAX_RERANK_DEPTH}"
+        ));
+    }
+    Ok(Rerank {
+        query,
+        text: raw.text,
+        depth: raw.depth,
+    })
+}
+
 fn is_column_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 63
@@ -1104,6 +1173,52 @@ mod tests {
             err,
             "tool `find`: context `district` names `nope`, which is not a parameter taken as an argument"
         );
+    }
+
+    fn reranked(rerank: &str) -> String {
+        format!(
+            "[[tool]]\nname = \"s\"\ndescription = \"d\"\nsql = \"SELECT :q AS body, :n AS n\"\n\
+             rerank = {{ {rerank} }}\n[tool.params.q]\ntype = \"string\"\nrequired = true\n\
+             [tool.params.n]\ntype = \"integer\"\nrequired = true\n"
+        )
+    }
+
+    #[test]
+    fn rerank_names_a_string_argument_an_output_column_and_a_bounded_depth() {
+        let t = parse_one(&reranked("query = \"q\", text = \"body\", depth = 30")).unwrap();
+        let r = t.rerank.unwrap();
+        assert_eq!(
+            (t.params[r.query].name.as_str(), r.text.as_str(), r.depth),
+            ("q", "body", 30)
+        );
+        for (bad, problem) in [
+            (
+                "query = \"n\", text = \"body\", depth = 30",
+                "rerank query `n` must be a string parameter taken as an argument",
+            ),
+            (
+                "query = \"missing\", text = \"body\", depth = 30",
+                "rerank query `missing` must be a string parameter",
+            ),
+            (
+                "query = \"q\", text = \"t.body\", depth = 30",
+                "rerank text = \"t.body\" must be an output column's name",
+            ),
+            (
+                "query = \"q\", text = \"body\", depth = 0",
+                "rerank depth must be between 1 and 1000",
+            ),
+            (
+                "query = \"q\", text = \"body\", depth = 1001",
+                "rerank depth must be between 1 and 1000",
+            ),
+        ] {
+            let err = error_of(&reranked(bad));
+            assert!(
+                err.starts_with(&format!("tool `s`: {problem}")),
+                "{bad}: {err}"
+            );
+        }
     }
 
     const SEARCH: &str = "[[tool]]\nname = \"search\"\ndescription = \"d\"\n\

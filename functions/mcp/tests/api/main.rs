@@ -15,6 +15,7 @@ mod helpers;
 mod identity;
 mod metrics;
 mod protocol;
+mod rerank;
 mod resilience;
 mod secrets;
 mod sql_attacks;

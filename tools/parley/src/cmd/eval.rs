@@ -1,6 +1,7 @@
 //! `parley eval QUESTIONS.toml`: a team's labelled questions run through its search tool's own
-//! SQL (the shipped hybrid, then each branch alone), scored by recall@k and MRR@10, with the
-//! misses and what came instead. Reads only; exits 0 whatever the scores.
+//! SQL (the shipped hybrid, each branch alone, the hybrid reranked when `RERANK` is set),
+//! scored by recall@k and MRR@10, with the misses and what came instead. Reads only; exits 0
+//! whatever the scores.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -9,6 +10,7 @@ use parley_core::config::Env;
 use parley_embed::{EmbedSettings, Embedder};
 use parley_mcp::catalog::{Catalog, CatalogError};
 use parley_mcp::output::Limits;
+use parley_mcp::rerank::{self, RerankSettings, Reranker};
 use parley_mcp::tools::ToolSpec;
 use serde_json::{Value, json};
 
@@ -23,7 +25,8 @@ use crate::eval::{DEPTH, Question, QuestionsError, SearchError, branches, questi
     long_about = "Score a search tool on your own labelled questions: recall@k and MRR@10 for \
                   the hybrid search and each branch alone (vector only, words only), per split, \
                   kind and part when the file labels them, and the misses with what came \
-                  instead.\n\nIt runs the tool's own SQL directly on the database in \
+                  instead. With a reranker configured (RERANK) and declared by the tool, the \
+                  hybrid's rows reranked are scored too.\n\nIt runs the tool's own SQL directly on the database in \
                   DATABASE_URL, connected as the tables' owner as `parley ingest` is (so \
                   row-level security does not narrow what is found), in the transaction the \
                   mcp function opens for the tool. Which collections are searched is still \
@@ -117,6 +120,8 @@ struct Report {
     methods: Vec<Summary>,
     /// Why the branches could not be compared, when they could not.
     no_branches: Option<String>,
+    /// The last method is the hybrid reranked (`RERANK` set and the tool declares `rerank`).
+    reranked: bool,
     runs: Vec<Ran>,
     misses: usize,
 }
@@ -194,6 +199,22 @@ pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
     };
     let mut sqls = vec![(shipped, spec.wrapped_sql.clone())];
     sqls.extend(variants);
+    // The hybrid's rows reranked as the mcp function would, when a reranker is configured.
+    let reranker = match (
+        RerankSettings::from_env(env).map_err(CmdError::Settings)?,
+        &spec.rerank,
+    ) {
+        (Some(settings), Some(declared)) => Some((Reranker::new(settings, env).await, declared)),
+        _ => None,
+    };
+    let mut names: Vec<String> = sqls.iter().map(|(name, _)| name.clone()).collect();
+    if reranker.is_some() {
+        names.push(format!(
+            "reranked ({})",
+            env.get("RERANK").unwrap_or_default()
+        ));
+    }
+    let mut rerank_failures = 0;
 
     let mut runs = Vec::with_capacity(all.len());
     for (n, q) in all.iter().enumerate() {
@@ -220,12 +241,65 @@ pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
             ran.scores.push(score::score(&q.pages, &uris, k));
             ran.uris.push(uris);
         }
+        if let Some((reranker, declared)) = &reranker {
+            // Fetched as deep as the server would (within the tool's max_rows, which bounds
+            // the limit argument here), reordered, cut to the limit.
+            let depth = rerank::fetch_depth(declared.depth, limit as u64).min(spec.max_rows);
+            let deep = search::arguments(spec, q, usize::try_from(depth).unwrap_or(limit));
+            let rows = search::rows(
+                &db,
+                spec,
+                &spec.wrapped_sql,
+                &deep,
+                &embeddings,
+                embedder.model_id(),
+                args.user.as_deref(),
+            )
+            .await
+            .map_err(failed(n, q))?;
+            let text = |row: &Value| match &row[&declared.text] {
+                Value::String(s) => s.clone(),
+                Value::Null => String::new(),
+                other => other.to_string(),
+            };
+            let texts: Vec<String> = rows.iter().map(text).collect();
+            let query = deep
+                .get(&spec.params[declared.query].name)
+                .and_then(Value::as_str)
+                .unwrap_or(&q.q);
+            let mut order: Vec<usize> = (0..rows.len()).collect();
+            match reranker.rerank(query, &texts).await {
+                Ok(scores) => order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a])),
+                // As the tool does: the hybrid's order, counted and said below.
+                Err(e) => {
+                    rerank_failures += 1;
+                    eprintln!(
+                        "warning: question {}: reranking failed ({e}); hybrid order kept",
+                        n + 1
+                    );
+                }
+            }
+            let uris: Vec<String> = order
+                .iter()
+                .take(limit)
+                .map(|&i| rows[i]["uri"].as_str().unwrap_or_default().to_owned())
+                .collect();
+            ran.scores.push(score::score(&q.pages, &uris, k));
+            ran.uris.push(uris);
+        }
         runs.push(ran);
     }
-    let methods = sqls
+    if rerank_failures > 0 {
+        eprintln!(
+            "warning: reranking failed for {rerank_failures} of {} questions; their \
+             \"reranked\" results are the hybrid's",
+            all.len()
+        );
+    }
+    let methods = names
         .iter()
         .enumerate()
-        .map(|(i, (name, _))| {
+        .map(|(i, name)| {
             let scores: Vec<Score> = runs.iter().map(|r| r.scores[i]).collect();
             score::summarise(name, &all, &scores)
         })
@@ -240,6 +314,7 @@ pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
         questions: all,
         methods,
         no_branches,
+        reranked: reranker.is_some(),
         runs,
         misses: args.misses,
     };
@@ -384,7 +459,11 @@ impl Report {
             "k": self.k,
             "overall": { "method": hybrid.method, "recall": hybrid.recall, "mrr_at_10": hybrid.mrr10 },
             "groups": groups(hybrid),
-            "branches": self.methods[1..].iter().map(method).collect::<Vec<_>>(),
+            "branches": self.methods[1..self.methods.len() - usize::from(self.reranked)]
+                .iter()
+                .map(method)
+                .collect::<Vec<_>>(),
+            "reranked": self.methods.last().filter(|_| self.reranked).map(method),
             "branches_not_compared": self.no_branches,
             "missed": self.missed().count(),
             "misses": self.missed().take(self.misses).map(|(q, ran)| json!({

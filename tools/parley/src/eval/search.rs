@@ -126,6 +126,23 @@ pub async fn uris(
     model: &str,
     user: Option<&str>,
 ) -> Result<Vec<String>, SearchError> {
+    Ok(rows(db, spec, sql, args, embeddings, model, user)
+        .await?
+        .iter()
+        .map(|row| row["uri"].as_str().unwrap_or_default().to_owned())
+        .collect())
+}
+
+/// [`uris`], the whole rows.
+pub async fn rows(
+    db: &tokio_postgres::Client,
+    spec: &ToolSpec,
+    sql: &str,
+    args: &Map<String, Value>,
+    embeddings: &HashMap<String, Vec<f32>>,
+    model: &str,
+    user: Option<&str>,
+) -> Result<Vec<Value>, SearchError> {
     let values = check_arguments(spec, args)?;
     let row_limit = spec
         .limit_param
@@ -165,10 +182,7 @@ pub async fn uris(
     rows?
         .iter()
         .take(usize::try_from(row_limit).unwrap_or(usize::MAX))
-        .map(|r| {
-            let row: Value = serde_json::from_str(r.get::<_, &str>(0))?;
-            Ok(row["uri"].as_str().unwrap_or_default().to_owned())
-        })
+        .map(|r| Ok(serde_json::from_str(r.get::<_, &str>(0))?))
         .collect()
 }
 
