@@ -1,9 +1,11 @@
 //! `parley-bench`: rerunnable loopback benchmarks of Parley's functions, one subcommand per
-//! function (`mcp`, `chat`) and one for documents end to end (`docs`). Results go to stdout as
+//! function (`mcp`, `chat`), one for documents end to end (`docs`) and one for the built-in
+//! model's ingestion throughput alone (`embed`). Results go to stdout as
 //! a plain-text table, progress to stderr.
 
 mod chat;
 mod docs;
+mod embed;
 mod mcp;
 mod mcp_client;
 mod measure;
@@ -37,6 +39,8 @@ enum Command {
     /// latency at the manual's size and at 1M synthetic chunks, mcp cold start with the model,
     /// and retrieval quality (recall@5, MRR@10) of hybrid search against its branches alone.
     Docs(docs::Args),
+    /// The built-in model's throughput on ingestion batches of manual chunks (chunks/s).
+    Embed(embed::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -51,5 +55,6 @@ fn main() -> anyhow::Result<()> {
         Command::Mcp(args) => runtime.block_on(mcp::run(args)),
         Command::Chat(args) => runtime.block_on(chat::run(args)),
         Command::Docs(args) => runtime.block_on(docs::run(args)),
+        Command::Embed(args) => runtime.block_on(embed::run(args)),
     }
 }
