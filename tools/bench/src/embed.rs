@@ -78,13 +78,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let mut rates = Vec::new();
     for round in 1..=args.rounds.max(1) {
         let started = Instant::now();
+        let cpu_before = cpu_seconds()?;
         vectors.clear();
         for slice in texts.chunks(call) {
             vectors.extend(embedder.embed(slice).await?);
         }
         let elapsed = started.elapsed().as_secs_f64();
+        let cpu = cpu_seconds()? - cpu_before;
         let rate = texts.len() as f64 / elapsed;
-        println!("round {round}: {elapsed:.1} s, {rate:.1} chunks/s");
+        println!(
+            "round {round}: {elapsed:.1} s, {rate:.1} chunks/s; {cpu:.1} CPU s, {:.1} chunks per CPU second",
+            texts.len() as f64 / cpu.max(1e-9)
+        );
         rates.push(rate);
     }
     rates.sort_by(f64::total_cmp);
@@ -124,6 +129,23 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         println!("lowest cosine to {}: {lowest:.6}", path.display());
     }
     Ok(())
+}
+
+/// User and system CPU time of this process so far (all threads), from /proc/self/stat: on a
+/// machine shared with other work it varies less than the wall clock.
+fn cpu_seconds() -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").context("reading /proc/self/stat")?;
+    // Fields 14 and 15 (utime, stime), counted after the command name's closing parenthesis.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| -> anyhow::Result<f64> {
+        Ok(fields
+            .get(i)
+            .with_context(|| format!("/proc/self/stat has no field {}", i + 3))?
+            .parse::<f64>()?)
+    };
+    // The kernel reports in USER_HZ, 100 on Linux.
+    Ok((ticks(11)? + ticks(12)?) / 100.0)
 }
 
 /// Every manual page extracted and chunked with ingestion's defaults, each chunk as ingestion
