@@ -8,7 +8,7 @@
 
 use std::sync::Mutex;
 
-use candle_core::{CpuStorage, InplaceOp1, Layout, Module, Result, Tensor};
+use candle_core::{CpuStorage, InplaceOp1, InplaceOp2, Layout, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, VarBuilder};
 use serde::Deserialize;
 
@@ -164,7 +164,7 @@ impl Layer {
         // which a text's query, key or value is a narrow view with contiguous rows.
         let qkv = self
             .qkv
-            .forward(x)?
+            .forward(x, false)?
             .reshape((total, 3, heads, size))?
             .permute((1, 2, 0, 3))?
             .contiguous()?;
@@ -180,13 +180,14 @@ impl Layer {
             start += n;
         }
         let context = Tensor::cat(&contexts, 0)?.reshape((total, hidden))?;
-        let attended = self
-            .attention_norm
-            .forward(&(self.attention_out.forward(&context)? + x)?)?;
-        let inner = self.intermediate.forward(&attended)?;
-        inner.inplace_op1(&GeluErf)?;
-        self.output_norm
-            .forward(&(self.output.forward(&inner)? + attended)?)
+        // Each sum below is written into the fresh product it starts from, not a third tensor.
+        let attended = self.attention_out.forward(&context, false)?;
+        attended.inplace_op2(x, &Add)?;
+        let attended = self.attention_norm.forward(&attended)?;
+        let inner = self.intermediate.forward(&attended, true)?;
+        let output = self.output.forward(&inner, false)?;
+        output.inplace_op2(&attended, &Add)?;
+        self.output_norm.forward(&output)
     }
 }
 
@@ -221,15 +222,26 @@ impl Linear {
         )
     }
 
-    /// `x` is (n, in); the result (n, out).
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let product = if x.dim(0)? <= FEW_WORD_PIECES {
+    /// `x` is (n, in); the result (n, out), through GELU if `gelu`.
+    fn forward(&self, x: &Tensor, gelu: bool) -> Result<Tensor> {
+        if x.dim(0)? <= FEW_WORD_PIECES {
             // A transposed view; the bias addition writes it out contiguous.
-            self.weight_t.t()?.matmul(&x.t()?)?.t()?
+            let y = self
+                .weight_t
+                .t()?
+                .matmul(&x.t()?)?
+                .t()?
+                .broadcast_add(&self.bias)?;
+            if gelu {
+                y.inplace_op1(&GeluErf)?;
+            }
+            Ok(y)
         } else {
-            x.matmul(&self.weight_t)?
-        };
-        product.broadcast_add(&self.bias)
+            // The bias (and GELU) added in place, in one pass over the fresh product.
+            let y = x.matmul(&self.weight_t)?;
+            y.inplace_op2(&self.bias, &AddBias { gelu })?;
+            Ok(y)
+        }
     }
 }
 
@@ -242,6 +254,14 @@ struct GeluErf;
 /// ingestion batches, libm's `expf` called once per attention score was 11% of the time.
 struct Softmax;
 
+/// `y += bias` row by row, then GELU if `gelu`, in place.
+struct AddBias {
+    gelu: bool,
+}
+
+/// `y += x` element by element, in place.
+struct Add;
+
 /// Below this many values one thread does it all: starting another costs more than it saves.
 const PARALLEL_MIN: usize = 64 * 1024;
 
@@ -251,10 +271,66 @@ impl InplaceOp1 for GeluErf {
     }
 
     fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> Result<()> {
-        in_parallel(contiguous_f32(storage, layout)?, 1, |values| {
-            for x in values {
-                *x = 0.5 * *x * (1.0 + erf(*x * std::f32::consts::FRAC_1_SQRT_2));
+        in_parallel(contiguous_f32(storage, layout)?, 1, |_, values| {
+            gelu(values)
+        });
+        Ok(())
+    }
+}
+
+fn gelu(values: &mut [f32]) {
+    for x in values {
+        *x = 0.5 * *x * (1.0 + erf(*x * std::f32::consts::FRAC_1_SQRT_2));
+    }
+}
+
+impl InplaceOp2 for AddBias {
+    fn name(&self) -> &'static str {
+        "add-bias"
+    }
+
+    fn cpu_fwd(
+        &self,
+        y: &mut CpuStorage,
+        y_at: &Layout,
+        b: &CpuStorage,
+        b_at: &Layout,
+    ) -> Result<()> {
+        let bias = contiguous_f32_ref(b, b_at)?;
+        let width = bias.len();
+        if y_at.shape().dims().last() != Some(&width) {
+            candle_core::bail!("a bias of {width} for rows of {:?}", y_at.shape());
+        }
+        in_parallel(contiguous_f32(y, y_at)?, width, |_, rows| {
+            for row in rows.chunks_exact_mut(width) {
+                row.iter_mut().zip(bias).for_each(|(y, b)| *y += b);
+                if self.gelu {
+                    gelu(row);
+                }
             }
+        });
+        Ok(())
+    }
+}
+
+impl InplaceOp2 for Add {
+    fn name(&self) -> &'static str {
+        "add"
+    }
+
+    fn cpu_fwd(
+        &self,
+        y: &mut CpuStorage,
+        y_at: &Layout,
+        x: &CpuStorage,
+        x_at: &Layout,
+    ) -> Result<()> {
+        let x = contiguous_f32_ref(x, x_at)?;
+        if y_at.shape() != x_at.shape() {
+            candle_core::bail!("adding {:?} to {:?}", x_at.shape(), y_at.shape());
+        }
+        in_parallel(contiguous_f32(y, y_at)?, 1, |start, part| {
+            part.iter_mut().zip(&x[start..]).for_each(|(y, x)| *y += x);
         });
         Ok(())
     }
@@ -267,7 +343,7 @@ impl InplaceOp1 for Softmax {
 
     fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> Result<()> {
         let width = layout.shape().dims().last().copied().unwrap_or(1).max(1);
-        in_parallel(contiguous_f32(storage, layout)?, width, |rows| {
+        in_parallel(contiguous_f32(storage, layout)?, width, |_, rows| {
             for row in rows.chunks_exact_mut(width) {
                 let max = max(row);
                 row.iter_mut().for_each(|x| *x = exp(*x - max));
@@ -290,23 +366,35 @@ fn contiguous_f32<'a>(storage: &'a mut CpuStorage, layout: &Layout) -> Result<&'
     Ok(&mut values[from..to])
 }
 
+/// The values of a contiguous f32 tensor, to read.
+fn contiguous_f32_ref<'a>(storage: &'a CpuStorage, layout: &Layout) -> Result<&'a [f32]> {
+    let CpuStorage::F32(values) = storage else {
+        candle_core::bail!("f32 tensors only");
+    };
+    let Some((from, to)) = layout.contiguous_offsets() else {
+        candle_core::bail!("contiguous tensors only");
+    };
+    Ok(&values[from..to])
+}
+
 /// Runs `f` over `values` cut into parts of whole `unit`s, on candle's own worker threads (the
 /// ones its element-wise operations use, already running), or whole on this thread when they
-/// are few. A part is behind an uncontended mutex: the pool hands out indices, not slices.
-fn in_parallel(values: &mut [f32], unit: usize, f: impl Fn(&mut [f32]) + Sync) {
+/// are few; `f` gets each part with its offset in `values`. A part is behind an uncontended
+/// mutex: the pool hands out indices, not slices.
+fn in_parallel(values: &mut [f32], unit: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
     let threads = candle_core::utils::get_num_threads().max(1);
     if threads == 1 || values.len() < PARALLEL_MIN {
-        f(values);
+        f(0, values);
         return;
     }
     // A few parts per thread, so one slowed by other work on the machine is helped out.
     let part = values.len().div_ceil(threads * 4).div_ceil(unit) * unit;
     let parts: Vec<Mutex<&mut [f32]>> = values.chunks_mut(part).map(Mutex::new).collect();
     candle_core::utils::barrier_pool().execute_chunked(parts.len(), |range| {
-        for part in &parts[range] {
+        for i in range {
             // Each index is handed out once, so the lock is never contended or poisoned.
-            if let Ok(mut part) = part.lock() {
-                f(&mut part);
+            if let Ok(mut values) = parts[i].lock() {
+                f(i * part, &mut values);
             }
         }
     });
