@@ -6,10 +6,9 @@
 //! K and V are one matrix product (their weights concatenated at load, the attention scale
 //! folded into Q), and GELU is a vectorisable erf of our own.
 
-use std::sync::Mutex;
-
 use candle_core::{CpuStorage, InplaceOp1, InplaceOp2, Layout, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, VarBuilder};
+use rayon::prelude::*;
 use serde::Deserialize;
 
 /// The fields of a BERT `config.json` this encoder reads.
@@ -377,27 +376,23 @@ fn contiguous_f32_ref<'a>(storage: &'a CpuStorage, layout: &Layout) -> Result<&'
     Ok(&values[from..to])
 }
 
-/// Runs `f` over `values` cut into parts of whole `unit`s, on candle's own worker threads (the
-/// ones its element-wise operations use, already running), or whole on this thread when they
-/// are few; `f` gets each part with its offset in `values`. A part is behind an uncontended
-/// mutex: the pool hands out indices, not slices.
+/// Runs `f` over `values` cut into parts of whole `unit`s on rayon's pool (the threads candle's
+/// matrix products run on), or whole on this thread when they are few; `f` gets each part with
+/// its offset in `values`. Not candle's own element-wise pool: its idle worker spins for up to
+/// 25,000 pauses between operations, and on ingestion batches a third of the CPU samples were
+/// those spins, taking a core from the matrix products on two.
 fn in_parallel(values: &mut [f32], unit: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
-    let threads = candle_core::utils::get_num_threads().max(1);
+    let threads = rayon::current_num_threads().max(1);
     if threads == 1 || values.len() < PARALLEL_MIN {
         f(0, values);
         return;
     }
     // A few parts per thread, so one slowed by other work on the machine is helped out.
     let part = values.len().div_ceil(threads * 4).div_ceil(unit) * unit;
-    let parts: Vec<Mutex<&mut [f32]>> = values.chunks_mut(part).map(Mutex::new).collect();
-    candle_core::utils::barrier_pool().execute_chunked(parts.len(), |range| {
-        for i in range {
-            // Each index is handed out once, so the lock is never contended or poisoned.
-            if let Ok(mut values) = parts[i].lock() {
-                f(i * part, &mut values);
-            }
-        }
-    });
+    values
+        .par_chunks_mut(part)
+        .enumerate()
+        .for_each(|(i, values)| f(i * part, values));
 }
 
 /// The largest of `values` (-∞ for none), in eight lanes so that it vectorises.
