@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device};
 use candle_nn::VarBuilder;
 use tokenizers::{Encoding, Tokenizer, TruncationParams};
 
@@ -60,7 +60,7 @@ impl BuiltIn {
                 ..TruncationParams::default()
             }))
             .map_err(|e| fail(format!("tokenizer.json: {e}")))?;
-        // Each batch is padded here to its own longest text, not to the file's fixed 128.
+        // Texts are packed unpadded (see `bert`), not padded to the file's fixed 128.
         tokenizer.with_padding(None);
         // Read whole rather than memory-mapped: mapping is `unsafe` in candle, which this
         // workspace forbids, and the 87 MiB file reads in tens of milliseconds.
@@ -86,8 +86,7 @@ impl BuiltIn {
     }
 
     /// One unit-length vector per text, in order, computed on this thread (it takes the CPU
-    /// for a while: call it from a blocking thread). Texts are sorted by length before being
-    /// batched, so a batch pads little.
+    /// for a while: call it from a blocking thread).
     pub fn embed_blocking(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
         let model = &self.inner;
         let inputs: Vec<&str> = texts.iter().map(String::as_str).collect();
@@ -95,55 +94,46 @@ impl BuiltIn {
             .tokenizer
             .encode_batch_fast(inputs, true)
             .map_err(|e| EmbedError::Inference(format!("tokenizing: {e}")))?;
-        let mut order: Vec<usize> = (0..encodings.len()).collect();
-        order.sort_by_key(|&i| encodings[i].get_ids().len());
-        let mut vectors = vec![Vec::new(); encodings.len()];
-        for batch in order.chunks(model.batch) {
-            let batch_encodings: Vec<&Encoding> = batch.iter().map(|&i| &encodings[i]).collect();
-            let embedded = model
-                .forward(&batch_encodings)
-                .map_err(|e| EmbedError::Inference(e.to_string()))?;
-            for (&i, vector) in batch.iter().zip(embedded) {
-                vectors[i] = vector;
-            }
+        let mut vectors = Vec::with_capacity(encodings.len());
+        for batch in encodings.chunks(model.batch) {
+            let batch: Vec<&Encoding> = batch.iter().collect();
+            vectors.extend(
+                model
+                    .forward(&batch)
+                    .map_err(|e| EmbedError::Inference(e.to_string()))?,
+            );
         }
         Ok(vectors)
     }
 }
 
 impl Model {
-    /// The pooled, normalised vectors of one batch, padded to its longest text.
+    /// The pooled, normalised vectors of one batch, its texts packed without padding.
     fn forward(&self, encodings: &[&Encoding]) -> candle_core::Result<Vec<Vec<f32>>> {
-        let rows = encodings.len();
-        let width = encodings
+        let lengths: Vec<usize> = encodings.iter().map(|e| e.get_ids().len()).collect();
+        let ids: Vec<u32> = encodings
             .iter()
-            .map(|e| e.get_ids().len())
-            .max()
-            .unwrap_or(0);
-        let mut ids = Vec::with_capacity(rows * width);
-        let mut mask = Vec::with_capacity(rows * width);
-        for encoding in encodings {
-            let own = encoding.get_ids();
-            ids.extend_from_slice(own);
-            ids.extend(std::iter::repeat_n(0u32, width - own.len()));
-            mask.extend(std::iter::repeat_n(1u32, own.len()));
-            mask.extend(std::iter::repeat_n(0u32, width - own.len()));
+            .flat_map(|e| e.get_ids().iter().copied())
+            .collect();
+        let hidden = self.bert.forward(&ids, &lengths)?; // (word pieces, 384)
+        let hidden = hidden.flatten_all()?.to_vec1::<f32>()?;
+        let mut rows = hidden.chunks_exact(DIMS);
+        let mut vectors = Vec::with_capacity(lengths.len());
+        for &n in &lengths {
+            // Mean over the text's word pieces, then as torch's F.normalize: divide by the
+            // norm, kept away from zero.
+            let mut mean = vec![0f32; DIMS];
+            for row in rows.by_ref().take(n) {
+                for (m, x) in mean.iter_mut().zip(row) {
+                    *m += x;
+                }
+            }
+            let count = n.max(1) as f32;
+            mean.iter_mut().for_each(|m| *m /= count);
+            let norm = mean.iter().map(|m| m * m).sum::<f32>().sqrt().max(1e-12);
+            mean.iter_mut().for_each(|m| *m /= norm);
+            vectors.push(mean);
         }
-        let padded = encodings.iter().any(|e| e.get_ids().len() < width);
-        let ids = Tensor::from_vec(ids, (rows, width), &Device::Cpu)?;
-        let mask = Tensor::from_vec(mask, (rows, width), &Device::Cpu)?;
-        let hidden = self.bert.forward(&ids, padded.then_some(&mask))?; // (rows, width, 384)
-        // Mean over the real word pieces only: padding must not pull the average.
-        let mask = mask.to_dtype(DType::F32)?.unsqueeze(2)?; // (rows, width, 1)
-        let summed = hidden.broadcast_mul(&mask)?.sum(1)?; // (rows, 384)
-        let counts = mask.sum(1)?; // (rows, 1)
-        let mean = summed.broadcast_div(&counts)?;
-        // As torch's F.normalize: divide by the norm, kept away from zero.
-        let norms = mean
-            .sqr()?
-            .sum_keepdim(1)?
-            .sqrt()?
-            .clamp(1e-12f32, f32::MAX)?;
-        mean.broadcast_div(&norms)?.to_vec2::<f32>()
+        Ok(vectors)
     }
 }

@@ -1,9 +1,11 @@
 //! `parley-bench`: rerunnable loopback benchmarks of Parley's functions, one subcommand per
-//! function (`mcp`, `chat`) and one for documents end to end (`docs`). Results go to stdout as
+//! function (`mcp`, `chat`), one for documents end to end (`docs`) and one for the built-in
+//! model's ingestion throughput alone (`embed`). Results go to stdout as
 //! a plain-text table, progress to stderr.
 
 mod chat;
 mod docs;
+mod embed;
 mod mcp;
 mod mcp_client;
 mod measure;
@@ -41,6 +43,8 @@ enum Command {
     /// One ingest instance's throughput on PDFs from S3 (moto): pages/s and chunks/s, and what
     /// 100,000 pages take at a given concurrency and cost.
     S3(s3::Args),
+    /// The built-in model's throughput on ingestion batches of manual chunks (chunks/s).
+    Embed(embed::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -56,5 +60,6 @@ fn main() -> anyhow::Result<()> {
         Command::Chat(args) => runtime.block_on(chat::run(args)),
         Command::Docs(args) => runtime.block_on(docs::run(args)),
         Command::S3(args) => runtime.block_on(s3::run(args)),
+        Command::Embed(args) => runtime.block_on(embed::run(args)),
     }
 }
