@@ -178,7 +178,10 @@ async fn eval_json_has_the_overall_scores_groups_branches_and_misses() {
     assert_eq!(names(&v["groups"]["split"]), ["dev", "held-out"]);
     assert_eq!(names(&v["groups"]["kind"]), ["keyword", "paraphrase"]);
     assert_eq!(names(&v["groups"]["part"]), Vec::<String>::new());
-    assert_eq!(names(&v["branches"]), ["vector only", "words only (BM25)"]);
+    assert_eq!(
+        names(&v["branches"]),
+        ["vector only", "words only (BM25)", "pages only (cards)"]
+    );
     assert!(v["branches"][0]["groups"]["split"].is_array());
     assert_eq!(v["branches_not_compared"], Value::Null);
     // --misses 0 lists none but still counts them.
