@@ -146,8 +146,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         "  {secs:.1} s: {pages_per_sec:.2} pages/s, {:.1} chunks/s ({:.1} chunks a page); per object p50 {:.0} ms, p90 {:.0} ms, max {:.0} ms",
         chunks as f64 / secs,
         chunks as f64 / pdf_pages.max(1) as f64,
-        ms(percentile(&times, 0.5)),
-        ms(percentile(&times, 0.9)),
+        ms(percentile(&times, 50.0)),
+        ms(percentile(&times, 90.0)),
         ms(*times.last().unwrap_or(&Duration::ZERO)),
     );
     println!(
@@ -157,8 +157,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let cost = instance_secs * FUNCTION_GB * PRICE_PER_GB_SECOND;
     for c in [1.0, 10.0, 50.0, 100.0] {
         println!(
-            "  concurrency {c:>3}: {:>6.1} h wall clock, {:.0} instance-hours, ${cost:.2}",
-            instance_secs / c / 3600.0,
+            "  concurrency {c:>3}: {:>6.1} min wall clock (plus the largest file's own time), {:.1} instance-hours, ${cost:.2}",
+            instance_secs / c / 60.0,
             instance_secs / 3600.0,
         );
     }
