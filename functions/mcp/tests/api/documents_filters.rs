@@ -3,13 +3,11 @@
 //! searched through the mcp function over HTTP with equals, `in`, number and date ranges, and
 //! malformed filters refused with a message a model can act on.
 
-use parley_cli::cmd::ingest::{Args, Limits};
-use parley_core::config::Env;
 use parley_testkit::TestDb;
 use parley_testkit::domains::DOCUMENTS_TOOLS;
 use serde_json::{Value, json};
 
-use crate::helpers::{Options, TestApp, env, spawn_on};
+use crate::helpers::{Options, TestApp, env, ingest_folder, spawn_on};
 
 /// Four leave policies, each the same topic (so every one matches the query by meaning and by
 /// words) with its own metadata; `--meta region=emea` applies to all but the one whose front
@@ -44,34 +42,13 @@ async fn spawn_with_policies() -> TestApp {
     for (name, body) in FILES {
         std::fs::write(dir.path().join(name), body).unwrap();
     }
-    let args = Args {
-        paths: vec![dir.path().to_path_buf()],
-        collection: Some("policies".into()),
-        title: None,
-        description: None,
-        public: true,
-        prune: false,
-        meta: vec![("region".into(), json!("emea"))],
-        limits: Limits {
-            max_document_bytes: 1 << 20,
-            max_html_depth: 512,
-            extract_timeout_ms: 10_000,
-            max_pdf_pages: 100,
-            max_unpacked_bytes: 1 << 20,
-        },
-    };
-    let ingest_env = Env::from_pairs([
-        ("DATABASE_URL", db.url.clone()),
-        (
-            "EMBEDDINGS_MODEL_DIR",
-            parley_testkit::model_dir().display().to_string(),
-        ),
-    ]);
-    let mut out = Vec::new();
-    parley_cli::cmd::ingest::run(args, &ingest_env, &mut out)
-        .await
-        .unwrap_or_else(|e| panic!("ingest: {e}"));
-    let printed = String::from_utf8(out).unwrap();
+    let printed = ingest_folder(
+        &db,
+        dir.path(),
+        "policies",
+        vec![("region".into(), json!("emea"))],
+    )
+    .await;
     assert!(printed.contains("4 added"), "{printed}");
     spawn_on(
         db,

@@ -318,3 +318,42 @@ pub async fn run_sql(app: &TestApp, sql: &str) -> Result<Value, String> {
         Ok(result["structuredContent"].clone())
     }
 }
+
+/// Ingests the folder `dir` into the public collection `collection` of `db` with the `parley
+/// ingest` command's own code (and `meta` as its `--meta` pairs); returns what it printed.
+pub async fn ingest_folder(
+    db: &TestDb,
+    dir: &std::path::Path,
+    collection: &str,
+    meta: Vec<(String, Value)>,
+) -> String {
+    use parley_cli::cmd::ingest::{Args, Limits};
+    let args = Args {
+        paths: vec![dir.to_path_buf()],
+        collection: Some(collection.into()),
+        title: None,
+        description: None,
+        public: true,
+        prune: false,
+        meta,
+        limits: Limits {
+            max_document_bytes: 1 << 20,
+            max_html_depth: 512,
+            extract_timeout_ms: 10_000,
+            max_pdf_pages: 100,
+            max_unpacked_bytes: 1 << 20,
+        },
+    };
+    let ingest_env = Env::from_pairs([
+        ("DATABASE_URL", db.url.clone()),
+        (
+            "EMBEDDINGS_MODEL_DIR",
+            parley_testkit::model_dir().display().to_string(),
+        ),
+    ]);
+    let mut out = Vec::new();
+    parley_cli::cmd::ingest::run(args, &ingest_env, &mut out)
+        .await
+        .unwrap_or_else(|e| panic!("ingest: {e}"));
+    String::from_utf8(out).unwrap()
+}

@@ -11,13 +11,11 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router, routing::post};
-use parley_cli::cmd::ingest::{Args, Limits};
-use parley_core::config::Env;
 use parley_testkit::TestDb;
 use parley_testkit::domains::DOCUMENTS_TOOLS;
 use serde_json::{Value, json};
 
-use crate::helpers::{Options, TestApp, env, spawn_on};
+use crate::helpers::{Options, TestApp, env, ingest_folder, spawn_on};
 
 const KEY: &str = "rk-test-0123456789";
 
@@ -98,34 +96,7 @@ async fn ingested() -> TestDb {
         )
         .unwrap();
     }
-    let args = Args {
-        paths: vec![dir.path().to_path_buf()],
-        collection: Some("policies".into()),
-        title: None,
-        description: None,
-        public: true,
-        prune: false,
-        meta: Vec::new(),
-        limits: Limits {
-            max_document_bytes: 1 << 20,
-            max_html_depth: 512,
-            extract_timeout_ms: 10_000,
-            max_pdf_pages: 100,
-            max_unpacked_bytes: 1 << 20,
-        },
-    };
-    let ingest_env = Env::from_pairs([
-        ("DATABASE_URL", db.url.clone()),
-        (
-            "EMBEDDINGS_MODEL_DIR",
-            parley_testkit::model_dir().display().to_string(),
-        ),
-    ]);
-    let mut out = Vec::new();
-    parley_cli::cmd::ingest::run(args, &ingest_env, &mut out)
-        .await
-        .unwrap_or_else(|e| panic!("ingest: {e}"));
-    let printed = String::from_utf8(out).unwrap();
+    let printed = ingest_folder(&db, dir.path(), "policies", Vec::new()).await;
     assert!(printed.contains("6 added"), "{printed}");
     db
 }
