@@ -26,7 +26,7 @@ pub use extract::text::MAX_HEADING_CHARS;
 pub use extract::{
     EXTRACTOR_VERSION, ExtractError, ExtractLimits, Extracted, Format, Section, extract,
 };
-pub use run::ingest;
+pub use run::{context, ingest};
 pub use s3::CollectionSettings;
 
 /// The collection a run writes into. Created on first ingest; on later runs the fields given

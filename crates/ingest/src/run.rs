@@ -492,7 +492,7 @@ pub(crate) fn content_hash(bytes: &[u8], chunk: &ChunkOptions) -> String {
 /// The chunk's place as one line, "Title › Heading › Subheading": weighted in full-text search
 /// and put before the chunk's text when embedding. A first heading that repeats the title (a
 /// Markdown file's `# Title`) is not said twice.
-pub(crate) fn context(title: &str, heading: &[String]) -> String {
+pub fn context(title: &str, heading: &[String]) -> String {
     let heading = match heading.first() {
         Some(h) if h == title => &heading[1..],
         _ => heading,

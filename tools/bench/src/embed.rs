@@ -174,7 +174,7 @@ fn manual_slice(manual: &std::path::Path, n: usize) -> anyhow::Result<Vec<String
         for chunk in chunk_sections(&extracted.sections, &options.chunk) {
             all.push(format!(
                 "{}\n\n{}",
-                context(&extracted.title, &chunk.heading),
+                parley_ingest::context(&extracted.title, &chunk.heading),
                 chunk.text
             ));
         }
@@ -184,19 +184,6 @@ fn manual_slice(manual: &std::path::Path, n: usize) -> anyhow::Result<Vec<String
     }
     let stride = (all.len() / n.max(1)).max(1);
     Ok(all.into_iter().step_by(stride).take(n).collect())
-}
-
-/// The chunk's place line, as crates/ingest's `run::context` writes it (private there).
-fn context(title: &str, heading: &[String]) -> String {
-    let heading = match heading.first() {
-        Some(h) if h == title => &heading[1..],
-        _ => heading,
-    };
-    std::iter::once(title)
-        .chain(heading.iter().map(String::as_str))
-        .filter(|s| !s.is_empty())
-        .collect::<Vec<_>>()
-        .join(" › ")
 }
 
 fn cosine(a: &[f32], b: &[f32]) -> f64 {

@@ -11,13 +11,7 @@ use common::{failure, rows, stdout_of};
 use parley_testkit::TestDb;
 
 fn parley(args: &[&str], database_url: &str) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_parley"))
-        .args(args)
-        .env_clear()
-        .env("DATABASE_URL", database_url)
-        .env("EMBEDDINGS_MODEL_DIR", parley_testkit::model_dir())
-        .output()
-        .expect("parley runs")
+    common::parley_with_model(args, database_url)
 }
 
 /// Writes `body` at `rel` under `dir`, making the directories between.

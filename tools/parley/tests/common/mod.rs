@@ -33,3 +33,17 @@ pub async fn rows(db: &parley_testkit::TestDb, sql: &str) -> Vec<String> {
         .map(|r| r.get(0))
         .collect()
 }
+
+/// `parley ARGS` on the database at `database_url` with the built-in model and nothing else of
+/// the caller's environment.
+// Not every test binary that shares this module runs the command this way.
+#[allow(dead_code)]
+pub fn parley_with_model(args: &[&str], database_url: &str) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_parley"))
+        .args(args)
+        .env_clear()
+        .env("DATABASE_URL", database_url)
+        .env("EMBEDDINGS_MODEL_DIR", parley_testkit::model_dir())
+        .output()
+        .expect("parley runs")
+}
