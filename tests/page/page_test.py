@@ -466,9 +466,14 @@ def main() -> None:
             tab.route("**/api/page", info)
             tab.route(stream + "**", function_url)
             tab.goto(BASE)
+            # /api/page (fetched through the real server, then rewritten) must have answered
+            # before the turn is sent, or the page does not know the stream URL yet; on a loaded
+            # CI machine that took longer than the 5 s default wait (one failure in CI).
+            tab.wait_for_load_state("networkidle")
             tab.get_by_label("Message", exact=True).fill("Where do turns go?")
             tab.get_by_label("Message", exact=True).press("Enter")
-            expect(tab.locator(".message.assistant .markdown").last).to_contain_text("Streamed from elsewhere.")
+            expect(tab.locator(".message.assistant .markdown").last).to_contain_text(
+                "Streamed from elsewhere.", timeout=15_000)
             elsewhere.close()
             assert ("POST", stream + "api/chat") in sent, f"the turn did not go to the stream URL: {sent}"
             assert not local, f"the turn went to the page's own origin too: {local}"
