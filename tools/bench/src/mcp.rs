@@ -618,10 +618,7 @@ pub(crate) fn bound_values(
         .map_err(|e| anyhow::anyhow!("{}: arguments {args:?} refused: {e}", spec.name))?;
     let claims: Option<&VerifiedClaims> = user.map(|u| &u.claims);
     parley_mcp::tools::params::bind_caller(&spec.name, &spec.params, &mut values, claims)?;
-    let row_limit = spec
-        .limit_param
-        .and_then(|i| values[i].as_i64())
-        .map_or(spec.max_rows, |n| (n.max(1) as u64).min(spec.max_rows));
+    let row_limit = parley_mcp::tools::exec::row_limit(spec, &values);
     Ok(FloorCall {
         values,
         fetch: i64::try_from(row_limit + 1)?,

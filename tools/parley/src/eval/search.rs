@@ -144,10 +144,7 @@ pub async fn rows(
     user: Option<&str>,
 ) -> Result<Vec<Value>, SearchError> {
     let values = check_arguments(spec, args)?;
-    let row_limit = spec
-        .limit_param
-        .and_then(|i| values[i].as_i64())
-        .map_or(spec.max_rows, |n| (n.max(1) as u64).min(spec.max_rows));
+    let row_limit = exec::row_limit(spec, &values);
     // One more than is kept, as the server fetches to tell a truncated answer.
     let fetch = i64::try_from(row_limit + 1).unwrap_or(i64::MAX);
     let model = model.to_owned();
