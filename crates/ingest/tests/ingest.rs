@@ -629,3 +629,133 @@ async fn each_document_gets_a_card_and_an_old_one_without_gets_it_without_re_emb
     assert_eq!(dims, Some(384));
     assert_eq!(same_chunks, chunk_ids, "chunks not written again");
 }
+
+/// What migrations 0017 and 0020's triggers keep, recomputed from the chunks as they are now:
+/// rows of the stored statistics that differ from the recomputation (empty when true).
+async fn bm25_drift(db: &TestDb) -> Vec<String> {
+    let c = db.client().await;
+    let rows = c
+        .query(
+            "WITH tf AS (
+               SELECT c.id AS chunk_id, c.document_id, c.collection_id, f.term, f.tf
+               FROM parley.chunks c, parley.term_frequencies(c.tsv) f
+             ), expected_postings AS (
+               SELECT chunk_id, document_id, collection_id, term, tf FROM tf
+             ), stored_postings AS (
+               SELECT chunk_id, document_id, collection_id, term, tf FROM parley.chunk_terms
+             ), expected_df AS (
+               SELECT collection_id, term, count(*)::int AS df FROM tf GROUP BY 1, 2
+             ), expected_totals AS (
+               SELECT k.id, count(c.id) AS chunks,
+                      coalesce((SELECT sum(t.tf) FROM tf t WHERE t.collection_id = k.id), 0) AS terms
+               FROM parley.collections k LEFT JOIN parley.chunks c ON c.collection_id = k.id
+               GROUP BY k.id
+             )
+             SELECT 'posting missing: ' || e::text FROM (TABLE expected_postings EXCEPT TABLE stored_postings) e
+             UNION ALL
+             SELECT 'posting extra: ' || s::text FROM (TABLE stored_postings EXCEPT TABLE expected_postings) s
+             UNION ALL
+             SELECT 'df: ' || x::text FROM ((TABLE expected_df EXCEPT SELECT collection_id, term, df FROM parley.collection_terms)
+                                           UNION ALL
+                                           (SELECT collection_id, term, df FROM parley.collection_terms EXCEPT TABLE expected_df)) x
+             UNION ALL
+             SELECT 'totals: ' || k.name || ' has ' || k.chunk_count || '/' || k.term_count
+                    || ', expected ' || e.chunks || '/' || e.terms
+             FROM parley.collections k JOIN expected_totals e ON e.id = k.id
+             WHERE k.chunk_count <> e.chunks OR abs(k.term_count - e.terms) > 1e-6
+             UNION ALL
+             SELECT 'impact not positive: ' || chunk_id FROM parley.chunk_terms WHERE NOT impact > 0",
+            &[],
+        )
+        .await
+        .unwrap();
+    rows.iter().map(|r| r.get(0)).collect()
+}
+
+#[tokio::test]
+async fn bm25_statistics_stay_true_as_documents_are_added_replaced_pruned_and_removed() {
+    let db = TestDb::migrated().await;
+    let (docs, other) = (Dir::new(), Dir::new());
+    docs.write("a.md", "# Vacuum\n\nVacuum reclaims storage occupied by dead tuples.\n")
+        .write("b.md", "# Cluster\n\nCluster physically reorders a table on an index.\n\n## Notes\n\nThe table is locked while it is reordered.\n")
+        .write("c.txt", "Storage of large objects, storage in pieces.\n");
+    other.write(
+        "x.md",
+        "# Vacuum elsewhere\n\nAnother collection says vacuum twice: vacuum.\n",
+    );
+    let opts = IngestOptions::default();
+    run(&db, "docs", docs.files(), &opts).await.unwrap();
+    run(&db, "other", other.files(), &opts).await.unwrap();
+    assert_eq!(bm25_drift(&db).await, Vec::<String>::new(), "after adding");
+    let c = db.client().await;
+    let postings: i64 = c
+        .query_one("SELECT count(*) FROM parley.chunk_terms", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(postings > 10, "{postings} postings");
+    // The same word in two collections is counted in each: a collection's df says nothing of
+    // the other's chunks.
+    let vacuum: Vec<(String, i32)> = c
+        .query(
+            "SELECT k.name, t.df FROM parley.collection_terms t JOIN parley.collections k ON k.id = t.collection_id
+              WHERE t.term = 'vacuum' ORDER BY k.name",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(vacuum, [("docs".to_owned(), 1), ("other".to_owned(), 1)]);
+
+    docs.write(
+        "b.md",
+        "# Cluster\n\nCLUSTER reorders the table once; later rows are not reordered.\n",
+    )
+    .write("d.md", "# Reindex\n\nReindex rebuilds an index.\n");
+    docs.remove("c.txt");
+    let pruned = IngestOptions {
+        prune: true,
+        ..opts.clone()
+    };
+    run(&db, "docs", docs.files(), &pruned).await.unwrap();
+    assert_eq!(
+        bm25_drift(&db).await,
+        Vec::<String>::new(),
+        "after replacing and pruning"
+    );
+    let objects: i64 = c
+        .query_one(
+            "SELECT count(*) FROM parley.collection_terms WHERE term = 'object'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(objects, 0, "a term no chunk has any more is gone");
+
+    c.execute("DELETE FROM parley.collections WHERE name = 'other'", &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        bm25_drift(&db).await,
+        Vec::<String>::new(),
+        "after removing a collection"
+    );
+    let left: i64 = c
+        .query_one(
+            "SELECT (SELECT count(*) FROM parley.chunk_terms t WHERE NOT EXISTS
+                       (SELECT FROM parley.collections k WHERE k.id = t.collection_id))
+                  + (SELECT count(*) FROM parley.collection_terms t WHERE NOT EXISTS
+                       (SELECT FROM parley.collections k WHERE k.id = t.collection_id))",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        left, 0,
+        "nothing of the removed collection's statistics is left"
+    );
+}

@@ -174,7 +174,12 @@ async fn eval_json_has_the_overall_scores_groups_branches_and_misses() {
     assert_eq!(names(&v["groups"]["part"]), Vec::<String>::new());
     assert_eq!(
         names(&v["branches"]),
-        ["vector only", "words only (BM25)", "pages only (cards)"]
+        [
+            "vector only",
+            "words only (BM25)",
+            "pages only (cards)",
+            "pages by words only (BM25)"
+        ]
     );
     assert!(v["branches"][0]["groups"]["split"].is_array());
     assert_eq!(v["branches_not_compared"], Value::Null);

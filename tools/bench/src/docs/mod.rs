@@ -34,9 +34,10 @@ const TOOL: &str = "search_documents";
 /// The collection the manual is ingested into (public, so the service token can search it).
 const MANUAL: &str = "manual";
 
-/// The issue's targets.
-const EMBED_TARGET_MS: f64 = 10.0;
-const SEARCH_TARGET_MS: f64 = 25.0;
+/// The targets (issue 24's for embedding and search at 1M chunks: p50 and p99).
+const EMBED_TARGET_MS: f64 = 5.0;
+const SEARCH_TARGET_MS: f64 = 15.0;
+const SEARCH_P99_TARGET_MS: f64 = 60.0;
 const COLD_START_TARGET_MS: f64 = 1000.0;
 
 #[derive(Debug, clap::Args)]
@@ -258,6 +259,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
     if args.synthetic > 0 {
         let sources = synthetic::sources(&db).await?;
+        let cards = synthetic::cards(&db).await?;
         let name = format!("{}_{}", args.database, args.synthetic);
         let (url, mut big) = create_database(&admin_url, &name).await?;
         let loaded = synthetic::ensure(
@@ -265,10 +267,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             args.synthetic,
             &model,
             &sources,
+            &cards,
             &args.maintenance_work_mem,
         )
         .await?;
-        drop(sources);
+        drop((sources, cards));
         let chunks = chunk_count(&big).await?;
         let server = Server::start(&bin, &env(&url)).await?;
         latencies.push(search_latency(&http, &server, &questions, &args, chunks, loaded).await?);
@@ -529,6 +532,7 @@ async fn score_all(
         Branch::FullText => 0,
         Branch::Vector => 1,
         Branch::Pages => 2,
+        Branch::PageWords => 3,
     });
     let url = format!("{base}/mcp");
     let mut scores: Vec<Vec<Score>> = vec![Vec::new(); variants.len() + 1];
@@ -715,11 +719,16 @@ impl Report {
         if let Some(big) = self.latencies.get(1) {
             let _ = writeln!(
                 out,
-                "search_documents p50 at {} chunks: {:.2} ms (target < {SEARCH_TARGET_MS} ms at 1M: {})",
+                "search_documents at {} chunks: p50 {:.2} ms, p99 {:.2} ms \
+                 (target <= {SEARCH_TARGET_MS} / {SEARCH_P99_TARGET_MS} ms at 1M: {})",
                 big.chunks,
                 ms(big.serial.p50),
+                ms(big.serial.p99),
                 if big.chunks >= 1_000_000 {
-                    verdict(ms(big.serial.p50) < SEARCH_TARGET_MS)
+                    verdict(
+                        ms(big.serial.p50) <= SEARCH_TARGET_MS
+                            && ms(big.serial.p99) <= SEARCH_P99_TARGET_MS,
+                    )
                 } else {
                     "not measured at 1M"
                 }
@@ -727,8 +736,11 @@ impl Report {
             if let Some(l) = &big.loaded {
                 let _ = writeln!(
                     out,
-                    "synthetic load: COPY {:.0} s, HNSW build {:.0} s, GIN build {:.0} s",
+                    "synthetic load: COPY with {} BM25 postings {:.0} s, their keys {:.0} s, \
+                     HNSW builds {:.0} s, GIN build {:.0} s",
+                    l.postings_count,
                     l.copy.as_secs_f64(),
+                    l.postings.as_secs_f64(),
                     l.hnsw.as_secs_f64(),
                     l.gin.as_secs_f64()
                 );
@@ -785,7 +797,8 @@ impl Report {
                 "chunks": l.chunks, "serial": l.serial.to_json(),
                 "concurrent": l.concurrent.to_json(), "server_peak_rss_kib": l.server_peak_kib,
                 "synthetic_load_s": l.loaded.as_ref().map(|x| json!({
-                    "copy": x.copy.as_secs_f64(), "hnsw": x.hnsw.as_secs_f64(),
+                    "copy": x.copy.as_secs_f64(), "postings_keys": x.postings.as_secs_f64(),
+                    "postings": x.postings_count, "hnsw": x.hnsw.as_secs_f64(),
                     "gin": x.gin.as_secs_f64() })),
             })).collect::<Vec<_>>(),
             "quality": self.quality.iter().map(|s| json!({

@@ -1,7 +1,8 @@
 //! The large-corpus database for `search_documents` at 1M chunks: copies of the manual's real
-//! chunks (text, heading, context) with their real embeddings perturbed, so the vectors keep
-//! the manual's distribution without being duplicates. Loaded with `COPY` with the HNSW and GIN
-//! indexes dropped, which are then built once (timed); a rerun with the same size reuses it.
+//! chunks (text, heading, context) and pages' cards with their real embeddings perturbed, so
+//! the vectors keep the manual's distribution without being duplicates. Loaded with `COPY` with
+//! the search indexes and the BM25 postings' keys dropped, which are then built once (timed); a
+//! rerun with the same size reuses it.
 
 use std::time::{Duration, Instant};
 
@@ -29,12 +30,31 @@ pub struct Source {
     pub embedding: Vec<f32>,
 }
 
+/// A real page's card (migration 0019) to copy.
+pub struct Card {
+    pub text: String,
+    pub embedding: Vec<f32>,
+}
+
 /// What loading took; `None` when the database already held the requested size.
 pub struct Loaded {
+    /// COPY of the documents and chunks, the BM25 postings written by 0017's trigger included.
     pub copy: Duration,
     pub hnsw: Duration,
     pub gin: Duration,
+    /// The postings' primary key, foreign key and best-impact index, built after the COPY.
+    pub postings: Duration,
+    pub postings_count: i64,
 }
+
+/// The indexes the search reads, dropped for the load and rebuilt after it, exactly as the
+/// migrations made them (chunk_terms' primary key and foreign key are constraints, below).
+const INDEXES: [&str; 4] = [
+    "chunks_embedding_384_idx",
+    "chunks_tsv_idx",
+    "chunk_terms_best_idx",
+    "documents_card_384_idx",
+];
 
 /// The manual's chunks, from the manual database.
 pub async fn sources(manual: &Client) -> anyhow::Result<Vec<Source>> {
@@ -56,6 +76,25 @@ pub async fn sources(manual: &Client) -> anyhow::Result<Vec<Source>> {
         .collect())
 }
 
+/// The manual's pages' cards, from the manual database.
+pub async fn cards(manual: &Client) -> anyhow::Result<Vec<Card>> {
+    let rows = manual
+        .query(
+            "SELECT card, card_embedding::real[] FROM parley.documents
+             WHERE card IS NOT NULL AND card_embedding IS NOT NULL ORDER BY id",
+            &[],
+        )
+        .await
+        .context("reading the manual's cards")?;
+    Ok(rows
+        .iter()
+        .map(|r| Card {
+            text: r.get(0),
+            embedding: r.get(1),
+        })
+        .collect())
+}
+
 /// Makes the synthetic collection `chunks` chunks big (unless it already is), public, embedded
 /// by `model`. `maintenance_work_mem` is for the HNSW build: under the graph's size pgvector
 /// builds far slower.
@@ -64,6 +103,7 @@ pub async fn ensure(
     chunks: u64,
     model: &str,
     sources: &[Source],
+    cards: &[Card],
     maintenance_work_mem: &str,
 ) -> anyhow::Result<Option<Loaded>> {
     let have: i64 = db
@@ -77,16 +117,20 @@ pub async fn ensure(
     let indexed: i64 = db
         .query_one(
             "SELECT count(*) FROM pg_indexes WHERE schemaname = 'parley'
-             AND indexname IN ('chunks_embedding_384_idx', 'chunks_tsv_idx')",
-            &[],
+             AND (indexname = ANY ($1) OR indexname = 'chunk_terms_pkey')",
+            &[&&INDEXES[..]],
         )
         .await?
         .get(0);
-    if u64::try_from(have)? == chunks && indexed == 2 {
+    if u64::try_from(have)? == chunks && indexed == INDEXES.len() as i64 + 1 {
         eprintln!("synthetic: {chunks} chunks already loaded and indexed");
         return Ok(None);
     }
     anyhow::ensure!(!sources.is_empty(), "the manual has no chunks to copy");
+    anyhow::ensure!(
+        !cards.is_empty(),
+        "the manual's pages have no cards to copy"
+    );
     eprintln!(
         "synthetic: loading {chunks} chunks copied from {} real ones...",
         sources.len()
@@ -96,8 +140,8 @@ pub async fn ensure(
     let defs: Vec<(String, String)> = db
         .query(
             "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'parley'
-             AND indexname IN ('chunks_embedding_384_idx', 'chunks_tsv_idx') ORDER BY indexname",
-            &[],
+             AND indexname = ANY ($1) ORDER BY indexname",
+            &[&&INDEXES[..]],
         )
         .await?
         .iter()
@@ -110,6 +154,7 @@ pub async fn ensure(
             .with_context(|| format!("index {name} missing; drop the bench database and rerun"))
     };
     let (hnsw_def, gin_def) = (def("chunks_embedding_384_idx")?, def("chunks_tsv_idx")?);
+    let (best_def, cards_def) = (def("chunk_terms_best_idx")?, def("documents_card_384_idx")?);
 
     let tx = db.transaction().await?;
     tx.execute(
@@ -117,9 +162,17 @@ pub async fn ensure(
         &[&COLLECTION],
     )
     .await?;
-    tx.batch_execute(
-        "DROP INDEX parley.chunks_embedding_384_idx; DROP INDEX parley.chunks_tsv_idx",
-    )
+    // Without its keys, 0017's trigger writes the ~45 postings a chunk has in one pass at the end
+    // of the COPY instead of maintaining three B-trees and checking a foreign key per posting.
+    tx.batch_execute(&format!(
+        "DROP INDEX parley.chunks_embedding_384_idx, parley.chunks_tsv_idx,
+                    parley.chunk_terms_best_idx, parley.documents_card_384_idx;
+         ALTER TABLE parley.chunk_terms DROP CONSTRAINT chunk_terms_pkey,
+                                        DROP CONSTRAINT chunk_terms_chunk_id_fkey;
+         SET LOCAL work_mem = '256MB';
+         SET LOCAL maintenance_work_mem = '{}'",
+        maintenance_work_mem.replace('\'', "")
+    ))
     .await?;
     let collection: i64 = tx
         .query_one(
@@ -130,19 +183,36 @@ pub async fn ensure(
         .await?
         .get(0);
     let documents = chunks.div_ceil(CHUNKS_PER_DOCUMENT);
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+
+    let started = Instant::now();
+    // One COPY, so the identity gives the documents consecutive ids from the first.
+    let sink = tx
+        .copy_in(
+            "COPY parley.documents (collection_id, uri, title, content_hash, card, card_embedding) \
+             FROM STDIN",
+        )
+        .await?;
+    futures_util::pin_mut!(sink);
+    let mut buf = String::with_capacity(1 << 20);
+    for g in 1..=documents {
+        let card = &cards[usize::try_from(g)? % cards.len()];
+        document_row(&mut buf, collection, g, card, &mut rng);
+        if buf.len() > (1 << 20) - 16_384 {
+            sink.send(Bytes::from(std::mem::take(&mut buf))).await?;
+            buf.reserve(1 << 20);
+        }
+    }
+    sink.send(Bytes::from(std::mem::take(&mut buf))).await?;
+    sink.finish().await?;
     let first_document: i64 = tx
         .query_one(
-            "WITH d AS (
-               INSERT INTO parley.documents (collection_id, uri, title, content_hash)
-               SELECT $1, 'synthetic/' || g || '.html', 'Synthetic page ' || g, md5(g::text)
-               FROM generate_series(1, $2::bigint) g RETURNING id)
-             SELECT min(id) FROM d",
-            &[&collection, &i64::try_from(documents)?],
+            "SELECT min(id) FROM parley.documents WHERE collection_id = $1",
+            &[&collection],
         )
         .await?
         .get(0);
 
-    let started = Instant::now();
     let sink = tx
         .copy_in(
             "COPY parley.chunks (document_id, collection_id, section, position, heading, text, \
@@ -150,8 +220,7 @@ pub async fn ensure(
         )
         .await?;
     futures_util::pin_mut!(sink);
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let mut buf = String::with_capacity(1 << 20);
+    buf.reserve(1 << 20);
     for i in 0..chunks {
         let s = &sources[usize::try_from(i)? % sources.len()];
         let document = first_document + i64::try_from(i / CHUNKS_PER_DOCUMENT)?;
@@ -168,17 +237,33 @@ pub async fn ensure(
     if !buf.is_empty() {
         sink.send(Bytes::from(buf)).await?;
     }
+    eprintln!("synthetic: {chunks} chunks sent; the BM25 trigger writes their postings...");
     sink.finish().await?;
     let copy = started.elapsed();
-
+    let postings_count: i64 = tx
+        .query_one("SELECT count(*) FROM parley.chunk_terms", &[])
+        .await?
+        .get(0);
+    eprintln!(
+        "synthetic: documents, chunks and {postings_count} postings in {:.0} s; their keys...",
+        copy.as_secs_f64()
+    );
+    let started = Instant::now();
     tx.batch_execute(&format!(
-        "SET LOCAL maintenance_work_mem = '{}'",
-        maintenance_work_mem.replace('\'', "")
+        "ALTER TABLE parley.chunk_terms ADD CONSTRAINT chunk_terms_pkey PRIMARY KEY (chunk_id, term),
+           ADD CONSTRAINT chunk_terms_chunk_id_fkey FOREIGN KEY (chunk_id)
+               REFERENCES parley.chunks (id) ON DELETE CASCADE;
+         {best_def}"
     ))
     .await?;
-    eprintln!("synthetic: building the HNSW index...");
+    let postings = started.elapsed();
+    eprintln!(
+        "synthetic: postings' keys in {:.0} s; building the HNSW indexes...",
+        postings.as_secs_f64()
+    );
     let started = Instant::now();
     tx.batch_execute(&hnsw_def).await?;
+    tx.batch_execute(&cards_def).await?;
     let hnsw = started.elapsed();
     eprintln!(
         "synthetic: HNSW built in {:.0} s; building the GIN index...",
@@ -188,19 +273,39 @@ pub async fn ensure(
     tx.batch_execute(&gin_def).await?;
     let gin = started.elapsed();
     tx.commit().await?;
-    db.batch_execute("ANALYZE parley.chunks, parley.documents")
-        .await?;
-    Ok(Some(Loaded { copy, hnsw, gin }))
+    // As autovacuum leaves a table at rest: statistics for the planner and the visibility map
+    // that lets the postings be read from their index alone.
+    db.batch_execute(
+        "VACUUM (ANALYZE) parley.chunks, parley.documents, parley.chunk_terms, \
+         parley.collection_terms",
+    )
+    .await?;
+    Ok(Some(Loaded {
+        copy,
+        hnsw,
+        gin,
+        postings,
+        postings_count,
+    }))
 }
 
-/// One COPY text row: the source's text with a perturbed, re-normalised embedding.
-fn row(buf: &mut String, document: i64, collection: i64, position: u64, s: &Source, rng: &mut Rng) {
+/// One COPY text row of a document whose card is `card`'s, its embedding perturbed.
+fn document_row(buf: &mut String, collection: i64, g: u64, card: &Card, rng: &mut Rng) {
     use std::fmt::Write as _;
-    let mut v: Vec<f32> = s
-        .embedding
-        .iter()
-        .map(|x| x + NOISE * rng.normal())
-        .collect();
+    let _ = write!(
+        buf,
+        "{collection}\tsynthetic/{g}.html\tSynthetic page {g}\t{g:032x}\t"
+    );
+    card.text.chars().for_each(|c| escape(buf, c));
+    buf.push('\t');
+    vector(buf, &card.embedding, rng);
+    buf.push('\n');
+}
+
+/// `embedding` with noise added and re-normalised, as a pgvector literal.
+fn vector(buf: &mut String, embedding: &[f32], rng: &mut Rng) {
+    use std::fmt::Write as _;
+    let mut v: Vec<f32> = embedding.iter().map(|x| x + NOISE * rng.normal()).collect();
     let norm = v
         .iter()
         .map(|x| x * x)
@@ -208,6 +313,19 @@ fn row(buf: &mut String, document: i64, collection: i64, position: u64, s: &Sour
         .sqrt()
         .max(f32::EPSILON);
     v.iter_mut().for_each(|x| *x /= norm);
+    buf.push('[');
+    for (i, x) in v.iter().enumerate() {
+        if i > 0 {
+            buf.push(',');
+        }
+        let _ = write!(buf, "{x}");
+    }
+    buf.push(']');
+}
+
+/// One COPY text row: the source's text with a perturbed, re-normalised embedding.
+fn row(buf: &mut String, document: i64, collection: i64, position: u64, s: &Source, rng: &mut Rng) {
+    use std::fmt::Write as _;
     let _ = write!(buf, "{document}\t{collection}\t0\t{position}\t{{");
     for (i, h) in s.heading.iter().enumerate() {
         if i > 0 {
@@ -230,14 +348,9 @@ fn row(buf: &mut String, document: i64, collection: i64, position: u64, s: &Sour
     s.text.chars().for_each(|c| escape(buf, c));
     buf.push('\t');
     s.context.chars().for_each(|c| escape(buf, c));
-    buf.push_str("\t[");
-    for (i, x) in v.iter().enumerate() {
-        if i > 0 {
-            buf.push(',');
-        }
-        let _ = write!(buf, "{x}");
-    }
-    buf.push_str("]\n");
+    buf.push('\t');
+    vector(buf, &s.embedding, rng);
+    buf.push('\n');
 }
 
 /// `c` as COPY's text format needs it.

@@ -1,7 +1,8 @@
 //! The retrieval baselines, derived from the search tool's own SQL so they cannot drift from
 //! it: the tool's hybrid query with all but one of its branches emptied. The vector branch is
-//! the top-level CTE named `vector`, the lexical (BM25) branch the one named `words`, and the
-//! pages (document cards) branch, when the tool has one, `pages`; emptying the others leaves
+//! the top-level CTE named `vector`, the lexical (BM25) branch the one named `words`, and, when
+//! the tool has them, the pages by card (`pages`) and the pages by BM25 (`page_words`) branches;
+//! emptying the others leaves
 //! the tool's fusion, relevance threshold, caller filter and output exactly as shipped, fed by
 //! the one branch alone.
 
@@ -28,6 +29,7 @@ pub enum Branch {
     Vector,
     FullText,
     Pages,
+    PageWords,
 }
 
 impl Branch {
@@ -36,6 +38,7 @@ impl Branch {
             Branch::Vector => "vector only",
             Branch::FullText => "words only (BM25)",
             Branch::Pages => "pages only (cards)",
+            Branch::PageWords => "pages by words only (BM25)",
         }
     }
 
@@ -44,11 +47,13 @@ impl Branch {
             Branch::Vector => "vector",
             Branch::FullText => "words",
             Branch::Pages => "pages",
+            Branch::PageWords => "page_words",
         }
     }
 }
 
-/// The branches `sql` has: `vector` and `words` always (else an error), `pages` when present.
+/// The branches `sql` has: `vector` and `words` always (else an error), `pages` and `page_words`
+/// when present.
 pub fn present(sql: &str) -> Result<Vec<Branch>, BranchError> {
     let ctes = ctes(sql)?;
     let has = |b: Branch| ctes.iter().any(|c| c.name == b.cte());
@@ -57,10 +62,15 @@ pub fn present(sql: &str) -> Result<Vec<Branch>, BranchError> {
             ctes.iter().map(|c| c.name.clone()).collect(),
         ));
     }
-    Ok([Branch::Vector, Branch::FullText, Branch::Pages]
-        .into_iter()
-        .filter(|b| has(*b))
-        .collect())
+    Ok([
+        Branch::Vector,
+        Branch::FullText,
+        Branch::Pages,
+        Branch::PageWords,
+    ]
+    .into_iter()
+    .filter(|b| has(*b))
+    .collect())
 }
 
 /// A top-level CTE: its name and the byte range of its body (inside the parentheses).
@@ -299,7 +309,7 @@ GROUP BY id ORDER BY score DESC";
     }
 
     #[test]
-    fn the_shipped_search_documents_has_all_three_branches() {
+    fn the_shipped_search_documents_has_all_four_branches() {
         let catalog = parley_mcp::catalog::Catalog::load(
             &[parley_domain_documents::tools_path()],
             parley_mcp::output::Limits::default(),
@@ -309,18 +319,34 @@ GROUP BY id ORDER BY score DESC";
         let (_, inner, _) = unwrap(&spec.wrapped_sql).unwrap();
         assert_eq!(
             present(inner).unwrap(),
-            [Branch::Vector, Branch::FullText, Branch::Pages]
+            [
+                Branch::Vector,
+                Branch::FullText,
+                Branch::Pages,
+                Branch::PageWords
+            ]
         );
         let vector = only(inner, Branch::Vector).unwrap();
         let text = only(inner, Branch::FullText).unwrap();
         let pages = only(inner, Branch::Pages).unwrap();
+        let page_words = only(inner, Branch::PageWords).unwrap();
         assert_ne!(vector, text);
-        // Each keeps its own branch whole and empties the other two.
-        assert!(vector.contains("FROM parley.chunks c\n    WHERE vector_dims"));
-        assert!(text.contains("FROM parley.chunk_terms b"));
-        assert!(pages.contains("FROM parley.documents d\n    WHERE vector_dims(d.card_embedding)"));
-        for sql in [&vector, &text, &pages] {
-            assert_eq!(sql.matches("WHERE false").count(), 2);
+        // Each keeps its own branch whole and empties the other three.
+        let kept = |sql: &str, b: Branch| {
+            let cte = ctes(sql).unwrap().into_iter().find(|c| c.name == b.cte());
+            !sql[cte.unwrap().body].ends_with("WHERE false")
+        };
+        assert!(
+            kept(&vector, Branch::Vector)
+                && vector.contains("FROM parley.chunks c\n    WHERE vector_dims")
+        );
+        assert!(kept(&text, Branch::FullText));
+        assert!(
+            kept(&pages, Branch::Pages) && pages.contains("WHERE vector_dims(d.card_embedding)")
+        );
+        assert!(kept(&page_words, Branch::PageWords));
+        for sql in [&vector, &text, &pages, &page_words] {
+            assert_eq!(sql.matches("WHERE false").count(), 3);
         }
     }
 
