@@ -194,25 +194,6 @@ async fn write_queued(mut queue: mpsc::Receiver<Record>, pool: Pool) {
 
 async fn write(pool: &Pool, batch: &[Record]) -> Result<(), parley_core::db::DbError> {
     let client = pool.get().await?;
-    let statement = client
-        .prepare_typed_cached(
-            INSERT,
-            &[
-                Type::TIMESTAMPTZ_ARRAY,
-                Type::TEXT_ARRAY,
-                Type::TEXT_ARRAY,
-                Type::TEXT_ARRAY,
-                Type::JSONB_ARRAY,
-                Type::TEXT_ARRAY,
-                Type::INT4_ARRAY,
-                Type::BOOL_ARRAY,
-                Type::FLOAT8_ARRAY,
-                Type::TEXT_ARRAY,
-                Type::TEXT_ARRAY,
-                Type::JSONB_ARRAY,
-            ],
-        )
-        .await?;
     let at: Vec<_> = batch.iter().map(|r| r.at).collect();
     let request_id: Vec<_> = batch.iter().map(|r| r.request_id.as_str()).collect();
     let caller: Vec<_> = batch.iter().map(|r| r.caller.as_str()).collect();
@@ -231,23 +212,24 @@ async fn write(pool: &Pool, batch: &[Record]) -> Result<(), parley_core::db::DbE
     // One round trip. The mcp login may default to read-only transactions; the audit's are
     // the only writes it makes as itself. Not waiting for the flush is what keeps a read's
     // audit from costing it a WAL fsync; a crash can lose the last few hundred ms of records.
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 12] = [
-        &at,
-        &request_id,
-        &caller,
-        &tool,
-        &arguments,
-        &statements,
-        &rows,
-        &truncated,
-        &duration,
-        &outcome,
-        &error,
-        &approval,
+    // Unnamed, as every statement of this function: nothing stays on the connection.
+    let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 12] = [
+        (&at, Type::TIMESTAMPTZ_ARRAY),
+        (&request_id, Type::TEXT_ARRAY),
+        (&caller, Type::TEXT_ARRAY),
+        (&tool, Type::TEXT_ARRAY),
+        (&arguments, Type::JSONB_ARRAY),
+        (&statements, Type::TEXT_ARRAY),
+        (&rows, Type::INT4_ARRAY),
+        (&truncated, Type::BOOL_ARRAY),
+        (&duration, Type::FLOAT8_ARRAY),
+        (&outcome, Type::TEXT_ARRAY),
+        (&error, Type::TEXT_ARRAY),
+        (&approval, Type::JSONB_ARRAY),
     ];
     let (begun, inserted, committed) = tokio::join!(
         client.batch_execute("BEGIN READ WRITE; SET LOCAL synchronous_commit = off"),
-        client.execute(&statement, &params),
+        client.execute_typed(INSERT, &params),
         client.batch_execute("COMMIT"),
     );
     begun?;
@@ -292,7 +274,7 @@ pub async fn check(config: AuditConfig, pool: &Pool) -> Result<(), AuditUnwritab
         return Ok(());
     };
     let row = client
-        .query_one(
+        .query_typed_one(
             "SELECT to_regclass('parley.audit') IS NOT NULL \
                     AND has_table_privilege('parley.audit', 'INSERT'), \
                     EXISTS (SELECT FROM pg_catalog.pg_attribute \

@@ -63,6 +63,9 @@ pub struct McpConfig {
     pub sql_db: Option<DbConfig>,
     /// `AUDIT`, `AUDIT_QUEUE`
     pub audit: crate::audit::AuditConfig,
+    /// `MCP_STATEMENTS`: `unnamed` (default; safe behind a pooler) or `cached` (direct
+    /// connections only).
+    pub statements: parley_core::db::Statements,
 }
 
 impl McpConfig {
@@ -126,6 +129,15 @@ impl McpConfig {
             rerank: crate::rerank::RerankSettings::from_env(env)?,
             sql_db: sql_db(env)?,
             audit: crate::audit::AuditConfig::from_env(env)?,
+            statements: match env.get("MCP_STATEMENTS") {
+                None => parley_core::db::Statements::default(),
+                Some(v) => parley_core::db::Statements::parse(v.trim()).ok_or_else(|| {
+                    ConfigError::new(
+                        "MCP_STATEMENTS",
+                        format!("must be unnamed or cached, not {v:?}"),
+                    )
+                })?,
+            },
         })
     }
 }
@@ -295,6 +307,18 @@ mod tests {
     fn a_bad_embeddings_setting_stops_start_up_naming_the_variable() {
         let e = McpConfig::from_env(&env(&[("EMBEDDINGS", "magic")])).unwrap_err();
         assert_eq!(e.var, "EMBEDDINGS");
+    }
+
+    #[test]
+    fn statements_are_unnamed_unless_cached_is_asked_for() {
+        use parley_core::db::Statements;
+        let c = McpConfig::from_env(&env(&[])).unwrap();
+        assert_eq!(c.statements, Statements::Unnamed);
+        let c = McpConfig::from_env(&env(&[("MCP_STATEMENTS", "cached")])).unwrap();
+        assert_eq!(c.statements, Statements::Cached);
+        let e = McpConfig::from_env(&env(&[("MCP_STATEMENTS", "named")])).unwrap_err();
+        assert_eq!(e.var, "MCP_STATEMENTS");
+        assert!(e.to_string().contains("unnamed or cached"), "{e}");
     }
 
     #[test]

@@ -167,6 +167,7 @@ async fn router(
         tracing::warn!("RERANK is set but no tool declares `rerank`: nothing is reranked");
     }
     let handler = server::ParleyMcp::new(catalog, pool.clone(), embedder)
+        .with_statements(config.statements)
         .with_reranker(reranker)
         .with_sql(sql)
         .with_audit(audit)

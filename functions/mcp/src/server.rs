@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use deadpool_postgres::Pool;
 use indexmap::IndexMap;
+use parley_core::db::Statements;
 use parley_core::jwt::VerifiedClaims;
 use parley_core::metrics::{Document, Metrics};
 use parley_embed::Embedder;
@@ -54,6 +55,8 @@ and quote values exactly as returned.";
 pub struct ParleyMcp {
     catalog: Arc<Catalog>,
     pool: Pool,
+    /// `MCP_STATEMENTS`: unnamed (the default) or cached per connection.
+    statements: Statements,
     /// Loaded at start-up only when some tool embeds text (see `tools::embedding`).
     embedder: Option<Embedder>,
     /// `RERANK`: reorders the rows of the tools that declare `rerank` (see `crate::rerank`).
@@ -76,6 +79,7 @@ impl ParleyMcp {
         Self {
             catalog,
             pool,
+            statements: Statements::default(),
             embedder,
             reranker: None,
             sql: None,
@@ -84,6 +88,12 @@ impl ParleyMcp {
             instructions: instructions.into(),
             listed,
         }
+    }
+
+    /// Sends the tools' statements as `statements` says.
+    pub fn with_statements(mut self, statements: Statements) -> Self {
+        self.statements = statements;
+        self
     }
 
     /// Reranks the rows of the tools that declare `rerank`.
@@ -473,9 +483,15 @@ impl ParleyMcp {
         let key = IdempotencyKey::from_meta(meta)?;
         tools::embedding::bind(&tool.params, &mut args, self.embedder.as_ref()).await?;
         let (Some(declared), Some(reranker)) = (&tool.rerank, &self.reranker) else {
-            return Ok(
-                tools::exec::run(&self.pool, tool, &args, user, key.as_ref(), marker).await?,
-            );
+            return Ok(tools::exec::run(
+                (&self.pool, self.statements),
+                tool,
+                &args,
+                user,
+                key.as_ref(),
+                marker,
+            )
+            .await?);
         };
         // Fetched `depth` deep with room for as many bytes per row as the tool allows, then
         // reordered and cut to what the caller asked for.
@@ -492,8 +508,16 @@ impl ParleyMcp {
             args[i] = SqlValue::Int(i64::try_from(depth).unwrap_or(i64::MAX));
         }
         let caps = (depth, max_bytes);
-        let fetched =
-            tools::exec::run_capped(&self.pool, tool, &args, user, None, marker, caps).await?;
+        let fetched = tools::exec::run_capped(
+            (&self.pool, self.statements),
+            tool,
+            &args,
+            user,
+            None,
+            marker,
+            caps,
+        )
+        .await?;
         Ok(reranker
             .reorder(
                 &tool.name,

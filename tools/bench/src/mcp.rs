@@ -650,8 +650,8 @@ impl Driver for Paths<'_> {
     }
 }
 
-/// The same statement and values straight on a pooled connection: checkout, cached prepare,
-/// query, and reading every row's JSON text, as the server does before rendering.
+/// The same statement and values straight on a pooled connection: checkout, the unnamed
+/// statement, and reading every row's JSON text, as the server does before rendering.
 struct Floor<'a> {
     pool: &'a Pool,
     spec: &'a ToolSpec,
@@ -671,25 +671,16 @@ impl Driver for Floor<'_> {
         let tool_name = self.spec.name.as_str();
         let started = Instant::now();
         let client = self.pool.get().await?;
-        let statement = match (&key, &self.spec.keyed_sql) {
-            (Some(_), Some(keyed)) => {
-                client
-                    .prepare_typed_cached(keyed, &exec::keyed_types(self.spec))
-                    .await?
-            }
-            _ => {
-                client
-                    .prepare_typed_cached(&self.spec.wrapped_sql, &self.spec.placeholder_types)
-                    .await?
-            }
+        // Unnamed statements, as `tools::exec` sends them (nothing kept on the connection).
+        let (sql, types) = match (&key, &self.spec.keyed_sql) {
+            (Some(_), Some(keyed)) => (keyed.as_str(), exec::keyed_types(self.spec)),
+            _ => (
+                self.spec.wrapped_sql.as_str(),
+                self.spec.placeholder_types.clone(),
+            ),
         };
-        let set_caller = match (self.as_caller, &call.claims_json) {
-            (true, Some(claims)) => Some((
-                client
-                    .prepare_typed_cached(SET_CALLER, &[Type::TEXT])
-                    .await?,
-                claims,
-            )),
+        let claims = match (self.as_caller, &call.claims_json) {
+            (true, Some(claims)) => Some(claims),
             _ => None,
         };
         let mut params: Vec<&(dyn ToSql + Sync)> = self
@@ -703,29 +694,31 @@ impl Driver for Floor<'_> {
             params.push(&tool_name);
             params.push(key);
         }
+        let typed: Vec<(&(dyn ToSql + Sync), Type)> = params.into_iter().zip(types).collect();
         let rows = match &self.begin {
-            None => client.query(&statement, &params).await?,
+            None => client.query_typed(sql, &typed).await?,
             Some(begin) => {
                 let identify = async {
-                    match &set_caller {
-                        Some((statement, claims)) => {
-                            client.execute(statement, &[claims]).await.map(drop)
-                        }
+                    match claims {
+                        Some(claims) => client
+                            .execute_typed(SET_CALLER, &[(claims, Type::TEXT)])
+                            .await
+                            .map(drop),
                         None => Ok(()),
                     }
                 };
-                let (begun, identified, rows, committed, reset) = tokio::join!(
+                let (begun, identified, rows, reset, committed) = tokio::join!(
                     client.batch_execute(begin),
                     identify,
-                    client.query(&statement, &params),
-                    client.batch_execute("COMMIT"),
+                    client.query_typed(sql, &typed),
                     client.batch_execute(exec::RESET_SESSION),
+                    client.batch_execute("COMMIT"),
                 );
                 begun?;
                 identified?;
                 let rows = rows?;
-                committed?;
                 reset?;
+                committed?;
                 rows
             }
         };

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 /// initdb and postgres refuse to run as root; `scripts/pg` uses the same system user.
-const PG_USER: &str = "parley-pg";
+pub(crate) const PG_USER: &str = "parley-pg";
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 const PORT_ATTEMPTS: usize = 5;
 
@@ -317,12 +317,12 @@ fn current_uid() -> u32 {
         .expect("reading /proc/self (TestCluster needs Linux)")
 }
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     current_uid() == 0
 }
 
 /// Same user as `scripts/pg start` creates; tolerant of parallel tests creating it too.
-fn ensure_pg_user() {
+pub(crate) fn ensure_pg_user() {
     let exists = || {
         Command::new("id")
             .args(["-u", PG_USER])
@@ -366,7 +366,7 @@ fn has_c_utf8_locale() -> bool {
         .unwrap_or(false)
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

@@ -2,7 +2,8 @@
 //! server at `DATABASE_URL` ([`TestDb`]), private throwaway Postgres servers for tests that stop
 //! and restart the database or check passwords ([`TestCluster`]), a local AWS Secrets
 //! Manager ([`Moto`]), the one TCP proxy, which severs connections or loses an answer
-//! ([`TcpProxy`]), the one scripted LLM ([`llm`], also the `parley-llm-stub` binary the
+//! ([`TcpProxy`]), PgBouncer in transaction mode in front of the test server ([`PgBouncer`]),
+//! the one scripted LLM ([`llm`], also the `parley-llm-stub` binary the
 //! Python and shell runners start), test-only JWT signing keys ([`keys`]) and the demo
 //! domains' tools files ([`domains`]). Run the tests with `scripts/test`.
 
@@ -13,6 +14,7 @@ pub mod embeddings;
 pub mod keys;
 pub mod llm;
 mod moto;
+mod pooler;
 mod proxy;
 /// Bare HTTP/1.1 connections, for what client libraries hide.
 pub mod raw_http;
@@ -21,4 +23,5 @@ pub use cluster::{TestCluster, bin_dir as pg_bin_dir};
 pub use db::{READONLY_USER, SQL_READER_USER, TestDb, connect};
 pub use embeddings::model_dir;
 pub use moto::{MOTO_REGION, Moto, MotoBucket};
+pub use pooler::PgBouncer;
 pub use proxy::TcpProxy;

@@ -165,6 +165,32 @@ pub fn log_stale_retry(error: &dyn fmt::Display) {
     tracing::warn!(error = %error, "stale database connection; retrying once");
 }
 
+/// How a function's statements reach Postgres (the mcp function's `MCP_STATEMENTS`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Statements {
+    /// Parsed, bound and run in one message each, nothing kept on the connection: safe behind
+    /// a transaction-mode pooler (RDS Proxy multiplexes; PgBouncer does not break). Postgres
+    /// plans every call.
+    #[default]
+    Unnamed,
+    /// Prepared once per connection and kept: Postgres may reuse a generic plan, which saves
+    /// planning on a lookup. Only for direct connections: a pooler in transaction mode hands
+    /// the server connection to other clients, which then meet these statements (PgBouncer
+    /// before 1.21 fails with "prepared statement does not exist"; RDS Proxy pins every
+    /// connection, so it multiplexes nothing).
+    Cached,
+}
+
+impl Statements {
+    pub fn parse(value: &str) -> Option<Statements> {
+        match value {
+            "unnamed" => Some(Statements::Unnamed),
+            "cached" => Some(Statements::Cached),
+            _ => None,
+        }
+    }
+}
+
 /// Settings for the pool; see docs/settings.md. The URL shows in `Debug` as
 /// `SecretString`'s own redaction.
 #[derive(Debug, Clone)]

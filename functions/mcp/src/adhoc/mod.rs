@@ -87,7 +87,14 @@ impl SqlTools {
                 return None;
             }
         };
-        match role::check(&client, &self.spec.schemas).await {
+        // In a transaction, rolled back: each statement is prepared, run and closed inside it,
+        // so nothing named outlives it on a server connection a pooler hands on.
+        let checked = match client.batch_execute("BEGIN READ ONLY").await {
+            Ok(()) => role::check(&client, &self.spec.schemas).await,
+            Err(e) => Err(e),
+        };
+        let _ = client.batch_execute("ROLLBACK").await;
+        match checked {
             Ok(verdict) => {
                 let _ = self
                     .verdict

@@ -183,6 +183,10 @@ impl Catalog {
     /// Prepares every declared statement, so a tool that does not fit the schema fails the
     /// deploy rather than the first model that calls it. `Ok(false)` when the database could
     /// not be reached: start anyway and recover once it is back.
+    ///
+    /// In one transaction, rolled back: each statement is prepared and closed inside it (a
+    /// statement closes when dropped, before the next message), so nothing named outlives it
+    /// on a server connection a pooler hands on.
     pub async fn check_against(&self, pool: &Pool) -> Result<bool, CatalogError> {
         let client = match pool.get().await {
             Ok(c) => c,
@@ -191,17 +195,27 @@ impl Catalog {
                 return Ok(false);
             }
         };
+        if let Err(e) = client.batch_execute("BEGIN READ ONLY").await {
+            tracing::warn!(error = %parley_core::db::pg_message(&e), "database connection lost while checking tools");
+            return Ok(false);
+        }
+        let checked = self.check_each(&client).await;
+        let _ = client.batch_execute("ROLLBACK").await;
+        checked
+    }
+
+    async fn check_each(&self, client: &deadpool_postgres::Object) -> Result<bool, CatalogError> {
         for tool in &self.specs {
             let mut statements = vec![(tool.wrapped_sql.as_str(), tool.placeholder_types.clone())];
             if let Some(keyed) = &tool.keyed_sql {
                 statements.push((keyed.as_str(), tools::exec::keyed_types(tool)));
             }
             for (sql, types) in statements {
-                if !check_statement(&client, tool, sql, &types).await? {
+                if !check_statement(client, tool, sql, &types).await? {
                     return Ok(false);
                 }
             }
-            if !check_settings(&client, tool).await? || !check_columns(&client, tool).await? {
+            if !check_settings(client, tool).await? || !check_columns(client, tool).await? {
                 return Ok(false);
             }
         }
@@ -229,7 +243,7 @@ async fn check_statement(
     sql: &str,
     types: &[tokio_postgres::types::Type],
 ) -> Result<bool, CatalogError> {
-    match client.prepare_typed_cached(sql, types).await {
+    match client.prepare_typed(sql, types).await {
         Ok(_) => Ok(true),
         Err(e) if parley_core::db::is_connection_error(&e) => {
             tracing::warn!(error = %parley_core::db::pg_message(&e), "database connection lost while checking tools");
@@ -242,7 +256,7 @@ async fn check_statement(
     }
 }
 
-/// Applies the tool's `[tool.settings]` in a transaction rolled back at once, so an unknown
+/// Applies the tool's `[tool.settings]` in a savepoint rolled back at once, so an unknown
 /// setting or a value it does not take stops start-up, not the first call.
 async fn check_settings(
     client: &deadpool_postgres::Object,
@@ -253,7 +267,9 @@ async fn check_settings(
     }
     let sets = tool.settings.join("; ");
     let outcome = client
-        .batch_execute(&format!("BEGIN READ ONLY; {sets}; ROLLBACK"))
+        .batch_execute(&format!(
+            "SAVEPOINT settings; {sets}; ROLLBACK TO SAVEPOINT settings"
+        ))
         .await;
     match outcome {
         Ok(()) => Ok(true),
@@ -262,8 +278,7 @@ async fn check_settings(
             Ok(false)
         }
         Err(e) => {
-            // The failed SET left the transaction open and aborted.
-            let _ = client.batch_execute("ROLLBACK").await;
+            // The failed SET left the transaction aborted; check_against rolls it back.
             Err(CatalogError::Schema {
                 tool: tool.name.clone(),
                 message: format!("[tool.settings]: {}", parley_core::db::pg_message(&e)),

@@ -2,7 +2,11 @@
 //!
 //! A call is one pipelined transaction (no extra round trips): `BEGIN READ ONLY` (or `READ
 //! WRITE` for a declared write) with a local statement timeout and the tool's role, the
-//! caller's verified claims in `parley.caller` (for a user), the statement, `COMMIT`. A write
+//! caller's verified claims in `parley.caller` (for a user), the statement, the reset of what
+//! it could leave on the session, `COMMIT`. Statements are unnamed (parsed, bound and run in
+//! one message each, nothing kept on the connection), so the connection is the same after a
+//! call as before it and a transaction-mode pooler (PgBouncer, RDS Proxy) can hand the server
+//! connection to anyone once the call commits. A write
 //! called with an idempotency key records its rows in the same statement; the same key again
 //! fails on `idempotency_pkey`, writes nothing and gets the recorded rows back. Postgres
 //! renders every row (`row_to_json`), so numeric, timestamp and uuid values arrive exactly as
@@ -10,8 +14,8 @@
 
 use deadpool_postgres::{Object, Pool};
 use futures_util::TryStreamExt;
-use parley_core::db::DbError;
 use parley_core::db::retry_once_if_stale;
+use parley_core::db::{DbError, Statements};
 use parley_core::jwt::VerifiedClaims;
 use parley_wire::IdempotencyKey;
 use tokio_postgres::error::SqlState;
@@ -105,13 +109,14 @@ struct Call<'a> {
     row_limit: u64,
     max_bytes: u64,
     marker: Marker<'a>,
+    statements: Statements,
 }
 
 /// Runs `tool` with checked `args` (in the order of `tool.params`) for `user` (`None`: the
 /// service), recording a write under `key` when one is given. `marker` names the call to a
 /// DBA (see [`Call`]).
 pub async fn run(
-    pool: &Pool,
+    (pool, statements): (&Pool, Statements),
     tool: &ToolSpec,
     args: &[SqlValue],
     user: Option<&VerifiedClaims>,
@@ -119,7 +124,7 @@ pub async fn run(
     marker: Marker<'_>,
 ) -> Result<ToolOutput, ExecError> {
     let caps = (row_limit(tool, args), tool.max_bytes);
-    run_capped(pool, tool, args, user, key, marker, caps).await
+    run_capped((pool, statements), tool, args, user, key, marker, caps).await
 }
 
 /// The rows a call asked for: its limit argument, within the tool's `max_rows`.
@@ -132,7 +137,7 @@ pub fn row_limit(tool: &ToolSpec, args: &[SqlValue]) -> u64 {
 /// [`run`] with other caps than the call's own, `(rows, bytes)`: a reranked call fetches
 /// deeper than it returns (`crate::rerank`).
 pub async fn run_capped(
-    pool: &Pool,
+    (pool, statements): (&Pool, Statements),
     tool: &ToolSpec,
     args: &[SqlValue],
     user: Option<&VerifiedClaims>,
@@ -149,6 +154,7 @@ pub async fn run_capped(
         row_limit,
         max_bytes,
         marker,
+        statements,
     };
 
     // A connection that died while this instance was frozen fails the first attempt; the
@@ -213,9 +219,15 @@ fn key_was_used(e: &DbError) -> bool {
     }
 }
 
-/// What a tool's statement can change on its session and take past COMMIT. `DISCARD ALL` would
-/// also drop the prepared statements that keep the plan cache, so it is not used.
+/// What a tool's statement can change on its session and take past COMMIT (`set_config(..,
+/// false)`, a session advisory lock), undone inside the call's transaction, so nothing of it
+/// reaches the server connection a pooler hands on at COMMIT. (`DISCARD ALL` cannot run in a
+/// transaction.)
 pub const RESET_SESSION: &str = "RESET ALL; SELECT pg_advisory_unlock_all()";
+
+/// After a failed call: a session advisory lock taken before the failure survives the
+/// rollback (settings do not), so it is released on the connection that took it.
+const UNLOCK_AFTER_FAILURE: &str = "SELECT pg_advisory_unlock_all()";
 
 /// The statements that open a call's transaction (the bench's floor sends the same).
 pub fn begin_sql(tool: &ToolSpec) -> String {
@@ -270,19 +282,11 @@ async fn query(
     args: &[SqlValue],
     call: &Call<'_>,
 ) -> Result<ToolOutput, tokio_postgres::Error> {
-    let statement = match (call.key, &tool.keyed_sql) {
-        (Some(_), Some(keyed)) => {
-            client
-                .prepare_typed_cached(keyed, &keyed_types(tool))
-                .await?
-        }
-        _ => {
-            client
-                .prepare_typed_cached(&tool.wrapped_sql, &tool.placeholder_types)
-                .await?
-        }
+    let keyed = call.key.is_some() && tool.keyed_sql.is_some();
+    let (sql, types) = match &tool.keyed_sql {
+        Some(keyed_sql) if keyed => (keyed_sql.as_str(), keyed_types(tool)),
+        _ => (tool.wrapped_sql.as_str(), tool.placeholder_types.clone()),
     };
-    let set_caller = prepare_set_caller(client, call).await?;
     let mut params: Vec<&(dyn ToSql + Sync)> = tool
         .placeholder_params
         .iter()
@@ -298,7 +302,17 @@ async fn query(
     // Rows are rendered as they stream in and the rest are let go once a cap is reached, so a
     // tool with large rows holds about `max_bytes`, not `max_rows + 1` rows.
     let rows = async {
-        let stream = client.query_raw(&statement, params).await?;
+        let stream = match call.statements {
+            Statements::Unnamed => {
+                client
+                    .query_typed_raw(sql, params.into_iter().zip(types))
+                    .await?
+            }
+            Statements::Cached => {
+                let statement = client.prepare_typed_cached(sql, &types).await?;
+                client.query_raw(&statement, params).await?
+            }
+        };
         let mut stream = std::pin::pin!(stream);
         let mut out = Render::new(call.row_limit, call.max_bytes);
         while let Some(row) = stream.try_next().await? {
@@ -309,7 +323,7 @@ async fn query(
         Ok::<_, tokio_postgres::Error>(out.finish())
     };
     let begin = begin_with(tool, tool.writes, Some(call.marker));
-    transaction(client, &begin, set_caller, call, rows).await
+    transaction(client, &begin, call, rows).await
 }
 
 /// The rows a keyed write recorded, rendered with the same caps as the first time; `None`
@@ -319,14 +333,14 @@ async fn replay(
     tool: &ToolSpec,
     call: &Call<'_>,
 ) -> Result<Option<ToolOutput>, tokio_postgres::Error> {
-    let statement = client
-        .prepare_typed_cached(RECORDED_ROWS, &[Type::TEXT, Type::TEXT])
-        .await?;
-    let set_caller = prepare_set_caller(client, call).await?;
     let key = call.key.map_or("", IdempotencyKey::as_str);
+    let tool_name = tool.name.as_str();
     let read = async {
         let row = client
-            .query_opt(&statement, &[&tool.name.as_str(), &key])
+            .query_typed_opt(
+                RECORDED_ROWS,
+                &[(&tool_name, Type::TEXT), (&key, Type::TEXT)],
+            )
             .await?;
         Ok(row.map(|row| {
             let recorded: Vec<String> = row.get(0);
@@ -340,55 +354,56 @@ async fn replay(
         }))
     };
     let begin = begin_with(tool, false, Some(call.marker));
-    transaction(client, &begin, set_caller, call, read).await
-}
-
-/// `parley.caller`'s statement, prepared (cached per connection) when the call has a user.
-async fn prepare_set_caller(
-    client: &Object,
-    call: &Call<'_>,
-) -> Result<Option<tokio_postgres::Statement>, tokio_postgres::Error> {
-    match call.caller {
-        Some(_) => Ok(Some(
-            client
-                .prepare_typed_cached(SET_CALLER, &[Type::TEXT])
-                .await?,
-        )),
-        None => Ok(None),
-    }
+    transaction(client, &begin, call, read).await
 }
 
 /// Runs `work` inside the call's transaction, every message pipelined: all go out before the
-/// first answer comes back. If a statement fails the transaction is aborted and COMMIT only
-/// rolls it back. The last message undoes what a declared statement can leave on the session
-/// (`set_config(.., false)`, a session advisory lock) before the connection goes back to the
-/// pool; it is a message of its own so it runs even when COMMIT fails.
+/// first answer comes back. If a statement fails the transaction is aborted, the reset fails
+/// with it (a rollback undoes settings anyway) and COMMIT only rolls it back; then, and only
+/// then, one more message releases a session advisory lock the failed statement may have
+/// taken.
 async fn transaction<T>(
     client: &Object,
     begin: &str,
-    set_caller: Option<tokio_postgres::Statement>,
     call: &Call<'_>,
     work: impl Future<Output = Result<T, tokio_postgres::Error>>,
 ) -> Result<T, tokio_postgres::Error> {
     let caller = async {
-        match (&set_caller, &call.caller) {
-            (Some(statement), Some(claims)) => client.execute(statement, &[claims]).await.map(drop),
-            _ => Ok(()),
+        match (&call.caller, call.statements) {
+            (Some(claims), Statements::Unnamed) => client
+                .execute_typed(SET_CALLER, &[(claims, Type::TEXT)])
+                .await
+                .map(drop),
+            (Some(claims), Statements::Cached) => {
+                let statement = client
+                    .prepare_typed_cached(SET_CALLER, &[Type::TEXT])
+                    .await?;
+                client.execute(&statement, &[claims]).await.map(drop)
+            }
+            (None, _) => Ok(()),
         }
     };
-    let (begun, identified, output, committed, reset) = tokio::join!(
+    let (begun, identified, output, reset, committed) = tokio::join!(
         client.batch_execute(begin),
         caller,
         work,
-        client.batch_execute("COMMIT"),
         client.batch_execute(RESET_SESSION),
+        client.batch_execute("COMMIT"),
     );
-    begun?;
-    identified?;
-    let output = output?;
-    committed?;
-    reset?;
-    Ok(output)
+    let outcome = (|| {
+        begun?;
+        identified?;
+        let output = output?;
+        reset?;
+        committed?;
+        Ok(output)
+    })();
+    if outcome.is_err() {
+        // The call's own error is the one to report; a connection too broken for this is
+        // dropped by the pool's recycle check.
+        let _ = client.batch_execute(UNLOCK_AFTER_FAILURE).await;
+    }
+    outcome
 }
 
 #[cfg(test)]

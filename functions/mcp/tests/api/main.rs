@@ -14,6 +14,7 @@ mod embeddings;
 mod helpers;
 mod identity;
 mod metrics;
+mod pooler;
 mod protocol;
 mod rerank;
 mod resilience;

@@ -445,6 +445,23 @@ async fn a_real_mcp_client_gets_structured_content_and_the_same_json_as_text() {
     assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), structured);
 }
 
+#[tokio::test]
+async fn by_default_a_session_keeps_no_prepared_statement_between_calls() {
+    let app = spawn(Options {
+        tools_toml: Some(with_plans_tool()),
+        extra_env: env(&[("DB_POOL_MAX_SIZE", "1")]),
+        ..Options::default()
+    })
+    .await;
+    for id in 1..=3 {
+        app.rows("get_feedback", json!({"id": id})).await;
+        app.rows("search_feedback", json!({"query": "pothole"}))
+            .await;
+    }
+    let plans = app.rows("plans", json!({})).await;
+    assert_eq!(plans["row_count"], 0, "{plans}");
+}
+
 /// The feedback tools plus one that shows how the session's prepared statements were planned.
 fn with_plans_tool() -> String {
     format!(
@@ -467,10 +484,10 @@ WHERE (statement LIKE '%f.id = $1%' OR statement LIKE '%websearch_to_tsquery%')
 }
 
 #[tokio::test]
-async fn a_lookup_keeps_the_plan_cache_and_a_search_with_optional_filters_is_planned_per_call() {
+async fn with_cached_statements_a_lookup_keeps_the_plan_cache_and_a_search_is_planned_per_call() {
     let app = spawn(Options {
         tools_toml: Some(with_plans_tool()),
-        extra_env: env(&[("DB_POOL_MAX_SIZE", "1")]),
+        extra_env: env(&[("DB_POOL_MAX_SIZE", "1"), ("MCP_STATEMENTS", "cached")]),
         ..Options::default()
     })
     .await;
