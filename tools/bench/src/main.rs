@@ -4,6 +4,7 @@
 //! a plain-text table, progress to stderr.
 
 mod chat;
+mod curve;
 mod docs;
 mod embed;
 mod mcp;
@@ -45,6 +46,9 @@ enum Command {
     S3(s3::Args),
     /// The built-in model's throughput on ingestion batches of manual chunks (chunks/s).
     Embed(embed::Args),
+    /// The concurrency curve: N mcp processes with one connection each, straight to Postgres
+    /// and through PgBouncer in transaction mode: throughput, latency, errors, connections.
+    Curve(curve::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -61,5 +65,6 @@ fn main() -> anyhow::Result<()> {
         Command::Docs(args) => runtime.block_on(docs::run(args)),
         Command::S3(args) => runtime.block_on(s3::run(args)),
         Command::Embed(args) => runtime.block_on(embed::run(args)),
+        Command::Curve(args) => runtime.block_on(curve::run(args)),
     }
 }

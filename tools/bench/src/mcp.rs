@@ -62,6 +62,10 @@ const SEARCHES: &[&str] = &[
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// How the server sends the tools' statements (its MCP_STATEMENTS): unnamed (its default)
+    /// or cached (named, prepared once per connection), to measure what each costs.
+    #[arg(long, default_value = "unnamed", value_parser = ["unnamed", "cached"])]
+    statements: String,
     /// Feedback rows in the bench database (loaded once; reruns with the same size skip it).
     #[arg(long, default_value_t = 1_000_000)]
     feedback: u64,
@@ -278,6 +282,7 @@ async fn run_main(
         ("TOOLS_FILE", tools_file_setting(&tools_files)),
         ("RUST_LOG", args.server_log.clone()),
         ("DB_POOL_MAX_SIZE", concurrency.to_string()),
+        ("MCP_STATEMENTS", args.statements.clone()),
     ];
     // Tokens as an identity provider issues them for this resource: its issuer, the MCP
     // endpoint as audience (RFC 8707), both checked by the server.

@@ -23,7 +23,7 @@ impl Server {
     /// own URL.
     pub async fn start_on(bin: &Path, port: u16, env: &[(&str, String)]) -> anyhow::Result<Self> {
         let mut server = Self::spawn_on(bin, port, env)?;
-        server.wait_ready().await?;
+        server.wait_until_ready().await?;
         Ok(server)
     }
 
@@ -61,7 +61,8 @@ impl Server {
         self.child.id()
     }
 
-    async fn wait_ready(&mut self) -> anyhow::Result<()> {
+    /// Waits until `GET /health` answers 200 (30 s at most).
+    pub async fn wait_until_ready(&mut self) -> anyhow::Result<()> {
         let http = reqwest::Client::new();
         let url = format!("{}/health", self.base);
         let deadline = Instant::now() + Duration::from_secs(30);
