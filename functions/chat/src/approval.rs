@@ -11,7 +11,7 @@ use parley_core::config::{ConfigError, Env};
 use parley_core::db::DbError;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio_postgres::types::Json;
+use tokio_postgres::types::{Json, Type};
 use uuid::Uuid;
 
 /// Which tool calls wait for the user's approval (`APPROVAL`).
@@ -343,8 +343,9 @@ pub async fn decide(
 ) -> Result<Decided, ApprovalError> {
     let conn = pool.get().await?;
     expire(&conn, conversation).await?;
-    let decide = conn
-        .prepare_cached(
+    for answer in answers {
+        let declined = declined(answer.reason.as_deref());
+        conn.execute_typed(
             "UPDATE chat.approvals
              SET decision = CASE WHEN $3 THEN 'approved' ELSE 'denied' END,
                  decided_by = $4, decided_at = now(), reason = $5,
@@ -352,32 +353,28 @@ pub async fn decide(
                  result_is_error = NOT $3
              WHERE id = $1 AND conversation_id = $2
                AND decision = 'pending' AND expires_at > now()",
-        )
-        .await?;
-    for answer in answers {
-        let declined = declined(answer.reason.as_deref());
-        conn.execute(
-            &decide,
             &[
-                answer.id.as_uuid(),
-                conversation,
-                &answer.approved,
-                &by,
-                &answer.reason,
-                &declined,
+                (answer.id.as_uuid(), Type::UUID),
+                (conversation, Type::UUID),
+                (&answer.approved, Type::BOOL),
+                (&by, Type::TEXT),
+                (&answer.reason, Type::TEXT),
+                (&declined, Type::TEXT),
             ],
         )
         .await?;
     }
     let ids: Vec<Uuid> = answers.iter().map(|a| *a.id.as_uuid()).collect();
-    let read = conn
-        .prepare_cached(&format!(
-            "SELECT {AS_JSON}, a.message_seq, a.message_seq = c.message_count
-             FROM chat.approvals a JOIN chat.conversations c ON c.id = a.conversation_id
-             WHERE a.conversation_id = $1 AND a.id = ANY($2)"
-        ))
+    let rows = conn
+        .query_typed(
+            &format!(
+                "SELECT {AS_JSON}, a.message_seq, a.message_seq = c.message_count
+                 FROM chat.approvals a JOIN chat.conversations c ON c.id = a.conversation_id
+                 WHERE a.conversation_id = $1 AND a.id = ANY($2)"
+            ),
+            &[(conversation, Type::UUID), (&ids, Type::UUID_ARRAY)],
+        )
         .await?;
-    let rows = conn.query(&read, &[conversation, &ids]).await?;
     if rows.len() != ids.len() {
         return Err(ApprovalError::NotFound);
     }
@@ -407,18 +404,23 @@ pub async fn deny_pending(
 ) -> Result<Vec<Approval>, ApprovalError> {
     let conn = pool.get().await?;
     let mut decided = expire(&conn, conversation).await?;
-    let deny = conn
-        .prepare_cached(&format!(
-            "UPDATE chat.approvals a
-             SET decision = 'denied', decided_by = $2, decided_at = now(), reason = $3,
-                 result = to_jsonb($4::text), result_is_error = true
-             WHERE conversation_id = $1 AND decision = 'pending'
-             RETURNING {AS_JSON}"
-        ))
-        .await?;
     let text = declined(Some(reason));
     for row in conn
-        .query(&deny, &[conversation, &by, &reason, &text])
+        .query_typed(
+            &format!(
+                "UPDATE chat.approvals a
+                 SET decision = 'denied', decided_by = $2, decided_at = now(), reason = $3,
+                     result = to_jsonb($4::text), result_is_error = true
+                 WHERE conversation_id = $1 AND decision = 'pending'
+                 RETURNING {AS_JSON}"
+            ),
+            &[
+                (conversation, Type::UUID),
+                (&by, Type::TEXT),
+                (&reason, Type::TEXT),
+                (&text, Type::TEXT),
+            ],
+        )
         .await?
     {
         decided.push(from_row(&row)?);
@@ -433,17 +435,17 @@ pub async fn of_message(
     message_seq: i32,
 ) -> Result<Vec<Approval>, ApprovalError> {
     let conn = pool.get().await?;
-    let read = conn
-        .prepare_cached(&format!(
+    conn.query_typed(
+        &format!(
             "SELECT {AS_JSON} FROM chat.approvals a
              WHERE conversation_id = $1 AND message_seq = $2 ORDER BY step, created_at, call_id"
-        ))
-        .await?;
-    conn.query(&read, &[conversation, &message_seq])
-        .await?
-        .iter()
-        .map(from_row)
-        .collect()
+        ),
+        &[(conversation, Type::UUID), (&message_seq, Type::INT4)],
+    )
+    .await?
+    .iter()
+    .map(from_row)
+    .collect()
 }
 
 /// Stores what an approved call returned; only the first result counts (a second resume that
@@ -455,10 +457,14 @@ pub async fn record_result(
     is_error: bool,
 ) -> Result<(), ApprovalError> {
     let conn = pool.get().await?;
-    conn.execute(
+    conn.execute_typed(
         "UPDATE chat.approvals SET result = $2, result_is_error = $3
          WHERE id = $1 AND decision = 'approved' AND result IS NULL",
-        &[id.as_uuid(), &Json(output), &is_error],
+        &[
+            (id.as_uuid(), Type::UUID),
+            (&Json(output), Type::JSONB),
+            (&is_error, Type::BOOL),
+        ],
     )
     .await?;
     Ok(())
@@ -469,20 +475,20 @@ async fn expire(
     conn: &deadpool_postgres::Object,
     conversation: &Uuid,
 ) -> Result<Vec<Approval>, ApprovalError> {
-    let expire = conn
-        .prepare_cached(&format!(
+    conn.query_typed(
+        &format!(
             "UPDATE chat.approvals a
              SET decision = 'expired', decided_at = now(), result = to_jsonb($2::text),
                  result_is_error = true
              WHERE conversation_id = $1 AND decision = 'pending' AND expires_at <= now()
              RETURNING {AS_JSON}"
-        ))
-        .await?;
-    conn.query(&expire, &[conversation, &EXPIRED])
-        .await?
-        .iter()
-        .map(from_row)
-        .collect()
+        ),
+        &[(conversation, Type::UUID), (&EXPIRED, Type::TEXT)],
+    )
+    .await?
+    .iter()
+    .map(from_row)
+    .collect()
 }
 
 fn from_row(row: &tokio_postgres::Row) -> Result<Approval, ApprovalError> {

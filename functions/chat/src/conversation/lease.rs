@@ -1,7 +1,8 @@
 //! One turn's writes: [`begin`] claims the conversation with an expiring lease on its row and
 //! stores the question, [`Turn::finish`] stores the answer and frees the conversation. Each holds
-//! a pooled connection for one pipelined round trip per attempt (plus one to prepare its
-//! statements on a connection that has not yet); none is held while the model thinks.
+//! a pooled connection for one pipelined round trip per attempt, with unnamed statements that
+//! leave nothing on it (a transaction-mode pooler can hand it on); none is held while the
+//! model thinks.
 //!
 //! Why a lease and not a lock: a session advisory lock pins a connection for the whole turn
 //! (the pool runs dry at a few concurrent turns, and RDS Proxy cannot multiplex such a session),
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 use deadpool_postgres::{Object, Pool};
 use serde_json::Value;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::types::{Json, ToSql};
+use tokio_postgres::types::{Json, ToSql, Type};
 use uuid::Uuid;
 
 use parley_core::db::{CheckedOut, retry_once_if_stale};
@@ -96,8 +97,7 @@ impl std::fmt::Debug for Turn {
 /// Opens a turn: checks ownership (or creates the conversation), waits for any other turn on
 /// it, loads the history window, and stores the user's message before any LLM call.
 ///
-/// Each attempt is one pipelined round trip (one more on a connection that has not prepared
-/// the statements yet) and one transaction: `BEGIN`, settings, the claim
+/// Each attempt is one pipelined round trip and one transaction: `BEGIN`, settings, the claim
 /// (taken only if the caller owns the conversation and no unexpired lease holds it), the window,
 /// the insert, `COMMIT`. Window and insert are conditional on the claim inside the SQL, so a
 /// refused claim stores nothing; the turn then waits a little, on no connection, and tries
@@ -162,39 +162,52 @@ async fn try_begin(
     // A resume stores no question, so counts none in.
     let questions = i32::from(start.message.is_some());
 
-    let prepared = futures::try_join!(
-        conn.prepare_cached(SETTINGS),
-        conn.prepare_cached(claim_sql),
-        conn.prepare_cached(WINDOW),
-        conn.prepare_cached(INSERT_QUESTION),
-    );
-    let (settings, claim, window, insert) = match prepared {
-        Ok(statements) => statements,
-        // Nothing has been sent but statement descriptions: a dead link here is stale.
-        Err(e) => return Err(e.into()),
+    // Unnamed statements, parsed, bound and run in one message each: nothing stays on the
+    // connection after COMMIT, so a transaction-mode pooler can hand it on.
+    let (claim_types, fifth): ([Type; 5], &(dyn ToSql + Sync)) = if is_new {
+        (
+            [Type::UUID, Type::TEXT, Type::UUID, Type::FLOAT8, Type::TEXT],
+            &title,
+        )
+    } else {
+        (
+            [Type::UUID, Type::TEXT, Type::UUID, Type::FLOAT8, Type::INT4],
+            &questions,
+        )
     };
-    // CREATE's fifth parameter is the new conversation's title, CLAIM's the questions counted.
-    let fifth: &(dyn ToSql + Sync) = if is_new { &title } else { &questions };
-    let claim_params: [&(dyn ToSql + Sync); 5] = [id, &owner, &lease, &lease_secs, fifth];
-    let insert_params: [&(dyn ToSql + Sync); 4] = [id, &start.message, &start.context, &lease];
-    let settings_params: [&(dyn ToSql + Sync); 1] = [&lock_timeout];
+    let claim_values: [&(dyn ToSql + Sync); 5] = [id, &owner, &lease, &lease_secs, fifth];
+    let claim_params: Vec<(&(dyn ToSql + Sync), Type)> =
+        claim_values.into_iter().zip(claim_types).collect();
+    let insert_params: [(&(dyn ToSql + Sync), Type); 4] = [
+        (id, Type::UUID),
+        (&start.message, Type::TEXT),
+        (&start.context, Type::JSONB),
+        (&lease, Type::UUID),
+    ];
+    let settings_params: [(&(dyn ToSql + Sync), Type); 1] = [(&lock_timeout, Type::TEXT)];
     // A new conversation has no history: the window query is not sent at all.
     let read_window = !is_new && limit > 0;
     // futures' join polls in order, so the statements reach the server in this order.
     let (began, set, claimed, rows, inserted, committed) = futures::join!(
         conn.batch_execute("BEGIN"),
-        conn.execute(&settings, &settings_params),
-        conn.query_opt(&claim, &claim_params),
+        conn.execute_typed(SETTINGS, &settings_params),
+        conn.query_typed_opt(claim_sql, &claim_params),
         async {
             match read_window {
-                true => conn.query(&window, &[id, &limit, &lease]).await.map(Some),
+                true => conn
+                    .query_typed(
+                        WINDOW,
+                        &[(id, Type::UUID), (&limit, Type::INT8), (&lease, Type::UUID)],
+                    )
+                    .await
+                    .map(Some),
                 false => Ok(None),
             }
         },
         async {
             match start.message {
                 Some(_) => conn
-                    .query_opt(&insert, &insert_params)
+                    .query_typed_opt(INSERT_QUESTION, &insert_params)
                     .await
                     .map(|row| row.is_some()),
                 // A resume stores no question: the claim alone starts it.
@@ -336,8 +349,7 @@ const RELEASE: &str = "UPDATE chat.conversations SET turn_lease_until = NULL
 
 impl Turn {
     /// Stores the assistant's side of the turn (reply, traces, sources, usage, or the error) and frees
-    /// the conversation in one statement: one round trip (one more to prepare it on a new
-    /// connection), one commit. That commit waits for its
+    /// the conversation in one statement: one round trip, one commit. That commit waits for its
     /// WAL flush (as the server is configured), which also makes [`begin`]'s durable.
     ///
     /// A turn whose lease expired and was taken over by a later turn stores nothing and gets
@@ -465,15 +477,29 @@ impl Finish {
 }
 
 async fn try_finish(conn: &Object, params: &[&(dyn ToSql + Sync)]) -> Result<bool, Attempt> {
-    let finish = conn.prepare_cached(FINISH).await?;
-    Ok(conn.query_one(&finish, params).await?.get(0))
+    let types = [
+        Type::UUID,
+        Type::TEXT,
+        Type::JSONB,
+        Type::JSONB,
+        Type::INT4,
+        Type::TEXT,
+        Type::UUID,
+        Type::BOOL,
+        Type::JSONB,
+        Type::BOOL,
+        Type::JSONB,
+    ];
+    let typed: Vec<(&(dyn ToSql + Sync), Type)> = params.iter().copied().zip(types).collect();
+    Ok(conn.query_typed_one(FINISH, &typed).await?.get(0))
 }
 
 /// Gives the lease back without an answer. Best effort: if this fails, the lease still expires.
 async fn release(pool: &Pool, id: ConversationId, lease: Uuid) {
     let release = async {
         let conn = pool.get().await.map_err(StorageError::from)?;
-        conn.execute(RELEASE, &[id.as_uuid(), &lease]).await?;
+        conn.execute_typed(RELEASE, &[(id.as_uuid(), Type::UUID), (&lease, Type::UUID)])
+            .await?;
         Ok::<_, StorageError>(())
     };
     if let Err(e) = release.await {

@@ -3,6 +3,7 @@
 //! whose turn is running is never deleted from under it.
 
 use deadpool_postgres::Pool;
+use tokio_postgres::types::Type;
 
 use super::{ConversationId, ConversationSummary, StorageError};
 use crate::auth::UserId;
@@ -30,10 +31,14 @@ pub async fn rename(
 ) -> Result<ConversationSummary, StorageError> {
     let conn = pool.get().await?;
     let row = conn
-        .query_opt(
+        .query_typed_opt(
             "UPDATE chat.conversations SET title = $3 WHERE id = $1 AND owner = $2
              RETURNING id, title, message_count, created_at, updated_at",
-            &[id.as_uuid(), &owner.as_str(), &title],
+            &[
+                (id.as_uuid(), Type::UUID),
+                (&owner.as_str(), Type::TEXT),
+                (&title, Type::TEXT),
+            ],
         )
         .await?
         .ok_or(StorageError::NotFound)?;
@@ -54,10 +59,10 @@ pub async fn delete(pool: &Pool, owner: &UserId, id: &ConversationId) -> Result<
     let tx = conn.transaction().await?;
     // The row lock makes a turn that begins meanwhile wait, then find nothing to claim.
     let busy: bool = tx
-        .query_opt(
+        .query_typed_opt(
             "SELECT coalesce(turn_lease_until > now(), false) FROM chat.conversations
              WHERE id = $1 AND owner = $2 FOR UPDATE",
-            &[id.as_uuid(), &owner.as_str()],
+            &[(id.as_uuid(), Type::UUID), (&owner.as_str(), Type::TEXT)],
         )
         .await?
         .ok_or(StorageError::NotFound)?
@@ -65,9 +70,9 @@ pub async fn delete(pool: &Pool, owner: &UserId, id: &ConversationId) -> Result<
     if busy {
         return Err(StorageError::Busy);
     }
-    tx.execute(
+    tx.execute_typed(
         "DELETE FROM chat.conversations WHERE id = $1",
-        &[id.as_uuid()],
+        &[(id.as_uuid(), Type::UUID)],
     )
     .await?;
     tx.commit().await?;

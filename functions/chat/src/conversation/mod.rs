@@ -10,7 +10,7 @@ use deadpool_postgres::{Object, Pool, PoolError, TimeoutType};
 use parley_core::db::{DbError, Stale, is_connection_error, retry_once_if_stale};
 use serde::Serialize;
 use serde_json::Value;
-use tokio_postgres::types::{Json, ToSql};
+use tokio_postgres::types::{Json, ToSql, Type};
 use uuid::Uuid;
 
 use crate::approval::{Approval, ApprovalId};
@@ -432,16 +432,18 @@ async fn read_page(
     conn: &Object,
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<Vec<tokio_postgres::Row>, Attempt> {
-    let page = conn
-        .prepare_cached(
+    let types = [Type::TEXT, Type::TIMESTAMPTZ, Type::UUID, Type::INT8];
+    let typed: Vec<(&(dyn ToSql + Sync), Type)> = params.iter().copied().zip(types).collect();
+    Ok(conn
+        .query_typed(
             "SELECT id, title, message_count, created_at, updated_at FROM chat.conversations
                  WHERE owner = $1
                    AND ($2::timestamptz IS NULL OR (updated_at, id) < ($2, $3::uuid))
                  ORDER BY updated_at DESC, id DESC
                  LIMIT $4",
+            &typed,
         )
-        .await?;
-    Ok(conn.query(&page, params).await?)
+        .await?)
 }
 
 /// The whole history of one of the owner's conversations; unbounded (requests go through
@@ -463,22 +465,27 @@ async fn read_messages(
     owner: &UserId,
     id: &ConversationId,
 ) -> Result<Option<Vec<tokio_postgres::Row>>, Attempt> {
-    let (owned, all) = futures::try_join!(
-        conn.prepare_cached("SELECT 1 FROM chat.conversations WHERE id = $1 AND owner = $2"),
-        conn.prepare_cached(concat!(
-            "SELECT ",
-            columns!(),
-            " FROM chat.messages WHERE conversation_id = $1 ORDER BY seq"
-        )),
-    )?;
     if conn
-        .query_opt(&owned, &[id.as_uuid(), &owner.as_str()])
+        .query_typed_opt(
+            "SELECT 1 FROM chat.conversations WHERE id = $1 AND owner = $2",
+            &[(id.as_uuid(), Type::UUID), (&owner.as_str(), Type::TEXT)],
+        )
         .await?
         .is_none()
     {
         return Ok(None);
     }
-    Ok(Some(conn.query(&all, &[id.as_uuid()]).await?))
+    Ok(Some(
+        conn.query_typed(
+            concat!(
+                "SELECT ",
+                columns!(),
+                " FROM chat.messages WHERE conversation_id = $1 ORDER BY seq"
+            ),
+            &[(id.as_uuid(), Type::UUID)],
+        )
+        .await?,
+    ))
 }
 
 /// Where a page of conversations ends: opaque to clients (`<micros>_<uuid>`).

@@ -447,19 +447,27 @@ async fn a_real_mcp_client_gets_structured_content_and_the_same_json_as_text() {
 
 #[tokio::test]
 async fn by_default_a_session_keeps_no_prepared_statement_between_calls() {
+    let plans = plans_after_calls(&[], 3).await;
+    assert_eq!(plans["row_count"], 0, "{plans}");
+}
+
+/// The `plans` rows of the one pooled connection after `calls` lookups and searches, with
+/// `settings` over the defaults.
+async fn plans_after_calls(settings: &[(&str, &str)], calls: i64) -> Value {
+    let mut extra_env = env(&[("DB_POOL_MAX_SIZE", "1")]);
+    extra_env.extend(env(settings));
     let app = spawn(Options {
         tools_toml: Some(with_plans_tool()),
-        extra_env: env(&[("DB_POOL_MAX_SIZE", "1")]),
+        extra_env,
         ..Options::default()
     })
     .await;
-    for id in 1..=3 {
+    for id in 1..=calls {
         app.rows("get_feedback", json!({"id": id})).await;
         app.rows("search_feedback", json!({"query": "pothole"}))
             .await;
     }
-    let plans = app.rows("plans", json!({})).await;
-    assert_eq!(plans["row_count"], 0, "{plans}");
+    app.rows("plans", json!({})).await
 }
 
 /// The feedback tools plus one that shows how the session's prepared statements were planned.
@@ -485,18 +493,7 @@ WHERE (statement LIKE '%f.id = $1%' OR statement LIKE '%websearch_to_tsquery%')
 
 #[tokio::test]
 async fn with_cached_statements_a_lookup_keeps_the_plan_cache_and_a_search_is_planned_per_call() {
-    let app = spawn(Options {
-        tools_toml: Some(with_plans_tool()),
-        extra_env: env(&[("DB_POOL_MAX_SIZE", "1"), ("MCP_STATEMENTS", "cached")]),
-        ..Options::default()
-    })
-    .await;
-    for id in 1..=8 {
-        app.rows("get_feedback", json!({"id": id})).await;
-        app.rows("search_feedback", json!({"query": "pothole"}))
-            .await;
-    }
-    let plans = app.rows("plans", json!({})).await;
+    let plans = plans_after_calls(&[("MCP_STATEMENTS", "cached")], 8).await;
     let row = |tool: &str| {
         plans["rows"]
             .as_array()
