@@ -450,7 +450,9 @@ fn checked(w: Window) -> anyhow::Result<Window> {
 
 /// Real districts (asked by code and by name alternately) and the server's `fsync` and
 /// `synchronous_commit`.
-async fn districts(bench_url: &str) -> anyhow::Result<(Vec<(String, String)>, Vec<String>)> {
+pub(crate) async fn districts(
+    bench_url: &str,
+) -> anyhow::Result<(Vec<(String, String)>, Vec<String>)> {
     let client = setup::connect(bench_url).await?;
     let rows = client
         .query(
@@ -476,14 +478,14 @@ async fn districts(bench_url: &str) -> anyhow::Result<(Vec<(String, String)>, Ve
 }
 
 /// `POST /api/chat` as a web page sends it: a bearer JWT, a question and the page's context.
-struct Client {
+pub(crate) struct Client {
     http: reqwest::Client,
     url: String,
     districts: Vec<(String, String)>,
 }
 
 impl Client {
-    fn new(
+    pub(crate) fn new(
         base: &str,
         jwt_secret: &str,
         districts: Vec<(String, String)>,
@@ -516,7 +518,7 @@ impl Client {
 
     /// Turn `i` (the district rotates by index); returns its latency and its conversation id.
     /// Anything but one successful `lad_by_ref` call and a reply fails it.
-    async fn turn(
+    pub(crate) async fn turn(
         &self,
         i: usize,
         conversation: Option<&str>,

@@ -58,6 +58,8 @@ impl Meter {
 pub struct Stubs {
     llm: ScriptedLlm,
     meter: Arc<Meter>,
+    /// Milliseconds the model takes for each answer (0: at once).
+    delay_ms: Arc<std::sync::atomic::AtomicU64>,
     /// Words the model writes after its sentence.
     words: Arc<AtomicUsize>,
     /// `LLM_BASE_URL` for the chat function.
@@ -71,18 +73,25 @@ impl Stubs {
     pub fn start(mcp_base: &str) -> anyhow::Result<Self> {
         let meter = Arc::new(Meter::default());
         let words = Arc::new(AtomicUsize::new(0));
+        let delay_ms = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let model_delay = delay_ms.clone();
         let proxy_listener = listener()?;
         let proxy_addr = proxy_listener.local_addr()?;
         let upstream = mcp_base.trim_end_matches('/').to_owned();
         let (model_meter, proxy_meter, model_words) = (meter.clone(), meter.clone(), words.clone());
-        let respond =
-            move |request: &Value| match answer(request, model_words.load(Ordering::Relaxed)) {
+        let respond = move |request: &Value| {
+            let step = match answer(request, model_words.load(Ordering::Relaxed)) {
                 Ok(step) => step,
                 Err(problem) => {
                     model_meter.lock().llm_errors.push(problem.clone());
-                    Step::error(400, problem)
+                    return Step::error(400, problem);
                 }
             };
+            match model_delay.load(Ordering::Relaxed) {
+                0 => step,
+                ms => Step::delayed(Duration::from_millis(ms), step),
+            }
+        };
         // Two workers: the proxy and the LLM answer at once when turns run concurrently.
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -127,6 +136,7 @@ impl Stubs {
             llm_base: llm.base_url(),
             llm,
             meter,
+            delay_ms,
             words,
             mcp_url: format!("http://{proxy_addr}/mcp"),
         })
@@ -143,6 +153,15 @@ impl Stubs {
             }
         }
         window
+    }
+
+    /// The model takes `delay` for each answer, as a real one thinks (the concurrency curve's
+    /// chat turns).
+    pub fn set_delay(&self, delay: Duration) {
+        self.delay_ms.store(
+            u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
     }
 
     /// The model's replies get `words` words after the sentence (0: the sentence alone),
