@@ -222,8 +222,11 @@ fn key_was_used(e: &DbError) -> bool {
 /// What a tool's statement can change on its session and take past COMMIT (`set_config(..,
 /// false)`, a session advisory lock), undone inside the call's transaction, so nothing of it
 /// reaches the server connection a pooler hands on at COMMIT. (`DISCARD ALL` cannot run in a
-/// transaction.)
-pub const RESET_SESSION: &str = "RESET ALL; SELECT pg_advisory_unlock_all()";
+/// transaction.) Deferred constraints are checked first, while the tool's settings and
+/// `parley.caller` are still set: `RESET ALL` undoes them, and they would otherwise be checked
+/// at COMMIT without them.
+pub const RESET_SESSION: &str =
+    "SET CONSTRAINTS ALL IMMEDIATE; RESET ALL; SELECT pg_advisory_unlock_all()";
 
 /// After a failed call: a session advisory lock taken before the failure survives the
 /// rollback (settings do not), so it is released on the connection that took it.

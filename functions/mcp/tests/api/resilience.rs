@@ -293,3 +293,63 @@ async fn the_service_reports_postgres_down_and_recovers_when_it_returns() {
     assert_eq!(after, before);
     assert_eq!(app.get("/health").await.status(), 200);
 }
+
+/// A write whose table checks itself at COMMIT (a deferred constraint trigger), with a setting
+/// of its own for the transaction (as `parley.caller` is for a user's call).
+const DEFERRED_WRITE: &str = r#"
+[[tool]]
+name = "add_note"
+description = "Adds a note."
+writes = true
+role = "parley_test_note_writer"
+settings = { "app.note_source" = "the tool" }
+sql = "INSERT INTO notes (body) VALUES (:body) RETURNING id"
+[tool.params.body]
+type = "string"
+required = true
+"#;
+
+#[tokio::test]
+async fn a_deferred_constraint_is_checked_with_the_calls_settings_before_the_session_is_reset() {
+    let db = TestDb::with_demo_data(100).await;
+    db.client()
+        .await
+        .batch_execute(
+            "CREATE TABLE notes (id serial PRIMARY KEY, body text NOT NULL, checked_as text);
+             CREATE FUNCTION note_checked() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER AS $$
+             BEGIN
+                 UPDATE notes
+                    SET checked_as = current_setting('role') || ', ' || current_setting('app.note_source', true)
+                  WHERE id = NEW.id;
+                 RETURN NULL;
+             END $$;
+             CREATE CONSTRAINT TRIGGER note_checked AFTER INSERT ON notes
+                 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION note_checked();",
+        )
+        .await
+        .unwrap();
+    db.writer_role(
+        "parley_test_note_writer",
+        "GRANT INSERT, SELECT ON notes TO parley_test_note_writer;
+         GRANT USAGE ON SEQUENCE notes_id_seq TO parley_test_note_writer;",
+    )
+    .await;
+    let app = spawn_on(
+        db.clone(),
+        Options {
+            tools_toml: Some(DEFERRED_WRITE.into()),
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
+    app.rows("add_note", json!({"body": "hello"})).await;
+    let checked_as: Option<String> = app
+        .sql_one("SELECT checked_as FROM notes WHERE body = 'hello'")
+        .await
+        .get(0);
+    assert_eq!(
+        checked_as.as_deref(),
+        Some("parley_test_note_writer, the tool")
+    );
+}
