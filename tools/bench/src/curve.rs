@@ -104,10 +104,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ("pgbouncer", bouncer.url(&bench_url)),
     ];
 
+    let refs: Vec<&str> = districts.iter().map(|(code, _)| code.as_str()).collect();
     let mut steps = Vec::new();
     for (path, url) in &paths {
         for &n in &args.instances {
-            let refs: Vec<String> = districts.iter().map(|(code, _)| code.clone()).collect();
             let token = format!("curve-{}", now_nanos());
             let env = vec![
                 ("DATABASE_URL", url.clone()),
@@ -192,7 +192,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 drop(servers);
                 steps.push(report_step("chat", path, n, not_ready, load));
             }
-            stubs.take();
             drop(mcp);
         }
     }

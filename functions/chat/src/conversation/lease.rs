@@ -164,20 +164,19 @@ async fn try_begin(
 
     // Unnamed statements, parsed, bound and run in one message each: nothing stays on the
     // connection after COMMIT, so a transaction-mode pooler can hand it on.
-    let (claim_types, fifth): ([Type; 5], &(dyn ToSql + Sync)) = if is_new {
-        (
-            [Type::UUID, Type::TEXT, Type::UUID, Type::FLOAT8, Type::TEXT],
-            &title,
-        )
+    // CREATE's fifth parameter is the new conversation's title, CLAIM's the questions counted.
+    let fifth: (&(dyn ToSql + Sync), Type) = if is_new {
+        (&title, Type::TEXT)
     } else {
-        (
-            [Type::UUID, Type::TEXT, Type::UUID, Type::FLOAT8, Type::INT4],
-            &questions,
-        )
+        (&questions, Type::INT4)
     };
-    let claim_values: [&(dyn ToSql + Sync); 5] = [id, &owner, &lease, &lease_secs, fifth];
-    let claim_params: Vec<(&(dyn ToSql + Sync), Type)> =
-        claim_values.into_iter().zip(claim_types).collect();
+    let claim_params: [(&(dyn ToSql + Sync), Type); 5] = [
+        (id, Type::UUID),
+        (&owner, Type::TEXT),
+        (&lease, Type::UUID),
+        (&lease_secs, Type::FLOAT8),
+        fifth,
+    ];
     let insert_params: [(&(dyn ToSql + Sync), Type); 4] = [
         (id, Type::UUID),
         (&start.message, Type::TEXT),
@@ -431,18 +430,18 @@ impl Finish {
     async fn run(&self, pool: &Pool) -> Result<bool, StorageError> {
         let (traces, usage, sources) = (Json(&self.traces), Json(&self.usage), Json(&self.sources));
         let approvals = Json(&self.approvals);
-        let params: [&(dyn ToSql + Sync); 11] = [
-            self.conversation.as_uuid(),
-            &self.reply,
-            &traces,
-            &usage,
-            &self.steps,
-            &self.error,
-            &self.lease,
-            &self.cut_short,
-            &sources,
-            &self.interrupted,
-            &approvals,
+        let params: [(&(dyn ToSql + Sync), Type); 11] = [
+            (self.conversation.as_uuid(), Type::UUID),
+            (&self.reply, Type::TEXT),
+            (&traces, Type::JSONB),
+            (&usage, Type::JSONB),
+            (&self.steps, Type::INT4),
+            (&self.error, Type::TEXT),
+            (&self.lease, Type::UUID),
+            (&self.cut_short, Type::BOOL),
+            (&sources, Type::JSONB),
+            (&self.interrupted, Type::BOOL),
+            (&approvals, Type::JSONB),
         ];
         retry_once_if_stale!(pool, |conn| try_finish(&conn, &params).await)
             .map_err(Attempt::into_error)
@@ -476,22 +475,11 @@ impl Finish {
     }
 }
 
-async fn try_finish(conn: &Object, params: &[&(dyn ToSql + Sync)]) -> Result<bool, Attempt> {
-    let types = [
-        Type::UUID,
-        Type::TEXT,
-        Type::JSONB,
-        Type::JSONB,
-        Type::INT4,
-        Type::TEXT,
-        Type::UUID,
-        Type::BOOL,
-        Type::JSONB,
-        Type::BOOL,
-        Type::JSONB,
-    ];
-    let typed: Vec<(&(dyn ToSql + Sync), Type)> = params.iter().copied().zip(types).collect();
-    Ok(conn.query_typed_one(FINISH, &typed).await?.get(0))
+async fn try_finish(
+    conn: &Object,
+    params: &[(&(dyn ToSql + Sync), Type)],
+) -> Result<bool, Attempt> {
+    Ok(conn.query_typed_one(FINISH, params).await?.get(0))
 }
 
 /// Gives the lease back without an answer. Best effort: if this fails, the lease still expires.

@@ -403,7 +403,12 @@ pub async fn list(
         None => (None, None),
     };
     let page_size = i64::from(limit) + 1;
-    let params: [&(dyn ToSql + Sync); 4] = [&owner.as_str(), &at, &id, &page_size];
+    let params: [(&(dyn ToSql + Sync), Type); 4] = [
+        (&owner.as_str(), Type::TEXT),
+        (&at, Type::TIMESTAMPTZ),
+        (&id, Type::UUID),
+        (&page_size, Type::INT8),
+    ];
     let rows = retry_once_if_stale!(pool, |conn| read_page(&conn, &params).await)
         .map_err(Attempt::into_error)?;
     let mut items: Vec<ConversationSummary> = rows
@@ -430,10 +435,8 @@ pub async fn list(
 
 async fn read_page(
     conn: &Object,
-    params: &[&(dyn ToSql + Sync)],
+    params: &[(&(dyn ToSql + Sync), Type)],
 ) -> Result<Vec<tokio_postgres::Row>, Attempt> {
-    let types = [Type::TEXT, Type::TIMESTAMPTZ, Type::UUID, Type::INT8];
-    let typed: Vec<(&(dyn ToSql + Sync), Type)> = params.iter().copied().zip(types).collect();
     Ok(conn
         .query_typed(
             "SELECT id, title, message_count, created_at, updated_at FROM chat.conversations
@@ -441,7 +444,7 @@ async fn read_page(
                    AND ($2::timestamptz IS NULL OR (updated_at, id) < ($2, $3::uuid))
                  ORDER BY updated_at DESC, id DESC
                  LIMIT $4",
-            &typed,
+            params,
         )
         .await?)
 }

@@ -92,11 +92,16 @@ const RECORDED_ROWS: &str = "SELECT rows FROM parley.idempotency \
 /// The constraint a repeated key violates.
 const IDEMPOTENCY_PKEY: &str = "idempotency_pkey";
 
+/// The placeholders [`ToolSpec::keyed_sql`] adds after the tool's own: its name and the key.
+const KEY_TYPES: [Type; 2] = [Type::TEXT, Type::TEXT];
+
 /// The placeholder types of [`ToolSpec::keyed_sql`]: the tool's, then its name and the key.
 pub fn keyed_types(tool: &ToolSpec) -> Vec<Type> {
-    let mut types = tool.placeholder_types.clone();
-    types.extend([Type::TEXT, Type::TEXT]);
-    types
+    tool.placeholder_types
+        .iter()
+        .chain(&KEY_TYPES)
+        .cloned()
+        .collect()
 }
 
 /// Who a call runs for and under which key, as the statements need them.
@@ -285,11 +290,11 @@ async fn query(
     args: &[SqlValue],
     call: &Call<'_>,
 ) -> Result<ToolOutput, tokio_postgres::Error> {
-    let keyed = call.key.is_some() && tool.keyed_sql.is_some();
-    let (sql, types) = match &tool.keyed_sql {
-        Some(keyed_sql) if keyed => (keyed_sql.as_str(), keyed_types(tool)),
-        _ => (tool.wrapped_sql.as_str(), tool.placeholder_types.clone()),
+    let (sql, key_types): (&str, &[Type]) = match (call.key, &tool.keyed_sql) {
+        (Some(_), Some(keyed_sql)) => (keyed_sql, &KEY_TYPES),
+        _ => (&tool.wrapped_sql, &[]),
     };
+    let types = tool.placeholder_types.iter().chain(key_types).cloned();
     let mut params: Vec<&(dyn ToSql + Sync)> = tool
         .placeholder_params
         .iter()
@@ -312,6 +317,7 @@ async fn query(
                     .await?
             }
             Statements::Cached => {
+                let types: Vec<Type> = types.collect();
                 let statement = client.prepare_typed_cached(sql, &types).await?;
                 client.query_raw(&statement, params).await?
             }
