@@ -40,6 +40,10 @@ pub struct Limits {
     /// `STREAM_TURN_DEADLINE_MS`: the same for a streamed turn (default 300000): a stream
     /// shows progress as it goes and its route (a Function URL) has no 29 s gateway limit.
     pub stream_turn_deadline: Duration,
+    /// `STREAM_FLUSH_MS`: a streamed turn writes text at most this often (default 20): the
+    /// first delta after a pause at once, the words that follow within it together. 0 writes
+    /// each delta as it comes.
+    pub stream_flush: Duration,
     /// `MAX_MESSAGE_CHARS`: longest accepted user message (default 4000).
     pub max_message_chars: usize,
     /// `CHAT_MAX_BODY_BYTES`: request body limit (default 65536).
@@ -203,6 +207,7 @@ impl ChatConfig {
                     Duration::from_secs(300),
                     100..=900_000,
                 )?,
+                stream_flush: env.millis("STREAM_FLUSH_MS", Duration::from_millis(20), 0..=1000)?,
                 max_message_chars,
                 max_body_bytes: env.limit(
                     "CHAT_MAX_BODY_BYTES",

@@ -123,9 +123,11 @@ pub async fn completions(
     let model = state.model_id.to_string();
     let tool_blocks = completion.tool_blocks.unwrap_or(state.v1_tool_blocks);
     if completion.stream {
+        let flush = state.limits.stream_flush;
         let (conversation, updates) = stream::begin(state, user, completion.turn).await?;
         return Ok(streamed(
             updates,
+            flush,
             conversation,
             model,
             completion.include_usage,
@@ -170,6 +172,7 @@ pub async fn completions(
 /// with each tool call as a block once its output is in (unless `tool_blocks` is off).
 fn streamed(
     updates: stream::Updates,
+    flush: std::time::Duration,
     conversation: Option<ConversationId>,
     model: String,
     include_usage: bool,
@@ -185,7 +188,9 @@ fn streamed(
         at_line_start: true,
         pending: Vec::new(),
     };
-    let body = stream::body(updates, move |update, out| chunks.encode(update, out));
+    let body = stream::body(updates, flush, move |update, out| {
+        chunks.encode(update, out)
+    });
     let response = stream::event_stream(body, false);
     match conversation {
         Some(id) => with_conversation(response, id),

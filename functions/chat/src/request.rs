@@ -690,6 +690,7 @@ mod tests {
             max_calls_per_step: 16,
             turn_deadline: Duration::from_secs(25),
             stream_turn_deadline: Duration::from_secs(300),
+            stream_flush: Duration::from_millis(20),
             max_message_chars: 10,
             max_body_bytes: 1024,
             max_context_bytes: 64,

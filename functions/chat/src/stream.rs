@@ -7,6 +7,8 @@
 
 use std::convert::Infallible;
 use std::fmt::Write as _;
+use std::pin::Pin;
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, header};
@@ -14,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
+use tokio::time::{Instant, Sleep};
 use tracing::Instrument;
 
 use crate::AppState;
@@ -127,16 +130,107 @@ pub fn event_stream(body: Body, protocol: bool) -> Response {
 }
 
 /// The body of an event stream: `write` appends each update's frames. Updates that are ready
-/// together (a model that writes faster than the client reads) go out in one write; one that
-/// comes alone goes out at once.
-pub fn body(updates: Updates, mut write: impl FnMut(Update, &mut String) + Send + 'static) -> Body {
-    Body::from_stream(updates.ready_chunks(READY_CHUNK).map(move |ready| {
-        let mut out = String::new();
-        for update in ready {
-            write(update, &mut out);
-        }
-        Ok::<Bytes, Infallible>(Bytes::from(out))
+/// together go out in one write. Text deltas go out at most once per `flush`
+/// (`STREAM_FLUSH_MS`): the first after a quiet spell at once, those that follow it within
+/// `flush` joined into one delta when it is up. A model writes a word at a time, and a write
+/// per word cost the chat more CPU than the rest of the turn; other updates (steps, tool
+/// calls, the end) go out as they come, after the text held before them.
+pub fn body(
+    updates: Updates,
+    flush: Duration,
+    write: impl FnMut(Update, &mut String) + Send + 'static,
+) -> Body {
+    let writer = Writer {
+        updates: updates.ready_chunks(READY_CHUNK),
+        flush,
+        write,
+        held: String::new(),
+        text_written: None,
+        timer: None,
+    };
+    Body::from_stream(futures::stream::unfold(writer, |mut writer| async move {
+        let out = writer.next_write().await?;
+        Some((Ok::<Bytes, Infallible>(Bytes::from(out)), writer))
     }))
+}
+
+/// The state of [`body`] between two writes.
+struct Writer<W> {
+    updates: futures::stream::ReadyChunks<Updates>,
+    flush: Duration,
+    write: W,
+    /// Text deltas received and not yet written.
+    held: String,
+    /// When text last went out.
+    text_written: Option<Instant>,
+    /// Fires when held text is due.
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+impl<W: FnMut(Update, &mut String)> Writer<W> {
+    /// The next write's bytes; `None` once the updates have ended and all is written.
+    async fn next_write(&mut self) -> Option<String> {
+        let mut out = String::new();
+        loop {
+            let ready = match self.text_written {
+                Some(at) if !self.held.is_empty() => {
+                    let timer = set(&mut self.timer, at + self.flush);
+                    tokio::select! {
+                        biased;
+                        ready = self.updates.next() => ready,
+                        () = timer => {
+                            self.write_held(&mut out);
+                            return Some(out);
+                        }
+                    }
+                }
+                _ => self.updates.next().await,
+            };
+            let Some(ready) = ready else {
+                self.write_held(&mut out);
+                return (!out.is_empty()).then_some(out);
+            };
+            let mut other = false;
+            for update in ready {
+                match update {
+                    Update::Event(TurnEvent::TextDelta(text)) => self.held.push_str(&text),
+                    update => {
+                        self.write_held(&mut out);
+                        (self.write)(update, &mut out);
+                        other = true;
+                    }
+                }
+            }
+            let due = self
+                .text_written
+                .is_none_or(|at| at.elapsed() >= self.flush);
+            if other || due {
+                self.write_held(&mut out);
+            }
+            if !out.is_empty() {
+                return Some(out);
+            }
+        }
+    }
+
+    fn write_held(&mut self, out: &mut String) {
+        if !self.held.is_empty() {
+            let text = std::mem::take(&mut self.held);
+            (self.write)(Update::Event(TurnEvent::TextDelta(text)), out);
+            self.text_written = Some(Instant::now());
+        }
+    }
+}
+
+/// `timer`, set for `due`. One timer set again only when the time changes: a timer made per
+/// wait would be registered with the runtime's clock for every batch of words, and each
+/// registration wakes its driver.
+fn set(timer: &mut Option<Pin<Box<Sleep>>>, due: Instant) -> &mut Pin<Box<Sleep>> {
+    let timer = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+    if timer.deadline() != due {
+        timer.as_mut().reset(due);
+    }
+    timer
 }
 
 /// One server-sent event: `data: <json>` and a blank line (JSON never holds a raw newline).
@@ -161,12 +255,15 @@ pub async fn respond(state: AppState, user: User, request: TurnRequest) -> Respo
         },
         ..Encoder::default()
     };
+    let flush = state.limits.stream_flush;
     let updates = match begin(state, user, request).await {
         Ok((_, updates)) => updates,
         Err(e) => return e.into_response(),
     };
     event_stream(
-        body(updates, move |update, out| encoder.encode(update, out)),
+        body(updates, flush, move |update, out| {
+            encoder.encode(update, out)
+        }),
         true,
     )
 }
@@ -418,6 +515,94 @@ mod tests {
             })
             .map(|p| p["type"].as_str().unwrap().to_owned())
             .collect()
+    }
+
+    /// A writer over a channel whose `write` shows text deltas as `[text]` and other
+    /// updates as `<Event>`.
+    fn writer(
+        flush: Duration,
+    ) -> (
+        tokio::sync::mpsc::UnboundedSender<Update>,
+        Writer<impl FnMut(Update, &mut String)>,
+    ) {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let updates = futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed();
+        let write = |update: Update, out: &mut String| match update {
+            Update::Event(TurnEvent::TextDelta(text)) => out.push_str(&format!("[{text}]")),
+            Update::Event(event) => out.push_str(&format!("<{event:?}>")),
+            Update::Done(_) => out.push_str("<done>"),
+        };
+        let writer = Writer {
+            updates: updates.ready_chunks(READY_CHUNK),
+            flush,
+            write,
+            held: String::new(),
+            text_written: None,
+            timer: None,
+        };
+        (tx, writer)
+    }
+
+    fn delta(text: &str) -> Update {
+        Update::Event(TurnEvent::TextDelta(text.into()))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn text_goes_out_at_once_after_a_pause_then_at_most_once_per_flush() {
+        let flush = Duration::from_millis(20);
+        let (tx, mut writer) = writer(flush);
+        let start = Instant::now();
+        tx.send(delta("The ")).unwrap();
+        assert_eq!(writer.next_write().await.as_deref(), Some("[The ]"));
+        assert_eq!(
+            start.elapsed(),
+            Duration::ZERO,
+            "the first words wait for nothing"
+        );
+
+        // Words that follow within the flush go out together when it is up, as one delta.
+        tx.send(delta("answer ")).unwrap();
+        let later = tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            later.send(delta("is ")).unwrap();
+        });
+        assert_eq!(writer.next_write().await.as_deref(), Some("[answer is ]"));
+        assert_eq!(start.elapsed(), flush);
+
+        // After a quiet spell the next word is written at once again.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let resumed = Instant::now();
+        tx.send(delta("42")).unwrap();
+        assert_eq!(writer.next_write().await.as_deref(), Some("[42]"));
+        assert_eq!(resumed.elapsed(), Duration::ZERO);
+
+        // Anything else goes out as it comes, after the text held before it.
+        tx.send(delta(".")).unwrap();
+        tx.send(Update::Event(TurnEvent::StepFinished)).unwrap();
+        assert_eq!(
+            writer.next_write().await.as_deref(),
+            Some("[.]<StepFinished>")
+        );
+        assert_eq!(resumed.elapsed(), Duration::ZERO);
+
+        // Text held when the turn ends is written before the stream closes.
+        tx.send(delta(" Bye.")).unwrap();
+        drop(tx);
+        assert_eq!(writer.next_write().await.as_deref(), Some("[ Bye.]"));
+        assert_eq!(writer.next_write().await, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_flush_of_zero_writes_each_delta_as_it_comes() {
+        let (tx, mut writer) = writer(Duration::ZERO);
+        for word in ["a", "b"] {
+            tx.send(delta(word)).unwrap();
+            assert_eq!(
+                writer.next_write().await.as_deref(),
+                Some(&*format!("[{word}]"))
+            );
+        }
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! either dialect, with text deltas handed on as they arrive and the answer put together into
 //! the same [`Reply`] a whole one gives. Sending and retrying stay in `retry`; this reads.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::pin::pin;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use futures::{Stream, StreamExt};
 use parley_core::retry::{Streaming, excerpt};
 use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 use sse_stream::{Sse, SseStream};
 use tokio::time::Instant;
 
@@ -184,7 +186,7 @@ fn stream_error(error: sse_stream::Error) -> LlmError {
 }
 
 /// The JSON of an event's `data`.
-fn data<T: serde::de::DeserializeOwned>(data: &str, key: Option<&str>) -> Result<T, LlmError> {
+fn data<'a, T: Deserialize<'a>>(data: &'a str, key: Option<&str>) -> Result<T, LlmError> {
     serde_json::from_str(data).map_err(|e| {
         LlmError::BadResponse(format!(
             "an event is not what the dialect promises ({e}): {}",
@@ -252,35 +254,68 @@ impl Answer {
     }
 }
 
-/// The Responses API events read; the others (`response.created`, `*.done`, reasoning...)
-/// carry nothing the final `response` does not.
+/// One Responses API event, read flat: only the fields Parley uses, borrowed from the event's
+/// text where it can. (An internally tagged enum would first copy every field of every event
+/// into serde's buffer, and text deltas are most of a stream.) The event types read are
+/// `response.output_text.delta` and `response.refusal.delta` (the text), `output_item.done`,
+/// `completed`/`incomplete`, `failed` and `error`; the others (`response.created`, `*.done`,
+/// reasoning...) carry nothing the final `response` does not.
 #[derive(Deserialize)]
-#[serde(tag = "type")]
-enum ResponsesEvent {
-    #[serde(
-        rename = "response.output_text.delta",
-        alias = "response.refusal.delta"
-    )]
-    TextDelta {
-        output_index: Option<u64>,
-        item_id: Option<String>,
-        delta: String,
-    },
-    #[serde(rename = "response.output_item.done")]
-    ItemDone { item: Value },
-    #[serde(rename = "response.completed", alias = "response.incomplete")]
-    Completed { response: Value },
-    #[serde(rename = "response.failed")]
-    Failed { response: Option<Value> },
-    /// OpenAI puts `code` and `message` on the event itself; some servers nest an `error`.
-    #[serde(rename = "error")]
-    Error {
-        code: Option<Value>,
-        message: Option<String>,
-        error: Option<Value>,
-    },
-    #[serde(other)]
-    Other,
+struct ResponsesEvent<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    /// Each field is kept as its JSON text and read only for the event types that have it,
+    /// so another type's field of another shape is passed over as before.
+    #[serde(borrow)]
+    delta: Option<&'a RawValue>,
+    #[serde(borrow)]
+    output_index: Option<&'a RawValue>,
+    #[serde(borrow)]
+    item_id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    item: Option<&'a RawValue>,
+    #[serde(borrow)]
+    response: Option<&'a RawValue>,
+    /// OpenAI puts `code` and `message` on an `error` event itself; some servers nest an `error`.
+    #[serde(borrow)]
+    code: Option<&'a RawValue>,
+    #[serde(borrow)]
+    message: Option<&'a RawValue>,
+    #[serde(borrow)]
+    error: Option<&'a RawValue>,
+}
+
+impl<'a> ResponsesEvent<'a> {
+    /// Field `name`'s value (`raw`) as a `T`; `None` when absent or JSON null.
+    fn field<T: Deserialize<'a>>(
+        &self,
+        name: &str,
+        raw: Option<&'a RawValue>,
+    ) -> Result<Option<T>, LlmError> {
+        match raw {
+            None => Ok(None),
+            Some(raw) => serde_json::from_str::<Option<T>>(raw.get()).map_err(|e| {
+                LlmError::BadResponse(format!(
+                    "an event is not what the dialect promises (`{name}` of a `{}` event: {e})",
+                    self.kind
+                ))
+            }),
+        }
+    }
+
+    /// Like [`field`](Self::field), for a field the event type must have.
+    fn required<T: Deserialize<'a>>(
+        &self,
+        name: &str,
+        raw: Option<&'a RawValue>,
+    ) -> Result<T, LlmError> {
+        self.field(name, raw)?.ok_or_else(|| {
+            LlmError::BadResponse(format!(
+                "an event is not what the dialect promises (a `{}` event without `{name}`)",
+                self.kind
+            ))
+        })
+    }
 }
 
 #[derive(Default)]
@@ -294,33 +329,37 @@ struct ResponsesAnswer {
 impl ResponsesAnswer {
     fn event(
         &mut self,
-        event: ResponsesEvent,
+        event: ResponsesEvent<'_>,
         text: &mut Said<'_>,
         key: Option<&str>,
     ) -> Result<Option<Reply>, LlmError> {
-        match event {
-            ResponsesEvent::TextDelta {
-                output_index,
-                item_id,
-                delta,
-            } => {
-                let item = Some((output_index, item_id));
+        match &*event.kind {
+            "response.output_text.delta" | "response.refusal.delta" => {
+                let delta: Cow<'_, str> = event.required("delta", event.delta)?;
+                let index: Option<u64> = event.field("output_index", event.output_index)?;
+                let item_id: Option<Cow<'_, str>> = event.field("item_id", event.item_id)?;
+                let same_item = self
+                    .text_item
+                    .as_ref()
+                    .is_some_and(|(i, id)| *i == index && id.as_deref() == item_id.as_deref());
                 // `responses::parse` joins the texts of separate messages with a blank line;
                 // the streamed text must be that same text.
-                if self.text_item != item && !text.text.is_empty() && !delta.is_empty() {
-                    text.push("\n\n");
-                }
-                if !delta.is_empty() {
-                    self.text_item = item;
+                if !same_item && !delta.is_empty() {
+                    if !text.text.is_empty() {
+                        text.push("\n\n");
+                    }
+                    self.text_item = Some((index, item_id.map(Cow::into_owned)));
                 }
                 text.push(&delta);
                 Ok(None)
             }
-            ResponsesEvent::ItemDone { item } => {
+            "response.output_item.done" => {
+                let item: Value = event.required("item", event.item)?;
                 self.items.push(item);
                 Ok(None)
             }
-            ResponsesEvent::Completed { mut response } => {
+            "response.completed" | "response.incomplete" => {
+                let mut response: Value = event.required("response", event.response)?;
                 if let Some(fields) = response.as_object_mut()
                     && fields
                         .get("output")
@@ -338,20 +377,23 @@ impl ResponsesAnswer {
                 })?;
                 responses::parse(answer).map(Some)
             }
-            ResponsesEvent::Failed { response } => {
+            "response.failed" => {
+                let response: Option<Value> = event.field("response", event.response)?;
                 Err(failure(response.as_ref().and_then(|r| r.get("error")), key))
             }
-            ResponsesEvent::Error {
-                code,
-                message,
-                error,
-            } => {
-                let error = error
-                    .filter(Value::is_object)
-                    .unwrap_or_else(|| serde_json::json!({"code": code, "message": message}));
+            "error" => {
+                let nested: Option<Value> = event.field("error", event.error)?;
+                let error = match nested.filter(Value::is_object) {
+                    Some(error) => error,
+                    None => {
+                        let code: Option<Value> = event.field("code", event.code)?;
+                        let message: Option<String> = event.field("message", event.message)?;
+                        serde_json::json!({"code": code, "message": message})
+                    }
+                };
                 Err(failure(Some(&error), key))
             }
-            ResponsesEvent::Other => Ok(None),
+            _ => Ok(None),
         }
     }
 }
@@ -482,6 +524,41 @@ mod tests {
     use crate::llm::{Item, LlmConfig, Prompt, ToolDef, Usage};
 
     const BOTH: [LlmApi; 2] = [LlmApi::Responses, LlmApi::ChatCompletions];
+
+    #[test]
+    fn responses_events_are_read_by_type_and_other_types_fields_pass_over() {
+        let mut said = Vec::new();
+        let mut on_text = |delta: &str| said.push(delta.to_owned());
+        let mut text = Said::new(&mut on_text);
+        let mut answer = ResponsesAnswer::default();
+        let mut feed = |raw: &str| answer.event(data(raw, None)?, &mut text, None);
+        assert!(matches!(
+            feed(
+                r#"{"type":"response.output_text.delta","item_id":"m1","output_index":0,"delta":"caf\u00e9 "}"#
+            ),
+            Ok(None)
+        ));
+        // Another type may give a field another shape: it is not read.
+        assert!(matches!(
+            feed(r#"{"type":"response.output_json.delta","delta":{"a":1},"message":[2]}"#),
+            Ok(None)
+        ));
+        assert!(matches!(
+            feed(
+                r#"{"type":"response.refusal.delta","item_id":"m1","output_index":0,"delta":"au lait"}"#
+            ),
+            Ok(None)
+        ));
+        // A text delta without its text is not what the dialect promises.
+        let Err(LlmError::BadResponse(problem)) = feed(r#"{"type":"response.output_text.delta"}"#)
+        else {
+            panic!("a delta without `delta` was read");
+        };
+        assert!(problem.contains("without `delta`"), "{problem}");
+        assert_eq!(text.text, "café au lait");
+        drop(text);
+        assert_eq!(said, ["café ", "au lait"]);
+    }
 
     fn client(llm: &ScriptedLlm, api: LlmApi) -> Llm {
         client_with(llm, api, |_| {})

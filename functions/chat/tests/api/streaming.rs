@@ -50,7 +50,9 @@ async fn a_turn_with_parallel_calls_and_a_long_reply_streams_as_ui_message_parts
 
     let kinds = types(&parts);
     let deltas = kinds.iter().filter(|k| **k == "text-delta").count();
-    assert!(deltas > 10, "the reply came in pieces: {deltas}");
+    // The model writes its words at once: the first go out at once, those that follow
+    // within `STREAM_FLUSH_MS` together.
+    assert!(deltas >= 2, "the reply came in pieces: {deltas}");
     let mut expected = vec![
         "start",
         "start-step",
