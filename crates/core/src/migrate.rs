@@ -5,13 +5,15 @@
 use include_dir::{Dir, include_dir};
 use sha2::{Digest, Sha256};
 use tokio_postgres::Client;
+use tokio_postgres::types::Type;
 
 use crate::db::pg_message;
 
 static MIGRATIONS: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/../../migrations");
 
 /// Advisory locks are per database, so one fixed key serialises runners of the same database
-/// while different databases in a cluster migrate in parallel. ASCII "parleymg".
+/// while different databases in a cluster migrate in parallel. ASCII "parleymg". Held for one
+/// migration's transaction at a time (see [`run`]).
 const LOCK_KEY: i64 = 0x7061_726c_6579_6d67;
 
 const CREATE_BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -130,74 +132,73 @@ fn pending<'m>(
 /// Applies pending migrations and returns the file names applied, in order (empty when the
 /// database is up to date).
 ///
-/// Holds a session advisory lock on `client` for the whole run, so give it a connection of
-/// its own (not one behind a transaction-pooling proxy). Each migration commits on its own;
-/// a failure rolls back only that file and reports it as [`MigrateError::Failed`].
+/// Each migration runs in a transaction of its own that first takes the migration lock
+/// ([`LOCK_KEY`], a transaction-level advisory lock) and reads `schema_migrations` under it, so
+/// concurrent runners take turns and none applies a file another has recorded. Nothing
+/// outlives a transaction (no session lock, no named statement), so `client` may come through
+/// a transaction-mode pooler. A failure rolls back only that file and reports it as
+/// [`MigrateError::Failed`].
 pub async fn run(client: &mut Client) -> Result<Vec<String>, MigrateError> {
     let embedded = migrations()?;
-    client
-        .execute("SELECT pg_advisory_lock($1)", &[&LOCK_KEY])
-        .await
-        .map_err(|source| MigrateError::Bookkeeping {
-            step: "taking the migration lock",
-            source,
-        })?;
-
-    let result = run_locked(client, &embedded).await;
-
-    // If the connection died the server has already dropped the lock with the session, so
-    // a failed unlock only matters when everything else went well.
-    let unlocked = client
-        .execute("SELECT pg_advisory_unlock($1)", &[&LOCK_KEY])
-        .await
-        .map_err(|source| MigrateError::Bookkeeping {
-            step: "releasing the migration lock",
-            source,
-        });
-    let applied = result?;
-    unlocked?;
-    Ok(applied)
+    let mut done = Vec::new();
+    while let Some(name) = apply_next(client, &embedded).await? {
+        done.push(name);
+    }
+    Ok(done)
 }
 
-async fn run_locked(
+/// One transaction under the lock: checks every applied migration against the embedded files,
+/// then applies and records the first pending one. `None` when nothing was pending.
+async fn apply_next(
     client: &mut Client,
     embedded: &[Migration],
-) -> Result<Vec<String>, MigrateError> {
+) -> Result<Option<String>, MigrateError> {
     let bookkeeping = |step| move |source| MigrateError::Bookkeeping { step, source };
-    client
-        .batch_execute(CREATE_BOOKKEEPING)
+    let tx = client
+        .transaction()
+        .await
+        .map_err(bookkeeping("starting a transaction"))?;
+    // Released by COMMIT or ROLLBACK, or with the session if the connection dies: a session
+    // lock would need its unlock to reach the same server session, which a pooler may not give.
+    tx.execute_typed(
+        "SELECT pg_advisory_xact_lock($1)",
+        &[(&LOCK_KEY, Type::INT8)],
+    )
+    .await
+    .map_err(bookkeeping("taking the migration lock"))?;
+    tx.batch_execute(CREATE_BOOKKEEPING)
         .await
         .map_err(bookkeeping("creating schema_migrations"))?;
-    let applied: Vec<(String, String)> = client
-        .query("SELECT name, checksum FROM schema_migrations", &[])
+    // Read under the lock: what a runner before us committed is seen here.
+    let applied: Vec<(String, String)> = tx
+        .query_typed("SELECT name, checksum FROM schema_migrations", &[])
         .await
         .map_err(bookkeeping("reading schema_migrations"))?
         .iter()
         .map(|row| (row.get(0), row.get(1)))
         .collect();
-
-    let mut done = Vec::new();
-    for migration in pending(embedded, &applied)? {
-        apply(client, migration)
+    let Some(&migration) = pending(embedded, &applied)?.first() else {
+        tx.commit()
             .await
-            .map_err(|source| MigrateError::Failed {
-                name: migration.name.to_owned(),
-                source,
-            })?;
-        done.push(migration.name.to_owned());
-    }
-    Ok(done)
-}
-
-async fn apply(client: &mut Client, migration: &Migration) -> Result<(), tokio_postgres::Error> {
-    let tx = client.transaction().await?;
-    tx.batch_execute(migration.sql).await?;
-    tx.execute(
+            .map_err(bookkeeping("ending the transaction"))?;
+        return Ok(None);
+    };
+    let failed = |source| MigrateError::Failed {
+        name: migration.name.to_owned(),
+        source,
+    };
+    tx.batch_execute(migration.sql).await.map_err(failed)?;
+    tx.execute_typed(
         "INSERT INTO schema_migrations (name, checksum) VALUES ($1, $2)",
-        &[&migration.name, &migration.checksum],
+        &[
+            (&migration.name, Type::TEXT),
+            (&migration.checksum, Type::TEXT),
+        ],
     )
-    .await?;
-    tx.commit().await
+    .await
+    .map_err(failed)?;
+    tx.commit().await.map_err(failed)?;
+    Ok(Some(migration.name.to_owned()))
 }
 
 #[cfg(test)]

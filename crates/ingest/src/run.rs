@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use parley_embed::Embedder;
 use sha2::{Digest, Sha256};
 use tokio_postgres::Client;
-use tokio_postgres::types::Type;
 
 use crate::chunk::{ChunkOptions, chunk_sections};
 use crate::extract::{EXTRACTOR_VERSION, Format, extract};
@@ -52,11 +51,9 @@ pub(crate) async fn ingest_sources(
     let start = Instant::now();
     let uris: Vec<String> = files.iter().map(|(f, _)| f.uri()).collect();
     let stored = store::stored(db, &coll, &uris).await?;
-    let vector = store::vector_type(db).await?;
 
     let mut run = Run {
         coll,
-        vector,
         summary: Summary::default(),
         progress: Progress::new(options.progress, files.len()),
         ready: None,
@@ -208,7 +205,6 @@ struct Embedded {
 
 struct Run {
     coll: Collection,
-    vector: Type,
     summary: Summary,
     progress: Progress,
     ready: Option<Embedded>,
@@ -321,8 +317,7 @@ impl Run {
             let (mine, after) = rest.split_at(doc.chunks.len() + 1);
             rest = after;
             let (chunks, card) = mine.split_at(doc.chunks.len());
-            match store::write_document(db, &self.coll, &self.vector, doc, chunks, &card[0]).await?
-            {
+            match store::write_document(db, &self.coll, doc, chunks, &card[0]).await? {
                 Written::Replaced => self.summary.replaced += 1,
                 Written::Added => self.summary.added += 1,
                 Written::Superseded => {

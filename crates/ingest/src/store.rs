@@ -7,10 +7,11 @@
 
 use std::collections::HashMap;
 use std::pin::pin;
+use std::sync::LazyLock;
 
 use bytes::{BufMut, BytesMut};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
-use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
+use tokio_postgres::types::{IsNull, Kind, ToSql, Type, to_sql_checked};
 use tokio_postgres::{Client, GenericClient};
 
 use crate::{CollectionSpec, IngestError, Member, pg};
@@ -86,7 +87,7 @@ pub(crate) async fn claim(
     reason: Option<&str>,
 ) -> Result<bool, IngestError> {
     let row = db
-        .query_opt(
+        .query_typed_opt(
             "INSERT INTO parley.s3_objects AS o
                     (bucket, key, collection_id, uri, sequencer, version_id, etag, fetched_at, outcome, reason)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
@@ -99,16 +100,16 @@ pub(crate) async fn claim(
               WHERE o.fetched_at < EXCLUDED.fetched_at
              RETURNING 1",
             &[
-                &claim.bucket,
-                &claim.key,
-                &collection.id,
-                &claim.uri,
-                &claim.sequencer,
-                &claim.version_id,
-                &claim.etag,
-                &claim.fetched_at,
-                &outcome,
-                &reason,
+                (&claim.bucket, Type::TEXT),
+                (&claim.key, Type::TEXT),
+                (&collection.id, Type::INT8),
+                (&claim.uri, Type::TEXT),
+                (&claim.sequencer, Type::TEXT),
+                (&claim.version_id, Type::TEXT),
+                (&claim.etag, Type::TEXT),
+                (&claim.fetched_at, Type::TIMESTAMPTZ),
+                (&outcome, Type::TEXT),
+                (&reason, Type::TEXT),
             ],
         )
         .await
@@ -133,10 +134,10 @@ pub(crate) async fn object_state(
     key: &str,
 ) -> Result<Option<ObjectState>, IngestError> {
     let row = db
-        .query_opt(
+        .query_typed_opt(
             "SELECT sequencer, version_id, etag, outcome, reason, fetched_at
                FROM parley.s3_objects WHERE bucket = $1 AND key = $2",
-            &[&bucket, &key],
+            &[(&bucket, Type::TEXT), (&key, Type::TEXT)],
         )
         .await
         .map_err(pg("reading what was last read of an S3 object"))?;
@@ -157,10 +158,10 @@ pub(crate) async fn object_states(
     prefix: &str,
 ) -> Result<HashMap<String, ObjectState>, IngestError> {
     let rows = db
-        .query(
+        .query_typed(
             "SELECT key, sequencer, version_id, etag, outcome, reason, fetched_at
                FROM parley.s3_objects WHERE bucket = $1 AND starts_with(key, $2)",
-            &[&bucket, &prefix],
+            &[(&bucket, Type::TEXT), (&prefix, Type::TEXT)],
         )
         .await
         .map_err(pg("reading what was last read of the prefix's S3 objects"))?;
@@ -185,7 +186,7 @@ pub(crate) async fn object_states(
 /// The database's clock: when an S3 read starts, compared across every ingest function.
 pub(crate) async fn clock(db: &impl GenericClient) -> Result<std::time::SystemTime, IngestError> {
     Ok(db
-        .query_one("SELECT clock_timestamp()", &[])
+        .query_typed_one("SELECT clock_timestamp()", &[])
         .await
         .map_err(pg("reading the database's clock"))?
         .get(0))
@@ -207,9 +208,9 @@ pub(crate) async fn delete_claimed(
     }
     let deleted = match &claimed.uri {
         Some(uri) => {
-            tx.execute(
+            tx.execute_typed(
                 "DELETE FROM parley.documents WHERE collection_id = $1 AND uri = $2",
-                &[&collection.id, uri],
+                &[(&collection.id, Type::INT8), (uri, Type::TEXT)],
             )
             .await
             .map_err(pg("deleting a document whose object was deleted"))?
@@ -237,31 +238,31 @@ pub(crate) async fn apply_settings(
     if !claim(&tx, collection, claimed, "settings", None).await? {
         return Ok(false);
     }
-    tx.execute(
+    tx.execute_typed(
         "UPDATE parley.collections
             SET title = coalesce($2, title), description = coalesce($3, description),
                 public = coalesce($4, public), updated_at = now()
           WHERE id = $1",
         &[
-            &collection.id,
-            &settings.title,
-            &settings.description,
-            &settings.public,
+            (&collection.id, Type::INT8),
+            (&settings.title, Type::TEXT),
+            (&settings.description, Type::TEXT),
+            (&settings.public, Type::BOOL),
         ],
     )
     .await
     .map_err(pg("updating the collection from its settings object"))?;
     if let Some(readers) = &settings.readers {
-        tx.execute(
+        tx.execute_typed(
             "DELETE FROM parley.memberships WHERE collection_id = $1",
-            &[&collection.id],
+            &[(&collection.id, Type::INT8)],
         )
         .await
         .map_err(pg("replacing the collection's readers"))?;
         let name: String = tx
-            .query_one(
+            .query_typed_one(
                 "SELECT name FROM parley.collections WHERE id = $1",
-                &[&collection.id],
+                &[(&collection.id, Type::INT8)],
             )
             .await
             .map_err(pg("reading the collection's name"))?
@@ -284,7 +285,7 @@ pub(crate) async fn prune_objects(
     listed_at: std::time::SystemTime,
 ) -> Result<u64, IngestError> {
     let rows = db
-        .query(
+        .query_typed(
             "WITH gone AS (
                  UPDATE parley.s3_objects o
                     SET outcome = 'deleted', version_id = NULL, etag = NULL, reason = NULL,
@@ -296,7 +297,13 @@ pub(crate) async fn prune_objects(
              DELETE FROM parley.documents d USING gone
               WHERE d.collection_id = $1 AND d.uri = gone.uri
              RETURNING d.id",
-            &[&collection.id, &bucket, &uri_prefix, &listed, &listed_at],
+            &[
+                (&collection.id, Type::INT8),
+                (&bucket, Type::TEXT),
+                (&uri_prefix, Type::TEXT),
+                (&listed, Type::TEXT_ARRAY),
+                (&listed_at, Type::TIMESTAMPTZ),
+            ],
         )
         .await
         .map_err(pg("pruning documents whose objects are gone"))?;
@@ -316,7 +323,7 @@ pub(crate) struct NewChunk {
 
 pub(crate) async fn check_schema(db: &Client) -> Result<(), IngestError> {
     let row = db
-        .query_one("SELECT to_regclass('parley.chunks') IS NOT NULL", &[])
+        .query_typed_one("SELECT to_regclass('parley.chunks') IS NOT NULL", &[])
         .await
         .map_err(pg("checking for the documents tables"))?;
     if row.get::<_, bool>(0) {
@@ -339,18 +346,25 @@ pub(crate) async fn ensure_collection(
         return Err(IngestError::Dims(dims));
     }
     let dims_i32 = dims as i32;
-    db.execute(
+    db.execute_typed(
         "INSERT INTO parley.collections (name, title, description, public, embedding_model, embedding_dims)
          VALUES ($1, coalesce($2, $1), $3, coalesce($4, false), $5, $6)
          ON CONFLICT (name) DO NOTHING",
-        &[&spec.name, &spec.title, &spec.description, &spec.public, &model, &dims_i32],
+        &[
+            (&spec.name, Type::TEXT),
+            (&spec.title, Type::TEXT),
+            (&spec.description, Type::TEXT),
+            (&spec.public, Type::BOOL),
+            (&model, Type::TEXT),
+            (&dims_i32, Type::INT4),
+        ],
     )
     .await
     .map_err(pg("creating the collection"))?;
     let row = db
-        .query_one(
+        .query_typed_one(
             "SELECT id, embedding_model, embedding_dims FROM parley.collections WHERE name = $1",
-            &[&spec.name],
+            &[(&spec.name, Type::TEXT)],
         )
         .await
         .map_err(pg("reading the collection"))?;
@@ -363,12 +377,17 @@ pub(crate) async fn ensure_collection(
         });
     }
     if spec.title.is_some() || spec.description.is_some() || spec.public.is_some() {
-        db.execute(
+        db.execute_typed(
             "UPDATE parley.collections
                 SET title = coalesce($2, title), description = coalesce($3, description),
                     public = coalesce($4, public), updated_at = now()
               WHERE id = $1",
-            &[&id, &spec.title, &spec.description, &spec.public],
+            &[
+                (&id, Type::INT8),
+                (&spec.title, Type::TEXT),
+                (&spec.description, Type::TEXT),
+                (&spec.public, Type::BOOL),
+            ],
         )
         .await
         .map_err(pg("updating the collection"))?;
@@ -398,9 +417,9 @@ pub(crate) async fn find_collection(
     name: &str,
 ) -> Result<Option<Collection>, IngestError> {
     Ok(db
-        .query_opt(
+        .query_typed_opt(
             "SELECT id FROM parley.collections WHERE name = $1",
-            &[&name],
+            &[(&name, Type::TEXT)],
         )
         .await
         .map_err(pg("finding the collection"))?
@@ -416,11 +435,11 @@ pub(crate) async fn stored(
     // Only the run's own: an S3 event ingests one object into a collection that may hold
     // hundreds of thousands.
     let rows = db
-        .query(
+        .query_typed(
             "SELECT uri, content_hash, path, metadata, id, card_embedding IS NOT NULL
                FROM parley.documents
               WHERE collection_id = $1 AND uri = ANY ($2)",
-            &[&collection.id, &uris],
+            &[(&collection.id, Type::INT8), (&uris, Type::TEXT_ARRAY)],
         )
         .await
         .map_err(pg("reading the collection's documents"))?;
@@ -448,22 +467,28 @@ pub(crate) async fn update_place(
     path: &[String],
     metadata: &serde_json::Value,
 ) -> Result<(), IngestError> {
-    db.execute(
+    db.execute_typed(
         "UPDATE parley.documents SET path = $2, metadata = $3 WHERE id = $1",
-        &[&id, &path, metadata],
+        &[
+            (&id, Type::INT8),
+            (&path, Type::TEXT_ARRAY),
+            (metadata, Type::JSONB),
+        ],
     )
     .await
     .map_err(pg("updating a document's path and metadata"))?;
     Ok(())
 }
 
-/// pgvector's `vector` type as this database knows it (an extension type has no fixed oid).
-pub(crate) async fn vector_type(db: &Client) -> Result<Type, IngestError> {
-    let stmt = db
-        .prepare("SELECT $1::vector")
-        .await
-        .map_err(pg("looking up pgvector's vector type"))?;
-    Ok(stmt.params()[0].clone())
+/// pgvector's `vector` type, for [`Vector`] values. An extension type has no fixed oid, and
+/// none is needed: binary `COPY` sends no type oids, and a statement's parameter of oid 0 is
+/// "unspecified", which the server resolves from the statement's own `$n::vector`. Looking the
+/// oid up would cost a round trip per run (or leave tokio-postgres' named type-info statement
+/// on the session, as `prepare` did).
+fn vector() -> Type {
+    static VECTOR: LazyLock<Type> =
+        LazyLock::new(|| Type::new("vector".into(), 0, Kind::Simple, "public".into()));
+    VECTOR.clone()
 }
 
 /// Replaces one document in one transaction: the old row (its sections and chunks by cascade)
@@ -473,7 +498,6 @@ pub(crate) async fn vector_type(db: &Client) -> Result<Type, IngestError> {
 pub(crate) async fn write_document(
     db: &mut Client,
     collection: &Collection,
-    vector: &Type,
     doc: &NewDocument,
     embeddings: &[Vec<f32>],
     card_embedding: &[f32],
@@ -489,9 +513,9 @@ pub(crate) async fn write_document(
         return Ok(Written::Superseded);
     }
     let replaced = tx
-        .execute(
+        .execute_typed(
             "DELETE FROM parley.documents WHERE collection_id = $1 AND uri = $2",
-            &[&collection.id, &doc.uri],
+            &[(&collection.id, Type::INT8), (&doc.uri, Type::TEXT)],
         )
         .await
         .map_err(pg("deleting a document's old version"))?
@@ -502,26 +526,28 @@ pub(crate) async fn write_document(
         &doc.metadata
     };
     let id: i64 = tx
-        .query_one(
+        .query_typed_one(
             "INSERT INTO parley.documents
                     (collection_id, uri, title, path, metadata, content_hash, chars, card, card_embedding)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::vector) RETURNING id",
             &[
-                &collection.id,
-                &doc.uri,
-                &doc.title,
-                &doc.path,
-                metadata,
-                &doc.content_hash,
-                &doc.chars,
-                &doc.card,
-                &Vector(card_embedding),
+                (&collection.id, Type::INT8),
+                (&doc.uri, Type::TEXT),
+                (&doc.title, Type::TEXT),
+                (&doc.path, Type::TEXT_ARRAY),
+                (metadata, Type::JSONB),
+                (&doc.content_hash, Type::TEXT),
+                (&doc.chars, Type::INT4),
+                (&doc.card, Type::TEXT),
+                (&Vector(card_embedding), vector()),
             ],
         )
         .await
         .map_err(pg("inserting a document"))?
         .get(0);
 
+    // `copy_in` prepares a named statement and closes it once the COPY has begun: both inside
+    // this transaction, so a transaction-mode pooler sees nothing left on the session.
     let sink = tx
         .copy_in("COPY parley.sections (document_id, collection_id, ord, heading, text) FROM STDIN (FORMAT binary)")
         .await
@@ -567,7 +593,7 @@ pub(crate) async fn write_document(
             Type::TEXT,
             Type::TEXT,
             Type::INT4,
-            vector.clone(),
+            vector(),
         ]
     ));
     for (c, e) in doc.chunks.iter().zip(embeddings) {
@@ -605,12 +631,12 @@ pub(crate) async fn card_sources(
     ids: &[i64],
 ) -> Result<Vec<(i64, String, Vec<crate::Section>)>, IngestError> {
     let rows = db
-        .query(
+        .query_typed(
             "SELECT d.id, d.title, s.heading, s.text
                FROM parley.documents d LEFT JOIN parley.sections s ON s.document_id = d.id
               WHERE d.id = ANY ($1)
               ORDER BY d.id, s.ord",
-            &[&ids],
+            &[(&ids, Type::INT8_ARRAY)],
         )
         .await
         .map_err(pg("reading documents to make their cards"))?;
@@ -641,9 +667,13 @@ pub(crate) async fn set_card(
     card: &str,
     embedding: &[f32],
 ) -> Result<(), IngestError> {
-    db.execute(
-        "UPDATE parley.documents SET card = $2, card_embedding = $3 WHERE id = $1",
-        &[&id, &card, &Vector(embedding)],
+    db.execute_typed(
+        "UPDATE parley.documents SET card = $2, card_embedding = $3::vector WHERE id = $1",
+        &[
+            (&id, Type::INT8),
+            (&card, Type::TEXT),
+            (&Vector(embedding), vector()),
+        ],
     )
     .await
     .map_err(pg("storing a document's card"))?;
@@ -657,18 +687,18 @@ pub(crate) async fn prune(
     collection: &Collection,
     keep: &[String],
 ) -> Result<u64, IngestError> {
-    db.execute(
+    db.execute_typed(
         "DELETE FROM parley.documents WHERE collection_id = $1 AND uri <> ALL ($2)",
-        &[&collection.id, &keep],
+        &[(&collection.id, Type::INT8), (&keep, Type::TEXT_ARRAY)],
     )
     .await
     .map_err(pg("pruning documents not seen in this run"))
 }
 
 pub(crate) async fn touch(db: &Client, collection: &Collection) -> Result<(), IngestError> {
-    db.execute(
+    db.execute_typed(
         "UPDATE parley.collections SET updated_at = now() WHERE id = $1",
-        &[&collection.id],
+        &[(&collection.id, Type::INT8)],
     )
     .await
     .map_err(pg("marking the collection updated"))?;
@@ -689,9 +719,9 @@ pub(crate) async fn enroll(
         })
         .unzip();
     let found = db
-        .query_opt(
+        .query_typed_opt(
             "SELECT id FROM parley.collections WHERE name = $1",
-            &[&collection],
+            &[(&collection, Type::TEXT)],
         )
         .await
         .map_err(pg("finding the collection"))?;
@@ -709,9 +739,16 @@ pub(crate) async fn enroll(
          SELECT $1, kind, principal FROM unnest($2::text[], $3::text[]) AS x (kind, principal)
          ON CONFLICT DO NOTHING"
     };
-    db.execute(sql, &[&id, &kinds, &principals])
-        .await
-        .map_err(pg("changing memberships"))
+    db.execute_typed(
+        sql,
+        &[
+            (&id, Type::INT8),
+            (&kinds, Type::TEXT_ARRAY),
+            (&principals, Type::TEXT_ARRAY),
+        ],
+    )
+    .await
+    .map_err(pg("changing memberships"))
 }
 
 /// An embedding, written in pgvector's binary form.

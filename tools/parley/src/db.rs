@@ -37,8 +37,10 @@ pub fn config_from_env(env: &Env) -> Result<DbConfig, ConnectError> {
     DbConfig::from_env(env).map_err(|e| ConnectError::Invalid(e.problem))
 }
 
-/// A dedicated session (the migration runner holds a session advisory lock on it), with the
-/// same TLS rules as the functions: `sslmode=verify-full` and `DB_CA_FILE` work here too.
+/// A dedicated connection, with the same TLS rules as the functions: `sslmode=verify-full` and
+/// `DB_CA_FILE` work here too. The commands keep nothing on its session past a transaction
+/// (unnamed statements, transaction-level locks), so it may go through a transaction-mode
+/// pooler such as RDS Proxy or PgBouncer.
 pub async fn connect(env: &Env) -> Result<Client, ConnectError> {
     let config = config_from_env(env)?;
     parley_core::db::connect(&config)

@@ -12,6 +12,7 @@ use parley_domain_documents as documents;
 use parley_domain_feedback as feedback;
 use parley_domain_tasks as tasks;
 use parley_embed::Embedder;
+use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Transaction};
 
 /// Serialises concurrent `demo-data` runs on one database. ASCII "parleydm".
@@ -135,7 +136,7 @@ pub async fn load(client: &mut Client, opts: &DemoOptions) -> Result<DemoSummary
     // The domains' schemas grant to Parley's roles and use its caller helpers. Roles are
     // cluster-wide, so the parley schema is what shows this database was migrated.
     let migrated: bool = client
-        .query_one(
+        .query_typed_one(
             "SELECT to_regprocedure('parley.caller_sub()') IS NOT NULL
                 AND to_regrole('parley_readonly') IS NOT NULL
                 AND to_regrole('parley_tool_writer') IS NOT NULL",
@@ -202,9 +203,12 @@ async fn begin(client: &mut Client, domain: Domain) -> Result<Transaction<'_>, D
         .transaction()
         .await
         .map_err(pg("starting the transaction"))?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK_KEY])
-        .await
-        .map_err(pg("taking the demo-data lock"))?;
+    tx.execute_typed(
+        "SELECT pg_advisory_xact_lock($1)",
+        &[(&LOCK_KEY, Type::INT8)],
+    )
+    .await
+    .map_err(pg("taking the demo-data lock"))?;
     if let Some(schema) = domain.schema() {
         tx.batch_execute(schema)
             .await

@@ -7,6 +7,7 @@ use std::fmt;
 use parley_core::db::pg_message;
 use secrecy::{ExposeSecret, SecretString};
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Transaction};
 
 /// Serialises role set-up on a server: roles are cluster-wide, and two stacks (or a deploy and
@@ -183,11 +184,17 @@ async fn apply_one(client: &mut Client, login: &Login) -> Result<Done, LoginErro
         .transaction()
         .await
         .map_err(pg("starting the transaction"))?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK_KEY])
-        .await
-        .map_err(pg("taking the role lock"))?;
+    tx.execute_typed(
+        "SELECT pg_advisory_xact_lock($1)",
+        &[(&LOCK_KEY, Type::INT8)],
+    )
+    .await
+    .map_err(pg("taking the role lock"))?;
     let group_exists: bool = tx
-        .query_one("SELECT to_regrole($1) IS NOT NULL", &[&login.kind.group()])
+        .query_typed_one(
+            "SELECT to_regrole($1) IS NOT NULL",
+            &[(&login.kind.group(), Type::TEXT)],
+        )
         .await
         .map_err(pg("looking up the group"))?
         .get(0);
@@ -195,11 +202,11 @@ async fn apply_one(client: &mut Client, login: &Login) -> Result<Done, LoginErro
         return Err(LoginError::NotMigrated(login.kind.group()));
     }
     let existing = tx
-        .query_opt(
+        .query_typed_opt(
             "SELECT rolsuper OR rolcreaterole OR rolcreatedb OR rolreplication OR rolbypassrls,
                     rolname = current_user
                FROM pg_catalog.pg_roles WHERE rolname = $1",
-            &[&login.user],
+            &[(&login.user, Type::TEXT)],
         )
         .await
         .map_err(pg("looking up the role"))?;
@@ -267,7 +274,7 @@ async fn apply_one(client: &mut Client, login: &Login) -> Result<Done, LoginErro
             // are cluster-wide; another database's domains are not this one's): SET but not
             // INHERIT, so the login writes only inside a write tool's `SET LOCAL ROLE`.
             let writers = tx
-                .query(
+                .query_typed(
                     "SELECT r.rolname FROM pg_catalog.pg_auth_members m
                        JOIN pg_catalog.pg_roles r ON r.oid = m.member
                       WHERE m.roleid = 'parley_tool_writer'::regrole AND NOT r.rolcanlogin
@@ -343,9 +350,13 @@ async fn execute(
     literal: Option<&str>,
 ) -> Result<(), tokio_postgres::Error> {
     let row = tx
-        .query_one(
+        .query_typed_one(
             "SELECT format($1, $2::text, $3::text)",
-            &[&template, &user, &literal],
+            &[
+                (&template, Type::TEXT),
+                (&user, Type::TEXT),
+                (&literal, Type::TEXT),
+            ],
         )
         .await?;
     let statement: String = row.get(0);

@@ -2,7 +2,7 @@
 
 mod common;
 
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 use common::{failure, stdout_of};
 
@@ -132,6 +132,131 @@ fn migrate_creates_parleys_schema_and_no_demo_tables() {
         stdout_of(&parley(&["migrate"], &db.url)).trim(),
         "schema up to date"
     );
+}
+
+/// Behind a transaction-mode pooler with one server connection (PgBouncer, as RDS Proxy or
+/// PgBouncer in front of a deployment), two `migrate`s at once apply each migration once, two
+/// `ingest`s at once and then `ingest --prune`, `enroll` and `collections` work, and nothing is
+/// left on the server session the next client gets: no named prepared statement (two clients
+/// taking turns on one session would also collide on a name), session setting, advisory lock,
+/// temporary table or cursor.
+#[test]
+fn migrate_and_ingest_through_a_transaction_pooler_leave_nothing_on_the_shared_server_session() {
+    let db = FreshDb::create();
+    let bouncer = parley_testkit::PgBouncer::start(&db.url, 1);
+    let pooled = bouncer.url(&db.url);
+    // Runs each `parley ARGS` at once through the pooler; their outputs once all succeeded.
+    let run_at_once = |runs: &[&[&str]]| -> Vec<String> {
+        let children: Vec<_> = runs
+            .iter()
+            .map(|args| {
+                common::command_with_model(args, &pooled)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("parley starts")
+            })
+            .collect();
+        runs.iter()
+            .zip(children)
+            .map(|(args, child)| {
+                let out = child.wait_with_output().expect("parley runs");
+                assert!(
+                    out.status.success(),
+                    "parley {args:?}: {}\nPgBouncer's log:\n{}",
+                    String::from_utf8_lossy(&out.stderr),
+                    bouncer.log()
+                );
+                String::from_utf8_lossy(&out.stdout).into_owned()
+            })
+            .collect()
+    };
+    let run = |args: &[&str]| run_at_once(&[args]).remove(0);
+
+    let migrated = run_at_once(&[&["migrate"], &["migrate"]]).concat();
+    let mut applied: Vec<&str> = migrated
+        .lines()
+        .filter_map(|l| l.strip_prefix("applied "))
+        .collect();
+    applied.sort_unstable();
+    let embedded: Vec<&str> = parley_core::migrate::embedded()
+        .expect("embedded migrations")
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(applied, embedded, "{migrated}");
+
+    let handbook = tempfile::tempdir().unwrap();
+    let policies = tempfile::tempdir().unwrap();
+    let write = |dir: &tempfile::TempDir, name: &str, body: &str| {
+        std::fs::write(dir.path().join(name), body).unwrap()
+    };
+    let path = |dir: &tempfile::TempDir| dir.path().to_str().expect("a UTF-8 path").to_owned();
+    write(
+        &handbook,
+        "leave.md",
+        "# Leave\n\nStaff take twenty days of annual leave.\n",
+    );
+    write(
+        &handbook,
+        "expenses.md",
+        "# Expenses\n\nClaim travel within a month.\n",
+    );
+    write(&handbook, "old.txt", "Soon gone.\n");
+    write(
+        &policies,
+        "security.md",
+        "# Security\n\nLock your screen.\n",
+    );
+    let (handbook_path, policies_path) = (path(&handbook), path(&policies));
+    let first = run_at_once(&[
+        &["ingest", &handbook_path, "--collection", "handbook"],
+        &["ingest", &policies_path, "--collection", "policies"],
+    ]);
+    assert!(first[0].contains(": 3 added, 0 replaced"), "{}", first[0]);
+    assert!(first[1].contains(": 1 added, 0 replaced"), "{}", first[1]);
+    write(
+        &handbook,
+        "leave.md",
+        "# Leave\n\nStaff take twenty-five days of annual leave.\n",
+    );
+    std::fs::remove_file(handbook.path().join("old.txt")).unwrap();
+    let second = run(&[
+        "ingest",
+        &handbook_path,
+        "--collection",
+        "handbook",
+        "--prune",
+    ]);
+    assert!(
+        second.contains(": 0 added, 1 replaced, 1 unchanged, 1 deleted"),
+        "{second}"
+    );
+    run(&["enroll", "--collection", "handbook", "--group", "staff"]);
+    let listed = run(&["collections"]);
+    assert!(
+        listed.contains("handbook") && listed.contains("policies"),
+        "{listed}"
+    );
+
+    assert_eq!(
+        db.query(
+            "SELECT string_agg(d.uri || ':' || (SELECT count(*) FROM parley.chunks c
+                                                 WHERE c.document_id = d.id), ',' ORDER BY d.uri)
+               FROM parley.documents d"
+        ),
+        ["expenses.md:1,leave.md:1,security.md:1"]
+    );
+    assert_eq!(
+        db.query("SELECT string_agg(kind || ':' || principal, ',') FROM parley.memberships"),
+        ["group:staff"]
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let left = runtime.block_on(bouncer.leftovers(&db.url));
+    assert!(left.is_empty(), "left on the server session: {left:?}");
 }
 
 #[test]

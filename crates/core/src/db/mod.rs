@@ -469,7 +469,8 @@ pub fn pool_with_secrets(
 }
 
 /// One dedicated connection outside any pool, with the same TLS and rotation rules: for admin
-/// work such as migrations, which hold a session-level advisory lock.
+/// work such as migrations and ingestion, which keep nothing on it past a transaction, so it may
+/// go through a transaction-mode pooler.
 pub async fn connect(config: &DbConfig) -> Result<tokio_postgres::Client, DbError> {
     let (client, _task) = Connector::new(config, None)?.connect().await?;
     Ok(client)

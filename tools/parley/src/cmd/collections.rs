@@ -9,6 +9,7 @@ use parley_core::config::Env;
 use parley_core::db::pg_message;
 use serde_json::{Value, json};
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Row};
 
 use super::table::{aligned, cut, one_line};
@@ -131,7 +132,7 @@ pub async fn list(
     name: Option<&str>,
 ) -> Result<Vec<Listed>, CollectionsError> {
     let rows = db
-        .query(LIST, &[&name])
+        .query_typed(LIST, &[(&name, Type::TEXT)])
         .await
         .map_err(pg("listing the collections"))?;
     if let (Some(name), true) = (name, rows.is_empty()) {
@@ -252,9 +253,9 @@ pub async fn remove(
         .await
         .map_err(pg("starting the transaction"))?;
     let found = tx
-        .query_opt(
+        .query_typed_opt(
             "SELECT id FROM parley.collections WHERE name = $1 FOR UPDATE",
-            &[&name],
+            &[(&name, Type::TEXT)],
         )
         .await
         .map_err(pg("finding the collection"))?;
@@ -263,18 +264,21 @@ pub async fn remove(
     };
     let id: i64 = row.get(0);
     let counts = tx
-        .query_one(
+        .query_typed_one(
             "SELECT (SELECT count(*) FROM parley.documents WHERE collection_id = $1),
                     (SELECT count(*) FROM parley.chunks WHERE collection_id = $1),
                     (SELECT count(*) FROM parley.memberships WHERE collection_id = $1)",
-            &[&id],
+            &[(&id, Type::INT8)],
         )
         .await
         .map_err(pg("counting what the collection holds"))?;
     // Documents, sections, chunks and memberships go with it (ON DELETE CASCADE, 0004).
-    tx.execute("DELETE FROM parley.collections WHERE id = $1", &[&id])
-        .await
-        .map_err(pg("deleting the collection"))?;
+    tx.execute_typed(
+        "DELETE FROM parley.collections WHERE id = $1",
+        &[(&id, Type::INT8)],
+    )
+    .await
+    .map_err(pg("deleting the collection"))?;
     tx.commit().await.map_err(pg("committing the removal"))?;
     Ok(Removed {
         documents: counts.get(0),

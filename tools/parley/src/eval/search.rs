@@ -8,7 +8,7 @@ use parley_embed::{EmbedError, Embedder};
 use parley_mcp::tools::params::{Source, parse_arguments};
 use parley_mcp::tools::{ToolSpec, exec};
 use serde_json::{Map, Value, json};
-use tokio_postgres::types::ToSql;
+use tokio_postgres::types::{ToSql, Type};
 
 use super::Question;
 
@@ -149,10 +149,13 @@ pub async fn rows(
     let fetch = i64::try_from(row_limit + 1).unwrap_or(i64::MAX);
     let model = model.to_owned();
     let none: Option<Vec<f32>> = None;
-    let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(spec.placeholder_params.len());
-    for &p in &spec.placeholder_params {
+    // Unnamed, each value with its placeholder's type, as the mcp function sends a call: one
+    // round trip, and nothing kept on the session.
+    let mut params: Vec<(&(dyn ToSql + Sync), Type)> =
+        Vec::with_capacity(spec.placeholder_types.len());
+    for (&p, ty) in spec.placeholder_params.iter().zip(&spec.placeholder_types) {
         let param = &spec.params[p];
-        params.push(match &param.source {
+        let value: &(dyn ToSql + Sync) = match &param.source {
             Source::Embedding(argument) => match embeddings.get(argument) {
                 Some(v) => v,
                 None => &none,
@@ -160,20 +163,21 @@ pub async fn rows(
             Source::EmbedderModel => &model,
             Source::Argument => values[p].as_sql(),
             Source::Caller(_) => return Err(SearchError::NeedsCaller(spec.name.clone())),
-        });
+        };
+        params.push((value, ty.clone()));
     }
-    params.push(&fetch);
-    let statement = db.prepare_typed(sql, &spec.placeholder_types).await?;
+    // The row limit, the last placeholder.
+    params.push((&fetch, Type::INT8));
     db.batch_execute(&exec::begin_sql(spec)).await?;
     let rows = match user {
         Some(sub) => {
             let caller = json!({ "sub": sub }).to_string();
-            match db.execute(SET_CALLER, &[&caller]).await {
-                Ok(_) => db.query(&statement, &params).await,
+            match db.execute_typed(SET_CALLER, &[(&caller, Type::TEXT)]).await {
+                Ok(_) => db.query_typed(sql, &params).await,
                 Err(e) => Err(e),
             }
         }
-        None => db.query(&statement, &params).await,
+        None => db.query_typed(sql, &params).await,
     };
     db.batch_execute("ROLLBACK").await?;
     rows?

@@ -39,11 +39,19 @@ pub async fn rows(db: &parley_testkit::TestDb, sql: &str) -> Vec<String> {
 // Not every test binary that shares this module runs the command this way.
 #[allow(dead_code)]
 pub fn parley_with_model(args: &[&str], database_url: &str) -> Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_parley"))
+    command_with_model(args, database_url)
+        .output()
+        .expect("parley runs")
+}
+
+/// [`parley_with_model`] not yet run, for tests that run several at once.
+#[allow(dead_code)]
+pub fn command_with_model(args: &[&str], database_url: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_parley"));
+    command
         .args(args)
         .env_clear()
         .env("DATABASE_URL", database_url)
-        .env("EMBEDDINGS_MODEL_DIR", parley_testkit::model_dir())
-        .output()
-        .expect("parley runs")
+        .env("EMBEDDINGS_MODEL_DIR", parley_testkit::model_dir());
+    command
 }

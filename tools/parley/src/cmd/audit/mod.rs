@@ -10,7 +10,7 @@ use clap::builder::TypedValueParser;
 use parley_core::audit::{Approval, Outcome, Record};
 use parley_core::db::pg_message;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::types::ToSql;
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Row};
 
 pub use render::{Stored, WHAT_CHARS};
@@ -96,17 +96,24 @@ pub enum AuditError {
 const COLUMNS: &str = "id, at, request_id, caller, tool, arguments, statement, rows, truncated, \
     duration_ms, outcome, error, approval";
 
-/// A WHERE clause's conditions and the parameters they number.
+/// A WHERE clause's conditions and the parameters they number, each with its type (the
+/// statement is sent unnamed, with the types beside the values).
 #[derive(Default)]
 struct Conditions<'a> {
     conditions: Vec<String>,
-    params: Vec<&'a (dyn ToSql + Sync)>,
+    params: Vec<(&'a (dyn ToSql + Sync), Type)>,
 }
 
 impl<'a> Conditions<'a> {
-    /// Adds `value` as the next parameter and the condition `condition(its number)`.
-    fn and(&mut self, value: &'a (dyn ToSql + Sync), condition: impl FnOnce(usize) -> String) {
-        self.params.push(value);
+    /// Adds `value` of type `ty` as the next parameter and the condition
+    /// `condition(its number)`.
+    fn and(
+        &mut self,
+        value: &'a (dyn ToSql + Sync),
+        ty: Type,
+        condition: impl FnOnce(usize) -> String,
+    ) {
+        self.params.push((value, ty));
         self.conditions.push(condition(self.params.len()));
     }
 }
@@ -122,21 +129,21 @@ pub async fn recent(client: &Client, filter: &Filter) -> Result<Vec<Stored>, Aud
     let mut clause = Conditions::default();
     // By the database's clock, the one the mcp function's `at` values come from.
     if let Some(secs) = &ago_secs {
-        clause.and(secs, |n| {
+        clause.and(secs, Type::FLOAT8, |n| {
             format!("at >= now() - make_interval(secs => ${n})")
         });
     }
     if let Some(Since::At(at)) = &filter.since {
-        clause.and(at, |n| format!("at >= ${n}"));
+        clause.and(at, Type::TIMESTAMPTZ, |n| format!("at >= ${n}"));
     }
     if let Some(caller) = &filter.caller {
-        clause.and(caller, |n| format!("caller = ${n}"));
+        clause.and(caller, Type::TEXT, |n| format!("caller = ${n}"));
     }
     if let Some(tool) = &filter.tool {
-        clause.and(tool, |n| format!("tool = ${n}"));
+        clause.and(tool, Type::TEXT, |n| format!("tool = ${n}"));
     }
     if let Some(outcome) = &outcome {
-        clause.and(outcome, |n| format!("outcome = ${n}"));
+        clause.and(outcome, Type::TEXT, |n| format!("outcome = ${n}"));
     }
     let Conditions {
         conditions,
@@ -147,14 +154,14 @@ pub async fn recent(client: &Client, filter: &Filter) -> Result<Vec<Stored>, Aud
     } else {
         format!("WHERE {}", conditions.join(" AND "))
     };
-    params.push(&filter.limit);
+    params.push((&filter.limit, Type::INT8));
     // Newest first to take the last N (the `at` indexes serve it), turned round below.
     let sql = format!(
         "SELECT {COLUMNS} FROM parley.audit {where_clause} ORDER BY at DESC, id DESC LIMIT ${}",
         params.len()
     );
     let rows = client
-        .query(&sql, &params)
+        .query_typed(&sql, &params)
         .await
         .map_err(|e| match e.code() {
             Some(&SqlState::UNDEFINED_TABLE) => AuditError::NotMigrated,
