@@ -652,9 +652,10 @@ struct Streamed {
     cpu: (Duration, Duration),
 }
 
-/// The issue's targets for streaming.
+/// The targets for streaming: the first delta within 2 ms of the model's, the CPU
+/// of a streamed turn within 25% of a JSON one's (issue 25; it was 10% before).
 const DELTA_LAG_TARGET: Duration = Duration::from_millis(2);
-const STREAM_CPU_TARGET: f64 = 0.10;
+const STREAM_CPU_TARGET: f64 = 0.25;
 
 /// Streamed turns and JSON ones, alternating, the model writing at `--word-interval-ms`; then
 /// the chat's CPU per turn for each, with the model writing as fast as it can.
@@ -773,10 +774,11 @@ impl Streamed {
         let _ = writeln!(
             out,
             "chat CPU per turn, the model writing at once: {:.3} ms not streamed, {:.3} ms streamed \
-             ({:+.1}%; target <= +10%: {})",
+             ({:+.1}%; target <= {:+.0}%: {})",
             ms(self.cpu.0),
             ms(self.cpu.1),
             overhead * 100.0,
+            STREAM_CPU_TARGET * 100.0,
             if overhead <= STREAM_CPU_TARGET {
                 "met"
             } else {

@@ -66,6 +66,10 @@ pub struct Args {
     /// or cached (named, prepared once per connection), to measure what each costs.
     #[arg(long, default_value = "unnamed", value_parser = ["unnamed", "cached"])]
     statements: String,
+    /// Where the server's audit records go (its AUDIT): postgres (its default), log or off, to
+    /// see what the audit costs the paths and the three-way (sql-audit sets its own).
+    #[arg(long, default_value = "postgres", value_parser = ["postgres", "log", "off"])]
+    audit: String,
     /// Feedback rows in the bench database (loaded once; reruns with the same size skip it).
     #[arg(long, default_value_t = 1_000_000)]
     feedback: u64,
@@ -283,6 +287,7 @@ async fn run_main(
         ("RUST_LOG", args.server_log.clone()),
         ("DB_POOL_MAX_SIZE", concurrency.to_string()),
         ("MCP_STATEMENTS", args.statements.clone()),
+        ("AUDIT", args.audit.clone()),
     ];
     // Tokens as an identity provider issues them for this resource: its issuer, the MCP
     // endpoint as audience (RFC 8707), both checked by the server.
