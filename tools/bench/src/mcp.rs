@@ -425,6 +425,7 @@ async fn run_main(
             bench_url: &bench_url,
             parley_base: &server.base,
             parley_token: &token,
+            statements: &args.statements,
             pool: concurrency,
             threads: args.peer_threads.max(1),
             connections: args.peer_connections.max(1),

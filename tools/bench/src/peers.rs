@@ -1,6 +1,7 @@
 //! `parley-bench mcp`'s three-way comparison: Parley's mcp, the official MCP Python SDK's
 //! server (`tools/bench/peer/peer_server.py`) running the same `lad_by_ref` SQL through a
-//! psycopg pool, and pgbench running that SQL prepared: the floor. Both servers are driven by
+//! psycopg pool, and pgbench running that SQL prepared (the floor) and unnamed (planned each
+//! time, as Parley sends it by default). Both servers are driven by
 //! wrk (`--peer-threads` × `--peer-connections`), each with a pool of `--concurrency`.
 
 use std::fmt::Write as _;
@@ -21,6 +22,8 @@ pub struct Setup<'a> {
     pub bench_url: &'a str,
     pub parley_base: &'a str,
     pub parley_token: &'a str,
+    /// The server's `MCP_STATEMENTS` (`unnamed` or `cached`): which pgbench mode is its like.
+    pub statements: &'a str,
     pub pool: usize,
     pub threads: usize,
     pub connections: usize,
@@ -80,7 +83,12 @@ async fn compare(setup: &Setup<'_>, work: &Path) -> anyhow::Result<Vec<Outcome>>
 
     let mut outcomes = Vec::new();
     eprintln!("three-way: pgbench ({} s)...", setup.seconds);
-    outcomes.push(pgbench(setup, work)?);
+    outcomes.push(pgbench(setup, work, Mode::Prepared)?);
+    eprintln!(
+        "three-way: pgbench, unnamed statements ({} s)...",
+        setup.seconds
+    );
+    outcomes.push(pgbench(setup, work, Mode::Unnamed)?);
     eprintln!("three-way: parley mcp under wrk ({} s)...", setup.seconds);
     outcomes.push(wrk(
         setup,
@@ -235,16 +243,42 @@ fn parse_wrk_duration(text: &str) -> Option<Duration> {
     Some(Duration::from_secs_f64(seconds))
 }
 
-/// pgbench running the tool's statement prepared, `--concurrency` clients on the bench's
+/// How pgbench sends the statement.
+#[derive(Clone, Copy)]
+enum Mode {
+    /// `-M prepared`: parsed and planned once per client, the issue's floor.
+    Prepared,
+    /// `-M extended`: an unnamed statement each time, planned each time, as Parley's mcp sends
+    /// its statements by default (`MCP_STATEMENTS=unnamed`).
+    Unnamed,
+}
+
+impl Mode {
+    fn flag(self) -> &'static str {
+        match self {
+            Mode::Prepared => "prepared",
+            Mode::Unnamed => "extended",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Prepared => "pgbench",
+            Mode::Unnamed => "pgbench unnamed",
+        }
+    }
+}
+
+/// pgbench running the tool's statement (`mode`), `--concurrency` clients on the bench's
 /// threads, with per-transaction logs for the percentiles.
-fn pgbench(setup: &Setup<'_>, work: &Path) -> anyhow::Result<Outcome> {
+fn pgbench(setup: &Setup<'_>, work: &Path, mode: Mode) -> anyhow::Result<Outcome> {
     let script = work.join("lad_by_ref.sql");
     std::fs::write(&script, pgbench_sql(setup.spec)? + ";\n")?;
     let fetch = (setup.spec.max_rows + 1).to_string();
     let run = |seconds: u64, log: Option<&Path>| -> anyhow::Result<String> {
         let mut command = Command::new(&setup.pgbench);
         command
-            .args(["-n", "-M", "prepared"])
+            .args(["-n", "-M", mode.flag()])
             .arg(format!("-c{}", setup.pool))
             .arg(format!("-j{}", setup.threads.min(setup.pool)))
             .arg(format!("-T{seconds}"))
@@ -274,7 +308,8 @@ fn pgbench(setup: &Setup<'_>, work: &Path) -> anyhow::Result<Outcome> {
         Ok(text)
     };
     run(2, None)?;
-    let prefix = work.join("pgbench-log");
+    let log_name = format!("pgbench-log-{}", mode.flag());
+    let prefix = work.join(&log_name);
     let text = run(setup.seconds, Some(&prefix))?;
     let tps = text
         .lines()
@@ -286,11 +321,7 @@ fn pgbench(setup: &Setup<'_>, work: &Path) -> anyhow::Result<Outcome> {
     let mut latencies = Vec::new();
     for entry in std::fs::read_dir(work)? {
         let entry = entry?;
-        if !entry
-            .file_name()
-            .to_string_lossy()
-            .starts_with("pgbench-log")
-        {
+        if !entry.file_name().to_string_lossy().starts_with(&log_name) {
             continue;
         }
         for line in std::fs::read_to_string(entry.path())?.lines() {
@@ -309,7 +340,7 @@ fn pgbench(setup: &Setup<'_>, work: &Path) -> anyhow::Result<Outcome> {
     latencies.sort_unstable();
     let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
     Ok(Outcome {
-        name: "pgbench",
+        name: mode.name(),
         rps: tps,
         p50: at(0.50),
         p99: at(0.99),
@@ -416,24 +447,25 @@ pub fn report(setup: &Setup<'_>, outcomes: &[Outcome]) -> String {
     let _ = writeln!(
         out,
         "\nthree-way, lad_by_ref('{}'): wrk -t{} -c{} -d{}s against each server, pool {}; \
-         pgbench -M prepared -c{} -j{}",
+         pgbench -M prepared and -M extended (unnamed) -c{} -j{}; MCP_STATEMENTS={}",
         setup.lad_ref,
         setup.threads,
         setup.connections,
         setup.seconds,
         setup.pool,
         setup.pool,
-        setup.threads.min(setup.pool)
+        setup.threads.min(setup.pool),
+        setup.statements
     );
     let _ = writeln!(
         out,
-        "{:<12} {:>10} {:>9} {:>9} {:>10}",
+        "{:<16} {:>10} {:>9} {:>9} {:>10}",
         "contender", "req/s", "p50 ms", "p99 ms", "requests"
     );
     for o in outcomes {
         let _ = writeln!(
             out,
-            "{:<12} {:>10.0} {:>9.3} {:>9.3} {:>10}",
+            "{:<16} {:>10.0} {:>9.3} {:>9.3} {:>10}",
             o.name,
             o.rps,
             crate::measure::ms(o.p50),
@@ -456,6 +488,16 @@ pub fn report(setup: &Setup<'_>, outcomes: &[Outcome]) -> String {
                 "not met"
             }
         );
+        if let Some(unnamed) = find("pgbench unnamed")
+            && setup.statements == "unnamed"
+        {
+            let _ = writeln!(
+                out,
+                "parley mcp: {:.0}% of pgbench sending the statement unnamed, planned each time \
+                 (as MCP_STATEMENTS=unnamed does)",
+                parley.rps / unnamed.rps * 100.0
+            );
+        }
         if let Some(python) = find("python sdk") {
             let _ = writeln!(
                 out,
@@ -484,6 +526,7 @@ pub fn to_json(setup: &Setup<'_>, outcomes: &[Outcome]) -> Value {
         "wrk_connections": setup.connections,
         "seconds": setup.seconds,
         "pool": setup.pool,
+        "statements": setup.statements,
         "contenders": outcomes.iter().map(|o| json!({
             "name": o.name,
             "rps": o.rps,
