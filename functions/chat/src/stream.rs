@@ -140,14 +140,7 @@ pub fn body(
     flush: Duration,
     write: impl FnMut(Update, &mut String) + Send + 'static,
 ) -> Body {
-    let writer = Writer {
-        updates: updates.ready_chunks(READY_CHUNK),
-        flush,
-        write,
-        held: String::new(),
-        text_written: None,
-        timer: None,
-    };
+    let writer = Writer::new(updates, flush, write);
     Body::from_stream(futures::stream::unfold(writer, |mut writer| async move {
         let out = writer.next_write().await?;
         Some((Ok::<Bytes, Infallible>(Bytes::from(out)), writer))
@@ -168,6 +161,17 @@ struct Writer<W> {
 }
 
 impl<W: FnMut(Update, &mut String)> Writer<W> {
+    fn new(updates: Updates, flush: Duration, write: W) -> Self {
+        Writer {
+            updates: updates.ready_chunks(READY_CHUNK),
+            flush,
+            write,
+            held: String::new(),
+            text_written: None,
+            timer: None,
+        }
+    }
+
     /// The next write's bytes; `None` once the updates have ended and all is written.
     async fn next_write(&mut self) -> Option<String> {
         let mut out = String::new();
@@ -532,15 +536,7 @@ mod tests {
             Update::Event(event) => out.push_str(&format!("<{event:?}>")),
             Update::Done(_) => out.push_str("<done>"),
         };
-        let writer = Writer {
-            updates: updates.ready_chunks(READY_CHUNK),
-            flush,
-            write,
-            held: String::new(),
-            text_written: None,
-            timer: None,
-        };
-        (tx, writer)
+        (tx, Writer::new(updates, flush, write))
     }
 
     fn delta(text: &str) -> Update {
