@@ -259,6 +259,53 @@ fn migrate_and_ingest_through_a_transaction_pooler_leave_nothing_on_the_shared_s
     assert!(left.is_empty(), "left on the server session: {left:?}");
 }
 
+/// Behind a pooler that hands out its two server connections in turn, each transaction of a
+/// run lands on the other one: a statement prepared by name in one transaction and bound in
+/// the next would fail at once, where with one server connection it fails only when another
+/// client comes between.
+#[test]
+fn the_command_prepares_nothing_by_name_across_transactions() {
+    let db = FreshDb::create();
+    let bouncer = parley_testkit::PgBouncer::start_rotating(&db.url, 2);
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(bouncer.open(&db.url, 2));
+    let pooled = bouncer.url(&db.url);
+    let run = |args: &[&str]| -> String {
+        let out = common::command_with_model(args, &pooled)
+            .output()
+            .expect("parley runs");
+        assert!(
+            out.status.success(),
+            "parley {args:?}: {}\nPgBouncer's log:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            bouncer.log()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    run(&["migrate"]);
+    let docs = tempfile::tempdir().unwrap();
+    std::fs::write(
+        docs.path().join("leave.md"),
+        "# Leave\n\nStaff take twenty days of annual leave.\n",
+    )
+    .unwrap();
+    let docs_path = docs.path().to_str().expect("a UTF-8 path");
+    let ingested = run(&["ingest", docs_path, "--collection", "handbook"]);
+    assert!(ingested.contains(": 1 added, 0 replaced"), "{ingested}");
+    let again = run(&["ingest", docs_path, "--collection", "handbook", "--prune"]);
+    assert!(again.contains("1 unchanged"), "{again}");
+    run(&["enroll", "--collection", "handbook", "--group", "staff"]);
+    assert!(run(&["collections"]).contains("handbook"));
+    assert_eq!(
+        db.query("SELECT count(*) FROM parley.chunks"),
+        ["1"],
+        "the document is stored"
+    );
+}
+
 #[test]
 fn demo_data_before_migrate_says_to_migrate_first() {
     let db = FreshDb::create();

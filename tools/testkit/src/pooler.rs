@@ -31,6 +31,20 @@ impl PgBouncer {
     /// authentication (the test server trusts loopback too) for the test roles and the server
     /// URL's user. Panics, naming the package, when PgBouncer is not installed.
     pub fn start(server_url: &str, server_pool: u32) -> PgBouncer {
+        PgBouncer::start_with(server_url, server_pool, false)
+    }
+
+    /// Like [`PgBouncer::start`], but handing the pool's idle server connections out in turn
+    /// (`server_round_robin`) instead of the last one freed. Once [`PgBouncer::open`] has
+    /// opened two or more, a client's consecutive transactions land on different server
+    /// connections, so a statement prepared by name in one and used in the next fails at once
+    /// ("prepared statement ... does not exist"), as it would behind a busy pooler, where
+    /// with a pool of one it fails only when another client comes between.
+    pub fn start_rotating(server_url: &str, server_pool: u32) -> PgBouncer {
+        PgBouncer::start_with(server_url, server_pool, true)
+    }
+
+    fn start_with(server_url: &str, server_pool: u32, round_robin: bool) -> PgBouncer {
         let binary = std::env::var("PARLEY_PGBOUNCER").unwrap_or_else(|_| DEFAULT_BINARY.into());
         assert!(
             std::path::Path::new(&binary).exists(),
@@ -85,7 +99,9 @@ impl PgBouncer {
              logfile = {log}\n\
              pidfile = {pid}\n\
              log_connections = 0\n\
-             log_disconnections = 0\n",
+             log_disconnections = 0\n\
+             server_round_robin = {round_robin}\n",
+            round_robin = u8::from(round_robin),
             users = path("userlist.txt").display(),
             log = path("pgbouncer.log").display(),
             pid = path("pgbouncer.pid").display(),
@@ -117,6 +133,26 @@ impl PgBouncer {
                 self.log()
             );
             std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Opens `n` server connections for `url`'s user and database: `n` clients each hold a
+    /// transaction at once, then all end, leaving the connections idle in the pool.
+    pub async fn open(&self, url: &str, n: usize) {
+        let mut clients = Vec::with_capacity(n);
+        for _ in 0..n {
+            let client = connect(&self.url(url)).await;
+            client
+                .batch_execute("BEGIN; SELECT 1")
+                .await
+                .unwrap_or_else(|e| panic!("opening a server connection through PgBouncer: {e}"));
+            clients.push(client);
+        }
+        for client in clients {
+            client
+                .batch_execute("COMMIT")
+                .await
+                .unwrap_or_else(|e| panic!("ending a transaction through PgBouncer: {e}"));
         }
     }
 
