@@ -140,6 +140,18 @@ fn migrate_creates_parleys_schema_and_no_demo_tables() {
 /// left on the server session the next client gets: no named prepared statement (two clients
 /// taking turns on one session would also collide on a name), session setting, advisory lock,
 /// temporary table or cursor.
+/// What a run through `bouncer` printed, once it succeeded (else its errors and the pooler's
+/// log).
+fn succeeded(args: &[&str], out: Output, bouncer: &parley_testkit::PgBouncer) -> String {
+    assert!(
+        out.status.success(),
+        "parley {args:?}: {}\nPgBouncer's log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        bouncer.log()
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[test]
 fn migrate_and_ingest_through_a_transaction_pooler_leave_nothing_on_the_shared_server_session() {
     let db = FreshDb::create();
@@ -160,14 +172,11 @@ fn migrate_and_ingest_through_a_transaction_pooler_leave_nothing_on_the_shared_s
         runs.iter()
             .zip(children)
             .map(|(args, child)| {
-                let out = child.wait_with_output().expect("parley runs");
-                assert!(
-                    out.status.success(),
-                    "parley {args:?}: {}\nPgBouncer's log:\n{}",
-                    String::from_utf8_lossy(&out.stderr),
-                    bouncer.log()
-                );
-                String::from_utf8_lossy(&out.stdout).into_owned()
+                succeeded(
+                    args,
+                    child.wait_with_output().expect("parley runs"),
+                    &bouncer,
+                )
             })
             .collect()
     };
@@ -273,17 +282,9 @@ fn the_command_prepares_nothing_by_name_across_transactions() {
         .expect("a runtime")
         .block_on(bouncer.open(&db.url, 2));
     let pooled = bouncer.url(&db.url);
-    let run = |args: &[&str]| -> String {
-        let out = common::command_with_model(args, &pooled)
-            .output()
-            .expect("parley runs");
-        assert!(
-            out.status.success(),
-            "parley {args:?}: {}\nPgBouncer's log:\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            bouncer.log()
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+    let run = |args: &[&str]| {
+        let out = common::command_with_model(args, &pooled).output();
+        succeeded(args, out.expect("parley runs"), &bouncer)
     };
     run(&["migrate"]);
     let docs = tempfile::tempdir().unwrap();
