@@ -219,24 +219,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .append_pair("options", &format!("-csynchronous_commit={mode}"));
     }
     let jwt_secret = format!("bench-jwt-{:x}-{}", std::process::id(), setup::now_nanos());
-    let chat = Server::start(
-        &chat_bin,
-        &[
-            ("DATABASE_URL", chat_db_url.to_string()),
-            ("JWT_SECRET", jwt_secret.clone()),
-            ("MCP_URL", stubs.mcp_url.clone()),
-            ("MCP_AUTH_TOKEN", mcp_token.clone()),
-            ("LLM_API", "responses".into()),
-            ("LLM_BASE_URL", stubs.llm_base.clone()),
-            ("LLM_MODEL", "bench-model".into()),
-            ("LLM_API_KEY", "sk-bench-not-a-real-key".into()),
-            ("HISTORY_LIMIT", args.history_limit.to_string()),
-            ("RUST_LOG", args.server_log.clone()),
-            ("DB_POOL_MAX_SIZE", concurrency.to_string()),
-        ],
-    )
-    .await
-    .context("starting the chat function")?;
+    let mut chat_env = vec![
+        ("DATABASE_URL", chat_db_url.to_string()),
+        ("JWT_SECRET", jwt_secret.clone()),
+        ("HISTORY_LIMIT", args.history_limit.to_string()),
+        ("RUST_LOG", args.server_log.clone()),
+        ("DB_POOL_MAX_SIZE", concurrency.to_string()),
+    ];
+    chat_env.extend(stubs.chat_env(&mcp_token));
+    let chat = Server::start(&chat_bin, &chat_env)
+        .await
+        .context("starting the chat function")?;
     let (idle_rss, _) = chat.memory()?;
     eprintln!(
         "chat pid {} at {} ({idle_rss} KiB resident), mcp pid {} at {} via proxy {}, LLM stub {}",

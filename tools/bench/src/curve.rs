@@ -158,18 +158,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             stubs.set_delay(Duration::from_millis(args.model_delay_ms));
             let jwt_secret = format!("curve-jwt-{}", now_nanos());
             for &n in &args.instances {
-                let env = vec![
+                let mut env = vec![
                     ("DATABASE_URL", url.clone()),
                     ("JWT_SECRET", jwt_secret.clone()),
-                    ("MCP_URL", stubs.mcp_url.clone()),
-                    ("MCP_AUTH_TOKEN", token.clone()),
-                    ("LLM_API", "responses".to_owned()),
-                    ("LLM_BASE_URL", stubs.llm_base.clone()),
-                    ("LLM_MODEL", "bench-model".to_owned()),
-                    ("LLM_API_KEY", "sk-bench-not-a-real-key".to_owned()),
                     ("RUST_LOG", "warn".to_owned()),
                     ("DB_POOL_MAX_SIZE", "1".to_owned()),
                 ];
+                env.extend(stubs.chat_env(&token));
                 let (servers, not_ready) = spawn_ready(&chat_bin, &env, n).await?;
                 let clients = servers
                     .iter()

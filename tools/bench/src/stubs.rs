@@ -142,6 +142,19 @@ impl Stubs {
         })
     }
 
+    /// The chat function's settings that point it at these stubs: the proxy to mcp (with
+    /// mcp's `token`) and the scripted model, in the Responses API.
+    pub fn chat_env(&self, token: &str) -> [(&'static str, String); 6] {
+        [
+            ("MCP_URL", self.mcp_url.clone()),
+            ("MCP_AUTH_TOKEN", token.to_owned()),
+            ("LLM_API", "responses".to_owned()),
+            ("LLM_BASE_URL", self.llm_base.clone()),
+            ("LLM_MODEL", "bench-model".to_owned()),
+            ("LLM_API_KEY", "sk-bench-not-a-real-key".to_owned()),
+        ]
+    }
+
     /// Everything recorded since the last call, and a fresh window.
     pub fn take(&self) -> Window {
         let mut window = std::mem::take(&mut *self.meter.lock());
