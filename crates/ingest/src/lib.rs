@@ -201,6 +201,11 @@ pub enum IngestError {
         needed: Option<Duration>,
         time_left: Duration,
     },
+    #[error(
+        "{uri}: another ingestion began extracting this version {}s ago and may not have finished; it is left to it (the next attempt after the extraction time limit refuses the file if it never finishes)",
+        since.as_secs()
+    )]
+    Extracting { uri: String, since: Duration },
     #[error("the embedder returned {got} vectors for {expected} texts")]
     EmbedCount { expected: usize, got: usize },
     #[error("{step}: {}", parley_core::db::pg_message(source))]

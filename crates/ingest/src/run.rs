@@ -15,6 +15,7 @@ use crate::chunk::{ChunkOptions, chunk_sections};
 use crate::extract::{EXTRACTOR_VERSION, Format, extract};
 use crate::metadata;
 use crate::progress::Progress;
+use crate::store::extraction::{self, Start};
 use crate::store::{self, Claim, Collection, NewChunk, NewDocument, Written};
 use crate::{CollectionSpec, IngestError, IngestOptions, Skipped, SourceFile, Summary};
 
@@ -124,16 +125,62 @@ pub(crate) async fn ingest_sources(
             run.skip_claimed(db, claim, uri, reason).await?;
             continue;
         };
-        let extracted = match extract(&doc, format, &stem, &options.extract) {
+        // An S3 object's extraction is recorded first, so that a process that dies on it
+        // leaves a trace the next attempt finds (migration 0022).
+        let started = match &claim {
+            None => None,
+            Some(c) => match extraction::begin(db, c, extraction_alive(options)).await? {
+                Start::Started(at) => Some(at),
+                Start::Unfinished(at) => {
+                    let reason = format!(
+                        "an extraction of this version begun at {at} never finished (the \
+                         process ran out of memory or time on it); it is not tried again"
+                    );
+                    run.skip_claimed(db, claim, uri, reason).await?;
+                    continue;
+                }
+                Start::Running(since) => return Err(IngestError::Extracting { uri, since }),
+            },
+        };
+        let extracted = extract(&doc, format, &stem, &options.extract);
+        if let (Some(c), Some(at)) = (&claim, started) {
+            extraction::end(db, c, at).await?;
+        }
+        let extracted = match extracted {
             Ok(e) => e,
             Err(e) => {
                 run.skip_claimed(db, claim, uri, e.to_string()).await?;
                 continue;
             }
         };
+        let chars = extracted.chars();
+        let max = options.chunk.max_chunks;
+        if options.chunk.fewest_chunks(chars) > max {
+            let reason = format!(
+                "its text ({chars} characters) makes more than the limit of {max} chunks a \
+                 document may have; split it"
+            );
+            run.skip_claimed(db, claim, uri, reason).await?;
+            continue;
+        }
         let chunks = chunk_sections(&extracted.sections, &options.chunk);
+        if chunks.len() > max {
+            let reason = format!(
+                "its text ({chars} characters) makes {} chunks, over the limit of {max} a \
+                 document may have; split it",
+                chunks.len()
+            );
+            run.skip_claimed(db, claim, uri, reason).await?;
+            continue;
+        }
         let card = crate::card::card(&extracted.title, &extracted.sections);
-        let chars = i32::try_from(extracted.chars()).unwrap_or(i32::MAX);
+        let chars = i32::try_from(chars).unwrap_or(i32::MAX);
+        // A document that would overflow the batch is embedded in a batch of its own, after
+        // the documents before it: they are written while it is embedded, not after.
+        if !batch.is_empty() && batch_chunks + chunks.len() > EMBED_BATCH {
+            run.flush(db, embedder, std::mem::take(&mut batch)).await?;
+            batch_chunks = 0;
+        }
         batch_chunks += chunks.len();
         batch.push(NewDocument {
             chunks: chunks
@@ -354,6 +401,14 @@ async fn fill_cards(db: &Client, embedder: &Embedder, ids: &[i64]) -> Result<(),
         }
     }
     Ok(())
+}
+
+/// How long an extraction may be under way, found recorded, before it is taken for one that
+/// never finished: the extraction time limit, and 10 s for the statements around it and time
+/// checks that come late (a check every few thousand steps). Lambda retries a failed event
+/// after a minute or more, past the default 30 s + 10 s.
+fn extraction_alive(options: &IngestOptions) -> Duration {
+    options.extract.max_time + Duration::from_secs(10)
 }
 
 /// Fails when the chunks left, at the rate measured so far, would not be embedded before

@@ -16,6 +16,8 @@ use tokio_postgres::{Client, GenericClient};
 
 use crate::{CollectionSpec, IngestError, Member, pg};
 
+pub(crate) mod extraction;
+
 /// The collection a run writes into.
 #[derive(Debug, Clone)]
 pub(crate) struct Collection {

@@ -224,6 +224,19 @@ fn a_word_file_keeps_its_headings_list_and_table() {
 }
 
 #[test]
+fn a_long_word_paragraph_is_kept_whole() {
+    let long = "All of this paragraph is kept, however long it runs. ".repeat(40);
+    let document = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><w:document {W}><w:body>{}</w:body></w:document>",
+        para(None, false, &long)
+    );
+    let docx = zip_parts(&[("word/document.xml", &document)]);
+    let doc = extract(&docx, Format::Docx, "long", &ExtractLimits::default()).unwrap();
+    let text: String = doc.sections.iter().map(|s| s.text.as_str()).collect();
+    assert_eq!(text, long.trim_end());
+}
+
+#[test]
 fn a_word_file_that_unpacks_past_the_limit_is_refused() {
     let limits = ExtractLimits {
         max_unpacked_bytes: 100,

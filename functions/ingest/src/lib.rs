@@ -1,7 +1,9 @@
 //! The ingest function: each S3 event record of the documents bucket brings one key up to
 //! date (`parley_ingest::s3::apply_event`). A refused object (corrupt, too big, too slow to
-//! embed in time) goes to the dead-letter queue and the invocation succeeds, so it is not
-//! retried; anything else (the database, S3 itself) fails the invocation for Lambda to retry.
+//! embed in time, or one an earlier invocation died extracting: the library records each
+//! extraction before it starts) goes to the dead-letter queue and the invocation succeeds, so
+//! it is not retried; anything else (the database, S3 itself, an extraction another invocation
+//! may still be running) fails the invocation for Lambda to retry.
 
 pub mod dead_letter;
 pub mod event;

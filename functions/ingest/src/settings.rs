@@ -80,8 +80,25 @@ impl Settings {
                         defaults.max_unpacked_bytes,
                         1..=u64::MAX,
                     )?,
+                    max_page_tokens: env.limit(
+                        "INGEST_MAX_PAGE_TOKENS",
+                        defaults.max_page_tokens as u64,
+                        1..=100_000_000,
+                    )? as usize,
+                    max_page_chars: env.limit(
+                        "INGEST_MAX_PAGE_CHARS",
+                        defaults.max_page_chars as u64,
+                        1..=100_000_000,
+                    )? as usize,
                 },
-                chunk: ChunkOptions::default(),
+                chunk: ChunkOptions {
+                    max_chunks: env.limit(
+                        "INGEST_MAX_CHUNKS",
+                        ChunkOptions::default().max_chunks as u64,
+                        1..=10_000_000,
+                    )? as usize,
+                    ..ChunkOptions::default()
+                },
                 progress: false,
                 deadline: None,
                 // S3 objects carry their own (x-amz-meta-*), stored by `parley_ingest::s3`.
@@ -101,6 +118,12 @@ mod tests {
         assert_eq!(s.dead_letter_url, None);
         assert_eq!(s.options.max_document_bytes, DEFAULT_MAX_OBJECT_BYTES);
         assert_eq!(s.time_margin, Duration::from_secs(15));
+        assert_eq!(s.options.chunk.max_chunks, 5000);
+        let fewer = Env::from_pairs([("INGEST_MAX_CHUNKS", "200")]);
+        assert_eq!(
+            Settings::from_env(&fewer).unwrap().options.chunk.max_chunks,
+            200
+        );
         let bad = Env::from_pairs([("INGEST_MAX_OBJECT_BYTES", "0")]);
         assert!(
             Settings::from_env(&bad)

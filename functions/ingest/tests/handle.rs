@@ -140,3 +140,93 @@ async fn a_bad_setting_stops_the_start_naming_it() {
     let err = Ingest::start(env).await.err().expect("refused");
     assert!(err.to_string().contains("INGEST_MAX_OBJECT_BYTES"), "{err}");
 }
+
+/// A one-page PDF, enough to be a document.
+fn small_pdf() -> Vec<u8> {
+    let content = b"BT /F1 12 Tf 72 720 Td (Quarterly report.) Tj ET";
+    let objects: [Vec<u8>; 5] = [
+        b"<< /Type /Catalog /Pages 2 0 R >>".to_vec(),
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_vec(),
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 4 0 R >> >> /Contents 5 0 R >>".to_vec(),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_vec(),
+        [
+            format!("<< /Length {} >>\nstream\n", content.len()).as_bytes(),
+            content,
+            b"\nendstream",
+        ]
+        .concat(),
+    ];
+    let mut out = b"%PDF-1.7\n".to_vec();
+    let mut offsets = Vec::new();
+    for (i, body) in objects.iter().enumerate() {
+        offsets.push(out.len());
+        out.extend_from_slice(format!("{} 0 obj\n", i + 1).as_bytes());
+        out.extend_from_slice(body);
+        out.extend_from_slice(b"\nendobj\n");
+    }
+    let xref = out.len();
+    out.extend_from_slice(b"xref\n0 6\n0000000000 65535 f \n");
+    for o in offsets {
+        out.extend_from_slice(format!("{o:010} 00000 n \n").as_bytes());
+    }
+    out.extend_from_slice(
+        format!("trailer\n<< /Size 6 /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n").as_bytes(),
+    );
+    out
+}
+
+#[tokio::test]
+async fn an_object_an_invocation_died_extracting_is_dead_lettered_once_instead_of_tried_again() {
+    let s = setup().await;
+    let objects = s._moto.versioned_bucket(BUCKET).await;
+    let key = "hr/report.pdf";
+    objects.put(key, small_pdf()).await;
+    // What an invocation that died extracting this version (out of memory) leaves behind,
+    // five minutes before Lambda's retry: its extraction recorded as under way.
+    let dir = std::env::temp_dir().join(format!("parley-handle-{}", std::process::id()));
+    let bucket = parley_ingest::s3::Bucket::from_env(&s.env).await;
+    let parley_ingest::s3::Fetched::Object(read) = bucket
+        .fetch(BUCKET, key, &dir, "report.pdf", 1 << 20)
+        .await
+        .unwrap()
+    else {
+        panic!("the object is there");
+    };
+    std::fs::remove_dir_all(&dir).unwrap();
+    s._db
+        .client()
+        .await
+        .execute(
+            "INSERT INTO parley.s3_extractions (bucket, key, version_id, etag, started_at)
+             VALUES ($1, $2, $3, $4, now() - interval '5 minutes')",
+            &[&BUCKET, &key, &read.version_id, &read.etag],
+        )
+        .await
+        .unwrap();
+
+    let ingest = Ingest::start(s.env.clone()).await.expect("starts");
+    let answer = ingest
+        .handle(event(BUCKET, key), Duration::from_secs(60))
+        .await
+        .expect("a refusal is not a failure");
+    assert_eq!(answer["records"][0]["outcome"], "refused", "{answer}");
+    let letters = dead_letters(&s).await;
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    let reason = letters[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("an extraction of this version begun at ")
+            && reason.contains("never finished (the process ran out of memory or time on it)"),
+        "{reason}"
+    );
+
+    // Another event for the same version: answered from the record, not dead-lettered twice.
+    let again = json!({"Records": [{"eventSource": "aws:s3", "eventName": "ObjectCreated:Put",
+        "s3": {"bucket": {"name": BUCKET}, "object": {"key": key, "sequencer": "0B"}}}]});
+    let answer = ingest.handle(again, Duration::from_secs(60)).await.unwrap();
+    let outcome = answer["records"][0]["outcome"].as_str().unwrap();
+    assert!(
+        outcome.starts_with("already refused: an extraction"),
+        "{answer}"
+    );
+    assert!(dead_letters(&s).await.is_empty());
+}

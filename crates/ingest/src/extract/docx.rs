@@ -9,7 +9,7 @@ use std::io::{Cursor, Read};
 use quick_xml::XmlVersion;
 use quick_xml::events::{BytesRef, BytesStart, Event};
 
-use super::text::{SectionsBuilder, one_line};
+use super::text::{SectionsBuilder, flat, one_line};
 use super::{Budget, ExtractError, Parts};
 
 fn broken(reason: impl std::fmt::Display) -> ExtractError {
@@ -228,7 +228,9 @@ fn body(
                 "t" => in_text = false,
                 "p" => {
                     let Some(p) = para.take() else { continue };
-                    let text = one_line(&p.text);
+                    // Whole: a heading is cut where headings are (`SectionsBuilder::heading`),
+                    // a paragraph never.
+                    let text = flat(&p.text);
                     if text.is_empty() {
                         continue;
                     }

@@ -17,10 +17,12 @@ use std::time::{Duration, Instant};
 /// replaces documents whose bytes did not change (it is part of the content hash).
 /// 2: script text and control characters no longer reach titles, headings or text.
 /// 3: PDF and Word files; sections carry their page.
-pub const EXTRACTOR_VERSION: &str = "parley-ingest/3";
+/// 4: a Word paragraph is kept whole (it was cut at 500 characters, as a heading is).
+pub const EXTRACTOR_VERSION: &str = "parley-ingest/4";
 
 /// Bounds on one file's extraction, so that one hostile file is skipped with a reason instead
-/// of crashing or stalling the run.
+/// of crashing or stalling the run. A document is also held to a number of chunks
+/// ([`crate::ChunkOptions::max_chunks`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExtractLimits {
     /// HTML elements nested deeper than this refuse the file. The HTML parser checks the whole
@@ -34,10 +36,27 @@ pub struct ExtractLimits {
     /// pages a second on one core, and embedding at ~10 chunks a second (about 2 per page), so
     /// 2,000 pages is already ~7 minutes of a run; a larger file is better split.
     pub max_pdf_pages: usize,
-    /// The most bytes a Word file's parts (`word/document.xml`, `word/styles.xml`) may unpack
-    /// to: a zip of a few kilobytes can inflate to gigabytes. A 500-page manual's document.xml
-    /// is ~10 MB.
+    /// The most bytes a compressed file may unpack to: a zip of a few kilobytes can inflate to
+    /// gigabytes, and 400 KB of a PDF's Flate to 400 MB. For a Word file, each of its parts
+    /// (`word/document.xml`, `word/styles.xml`); a 500-page manual's document.xml is ~10 MB.
+    /// For a PDF, each of: one page's content with the forms it draws (each time drawn), the
+    /// streams its pages share and are kept decoded (forms, fonts, CMaps, object streams; never
+    /// images), all together, and its text. A page printed by Chromium decodes to ~50 KB, one
+    /// set by LaTeX to ~10 KB, a book's fonts to a few MB. Nothing is inflated past it.
     pub max_unpacked_bytes: u64,
+    /// The most tokens (operators and operands) one PDF page's content may hold, a form's
+    /// counted each time the page draws it. pdf-extract decodes a stream's tokens all at once,
+    /// each operand an `Object` of lopdf's, and keeps a path's points until it is painted:
+    /// measured (release build), 130-210 bytes and ~0.4 µs a token, so a page of 4 million path
+    /// operators (12 million tokens) took 2.5 GB and 6 s, and 4 million curves 4.4 GB. A dense
+    /// page of text holds 5,000-20,000 tokens and a detailed chart ~100,000; 1,000,000 bounds a
+    /// page to ~210 MB and well under a second.
+    pub max_page_tokens: usize,
+    /// The most characters one PDF page may show. pdf-extract reports each with its position
+    /// and size, kept until the page ends: measured, ~90 bytes a character (a 43 KB page of 20
+    /// million took 1.8 GB and 13 s). A dense page in 6-point type holds ~15,000; 100,000 is
+    /// ~9 MB.
+    pub max_page_chars: usize,
 }
 
 impl Default for ExtractLimits {
@@ -47,6 +66,8 @@ impl Default for ExtractLimits {
             max_time: Duration::from_secs(30),
             max_pdf_pages: 2000,
             max_unpacked_bytes: 64 << 20,
+            max_page_tokens: 1_000_000,
+            max_page_chars: 100_000,
         }
     }
 }
@@ -155,6 +176,10 @@ pub enum ExtractError {
     TooManyPages(usize, usize),
     #[error("unpacks to more than the limit of {0} bytes")]
     TooLarge(u64),
+    #[error("page {page} holds more than the limit of {limit} operators and operands")]
+    TooManyTokens { page: usize, limit: usize },
+    #[error("page {page} shows more than the limit of {limit} characters")]
+    TooManyChars { page: usize, limit: usize },
     #[error("unreadable {0} file: {1}")]
     Broken(&'static str, String),
 }

@@ -2,6 +2,12 @@
 //! positions and sizes become lines, lines become paragraphs, lines set larger than the body
 //! text become headings (PDFs rarely tag them), and a line repeated at the top or bottom of
 //! most pages (a running header or footer, page numbers aside) is dropped. Pages stay apart.
+//! Before pdf-extract runs, `guard` checks and bounds what it will cost (issue 32).
+
+mod decode;
+mod guard;
+mod lexer;
+mod xref;
 
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -10,6 +16,7 @@ use pdf_extract::{Document, MediaBox, Object, OutputDev, OutputError, Transform}
 
 use super::text::{SectionsBuilder, one_line};
 use super::{Budget, ExtractError, Parts};
+use guard::{Caps, Meter};
 
 /// A line this much larger than the body text (the size most characters are set in) is a
 /// heading: 1.15 keeps a 10pt body's 11.5pt sub-headings and leaves bold body text out.
@@ -53,13 +60,28 @@ struct Glyph {
     text: String,
 }
 
-/// Collects each page's lines from the glyphs `pdf-extract` reports.
+/// Collects each page's lines from the glyphs `pdf-extract` reports, within the time, the
+/// characters a page may show and the bytes of text the document may unpack to.
 struct Collector<'a> {
     budget: &'a Budget,
+    caps: Caps,
     pages: Vec<Vec<Line>>,
     glyphs: Vec<Glyph>,
-    timed_out: bool,
+    /// Why the collection stopped early; pdf-extract only sees a formatting error.
+    stopped: Option<ExtractError>,
     seen: usize,
+    /// Bytes of text kept so far, the current page's included.
+    text_bytes: u64,
+}
+
+impl Collector<'_> {
+    /// Stops pdf-extract with `why` (kept for the caller) if it is an error.
+    fn check(&mut self, why: Result<(), ExtractError>) -> Result<(), OutputError> {
+        why.map_err(|e| {
+            self.stopped = Some(e);
+            OutputError::FormatError(std::fmt::Error)
+        })
+    }
 }
 
 /// A page's glyphs, in the order it draws them, as lines. Where the page has space glyphs
@@ -125,13 +147,16 @@ impl OutputDev for Collector<'_> {
         _: Option<(f64, f64, f64, f64)>,
     ) -> Result<(), OutputError> {
         self.glyphs.clear();
-        Ok(())
+        // Time is checked at each page's edges too: a page may output no glyph at all.
+        let time = self.budget.check_time();
+        self.check(time)
     }
 
     fn end_page(&mut self) -> Result<(), OutputError> {
         self.pages.push(lines(&self.glyphs));
         self.glyphs.clear();
-        Ok(())
+        let time = self.budget.check_time();
+        self.check(time)
     }
 
     fn output_character(
@@ -143,9 +168,23 @@ impl OutputDev for Collector<'_> {
         text: &str,
     ) -> Result<(), OutputError> {
         self.seen += 1;
-        if self.seen.is_multiple_of(512) && self.budget.check_time().is_err() {
-            self.timed_out = true;
-            return Err(OutputError::FormatError(std::fmt::Error));
+        if self.seen.is_multiple_of(512) {
+            let time = self.budget.check_time();
+            self.check(time)?;
+        }
+        if self.glyphs.len() >= self.caps.page_chars {
+            let full = Err(ExtractError::TooManyChars {
+                page: self.pages.len() + 1,
+                limit: self.caps.page_chars,
+            });
+            return self.check(full);
+        }
+        self.text_bytes += text.len() as u64;
+        if self.text_bytes > self.budget.limits.max_unpacked_bytes {
+            let full = Err(ExtractError::TooLarge(
+                self.budget.limits.max_unpacked_bytes,
+            ));
+            return self.check(full);
         }
         // The text matrix scales the font: the size drawn is the font size through it (the
         // side of the square of the same area, as pdf-extract's own text output measures it).
@@ -173,41 +212,84 @@ impl OutputDev for Collector<'_> {
     fn end_line(&mut self) -> Result<(), OutputError> {
         Ok(())
     }
+
+    // A page of paths outputs no glyph; its painting operators are where time can be checked.
+    fn stroke(
+        &mut self,
+        _: &Transform,
+        _: &pdf_extract::ColorSpace,
+        _: &[f64],
+        _: &pdf_extract::Path,
+    ) -> Result<(), OutputError> {
+        self.paths()
+    }
+
+    fn fill(
+        &mut self,
+        _: &Transform,
+        _: &pdf_extract::ColorSpace,
+        _: &[f64],
+        _: &pdf_extract::Path,
+    ) -> Result<(), OutputError> {
+        self.paths()
+    }
+}
+
+impl Collector<'_> {
+    /// A path painted: the time is checked every 512, as glyphs are.
+    fn paths(&mut self) -> Result<(), OutputError> {
+        self.seen += 1;
+        if self.seen.is_multiple_of(512) {
+            let time = self.budget.check_time();
+            self.check(time)?;
+        }
+        Ok(())
+    }
 }
 
 /// A PDF's title (its Info dictionary's) and sections, page by page.
 pub(super) fn extract(bytes: &[u8], budget: &Budget) -> Result<Parts, ExtractError> {
+    let caps = Caps::of(&budget.limits);
     let broken = |e: String| ExtractError::Broken("PDF", e);
-    // pdf-extract and lopdf index and unwrap in places a malformed file reaches: a panic there
-    // is one file's failure, not the run's.
-    let loaded = catch_unwind(|| Document::load_mem(bytes))
-        .map_err(|_| broken("the parser failed on it".into()))?;
-    let mut doc = loaded.map_err(|e| broken(e.to_string()))?;
+    let limit = budget.limits.max_unpacked_bytes;
+    // lopdf inflates cross-reference streams first, before any object.
+    xref::check(bytes, limit).map_err(|_| ExtractError::TooLarge(limit))?;
+    let mut meter = Meter::new(limit);
+    let mut doc = guard::load(bytes, &mut meter)?;
     if doc.is_encrypted() && doc.decrypt("").is_err() {
         // Many PDFs are encrypted with an empty user password (only printing or copying is
         // restricted); the others need a password nobody gave.
         return Err(ExtractError::Encrypted);
     }
-    let pages = doc.get_pages().len();
+    let pages = guard::check_page_tree(&doc)?;
     if pages > budget.limits.max_pdf_pages {
         return Err(ExtractError::TooManyPages(
             pages,
             budget.limits.max_pdf_pages,
         ));
     }
+    // lopdf's accessors index and unwrap in places a malformed file reaches.
+    catch_unwind(AssertUnwindSafe(|| {
+        guard::Prepare::new(budget, caps, &mut meter).pages(&mut doc)
+    }))
+    .map_err(|_| broken("the parser failed on its structure".into()))??;
     let title = info_title(&doc);
     let mut collector = Collector {
         budget,
+        caps,
         pages: Vec::new(),
         glyphs: Vec::new(),
-        timed_out: false,
+        stopped: None,
         seen: 0,
+        text_bytes: 0,
     };
+    // pdf-extract indexes and unwraps in places a malformed file reaches: a panic there is
+    // one file's failure, not the run's.
     let out = catch_unwind(AssertUnwindSafe(|| {
         pdf_extract::output_doc(&doc, &mut collector)
     }));
-    if collector.timed_out {
-        return Err(ExtractError::TooSlow(budget.limits.max_time));
+    if let Some(why) = collector.stopped {
+        return Err(why);
     }
     match out {
         Err(_) => return Err(broken("the parser failed on its content".into())),

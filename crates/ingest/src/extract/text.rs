@@ -162,6 +162,23 @@ pub(crate) fn is_hidden(c: char) -> bool {
 /// megabyte-long `<h1>` over a thousand chunks would cost a gigabyte.
 pub const MAX_HEADING_CHARS: usize = 500;
 
+/// Text on one line, whole: whitespace runs (line breaks included) to one space, trimmed,
+/// hidden characters dropped. A paragraph's text; a title or heading is [`one_line`].
+pub(crate) fn flat(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for word in text.split_whitespace() {
+        let start = out.len();
+        if start > 0 {
+            out.push(' ');
+        }
+        out.extend(word.chars().filter(|&c| !is_hidden(c)));
+        if out.len() == start + usize::from(start > 0) {
+            out.truncate(start);
+        }
+    }
+    out
+}
+
 /// One line for a title or heading: whitespace runs (line breaks included) to one space,
 /// trimmed, hidden characters dropped, cut at [`MAX_HEADING_CHARS`].
 pub(crate) fn one_line(text: &str) -> String {
@@ -235,6 +252,8 @@ mod tests {
         assert_eq!(one_line(" a\n\tb\x1b \x07 c\u{202e} "), "a b c");
         assert_eq!(one_line(&"x".repeat(5_000)), "x".repeat(500) + "…");
         assert_eq!(one_line(&"x".repeat(500)), "x".repeat(500));
+        assert_eq!(flat(" a\n\tb\x1b \x07 c\u{202e} "), "a b c");
+        assert_eq!(flat(&"x".repeat(5_000)), "x".repeat(5_000), "never cut");
         // Not a space before the ellipsis.
         let words = one_line(&"word ".repeat(1_000));
         assert_eq!(words, "word ".repeat(99) + "word…");

@@ -342,6 +342,7 @@ pub async fn ingest_folder(
             extract_timeout_ms: 10_000,
             max_pdf_pages: 100,
             max_unpacked_bytes: 1 << 20,
+            ..Limits::default()
         },
     };
     let ingest_env = Env::from_pairs([

@@ -51,7 +51,9 @@ pub struct Args {
     pub limits: Limits,
 }
 
-/// How big and how deep a file may be before it is skipped (shared with `parley sync`).
+// How big and how deep a file may be before it is skipped (shared with `parley sync`). No doc
+// comment: a flattened group's would stand as the summary of a subcommand without its own, as
+// it once did for `sync`.
 #[derive(Debug, clap::Args)]
 pub struct Limits {
     /// Skip files larger than this many bytes.
@@ -69,9 +71,39 @@ pub struct Limits {
     #[arg(long, value_name = "N", default_value_t = ExtractLimits::default().max_pdf_pages as u32,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_pdf_pages: u32,
-    /// Skip Word files whose text parts unpack to more than this many bytes.
+    /// Skip Word files and PDFs whose parts or streams unpack to more than this many bytes.
     #[arg(long, value_name = "BYTES", default_value_t = ExtractLimits::default().max_unpacked_bytes)]
     pub max_unpacked_bytes: u64,
+    /// Skip PDFs with a page of more operators and operands than this.
+    #[arg(long, value_name = "N", default_value_t = ExtractLimits::default().max_page_tokens as u64,
+          value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub max_page_tokens: u64,
+    /// Skip PDFs with a page showing more characters than this.
+    #[arg(long, value_name = "N", default_value_t = ExtractLimits::default().max_page_chars as u64,
+          value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub max_page_chars: u64,
+    /// Skip a file whose text makes more chunks than this.
+    #[arg(long, value_name = "N", default_value_t = ChunkOptions::default().max_chunks as u64,
+          value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub max_chunks: u64,
+}
+
+/// The defaults the options have, for code that builds [`Limits`] without parsing a command
+/// line (tests, the bench).
+impl Default for Limits {
+    fn default() -> Self {
+        let extract = ExtractLimits::default();
+        Limits {
+            max_document_bytes: IngestOptions::default().max_document_bytes,
+            max_html_depth: extract.max_html_depth as u32,
+            extract_timeout_ms: extract.max_time.as_millis() as u64,
+            max_pdf_pages: extract.max_pdf_pages as u32,
+            max_unpacked_bytes: extract.max_unpacked_bytes,
+            max_page_tokens: extract.max_page_tokens as u64,
+            max_page_chars: extract.max_page_chars as u64,
+            max_chunks: ChunkOptions::default().max_chunks as u64,
+        }
+    }
 }
 
 impl Limits {
@@ -84,8 +116,13 @@ impl Limits {
                 max_time: Duration::from_millis(self.extract_timeout_ms),
                 max_pdf_pages: self.max_pdf_pages as usize,
                 max_unpacked_bytes: self.max_unpacked_bytes,
+                max_page_tokens: self.max_page_tokens as usize,
+                max_page_chars: self.max_page_chars as usize,
             },
-            chunk: ChunkOptions::default(),
+            chunk: ChunkOptions {
+                max_chunks: self.max_chunks as usize,
+                ..ChunkOptions::default()
+            },
             progress: true,
             deadline: None,
             metadata: serde_json::Map::new(),
@@ -190,4 +227,23 @@ pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cmd::{Cli, Command};
+
+    #[test]
+    fn limits_by_default_are_the_options_defaults() {
+        let Command::Ingest(args) = Cli::parse_from(["parley", "ingest", "docs"]).command else {
+            panic!("not ingest");
+        };
+        assert_eq!(
+            format!("{:?}", args.limits),
+            format!("{:?}", Limits::default())
+        );
+    }
 }
