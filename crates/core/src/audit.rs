@@ -1,4 +1,4 @@
-//! The audit trail's record (`parley.audit`, migrations 0007 and 0013), one per tool call, the
+//! The audit trail's record (`parley.audit`, migrations 0007, 0013 and 0021), one per tool call, the
 //! ways a call ends, and the user's approval a call ran under: the mcp function writes records,
 //! `parley audit` reads them back and filters on their outcome.
 
@@ -31,6 +31,9 @@ pub struct Record {
     /// The user's approval the call ran under, as the client claimed it; `None` for a call
     /// that needed none or carried none.
     pub approval: Option<Approval>,
+    /// The call repeated an idempotency key already used: it wrote nothing and answered with
+    /// the rows the first call recorded.
+    pub replayed: bool,
 }
 
 /// The user's approval a tool call ran under (issue 22), as the client that sent the call

@@ -257,12 +257,14 @@ pub struct Approval {
 }
 
 impl Approval {
-    /// The output the model is given for this call. A call still waiting (or approved and not
-    /// yet run) when its history is replayed was never run.
+    /// The output the model is given for this call. A call still waiting when its history is
+    /// replayed was never run; one approved whose result never arrived (its answer was lost,
+    /// and the turn went on with a new message) may have run.
     pub fn output(&self) -> (Value, bool) {
-        match &self.result {
-            Some(result) => (result.clone(), self.result_is_error),
-            None => (Value::String("not run: it was never approved".into()), true),
+        match (&self.result, self.decision) {
+            (Some(result), _) => (result.clone(), self.result_is_error),
+            (None, Decision::Approved) => (Value::String(UNSETTLED.into()), true),
+            (None, _) => (Value::String("not run: it was never approved".into()), true),
         }
     }
 
@@ -287,6 +289,10 @@ pub fn declined(reason: Option<&str>) -> String {
 
 /// The model's sentence for a call nobody answered in time.
 pub const EXPIRED: &str = "not run: the approval expired before the user answered";
+
+/// The model's sentence for an approved call whose result was never received.
+pub const UNSETTLED: &str = "the outcome of this approved call is unknown: it was sent, but its \
+answer never arrived. It may or may not have taken effect; check before calling it again.";
 
 /// Why a new message denies what was still waiting.
 pub const SUPERSEDED: &str = "the user sent a new message instead of answering";
@@ -329,43 +335,64 @@ pub struct Decided {
     pub paused_message: Option<i32>,
 }
 
-/// Decides each answer, once: overdue approvals of the conversation become `expired`, then
-/// each answered one that is still `pending` becomes `approved` or `denied` in one conditional
-/// update (`WHERE decision = 'pending' AND expires_at > now()`), so of two answers to one
-/// approval (two tabs, a retry) exactly one decides it; the other reads that decision. Call it
-/// holding the conversation's turn lease, after ownership was checked: `conversation` scopes
-/// every statement. An id not in the conversation is [`ApprovalError::NotFound`].
+/// Decides each answer, once, in one transaction: all of the answer or none of it. Overdue
+/// approvals of the conversation become `expired`; every id must be an approval of the
+/// conversation ([`ApprovalError::NotFound`] otherwise, and nothing is stored: not the other
+/// answers, not the expiries); then each answered approval that is still `pending` becomes
+/// `approved` or `denied` in one conditional update (`WHERE decision = 'pending' AND
+/// expires_at > now()`), so of two answers to one approval (two tabs, a retry) exactly one
+/// decides it; the other reads that decision. Call it holding the conversation's turn lease,
+/// after ownership was checked: `conversation` scopes every statement.
 pub async fn decide(
     pool: &Pool,
     conversation: &Uuid,
     answers: &[Answer],
     by: &str,
 ) -> Result<Decided, ApprovalError> {
-    let conn = pool.get().await?;
-    expire(&conn, conversation).await?;
-    for answer in answers {
-        let declined = declined(answer.reason.as_deref());
-        conn.execute_typed(
-            "UPDATE chat.approvals
-             SET decision = CASE WHEN $3 THEN 'approved' ELSE 'denied' END,
-                 decided_by = $4, decided_at = now(), reason = $5,
-                 result = CASE WHEN $3 THEN NULL ELSE to_jsonb($6::text) END,
-                 result_is_error = NOT $3
-             WHERE id = $1 AND conversation_id = $2
-               AND decision = 'pending' AND expires_at > now()",
-            &[
-                (answer.id.as_uuid(), Type::UUID),
-                (conversation, Type::UUID),
-                (&answer.approved, Type::BOOL),
-                (&by, Type::TEXT),
-                (&answer.reason, Type::TEXT),
-                (&declined, Type::TEXT),
-            ],
+    let mut conn = pool.get().await?;
+    let tx = conn.transaction().await?;
+    expire(&tx, conversation).await?;
+    let ids: Vec<Uuid> = answers.iter().map(|a| *a.id.as_uuid()).collect();
+    // Locked, so an answer on another instance (after this lease was lost) waits for this one.
+    let known = tx
+        .query_typed(
+            "SELECT count(*)::int4 FROM (
+                 SELECT 1 FROM chat.approvals WHERE conversation_id = $1 AND id = ANY($2)
+                 FOR UPDATE) a",
+            &[(conversation, Type::UUID), (&ids, Type::UUID_ARRAY)],
         )
         .await?;
+    if known[0].get::<_, i32>(0) as usize != ids.len() {
+        // Dropping `tx` rolls back: the expiries above are not kept either.
+        return Err(ApprovalError::NotFound);
     }
-    let ids: Vec<Uuid> = answers.iter().map(|a| *a.id.as_uuid()).collect();
-    let rows = conn
+    let approved: Vec<bool> = answers.iter().map(|a| a.approved).collect();
+    let reasons: Vec<Option<&str>> = answers.iter().map(|a| a.reason.as_deref()).collect();
+    let declined: Vec<String> = answers
+        .iter()
+        .map(|a| declined(a.reason.as_deref()))
+        .collect();
+    tx.execute_typed(
+        "UPDATE chat.approvals a
+         SET decision = CASE WHEN x.approved THEN 'approved' ELSE 'denied' END,
+             decided_by = $3, decided_at = now(), reason = x.reason,
+             result = CASE WHEN x.approved THEN NULL ELSE to_jsonb(x.declined) END,
+             result_is_error = NOT x.approved
+         FROM unnest($2::uuid[], $4::bool[], $5::text[], $6::text[])
+              AS x(id, approved, reason, declined)
+         WHERE a.id = x.id AND a.conversation_id = $1
+           AND a.decision = 'pending' AND a.expires_at > now()",
+        &[
+            (conversation, Type::UUID),
+            (&ids, Type::UUID_ARRAY),
+            (&by, Type::TEXT),
+            (&approved, Type::BOOL_ARRAY),
+            (&reasons, Type::TEXT_ARRAY),
+            (&declined, Type::TEXT_ARRAY),
+        ],
+    )
+    .await?;
+    let rows = tx
         .query_typed(
             &format!(
                 "SELECT {AS_JSON}, a.message_seq, a.message_seq = c.message_count
@@ -375,9 +402,7 @@ pub async fn decide(
             &[(conversation, Type::UUID), (&ids, Type::UUID_ARRAY)],
         )
         .await?;
-    if rows.len() != ids.len() {
-        return Err(ApprovalError::NotFound);
-    }
+    tx.commit().await?;
     let mut approvals = Vec::with_capacity(rows.len());
     let mut paused_message = None;
     for row in &rows {
@@ -402,10 +427,11 @@ pub async fn deny_pending(
     by: &str,
     reason: &str,
 ) -> Result<Vec<Approval>, ApprovalError> {
-    let conn = pool.get().await?;
-    let mut decided = expire(&conn, conversation).await?;
+    let mut conn = pool.get().await?;
+    let tx = conn.transaction().await?;
+    let mut decided = expire(&tx, conversation).await?;
     let text = declined(Some(reason));
-    for row in conn
+    for row in tx
         .query_typed(
             &format!(
                 "UPDATE chat.approvals a
@@ -425,6 +451,7 @@ pub async fn deny_pending(
     {
         decided.push(from_row(&row)?);
     }
+    tx.commit().await?;
     Ok(decided)
 }
 
@@ -472,7 +499,7 @@ pub async fn record_result(
 
 /// Overdue approvals of the conversation become `expired`, told to the model as such.
 async fn expire(
-    conn: &deadpool_postgres::Object,
+    conn: &tokio_postgres::Transaction<'_>,
     conversation: &Uuid,
 ) -> Result<Vec<Approval>, ApprovalError> {
     conn.query_typed(

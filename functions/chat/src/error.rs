@@ -28,6 +28,9 @@ pub enum ApiError {
     /// Something the request names does not exist (a model, for the OpenAI endpoint).
     #[error("{message}")]
     NotFound { code: &'static str, message: String },
+    /// The request cannot be taken in the conversation's present state.
+    #[error("{message}")]
+    Conflict { code: &'static str, message: String },
     #[error("request body is larger than {limit} bytes")]
     TooLarge { limit: usize },
     #[error(transparent)]
@@ -67,6 +70,7 @@ impl ApiError {
                 (StatusCode::UNPROCESSABLE_ENTITY, *code, message.clone())
             }
             ApiError::NotFound { code, message } => (StatusCode::NOT_FOUND, *code, message.clone()),
+            ApiError::Conflict { code, message } => (StatusCode::CONFLICT, *code, message.clone()),
             ApiError::TooLarge { .. } => (
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "payload_too_large",
@@ -128,6 +132,18 @@ impl ApiError {
                 // Another user's approval is indistinguishable from a missing one.
                 TurnError::ApprovalNotFound => {
                     (StatusCode::NOT_FOUND, "approval_not_found", e.to_string())
+                }
+                TurnError::ApprovedCallUnsettled { tool } => {
+                    retry_after = Some(Duration::from_secs(2));
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "approval_outcome_unknown",
+                        format!(
+                            "the approved call `{tool}` was sent but its answer did not arrive \
+in time, so it may have run; nothing more was done. Send the same answer again: the call does not \
+run twice, and the turn goes on with its result"
+                        ),
+                    )
                 }
             },
             ApiError::Internal(_) => (

@@ -87,7 +87,10 @@ async fn referenced(
     user: &User,
     bytes: &[u8],
 ) -> Result<Option<(ConversationId, Vec<StoredMessage>)>, ApiError> {
-    let Some(id) = last_assistant(bytes).and_then(|text| request::approval_ref(&text)) else {
+    let Some(id) = last_assistant(bytes)
+        .and_then(|text| request::approval_ref(&text))
+        .map(|r| r.conversation)
+    else {
         return Ok(None);
     };
     match conversation::messages(&state.pool, &user.id, &id).await {
@@ -386,6 +389,7 @@ fn parley_fields(response: &TurnResponse) -> Value {
 
 /// A waiting call as the question names it.
 struct Asked<'a> {
+    id: ApprovalId,
     tool: &'a str,
     arguments: &'a Value,
     call_id: &'a str,
@@ -442,24 +446,31 @@ fn action(a: &Asked<'_>) -> String {
 }
 
 /// The question a paused turn's reply ends with, and the line that leads a stateless client's
-/// answer back to this conversation.
+/// answer back to this conversation and binds it to this question (its first call's approval).
 fn pause_question(response: &TurnResponse) -> String {
-    let question = question(
-        response
-            .pending_approvals
-            .iter()
-            .map(|p| Asked {
-                tool: &p.tool,
-                arguments: &p.arguments,
-                call_id: &p.call_id,
-                expires_at: p.expires_at,
-            })
-            .collect(),
-    );
-    format!(
-        "{question}\n\n{}",
-        request::approval_ref_line(&response.conversation_id)
-    )
+    let asked: Vec<Asked<'_>> = response
+        .pending_approvals
+        .iter()
+        .map(|p| Asked {
+            id: p.id,
+            tool: &p.tool,
+            arguments: &p.arguments,
+            call_id: &p.call_id,
+            expires_at: p.expires_at,
+        })
+        .collect();
+    let first = asked
+        .iter()
+        .min_by(|a, b| a.call_id.cmp(b.call_id))
+        .map(|a| a.id);
+    let question = question(asked);
+    match first {
+        Some(first) => format!(
+            "{question}\n\n{}",
+            request::approval_ref_line(&response.conversation_id, &first)
+        ),
+        None => question,
+    }
 }
 
 fn asked(approvals: &[&Approval]) -> String {
@@ -467,6 +478,7 @@ fn asked(approvals: &[&Approval]) -> String {
         approvals
             .iter()
             .map(|a| Asked {
+                id: a.id,
                 tool: &a.tool,
                 arguments: &a.arguments,
                 call_id: &a.call_id,
@@ -582,13 +594,15 @@ fn word<'a>(text: &'a str, word: &str) -> Option<&'a str> {
     (head.eq_ignore_ascii_case(word) && !rest.starts_with(char::is_alphanumeric)).then_some(rest)
 }
 
-/// The request as an answer to the conversation's paused turn, when its last message is one
-/// ([`Said`]) and the turn it answers is found: the waiting calls of the conversation's latest
-/// message that has any, with no user message since. Once those are decided, the same answer
-/// again (the client retrying the request, whose previous assistant message is still the
-/// question) is answered too, and the core tells it the stored outcome without running
-/// anything again. Any other message goes on as a message (declining what waits). `known` is
-/// the conversation's history when it was read already.
+/// The request as an answer to a question for approval, when its last message is one
+/// ([`Said`]) and it is bound to the question it answers ([`answered_calls`]): the typed
+/// `approvals` answer to exactly the calls that question named. Those still waiting are
+/// decided; an answer to calls decided before (the client retrying a request whose response
+/// was lost, even after the turn went on and asked something else) is told the stored outcome,
+/// and nothing runs. An answer bound to no question while calls wait is refused
+/// ([`ApiError::Conflict`]): it cannot tell which question the user saw. Any other message goes
+/// on as a message (declining what waits). `known` is the conversation's history when it was
+/// read already.
 async fn approval_answer(
     state: &AppState,
     user: &User,
@@ -611,10 +625,19 @@ async fn approval_answer(
             Err(e) => return Err(e.into()),
         },
     };
-    let Some(waiting) = answered_calls(&history, || previous_assistant(bytes)) else {
+    let Some(asked) = answered_calls(&history, previous_assistant(bytes).as_deref()) else {
+        if waits(&history) {
+            return Err(ApiError::Conflict {
+                code: "approval_question_missing",
+                message: "calls in this conversation wait for approval, but this answer does not \
+follow the question it answers: send the messages with the assistant's question (its last line \
+included) just before the answer, or answer by id with `approvals` on POST /api/chat"
+                    .to_owned(),
+            });
+        }
         return Ok(None);
     };
-    let Some(answers) = said.answers(&waiting) else {
+    let Some(answers) = said.answers(&asked) else {
         return Ok(None);
     };
     let body = ChatBody {
@@ -634,29 +657,34 @@ async fn approval_answer(
     })?))
 }
 
-/// The ids an answer refers to, in the question's order: see [`approval_answer`].
-fn answered_calls(
-    history: &[StoredMessage],
-    previous: impl FnOnce() -> Option<String>,
-) -> Option<Vec<ApprovalId>> {
-    let paused = history.iter().rposition(|m| !m.approvals.is_empty())?;
-    if history[paused..].iter().any(|m| m.role == "user") {
-        return None;
-    }
-    let mut approvals: Vec<&Approval> = history[paused].approvals.iter().collect();
+/// Whether calls of the conversation's latest message wait for an answer.
+fn waits(history: &[StoredMessage]) -> bool {
+    history
+        .last()
+        .is_some_and(|m| m.approvals.iter().any(|a| a.decision == Decision::Pending))
+}
+
+/// The calls of the question `previous` (the request's message before its answer) asked
+/// about, in the question's order (by call id), whatever has been decided since: the message
+/// whose first call's approval its reference line names, or, for a line of the older form, the
+/// latest message whose question it quotes. `None` when it is no question of this conversation.
+fn answered_calls(history: &[StoredMessage], previous: Option<&str>) -> Option<Vec<ApprovalId>> {
+    let previous = previous?;
+    let message = match request::approval_ref(previous).and_then(|r| r.question) {
+        Some(first) => history
+            .iter()
+            .find(|m| m.approvals.iter().any(|a| a.id == first))?,
+        None => {
+            let said = squeeze(previous);
+            history.iter().rev().find(|m| {
+                !m.approvals.is_empty()
+                    && said.contains(&squeeze(&asked(&m.approvals.iter().collect::<Vec<_>>())))
+            })?
+        }
+    };
+    let mut approvals: Vec<&Approval> = message.approvals.iter().collect();
     approvals.sort_by(|a, b| a.call_id.cmp(&b.call_id));
-    let waiting: Vec<&Approval> = approvals
-        .iter()
-        .copied()
-        .filter(|a| a.decision == Decision::Pending)
-        .collect();
-    if !waiting.is_empty() {
-        return Some(waiting.iter().map(|a| a.id).collect());
-    }
-    let question = squeeze(&asked(&approvals));
-    squeeze(&previous()?)
-        .contains(&question)
-        .then(|| approvals.iter().map(|a| a.id).collect())
+    Some(approvals.iter().map(|a| a.id).collect())
 }
 
 /// The text of the message before the last of the request, when it is the assistant's.
@@ -727,20 +755,41 @@ mod tests {
     }
 
     #[test]
-    fn a_reference_counts_only_as_the_last_line_and_only_with_a_uuid() {
+    fn a_reference_counts_only_as_the_last_line_and_only_with_uuids() {
         let id = ConversationId::new();
-        let line = request::approval_ref_line(&id);
+        let first = ApprovalId::new();
+        let line = request::approval_ref_line(&id, &first);
+        let named = Some(request::ApprovalRef {
+            conversation: id,
+            question: Some(first),
+        });
         let asked = format!("Reply \"yes\" to approve.\n\n{line}");
-        assert_eq!(request::approval_ref(&asked), Some(id));
-        assert_eq!(request::approval_ref(&format!("{asked}\n  \n")), Some(id));
-        assert_eq!(request::approval_ref(&line), Some(id));
+        assert_eq!(request::approval_ref(&asked), named);
+        assert_eq!(request::approval_ref(&format!("{asked}\n  \n")), named);
+        assert_eq!(request::approval_ref(&line), named);
         assert_eq!(request::approval_ref(&format!("{line}\nThen more.")), None);
         assert_eq!(request::approval_ref("(Parley approval ref: 42)"), None);
+        assert_eq!(
+            request::approval_ref(&format!("(Parley approval ref: {id} 42)")),
+            None
+        );
+        assert_eq!(
+            request::approval_ref(&format!("(Parley approval ref: {id} {first} {first})")),
+            None
+        );
         assert_eq!(
             request::approval_ref(&format!("Parley approval ref: {id}")),
             None
         );
         assert_eq!(request::approval_ref("Reply \"yes\" to approve."), None);
+        // A line written before questions were named still names the conversation.
+        assert_eq!(
+            request::approval_ref(&format!("(Parley approval ref: {id})")),
+            Some(request::ApprovalRef {
+                conversation: id,
+                question: None
+            })
+        );
     }
 
     fn all(approved: bool, reason: Option<&str>) -> Option<Said> {
@@ -812,6 +861,7 @@ mod tests {
             .with_timezone(&Utc);
         let args = json!({"id": 42, "title": "Renew \"it\""});
         let one = question(vec![Asked {
+            id: ApprovalId::new(),
             tool: "delete_task",
             arguments: &args,
             call_id: "call_1",
@@ -826,12 +876,14 @@ mod tests {
         let none = json!({});
         let several = question(vec![
             Asked {
+                id: ApprovalId::new(),
                 tool: "send_mail",
                 arguments: &none,
                 call_id: "call_b",
                 expires_at: at,
             },
             Asked {
+                id: ApprovalId::new(),
                 tool: "delete_task",
                 arguments: &args,
                 call_id: "call_a",

@@ -574,24 +574,47 @@ pub fn strip_tool_blocks(text: &str) -> String {
     out.trim().to_owned()
 }
 
-/// How the OpenAI-compatible endpoint's question for approval names its conversation, as its
-/// last line (`(Parley approval ref: <conversation id>)`), so that a client that sends no
-/// conversation id, only the whole history again, still answers in that conversation.
+/// How the OpenAI-compatible endpoint's question for approval names its conversation and the
+/// question itself, as its last line (`(Parley approval ref: <conversation id> <approval id>)`,
+/// the approval id of the question's first call), so that a client that sends no conversation
+/// id, only the whole history again, still answers in that conversation, and an answer is
+/// bound to the question it follows. Lines written before the question was named
+/// (`(Parley approval ref: <conversation id>)`) still name the conversation.
 const APPROVAL_REF: (&str, &str) = ("(Parley approval ref: ", ")");
 
-/// The reference line naming `id`.
-pub fn approval_ref_line(id: &ConversationId) -> String {
-    format!("{}{id}{}", APPROVAL_REF.0, APPROVAL_REF.1)
+/// What a reference line names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApprovalRef {
+    pub conversation: ConversationId,
+    /// The approval of the question's first call; `None` in a line of the older form.
+    pub question: Option<ApprovalId>,
 }
 
-/// The conversation an assistant message's last line names as [`approval_ref_line`] does, when
-/// it is exactly such a line with a UUID in it.
-pub fn approval_ref(text: &str) -> Option<ConversationId> {
+/// The reference line naming `conversation` and the question whose first call is `first`.
+pub fn approval_ref_line(conversation: &ConversationId, first: &ApprovalId) -> String {
+    format!("{}{conversation} {first}{}", APPROVAL_REF.0, APPROVAL_REF.1)
+}
+
+/// What an assistant message's last line names as [`approval_ref_line`] does (or the older
+/// form did), when it is exactly such a line with UUIDs in it.
+pub fn approval_ref(text: &str) -> Option<ApprovalRef> {
     let (_, line) = ref_line(text)?;
-    let id = line
+    let inner = line
         .strip_prefix(APPROVAL_REF.0)?
         .strip_suffix(APPROVAL_REF.1)?;
-    ConversationId::parse(id.trim())
+    let mut words = inner.split_whitespace();
+    let conversation = ConversationId::parse(words.next()?)?;
+    let question = match words.next() {
+        None => None,
+        Some(word) => Some(ApprovalId::parse(word)?),
+    };
+    if words.next().is_some() {
+        return None;
+    }
+    Some(ApprovalRef {
+        conversation,
+        question,
+    })
 }
 
 /// An assistant message without its reference line: the model is not shown it again.

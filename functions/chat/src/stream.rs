@@ -25,7 +25,7 @@ use crate::conversation::ConversationId;
 use crate::error::ApiError;
 use crate::request::TurnRequest;
 use crate::sources::Source;
-use crate::turn::{self, Progress, TurnEvent, TurnResponse};
+use crate::turn::{self, Progress, TurnEvent, TurnResponse, TurnStatus};
 
 /// Most updates written to the client in one go.
 pub const READY_CHUNK: usize = 64;
@@ -303,8 +303,11 @@ impl Encoder {
             Update::Done(Ok(response)) => {
                 self.close_step(out);
                 // Each waiting call, whose input the stream carried, now asks for the user's
-                // answer: `useChat` shows it in state `approval-requested`.
-                for pending in &response.pending_approvals {
+                // answer: `useChat` shows it in state `approval-requested`. An answer told the
+                // stored outcome carried none (the AI SDK refuses a request for a call it has
+                // not seen): what waits then is in the metadata only.
+                let asks = response.status != TurnStatus::AlreadyDecided;
+                for pending in response.pending_approvals.iter().filter(|_| asks) {
                     frame(
                         out,
                         &json!({"type": "tool-approval-request",

@@ -71,6 +71,12 @@ pub enum TurnError {
     /// `approvals` names an id that is no approval of this conversation (or of this user).
     #[error("no such approval in this conversation")]
     ApprovalNotFound,
+    /// An approved call was sent but its answer did not arrive (the turn ran out of time, the
+    /// connection broke): it may have run. Nothing of it is stored as its result and the turn
+    /// does not go on; the same answer again sends it again under its key, which runs it at
+    /// most once and brings back its first result.
+    #[error("the outcome of the approved call `{tool}` is not known yet")]
+    ApprovedCallUnsettled { tool: String },
 }
 
 impl From<ApprovalError> for TurnError {
@@ -402,6 +408,7 @@ impl TurnError {
             },
             TurnError::Lost => "internal",
             TurnError::ApprovalNotFound => "approval_not_found",
+            TurnError::ApprovedCallUnsettled { .. } => "approval_outcome_unknown",
         }
     }
 }
@@ -845,12 +852,10 @@ async fn resume(
             .as_ref()
             .map(|m| still_pending(&m.approvals))
             .unwrap_or_default();
+        // Whatever waits now (a later question the client may not have seen) is listed, but
+        // this answer is not its answer: the status says nothing ran.
         return Ok(Resumed::Done(Box::new(Settled {
-            status: if pending.is_empty() {
-                TurnStatus::AlreadyDecided
-            } else {
-                TurnStatus::AwaitingApproval
-            },
+            status: TurnStatus::AlreadyDecided,
             message: latest,
             pending,
         })));
@@ -873,12 +878,24 @@ async fn resume(
             .map(|a| run_approved(state, user, catalog, a, deadline)),
     )
     .await;
+    let mut unsettled = None;
     for (approval_id, outcome) in ran {
-        approval::record_result(pool, &approval_id, &outcome.output, outcome.is_error).await?;
-        if let Some(a) = all.iter_mut().find(|a| a.id == approval_id) {
-            a.result = Some(outcome.output);
-            a.result_is_error = outcome.is_error;
+        let Some(a) = all.iter_mut().find(|a| a.id == approval_id) else {
+            continue;
+        };
+        if outcome.unsettled {
+            // Not a result: the call may have run. Storing this sentence would make it the
+            // call's permanent outcome although the write may well have succeeded.
+            tracing::warn!(tool = %a.tool, "approved call's outcome unknown; not recorded, the turn does not go on");
+            unsettled.get_or_insert_with(|| a.tool.clone());
+            continue;
         }
+        approval::record_result(pool, &approval_id, &outcome.output, outcome.is_error).await?;
+        a.result = Some(outcome.output);
+        a.result_is_error = outcome.is_error;
+    }
+    if let Some(tool) = unsettled {
+        return Err(TurnError::ApprovedCallUnsettled { tool });
     }
     let duration_ms = called.elapsed().as_millis() as u64;
     settle(history, &all);
@@ -949,17 +966,16 @@ async fn run_approved(
                 .await
         }
         // Stored by this code from a checked call: not reachable unless the row was edited.
-        _ => ToolOutcome {
-            output: Value::String("not run: the stored call could not be read".into()),
-            is_error: true,
-        },
+        _ => ToolOutcome::error("not run: the stored call could not be read"),
     };
     tracing::info!(tool = %approval.tool, is_error = outcome.is_error, "approved tool call");
     (approval.id, outcome)
 }
 
 /// The call as it waits for the user's approval, when it does: the policy says its tool waits,
-/// and it would run (its arguments are an object, it is within the step's cap and offered).
+/// and it would run (its arguments are an object that fits the tool's schema, it is within the
+/// step's cap and offered). A call that would be refused is not asked about: it runs as far as
+/// its refusal, which the model reads and can correct, and is never sent.
 fn waiting(
     state: &AppState,
     catalog: &Catalog,
@@ -976,6 +992,7 @@ fn waiting(
     }
     let about = catalog.about(&call.name, state.approval.policy)?;
     let arguments = parse_arguments(&call.arguments).ok()?;
+    catalog.check_arguments(&call.name, &arguments).ok()?;
     let ttl = chrono::Duration::from_std(state.approval.ttl).unwrap_or(chrono::Duration::MAX);
     Some(Pending {
         public: PendingApproval {
@@ -1084,26 +1101,20 @@ async fn run_call(
     let (args, outcome) = match parse_arguments(&call.arguments) {
         Ok(map) if over_cap => (
             Value::Object(map),
-            ToolOutcome {
-                output: Value::String(format!(
-                    "not run: one response may make at most {} tool calls; make the ones you \
+            ToolOutcome::error(format!(
+                "not run: one response may make at most {} tool calls; make the ones you \
 still need in your next response",
-                    state.limits.max_calls_per_step
-                )),
-                is_error: true,
-            },
+                state.limits.max_calls_per_step
+            )),
         ),
         // A request that narrowed the tools is obeyed even if the model calls another one.
         Ok(map) if narrowed.is_some_and(|offered| !offered.iter().any(|t| t.name == call.name)) => {
             (
                 Value::Object(map),
-                ToolOutcome {
-                    output: Value::String(format!(
-                        "the tool `{}` is not available in this conversation turn",
-                        call.name
-                    )),
-                    is_error: true,
-                },
+                ToolOutcome::error(format!(
+                    "the tool `{}` is not available in this conversation turn",
+                    call.name
+                )),
             )
         }
         Ok(map) => {
@@ -1128,10 +1139,7 @@ still need in your next response",
         }
         Err(problem) => (
             Value::String(call.arguments.clone()),
-            ToolOutcome {
-                output: Value::String(problem),
-                is_error: true,
-            },
+            ToolOutcome::error(problem),
         ),
     };
     let duration_ms = started.elapsed().as_millis() as u64;

@@ -163,16 +163,17 @@ fn log(record: &Record, message: &str) {
         outcome = record.outcome.as_str(),
         error = record.error.as_deref(),
         approval = record.approval.as_ref().map(|a| a.to_json().to_string()),
+        replayed = record.replayed,
         "{message}"
     );
 }
 
 const INSERT: &str = "INSERT INTO parley.audit \
     (at, request_id, caller, tool, arguments, statement, rows, truncated, duration_ms, outcome, error, \
-     approval) \
+     approval, replayed) \
     SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::jsonb[], \
                          $6::text[], $7::int4[], $8::bool[], $9::float8[], $10::text[], $11::text[], \
-                         $12::jsonb[])";
+                         $12::jsonb[], $13::bool[])";
 
 /// The writer task: whatever has queued since the last INSERT goes in the next one. A batch
 /// that fails is written again one record at a time, so one bad record costs only itself.
@@ -209,11 +210,12 @@ async fn write(pool: &Pool, batch: &[Record]) -> Result<(), parley_core::db::DbE
         .iter()
         .map(|r| r.approval.as_ref().map(Approval::to_json))
         .collect();
+    let replayed: Vec<_> = batch.iter().map(|r| r.replayed).collect();
     // One round trip. The mcp login may default to read-only transactions; the audit's are
     // the only writes it makes as itself. Not waiting for the flush is what keeps a read's
     // audit from costing it a WAL fsync; a crash can lose the last few hundred ms of records.
     // Unnamed, as every statement of this function: nothing stays on the connection.
-    let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 12] = [
+    let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 13] = [
         (&at, Type::TIMESTAMPTZ_ARRAY),
         (&request_id, Type::TEXT_ARRAY),
         (&caller, Type::TEXT_ARRAY),
@@ -226,6 +228,7 @@ async fn write(pool: &Pool, batch: &[Record]) -> Result<(), parley_core::db::DbE
         (&outcome, Type::TEXT_ARRAY),
         (&error, Type::TEXT_ARRAY),
         (&approval, Type::JSONB_ARRAY),
+        (&replayed, Type::BOOL_ARRAY),
     ];
     let (begun, inserted, committed) = tokio::join!(
         client.batch_execute("BEGIN READ WRITE; SET LOCAL synchronous_commit = off"),
@@ -375,6 +378,7 @@ mod tests {
             outcome: Outcome::Refused,
             error: None,
             approval: None,
+            replayed: false,
         };
         let stored = storable(record);
         assert!(!stored.arguments.to_string().contains("\\u0000"));
@@ -404,6 +408,7 @@ mod tests {
             outcome: Outcome::Refused,
             error: Some("e\u{0}".repeat(2000)),
             approval: None,
+            replayed: false,
         };
         let stored = storable(record);
         assert_eq!(stored.tool.chars().count(), 128);

@@ -352,14 +352,15 @@ impl ParleyMcp {
                       statement: Option<&str>,
                       result: Result<&ToolOutput, (Outcome, String)>| {
             self.audit.record(|| {
-                let (rows, truncated, outcome, error) = match result {
+                let (rows, truncated, outcome, error, replayed) = match result {
                     Ok(out) => (
                         Some(i32::try_from(out.row_count).unwrap_or(i32::MAX)),
                         out.truncated.is_some(),
                         Outcome::Ok,
                         None,
+                        out.replayed,
                     ),
-                    Err((outcome, error)) => (None, false, outcome, Some(error)),
+                    Err((outcome, error)) => (None, false, outcome, Some(error), false),
                 };
                 Record {
                     at,
@@ -377,6 +378,7 @@ impl ParleyMcp {
                     outcome,
                     error,
                     approval: approved.clone(),
+                    replayed,
                 }
             });
         };

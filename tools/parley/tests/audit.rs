@@ -213,6 +213,7 @@ async fn json_prints_one_object_per_call_with_every_column() {
             "error",
             "id",
             "outcome",
+            "replayed",
             "request_id",
             "rows",
             "statement",
@@ -229,6 +230,7 @@ async fn json_prints_one_object_per_call_with_every_column() {
     assert_eq!(calls[1]["rows"], Value::Null);
     assert_eq!(calls[2]["truncated"], true);
     assert_eq!(calls[2]["approval"], Value::Null);
+    assert_eq!(calls[2]["replayed"], false);
 
     let one = stdout_of(&parley(&["--json", "--tool", "nope"], &db.url));
     assert_eq!(one, "", "no lines when nothing matches");

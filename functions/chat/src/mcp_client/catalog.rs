@@ -5,6 +5,9 @@
 //! never calls a tool.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+
+use jsonschema::error::ValidationErrorKind;
 
 use rmcp::model::Tool;
 use serde_json::{Map, Value};
@@ -33,7 +36,7 @@ pub(super) struct Route {
     /// The server's configured name (`parley`, or its name in `MCP_SERVERS`).
     pub(super) server_name: String,
     pub(super) remote_name: String,
-    pub(super) schema: Value,
+    pub(super) schema: ArgumentSchema,
     /// Sending the call again does no more than once: the server says the tool is read-only
     /// or idempotent, or it records the idempotency key every call carries.
     pub(super) resendable: bool,
@@ -124,6 +127,16 @@ impl Catalog {
         })
     }
 
+    /// Whether `args` fit the input schema of the tool the model calls `name` (see
+    /// [`ArgumentSchema::check`]); a name the catalog does not know fits nothing here and
+    /// fails as unknown when called.
+    pub fn check_arguments(&self, name: &str, args: &Map<String, Value>) -> Result<(), String> {
+        match self.routes.get(name) {
+            Some(route) => route.schema.check(args),
+            None => Ok(()),
+        }
+    }
+
     /// The configured name of the server offering the tool the model calls `name`.
     pub fn server_of(&self, name: &str) -> Option<&str> {
         self.routes.get(name).map(|r| r.server_name.as_str())
@@ -191,13 +204,14 @@ impl Catalog {
                     t.description.as_deref().unwrap_or_default(),
                     &schema,
                 ));
+                let checked = ArgumentSchema::new(&name, &schema);
                 catalog.routes.insert(
                     name,
                     Route {
                         server: listing.server,
                         server_name: listing.server_name.clone(),
                         remote_name,
-                        schema,
+                        schema: checked,
                         // Every call carries an idempotency key, so a keyed tool replays.
                         resendable: read_only || idempotent || keyed,
                         traits,
@@ -249,47 +263,59 @@ fn citation(tool: &str, meta: Option<&Map<String, Value>>) -> Option<Citation> {
     }
 }
 
-/// A first check of a call against the tool's schema: an object, required names present,
-/// no names the schema forbids, and the declared JSON types. The server checks everything
-/// again; this catches what any server would refuse without a round trip.
-pub fn check_arguments(schema: &Value, args: &Map<String, Value>) -> Result<(), String> {
-    let properties = schema.get("properties").and_then(Value::as_object);
-    if let Some(required) = schema.get("required").and_then(Value::as_array) {
-        for name in required.iter().filter_map(Value::as_str) {
-            if args.get(name).is_none_or(Value::is_null) {
-                return Err(format!("missing required parameter `{name}`"));
+/// A tool's input schema, compiled once per catalog: what a call's arguments must be before
+/// the call is sent or waits for the user's approval.
+#[derive(Debug, Clone)]
+pub struct ArgumentSchema(Option<Arc<jsonschema::Validator>>);
+
+impl ArgumentSchema {
+    /// `schema` compiled; one that does not compile (an unknown draft, a `$ref` to elsewhere)
+    /// checks nothing here, and the server checks the call as it always does.
+    pub fn new(tool: &str, schema: &Value) -> Self {
+        match jsonschema::validator_for(schema) {
+            Ok(validator) => Self(Some(Arc::new(validator))),
+            Err(e) => {
+                tracing::warn!(tool, error = %e.masked(), "the tool's input schema does not compile; its calls are checked by its server only");
+                Self(None)
             }
         }
     }
-    if schema.get("additionalProperties") == Some(&Value::Bool(false))
-        && let Some(unknown) = args
-            .keys()
-            .find(|k| !properties.is_some_and(|p| p.contains_key(*k)))
-    {
-        return Err(format!("unknown parameter `{unknown}`"));
-    }
-    for (name, value) in args {
-        let Some(expected) = properties
-            .and_then(|p| p.get(name))
-            .and_then(|p| p.get("type"))
-            .and_then(Value::as_str)
-        else {
-            continue;
+
+    /// Whether `args` fit the schema. A `null` argument counts as absent, as Parley's own
+    /// server takes it (models send `null` for optional parameters they leave out). The
+    /// message names the parameter and what is wrong, for the model to correct the call.
+    pub fn check(&self, args: &Map<String, Value>) -> Result<(), String> {
+        let Some(validator) = &self.0 else {
+            return Ok(());
         };
-        let fits = match expected {
-            "string" => value.is_string(),
-            "integer" => value.as_f64().is_some_and(|f| f.fract() == 0.0),
-            "number" => value.is_number(),
-            "boolean" => value.is_boolean(),
-            "object" => value.is_object(),
-            "array" => value.is_array(),
-            _ => true,
+        let given = Value::Object(
+            args.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        );
+        let Some(e) = validator.iter_errors(&given).next() else {
+            return Ok(());
         };
-        if !fits && !value.is_null() {
-            return Err(format!("parameter `{name}` must be of type {expected}"));
-        }
+        Err(match e.kind() {
+            ValidationErrorKind::Required { property } => format!(
+                "missing required parameter `{}`",
+                property.as_str().unwrap_or_default()
+            ),
+            ValidationErrorKind::AdditionalProperties { unexpected } => {
+                format!("unknown parameter `{}`", unexpected.join("`, `"))
+            }
+            _ => {
+                let path = e.instance_path().to_string();
+                let name = path.trim_start_matches('/').replace('/', ".");
+                if name.is_empty() {
+                    e.to_string()
+                } else {
+                    format!("parameter `{name}`: {e}")
+                }
+            }
+        })
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -301,13 +327,20 @@ mod tests {
 
     use super::*;
 
-    fn schema() -> Value {
-        json!({
-            "type": "object",
-            "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
-            "required": ["query"],
-            "additionalProperties": false
-        })
+    fn schema() -> ArgumentSchema {
+        ArgumentSchema::new(
+            "search",
+            &json!({
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "minLength": 1},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 50},
+                    "order": {"enum": ["new", "old"]}
+                },
+                "required": ["query"],
+                "additionalProperties": false
+            }),
+        )
     }
 
     fn args(v: Value) -> Map<String, Value> {
@@ -316,21 +349,41 @@ mod tests {
 
     #[test]
     fn arguments_missing_a_required_name_are_refused() {
-        let e = check_arguments(&schema(), &args(json!({"limit": 3}))).unwrap_err();
+        let e = schema().check(&args(json!({"limit": 3}))).unwrap_err();
+        assert_eq!(e, "missing required parameter `query`");
+        let e = schema().check(&args(json!({"query": null}))).unwrap_err();
         assert_eq!(e, "missing required parameter `query`");
     }
 
     #[test]
-    fn unknown_names_and_wrong_types_are_refused() {
+    fn unknown_names_wrong_types_and_values_out_of_range_are_refused() {
+        let check = |v: Value| schema().check(&args(v));
         assert_eq!(
-            check_arguments(&schema(), &args(json!({"query": "x", "lim": 1}))).unwrap_err(),
+            check(json!({"query": "x", "lim": 1})).unwrap_err(),
             "unknown parameter `lim`"
         );
-        assert_eq!(
-            check_arguments(&schema(), &args(json!({"query": "x", "limit": "5"}))).unwrap_err(),
-            "parameter `limit` must be of type integer"
+        let e = check(json!({"query": "x", "limit": "5"})).unwrap_err();
+        assert!(
+            e.starts_with("parameter `limit`: ") && e.contains("integer"),
+            "{e}"
         );
-        assert!(check_arguments(&schema(), &args(json!({"query": "x", "limit": 5}))).is_ok());
+        let e = check(json!({"query": "x", "limit": 500})).unwrap_err();
+        assert!(
+            e.starts_with("parameter `limit`: ") && e.contains("50"),
+            "{e}"
+        );
+        let e = check(json!({"query": "x", "order": "sideways"})).unwrap_err();
+        assert!(e.starts_with("parameter `order`: "), "{e}");
+        assert!(check(json!({"query": ""})).is_err());
+        assert!(check(json!({"query": "x", "limit": 5, "order": "new"})).is_ok());
+        // Left out as `null`: the way models skip an optional parameter.
+        assert!(check(json!({"query": "x", "limit": null})).is_ok());
+    }
+
+    #[test]
+    fn a_schema_that_does_not_compile_checks_nothing() {
+        let odd = ArgumentSchema::new("odd", &json!({"type": 12}));
+        assert!(odd.check(&args(json!({"anything": 1}))).is_ok());
     }
 
     /// A listed tool with annotations (read-only, destructive, idempotent) and `_meta`.

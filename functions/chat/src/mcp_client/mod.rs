@@ -36,7 +36,7 @@ use serde_json::{Map, Value};
 use tokio::sync::Mutex;
 use uuid::Uuid;
 
-pub use catalog::{Catalog, ServerGuidance, ToolTraits, check_arguments};
+pub use catalog::{ArgumentSchema, Catalog, ServerGuidance, ToolTraits};
 pub use parley_wire::IdempotencyKey;
 
 use crate::auth::User;
@@ -111,13 +111,35 @@ struct ConnectFailure {
 pub struct ToolOutcome {
     pub output: Value,
     pub is_error: bool,
+    /// The call may have taken effect but its answer never arrived, and sending it again
+    /// under the same idempotency key is safe: it runs once and answers with its first result.
+    /// Such an outcome is not final (an approved call's is not stored as its result).
+    pub unsettled: bool,
 }
 
 impl ToolOutcome {
-    fn error(message: impl Into<String>) -> Self {
+    pub fn ok(output: Value) -> Self {
+        Self {
+            output,
+            is_error: false,
+            unsettled: false,
+        }
+    }
+
+    pub fn error(message: impl Into<String>) -> Self {
         Self {
             output: Value::String(message.into()),
             is_error: true,
+            unsettled: false,
+        }
+    }
+
+    /// A write whose outcome is unknown (see [`outcome_unknown`]); unsettled when it may be
+    /// sent again under its key.
+    fn unknown(name: &str, why: &str, resendable: bool) -> Self {
+        Self {
+            unsettled: resendable,
+            ..Self::error(outcome_unknown(name, why, resendable))
         }
     }
 }
@@ -247,11 +269,11 @@ impl McpClients {
         match tokio::time::timeout_at(deadline, call).await {
             Ok(outcome) => outcome,
             Err(_) => match route {
-                Some(route) if route.traits.writes => ToolOutcome::error(outcome_unknown(
+                Some(route) if route.traits.writes => ToolOutcome::unknown(
                     name,
                     "it did not answer before the turn ran out of time",
                     route.resendable,
-                )),
+                ),
                 _ => ToolOutcome::error("the tool did not answer before the turn ran out of time"),
             },
         }
@@ -278,7 +300,7 @@ impl McpClients {
                 format!("unknown tool `{name}`; use one of the tools offered")
             });
         };
-        if let Err(problem) = check_arguments(&route.schema, &arguments) {
+        if let Err(problem) = route.schema.check(&arguments) {
             return ToolOutcome::error(format!("invalid arguments: {problem}"));
         }
         let server = &self.servers[route.server];
@@ -307,7 +329,7 @@ impl McpClients {
         let mut maybe_ran = false;
         let unavailable = |maybe_ran: bool, why: &str, not_run: String| {
             if maybe_ran && route.traits.writes {
-                ToolOutcome::error(outcome_unknown(name, why, true))
+                ToolOutcome::unknown(name, why, true)
             } else {
                 ToolOutcome::error(not_run)
             }
@@ -400,20 +422,20 @@ the server could not be reached to send it again",
                 Ok(Err(e)) if !route.resendable => {
                     self.forget(server, &client).await;
                     tracing::warn!(server = %server.config.name, tool = %name, error = %e, "MCP call failed; not repeated, the tool is not idempotent");
-                    return ToolOutcome::error(outcome_unknown(
+                    return ToolOutcome::unknown(
                         name,
                         "the connection to its server failed before the answer arrived",
                         false,
-                    ));
+                    );
                 }
                 Ok(Err(e)) if route.traits.writes => {
                     self.forget(server, &client).await;
                     tracing::warn!(server = %server.config.name, tool = %name, error = %e, "MCP call failed again");
-                    return ToolOutcome::error(outcome_unknown(
+                    return ToolOutcome::unknown(
                         name,
                         "the connection to its server failed twice",
                         true,
-                    ));
+                    );
                 }
                 Ok(Err(e)) => {
                     self.forget(server, &client).await;
@@ -424,11 +446,11 @@ the server could not be reached to send it again",
                     ));
                 }
                 Err(_) if route.traits.writes => {
-                    return ToolOutcome::error(outcome_unknown(
+                    return ToolOutcome::unknown(
                         name,
                         &format!("it did not answer within {} ms", self.timeout.as_millis()),
                         route.resendable,
-                    ));
+                    );
                 }
                 Err(_) => {
                     return ToolOutcome::error(format!(
@@ -569,7 +591,11 @@ fn outcome(result: CallToolResult) -> ToolOutcome {
             Value::String(text.join("\n"))
         }
     };
-    ToolOutcome { output, is_error }
+    ToolOutcome {
+        output,
+        is_error,
+        unsettled: false,
+    }
 }
 
 #[cfg(test)]
@@ -613,12 +639,6 @@ mod tests {
         r.structured_content = Some(json!({"rows": []}));
         assert_eq!(outcome(r).output, json!({"rows": []}));
         let e = CallToolResult::error(vec![ContentBlock::text("bad `x`")]);
-        assert_eq!(
-            outcome(e),
-            ToolOutcome {
-                output: json!("bad `x`"),
-                is_error: true
-            }
-        );
+        assert_eq!(outcome(e), ToolOutcome::error("bad `x`"));
     }
 }

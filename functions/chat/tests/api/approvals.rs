@@ -782,3 +782,168 @@ async fn an_approved_call_whose_answer_is_lost_is_sent_again_under_its_key_and_d
     let told = output_given(&chat, resumed["traces"][0]["call_id"].as_str().unwrap());
     assert!(told.contains("Renew my passport"), "{told}");
 }
+
+/// Issue 32: an answer is all or nothing. One naming an approval the conversation does not
+/// have is refused, and its other answers are not kept either: a later answer still decides.
+#[tokio::test]
+async fn a_refused_answer_decides_none_of_its_calls() {
+    let (chat, db, id) = chat_with_a_task(&[], |id| {
+        vec![
+            Step::call("delete_task", format!(r#"{{"id":{id}}}"#)),
+            Step::text("I kept it."),
+        ]
+    })
+    .await;
+    let (conversation, approval) = pause(&chat, id).await;
+
+    let (status, body) = chat
+        .post(
+            "alice",
+            json!({"conversation_id": conversation, "approvals": [
+                {"id": approval, "approved": true},
+                {"id": uuid::Uuid::new_v4().to_string(), "approved": true}]}),
+        )
+        .await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"]["code"], "approval_not_found", "{body}");
+    let waiting = &chat.messages("alice", &conversation).await[1]["approvals"][0];
+    assert_eq!(waiting["decision"], "pending", "nothing decided: {waiting}");
+
+    // The user's real answer decides it.
+    let kept = chat
+        .turn("alice", answer(&conversation, &approval, false))
+        .await;
+    assert_eq!(kept["status"], "answered", "{kept}");
+    assert_eq!(kept["reply"], "I kept it.");
+    assert!(task_exists(&db, id).await, "the task is kept");
+    assert!(delete_calls(&chat).is_empty(), "nothing ran");
+    let decided = &chat.messages("alice", &conversation).await[1]["approvals"][0];
+    assert_eq!(decided["decision"], "denied", "{decided}");
+}
+
+/// Issue 32: a call whose arguments do not fit its tool's schema is not put to the user (the
+/// card would show arguments that can never run): the model is told what is wrong at once and
+/// nothing is sent.
+#[tokio::test]
+async fn a_call_with_arguments_its_tool_refuses_is_not_asked_about() {
+    let (chat, db, id) = chat_with_a_task(&[], |_| {
+        vec![
+            Step::call("delete_task", r#"{"id":"the passport one"}"#),
+            Step::text("I need the task's number."),
+        ]
+    })
+    .await;
+
+    let turn = chat
+        .turn("alice", json!({"message": "Delete my passport task"}))
+        .await;
+
+    assert_eq!(turn["status"], "answered", "{turn}");
+    assert!(
+        turn["pending_approvals"]
+            .as_array()
+            .is_none_or(Vec::is_empty),
+        "{turn}"
+    );
+    assert_eq!(turn["reply"], "I need the task's number.");
+    let trace = &turn["traces"][0];
+    assert_eq!(trace["is_error"], true, "{trace}");
+    let told = output_given(&chat, trace["call_id"].as_str().unwrap());
+    assert!(
+        told.starts_with("invalid arguments: parameter `id`"),
+        "{told}"
+    );
+    assert!(delete_calls(&chat).is_empty(), "never sent");
+    assert!(task_exists(&db, id).await);
+}
+
+/// Issue 32: an approved call whose answer does not arrive before the turn's deadline may
+/// have run. Its outcome is not stored as the call's result (it would read "unknown" forever
+/// although the write succeeded), the turn does not go on, and the client is told to send the
+/// same answer again: that sends the call again under its key, which the server answers with
+/// the first result, audited as a replay.
+#[tokio::test]
+async fn an_approved_call_that_outlasts_the_turn_is_settled_by_the_next_answer() {
+    let (chat, db, id) = chat_with_a_task(
+        &[("TURN_DEADLINE_MS", "2000"), ("TURN_LEASE_MS", "6000")],
+        |id| {
+            vec![
+                Step::call("delete_task", format!(r#"{{"id":{id}}}"#)),
+                Step::text("Deleted."),
+            ]
+        },
+    )
+    .await;
+    let (conversation, approval) = pause(&chat, id).await;
+    // Another session holds the task's row: the approved DELETE waits for it.
+    let mut holder = db.client().await;
+    let hold = holder.transaction().await.unwrap();
+    hold.execute("SELECT 1 FROM tasks WHERE id = $1 FOR UPDATE", &[&id])
+        .await
+        .unwrap();
+
+    let (status, body) = chat
+        .post("alice", answer(&conversation, &approval, true))
+        .await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "approval_outcome_unknown", "{body}");
+    let stored = &chat.messages("alice", &conversation).await[1]["approvals"][0];
+    assert_eq!(stored["decision"], "approved", "{stored}");
+    assert_eq!(stored["result"], Value::Null, "no outcome stored: {stored}");
+
+    // The row is let go: the DELETE sent before commits.
+    hold.commit().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while task_exists(&db, id).await {
+        assert!(
+            Instant::now() < deadline,
+            "the first DELETE never committed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let resumed = chat
+        .turn("alice", answer(&conversation, &approval, true))
+        .await;
+    assert_eq!(resumed["status"], "answered", "{resumed}");
+    assert_eq!(resumed["reply"], "Deleted.");
+    let told = output_given(&chat, resumed["traces"][0]["call_id"].as_str().unwrap());
+    assert!(
+        told.contains("Renew my passport"),
+        "the first result: {told}"
+    );
+    let stored = &chat.messages("alice", &conversation).await[1]["approvals"][0];
+    assert_eq!(stored["result"]["rows"][0]["id"], id, "{stored}");
+    let calls = delete_calls(&chat);
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(
+        calls[0]["parley/idempotency_key"],
+        calls[1]["parley/idempotency_key"]
+    );
+    // One write, one replay, both under the approval.
+    let client = db.client().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let audited: Vec<(bool, Value)> = loop {
+        let rows = client
+            .query(
+                "SELECT replayed, approval FROM parley.audit
+                 WHERE tool = 'delete_task' AND outcome = 'ok' ORDER BY id",
+                &[],
+            )
+            .await
+            .unwrap();
+        if rows.len() >= 2 {
+            break rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+        }
+        assert!(Instant::now() < deadline, "{} audited", rows.len());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        audited
+            .iter()
+            .map(|(replayed, _)| *replayed)
+            .collect::<Vec<_>>(),
+        [false, true]
+    );
+    assert!(audited.iter().all(|(_, a)| a["id"] == approval.as_str()));
+}

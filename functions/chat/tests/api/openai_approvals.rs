@@ -58,6 +58,21 @@ async fn chat_deleting_a_task(after: &[&str]) -> (TestChat, TestDb, i64) {
     (chat, db, ids[0])
 }
 
+/// Alice's tasks `titles` (their ids are returned) and a model that deletes them all in one
+/// response, then says `after`.
+async fn chat_deleting_in_one_step(titles: &[&str], after: &str) -> (TestChat, TestDb, Vec<i64>) {
+    chat_with_tasks(&[], titles, |ids| {
+        vec![
+            Step::calls(
+                ids.iter()
+                    .map(|id| ("delete_task", format!(r#"{{"id":{id}}}"#))),
+            ),
+            Step::text(after),
+        ]
+    })
+    .await
+}
+
 fn delete(id: i64) -> Step {
     Step::call("delete_task", format!(r#"{{"id":{id}}}"#))
 }
@@ -141,9 +156,18 @@ async fn complete_as(
 
 const ASK: &str = "Delete my passport task";
 
-/// The line a question ends with so a stateless client's answer finds its conversation.
-fn reference(conversation: &str) -> String {
-    format!("(Parley approval ref: {conversation})")
+/// The line a question ends with so a stateless client's answer finds its conversation and
+/// the question it answers (the approval of its first call).
+fn reference(conversation: &str, first: &str) -> String {
+    format!("(Parley approval ref: {conversation} {first})")
+}
+
+/// The approval id of a paused turn's first waiting call, from the `parley` object.
+fn first_waiting(parley: &Value) -> String {
+    parley["pending_approvals"][0]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no waiting call in {parley}"))
+        .to_owned()
 }
 
 /// Every text the model was given in its latest request, whoever it was said to come from.
@@ -272,16 +296,8 @@ async fn any_other_message_declines_what_waits_and_goes_to_the_model() {
 #[tokio::test]
 async fn several_waiting_calls_are_numbered_and_answered_one_by_one() {
     let titles = ["Renew my passport", "Water the plants"];
-    let (chat, db, ids) = chat_with_tasks(&[], &titles, |ids| {
-        vec![
-            Step::calls(
-                ids.iter()
-                    .map(|id| ("delete_task", format!(r#"{{"id":{id}}}"#))),
-            ),
-            Step::text("Deleted the first, kept the second."),
-        ]
-    })
-    .await;
+    let (chat, db, ids) =
+        chat_deleting_in_one_step(&titles, "Deleted the first, kept the second.").await;
     let (question, conversation, _) = complete(&chat, None, &[("user", ASK)]).await;
     assert!(
         question.contains(&format!(
@@ -363,7 +379,10 @@ async fn a_streamed_completion_pauses_with_the_question_and_resumes_on_yes() {
     assert_eq!(parley["status"], "awaiting_approval", "{parley}");
     let conversation = parley["conversation_id"].as_str().unwrap();
     assert!(
-        question.ends_with(&format!("\n\n{}", reference(conversation))),
+        question.ends_with(&format!(
+            "\n\n{}",
+            reference(conversation, &first_waiting(&parley))
+        )),
         "{question}"
     );
     assert!(task_exists(&db, id).await);
@@ -412,9 +431,12 @@ async fn the_official_openai_client_approves_a_call_by_answering_yes() {
 async fn a_client_that_resends_the_history_without_the_conversation_answers_yes_and_the_call_runs_once()
  {
     let (chat, db, id) = chat_deleting_a_task(&["Deleted."]).await;
-    let (question, conversation, _) = complete(&chat, None, &[("user", ASK)]).await;
+    let (question, conversation, body) = complete(&chat, None, &[("user", ASK)]).await;
     assert!(
-        question.ends_with(&format!("UTC.\n\n{}", reference(&conversation))),
+        question.ends_with(&format!(
+            "UTC.\n\n{}",
+            reference(&conversation, &first_waiting(&body["parley"]))
+        )),
         "{question}"
     );
 
@@ -529,8 +551,13 @@ async fn another_user_resending_the_history_with_its_reference_starts_a_conversa
 
 #[tokio::test]
 async fn a_reference_in_a_user_message_or_to_no_stored_conversation_is_no_reference() {
-    let (chat, db, id) =
-        chat_deleting_a_task(&["Nothing to approve.", "Still nothing.", "Nor here."]).await;
+    let (chat, db, id) = chat_deleting_a_task(&[
+        "Nothing to approve.",
+        "Still nothing.",
+        "Nor here.",
+        "Nor there.",
+    ])
+    .await;
     let (question, conversation, _) = complete(&chat, None, &[("user", ASK)]).await;
 
     // The question, reference and all, pasted as the user's own message.
@@ -540,9 +567,11 @@ async fn a_reference_in_a_user_message_or_to_no_stored_conversation_is_no_refere
     assert_eq!(content, "Nothing to approve.");
 
     // An assistant message naming a conversation that does not exist, or no UUID.
+    let any = uuid::Uuid::new_v4().to_string();
     for unknown in [
-        reference(&uuid::Uuid::new_v4().to_string()),
-        reference("42"),
+        reference(&uuid::Uuid::new_v4().to_string(), &any),
+        reference("42", &any),
+        format!("(Parley approval ref: {})", uuid::Uuid::new_v4()),
     ] {
         let history = [("user", ASK), ("assistant", &unknown), ("user", "yes")];
         let (_, elsewhere, _) = complete(&chat, None, &history).await;
@@ -552,4 +581,165 @@ async fn a_reference_in_a_user_message_or_to_no_stored_conversation_is_no_refere
     assert!(task_exists(&db, id).await);
     assert_eq!(deletions(&chat), 0);
     assert_eq!(decision(&chat, &conversation).await, "pending");
+}
+
+/// The stored messages of alice's `conversation` said by `role`.
+async fn said_by(chat: &TestChat, conversation: &str, role: &str) -> Vec<Value> {
+    chat.messages("alice", conversation)
+        .await
+        .into_iter()
+        .filter(|m| m["role"] == role)
+        .collect()
+}
+
+/// Issue 32: the client answers "yes" to question 1, the model then asks question 2, and the
+/// response carrying it is lost; the client resends the same request. That retry is bound to
+/// question 1: it must not approve question 2, which the user never saw.
+#[tokio::test]
+async fn a_retried_yes_is_bound_to_its_question_and_never_approves_a_later_one() {
+    let titles = ["Renew my passport", "Water the plants"];
+    let (chat, db, ids) = chat_with_tasks(&[], &titles, |ids| {
+        vec![delete(ids[0]), delete(ids[1]), Step::text("Both deleted.")]
+    })
+    .await;
+    let (first, conversation, _) = complete(&chat, None, &[("user", ASK)]).await;
+    let yes = [("user", ASK), ("assistant", &first), ("user", "yes")];
+    let (second, _, body) = complete(&chat, Some(&conversation), &yes).await;
+    assert_eq!(body["parley"]["status"], "awaiting_approval", "{body}");
+    assert!(
+        second.contains(&format!("run delete_task with id = {}.", ids[1])),
+        "{second}"
+    );
+    assert!(!task_exists(&db, ids[0]).await && task_exists(&db, ids[1]).await);
+
+    // The second question never reached the client, which resends its answer to the first.
+    let (again, _, body) = complete(&chat, Some(&conversation), &yes).await;
+    assert_eq!(body["parley"]["status"], "already_decided", "{body}");
+    assert!(task_exists(&db, ids[1]).await, "the second task is kept");
+    assert_eq!(deletions(&chat), 1);
+    // The stored outcome is what waits now: the second question, which the client sees at last.
+    assert!(
+        again.contains(&format!("run delete_task with id = {}.", ids[1])),
+        "{again}"
+    );
+    let messages = chat.messages("alice", &conversation).await;
+    let waiting = &messages.last().unwrap()["approvals"][0];
+    assert_eq!(waiting["decision"], "pending", "{messages:?}");
+
+    // Answered where it was asked, the second question is decided.
+    let both = [
+        ("user", ASK),
+        ("assistant", &first),
+        ("user", "yes"),
+        ("assistant", &again),
+        ("user", "yes"),
+    ];
+    let (content, _, body) = complete(&chat, Some(&conversation), &both).await;
+    assert_eq!(body["parley"]["status"], "answered", "{body}");
+    assert!(content.ends_with("Both deleted."), "{content}");
+    assert!(!task_exists(&db, ids[1]).await);
+    assert_eq!(deletions(&chat), 2);
+    assert_eq!(said_by(&chat, &conversation, "user").await.len(), 1);
+}
+
+/// Issue 32: numbered answers to a question some of whose calls were decided meanwhile (from
+/// the page, or by a concurrent retry of the same answer) are still answers to that question,
+/// numbered as it numbered them, never a new message.
+#[tokio::test]
+async fn a_numbered_answer_keeps_its_numbers_when_part_of_its_question_was_decided() {
+    let titles = ["Renew my passport", "Water the plants"];
+    let (chat, db, ids) =
+        chat_deleting_in_one_step(&titles, "Deleted the first, kept the second.").await;
+    let (question, conversation, body) = complete(&chat, None, &[("user", ASK)]).await;
+    let first = first_waiting(&body["parley"]);
+    // The first call is approved elsewhere; the second still waits.
+    let partly = chat
+        .turn(
+            "alice",
+            json!({"conversation_id": conversation,
+                   "approvals": [{"id": first, "approved": true}]}),
+        )
+        .await;
+    assert_eq!(partly["status"], "awaiting_approval", "{partly}");
+
+    let answer = [
+        ("user", ASK),
+        ("assistant", &question),
+        ("user", "1 yes, 2 no"),
+    ];
+    let (content, _, body) = complete(&chat, Some(&conversation), &answer).await;
+
+    assert_eq!(body["parley"]["status"], "answered", "{body}");
+    assert!(content.ends_with("kept the second."), "{content}");
+    assert!(!task_exists(&db, ids[0]).await);
+    assert!(task_exists(&db, ids[1]).await);
+    assert_eq!(deletions(&chat), 1);
+    assert_eq!(
+        said_by(&chat, &conversation, "user").await.len(),
+        1,
+        "the answer is no message"
+    );
+}
+
+/// Issue 32: many identical numbered answers sent at once decide each call once; none becomes
+/// a message for the model.
+#[tokio::test]
+async fn identical_answers_sent_at_once_decide_once_and_none_becomes_a_message() {
+    let titles = ["One", "Two", "Three", "Four"];
+    let (chat, db, ids) = chat_deleting_in_one_step(&titles, "Done.").await;
+    let (question, conversation, _) = complete(&chat, None, &[("user", ASK)]).await;
+    let answer = [
+        ("user", ASK),
+        ("assistant", &question),
+        ("user", "1 yes, 2 no, 3 yes, 4 no"),
+    ];
+
+    let answers = futures::future::join_all(
+        (0..8).map(|_| complete_as(&chat, "alice", Some(&conversation), &answer)),
+    )
+    .await;
+
+    let mut statuses: Vec<String> = answers
+        .iter()
+        .map(|(status, _, _, body)| match status {
+            200 => body["parley"]["status"].as_str().unwrap().to_owned(),
+            409 => body["error"]["code"].as_str().unwrap().to_owned(),
+            other => panic!("{other}: {body}"),
+        })
+        .collect();
+    statuses.sort();
+    statuses.dedup();
+    assert!(
+        statuses
+            .iter()
+            .all(|s| ["answered", "already_decided", "conversation_busy"].contains(&s.as_str())),
+        "{statuses:?}"
+    );
+    assert_eq!(deletions(&chat), 2);
+    let left: Vec<bool> =
+        futures::future::join_all(ids.iter().map(|id| task_exists(&db, *id))).await;
+    assert_eq!(left, [false, true, false, true]);
+    assert_eq!(said_by(&chat, &conversation, "user").await.len(), 1);
+    assert_eq!(
+        chat.llm.requests().len(),
+        2,
+        "the model was asked once more"
+    );
+}
+
+/// An answer that follows no question (a client that sends only its new message) cannot say
+/// which question the user saw: while calls wait it is refused, and nothing is decided.
+#[tokio::test]
+async fn a_yes_that_follows_no_question_while_calls_wait_is_refused() {
+    let (chat, db, id) = chat_deleting_a_task(&["Deleted."]).await;
+    let (_, conversation, _) = complete(&chat, None, &[("user", ASK)]).await;
+
+    let (status, _, _, body) =
+        complete_as(&chat, "alice", Some(&conversation), &[("user", "yes")]).await;
+
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "approval_question_missing", "{body}");
+    assert!(task_exists(&db, id).await);
+    assert_eq!(decision(&chat, &conversation).await, "pending");
+    assert_eq!(said_by(&chat, &conversation, "user").await.len(), 1);
 }

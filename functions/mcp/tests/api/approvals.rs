@@ -125,11 +125,26 @@ async fn delete_under(
     id: i64,
     approved: Value,
 ) -> Result<CallToolResult, ServiceError> {
+    delete_with(client, id, approved, None).await
+}
+
+/// [`delete_under`], under the idempotency key `key` when one is given.
+async fn delete_with(
+    client: &RunningService<RoleClient, ClientConfig>,
+    id: i64,
+    approved: Value,
+    key: Option<&str>,
+) -> Result<CallToolResult, ServiceError> {
     let mut params = CallToolRequestParams::new("delete_note")
         .with_arguments(json!({"id": id}).as_object().cloned().expect("object"));
+    let mut meta = serde_json::Map::new();
     if !approved.is_null() {
-        let mut meta = serde_json::Map::new();
         meta.insert(META_APPROVED.into(), approved);
+    }
+    if let Some(key) = key {
+        meta.insert(parley_wire::META_IDEMPOTENCY_KEY.into(), key.into());
+    }
+    if !meta.is_empty() {
         params.meta = Some(RequestMetaObject(MetaObject(meta)));
     }
     client.call_tool(params).await
@@ -349,6 +364,49 @@ async fn rmcps_own_path_checks_and_records_an_approval_alike() {
         [
             (json!("bob"), json!("refused"), alices.clone()),
             (json!("alice"), json!("ok"), alices),
+        ]
+    );
+}
+
+/// The chat sends an approved call again under its key when the first answer was lost (issue
+/// 32): the write happens once, and the audit tells the replay from the write.
+#[tokio::test]
+async fn an_approved_call_sent_again_under_its_key_is_audited_as_a_replay() {
+    let app = spawn_approvals().await;
+    let alice = app.client_with(Some(&user("alice"))).await.expect("alice");
+    let approved = json!({"id": "appr-0009", "decided_by": "alice",
+                          "decided_at": "2026-11-27T10:00:03Z"});
+    let key = Some("turn-9:call-1");
+    let first = delete_with(&alice, 2, approved.clone(), key)
+        .await
+        .expect("answered");
+    let again = delete_with(&alice, 2, approved, key)
+        .await
+        .expect("answered");
+    assert_eq!(first.is_error, Some(false), "{first:?}");
+    assert_eq!(
+        again.structured_content, first.structured_content,
+        "the first call's rows"
+    );
+    assert_eq!(notes_left(&app).await, [1, 3]);
+
+    let audited = deletes_audited(&app, 2).await;
+    let summary: Vec<_> = audited
+        .iter()
+        .map(|r| {
+            (
+                &r["outcome"],
+                &r["rows"],
+                &r["replayed"],
+                &r["approval"]["id"],
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (&json!("ok"), &json!(1), &json!(false), &json!("appr-0009")),
+            (&json!("ok"), &json!(1), &json!(true), &json!("appr-0009")),
         ]
     );
 }

@@ -94,7 +94,7 @@ pub enum AuditError {
 }
 
 const COLUMNS: &str = "id, at, request_id, caller, tool, arguments, statement, rows, truncated, \
-    duration_ms, outcome, error, approval";
+    duration_ms, outcome, error, approval, replayed";
 
 /// A WHERE clause's conditions and the parameters they number, each with its type (the
 /// statement is sent unnamed, with the types beside the values).
@@ -207,6 +207,7 @@ fn stored(row: &Row) -> Result<Stored, AuditError> {
             outcome,
             error: row.get("error"),
             approval,
+            replayed: row.get("replayed"),
         },
     })
 }

@@ -43,6 +43,7 @@ impl Stored {
             "outcome": r.outcome.as_str(),
             "error": r.error,
             "approval": r.approval.as_ref().map(Approval::to_json),
+            "replayed": r.replayed,
         })
     }
 
@@ -65,7 +66,12 @@ impl Stored {
             one_line(&r.request_id),
             one_line(&r.caller),
             one_line(&r.tool),
-            r.outcome.to_string(),
+            // A replay wrote nothing: it answered with the first call's rows.
+            if r.replayed {
+                format!("{} (replay)", r.outcome)
+            } else {
+                r.outcome.to_string()
+            },
             rows,
             format!("{:.1}", r.duration_ms),
             // Who approved, and when: the approval's id is in --json.
@@ -113,6 +119,7 @@ mod tests {
             outcome: Outcome::Ok,
             error: None,
             approval: None,
+            replayed: false,
         }
     }
 
@@ -152,19 +159,26 @@ mod tests {
             approval: Some(approval()),
             ..record()
         };
+        let replayed = Record {
+            request_id: "req-4".into(),
+            replayed: true,
+            ..approved.clone()
+        };
         assert_eq!(
             table(&[
                 stored(7, record()),
                 stored(8, sql),
                 stored(9, refused),
-                stored(10, approved)
+                stored(10, approved),
+                stored(11, replayed)
             ]),
             "\
-at (UTC)                 request  caller   tool             outcome  rows    ms  approved                   what
-2026-11-24 10:00:01.234  req-1    alice    search_feedback  ok          3   1.3                             {\"q\":\"bins\"}
-2026-11-24 10:00:01.234  req-22   service  run_sql          ok       100+  12.0                             select 1
-2026-11-24 10:00:01.234  req-1    alice    search_feedback  refused         1.3                             {\"q\":\"bins\"}
-2026-11-24 10:00:01.234  req-3    alice    delete_task      ok          1   1.3  alice 2026-11-24 09:59:58  {\"id\":4}
+at (UTC)                 request  caller   tool             outcome      rows    ms  approved                   what
+2026-11-24 10:00:01.234  req-1    alice    search_feedback  ok              3   1.3                             {\"q\":\"bins\"}
+2026-11-24 10:00:01.234  req-22   service  run_sql          ok           100+  12.0                             select 1
+2026-11-24 10:00:01.234  req-1    alice    search_feedback  refused             1.3                             {\"q\":\"bins\"}
+2026-11-24 10:00:01.234  req-3    alice    delete_task      ok              1   1.3  alice 2026-11-24 09:59:58  {\"id\":4}
+2026-11-24 10:00:01.234  req-4    alice    delete_task      ok (replay)     1   1.3  alice 2026-11-24 09:59:58  {\"id\":4}
 "
         );
     }
@@ -211,6 +225,7 @@ at (UTC)                 request  caller   tool             outcome  rows    ms 
                 "outcome": "ok", "error": "boom",
                 "approval": {"id": "appr-7", "decided_by": "alice",
                              "decided_at": "2026-11-24T09:59:58.500Z"},
+                "replayed": false,
             })
         );
     }
