@@ -115,9 +115,11 @@ async fn router(
         tokio::task::spawn_blocking(move || parley_embed::Embedder::from_settings(&settings))
     });
     let pool = parley_core::db::pool_with_secrets(&config.db, secrets.as_ref(), &metrics)?;
+    let checking = std::time::Instant::now();
     if catalog.check_against(&pool).await? {
         tracing::info!(
             tools = catalog.specs().len(),
+            elapsed_ms = checking.elapsed().as_millis() as u64,
             "tool statements checked against the database"
         );
     }

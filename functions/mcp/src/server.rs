@@ -460,6 +460,9 @@ impl ParleyMcp {
             .run(tool, request.arguments.as_ref(), meta, user, marker)
             .await;
         log_call(&tool.name, &outcome, started);
+        if let Err(ToolError::Exec(tools::ExecError::PermissionDenied)) = &outcome {
+            tools::privileges::log_refusal(&self.pool, tool).await;
+        }
         self.measure(
             &tool.name,
             outcome.as_ref().map_err(|e| e.outcome()),

@@ -60,6 +60,9 @@ pub enum CatalogError {
     SqlName(String),
     #[error("tool `{tool}` does not match the database schema: {message}")]
     Schema { tool: String, message: String },
+    /// Some tool's role may not do what its statement asks: each fix, with its tools.
+    #[error(transparent)]
+    Privileges(#[from] tools::privileges::MissingPrivileges),
 }
 
 impl Catalog {
@@ -181,10 +184,12 @@ impl Catalog {
     }
 
     /// Prepares every declared statement, so a tool that does not fit the schema fails the
-    /// deploy rather than the first model that calls it. `Ok(false)` when the database could
-    /// not be reached: start anyway and recover once it is back.
+    /// deploy rather than the first model that calls it; then plans each as the role a call
+    /// runs it as, so a role that may not do what its statement asks fails it too, naming
+    /// the grant (`tools::privileges`). `Ok(false)` when the database could not be reached:
+    /// start anyway and recover once it is back.
     ///
-    /// In one transaction, rolled back: each statement is prepared and closed inside it (a
+    /// In transactions rolled back: each statement is prepared and closed inside them (a
     /// statement closes when dropped, before the next message), so nothing named outlives it
     /// on a server connection a pooler hands on.
     pub async fn check_against(&self, pool: &Pool) -> Result<bool, CatalogError> {
@@ -201,7 +206,46 @@ impl Catalog {
         }
         let checked = self.check_each(&client).await;
         let _ = client.batch_execute("ROLLBACK").await;
-        checked
+        if !checked? {
+            return Ok(false);
+        }
+        self.check_privileges(&client).await
+    }
+
+    /// Every tool's privileges, all problems at once, in a transaction of their own: a
+    /// statement's locks show which relations it touches, so none may linger from the
+    /// schema check.
+    async fn check_privileges(
+        &self,
+        client: &deadpool_postgres::Object,
+    ) -> Result<bool, CatalogError> {
+        let started = std::time::Instant::now();
+        if let Err(e) = client.batch_execute("BEGIN READ ONLY").await {
+            tracing::warn!(error = %parley_core::db::pg_message(&e), "database connection lost while checking tools");
+            return Ok(false);
+        }
+        let found = tools::privileges::check_all(client, &self.specs).await;
+        let _ = client.batch_execute("ROLLBACK").await;
+        match found {
+            Ok(None) => {
+                tracing::info!(
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "tool roles' privileges checked"
+                );
+                Ok(true)
+            }
+            Ok(Some(missing)) => Err(CatalogError::Privileges(missing)),
+            Err(e) if parley_core::db::is_connection_error(&e) => {
+                tracing::warn!(error = %parley_core::db::pg_message(&e), "database connection lost while checking tools");
+                Ok(false)
+            }
+            // The check's own queries failed: not the tools' fault, so not a reason to refuse
+            // them; a call refused for a privilege logs its fix (`privileges::log_refusal`).
+            Err(e) => {
+                tracing::warn!(error = %parley_core::db::pg_message(&e), "could not check the tool roles' privileges");
+                Ok(true)
+            }
+        }
     }
 
     async fn check_each(&self, client: &deadpool_postgres::Object) -> Result<bool, CatalogError> {
@@ -210,10 +254,25 @@ impl Catalog {
             if let Some(keyed) = &tool.keyed_sql {
                 statements.push((keyed.as_str(), tools::exec::keyed_types(tool)));
             }
+            let mut refused = false;
             for (sql, types) in statements {
-                if !check_statement(client, tool, sql, &types).await? {
+                match check_statement(client, tool, sql, &types).await? {
+                    Prepared::Yes => {}
+                    Prepared::Lost => return Ok(false),
+                    Prepared::Refused => {
+                        refused = true;
+                        break;
+                    }
+                }
+            }
+            if refused {
+                // The failed statement aborted the transaction; the other tools go on in a
+                // new one, so every tool's problems are found in this one start-up.
+                if let Err(e) = client.batch_execute("ROLLBACK; BEGIN READ ONLY").await {
+                    tracing::warn!(error = %parley_core::db::pg_message(&e), "database connection lost while checking tools");
                     return Ok(false);
                 }
+                continue;
             }
             if !check_settings(client, tool).await? || !check_columns(client, tool).await? {
                 return Ok(false);
@@ -235,19 +294,31 @@ fn read(path: &Path, limits: Limits) -> Result<ToolsFile, CatalogError> {
     })
 }
 
-/// Prepares one statement of `tool`: `Err(Schema)` when it does not fit the database,
-/// `Ok(false)` when the connection was lost on the way.
+/// How preparing one statement went, when it did not show a schema mismatch.
+enum Prepared {
+    Yes,
+    /// The connection was lost on the way.
+    Lost,
+    /// The login lacks a privilege parsing checks (a schema's USAGE): the privileges check
+    /// that follows names the grant, beside every other tool's.
+    Refused,
+}
+
+/// Prepares one statement of `tool`: `Err(Schema)` when it does not fit the database.
 async fn check_statement(
     client: &deadpool_postgres::Object,
     tool: &ToolSpec,
     sql: &str,
     types: &[tokio_postgres::types::Type],
-) -> Result<bool, CatalogError> {
+) -> Result<Prepared, CatalogError> {
     match client.prepare_typed(sql, types).await {
-        Ok(_) => Ok(true),
+        Ok(_) => Ok(Prepared::Yes),
         Err(e) if parley_core::db::is_connection_error(&e) => {
             tracing::warn!(error = %parley_core::db::pg_message(&e), "database connection lost while checking tools");
-            Ok(false)
+            Ok(Prepared::Lost)
+        }
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) => {
+            Ok(Prepared::Refused)
         }
         Err(e) => Err(CatalogError::Schema {
             tool: tool.name.clone(),

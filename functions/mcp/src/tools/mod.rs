@@ -4,12 +4,14 @@
 //!
 //! Submodules: `spec` (`[[tool]]` → [`ToolSpec`]), `sql` (named parameters), `params` (argument
 //! checking and JSON Schema), `embedding` (the values the server computes: embeddings and the
-//! model id), `exec` (running against Postgres). The `_meta` keys, the citation and the
+//! model id), `exec` (running against Postgres), `privileges` (whether each tool's role may do
+//! what its statement asks, with the `GRANT` that fixes it). The `_meta` keys, the citation and the
 //! idempotency key are the wire contract with the chat (`parley_wire`).
 
 pub mod embedding;
 pub mod exec;
 pub mod params;
+pub mod privileges;
 pub mod spec;
 pub mod sql;
 

@@ -92,6 +92,147 @@ pub fn changes_rows_without_returning(sql: &str) -> Option<&'static str> {
     verb.filter(|v| !matches!(*v, "SELECT" | "VALUES" | "TABLE"))
 }
 
+/// A relation a statement changes, as its text names it: `INSERT INTO <relation>`, `UPDATE
+/// <relation>`, `DELETE FROM <relation>`, and the actions of `ON CONFLICT DO UPDATE` and of
+/// `MERGE INTO <relation> ... THEN INSERT | UPDATE | DELETE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteTarget {
+    /// `INSERT`, `UPDATE` or `DELETE`: the privilege the change needs.
+    pub verb: &'static str,
+    /// The name as written (`rooms`, `app."Rooms"`), for Postgres to resolve (`to_regclass`).
+    pub relation: String,
+}
+
+/// The relations `sql` changes, at any depth (data-modifying CTEs included), for the start-up
+/// check to tell which privilege each changed relation needs. Locking clauses (`FOR UPDATE`,
+/// `FOR NO KEY UPDATE`) are not changes.
+pub fn write_targets(sql: &str) -> Vec<WriteTarget> {
+    let tokens = tokens(sql);
+    let word = |i: usize| match tokens.get(i) {
+        Some(Token::Word(w)) => Some(w.to_ascii_uppercase()),
+        _ => None,
+    };
+    let mut targets = Vec::new();
+    let (mut inserted, mut merged): (Option<String>, Option<String>) = (None, None);
+    let mut push = |verb: &'static str, relation: Option<String>| {
+        if let Some(relation) = relation {
+            let target = WriteTarget { verb, relation };
+            if !targets.contains(&target) {
+                targets.push(target);
+            }
+        }
+    };
+    for i in 0..tokens.len() {
+        let Some(this) = word(i) else { continue };
+        let before = i.checked_sub(1).and_then(word);
+        let after = word(i + 1);
+        match (this.as_str(), before.as_deref(), after.as_deref()) {
+            ("INSERT" | "UPDATE" | "DELETE", Some("THEN"), _) => {
+                push(verb(&this), merged.clone());
+            }
+            ("UPDATE", Some("DO"), _) => push("UPDATE", inserted.clone()),
+            ("UPDATE", Some("FOR" | "KEY"), _) => {}
+            ("UPDATE", _, _) => push("UPDATE", relation_at(&tokens, i + 1)),
+            ("INSERT", _, Some("INTO")) => {
+                inserted = relation_at(&tokens, i + 2);
+                push("INSERT", inserted.clone());
+            }
+            ("DELETE", _, Some("FROM")) => push("DELETE", relation_at(&tokens, i + 2)),
+            ("MERGE", _, Some("INTO")) => merged = relation_at(&tokens, i + 2),
+            _ => {}
+        }
+    }
+    targets
+}
+
+/// The names `sql` qualifies others with (`app` in `app.rooms`, `a` in `a.id`), as written:
+/// the schemas it may name, for the start-up check to find one its role may not use.
+pub fn qualifiers(sql: &str) -> Vec<String> {
+    let tokens = tokens(sql);
+    let mut found: Vec<String> = Vec::new();
+    for pair in tokens.windows(2) {
+        if let [Token::Word(name) | Token::Quoted(name), Token::Dot] = pair
+            && !found.iter().any(|f| f == name)
+        {
+            found.push((*name).to_owned());
+        }
+    }
+    found
+}
+
+fn verb(word: &str) -> &'static str {
+    match word {
+        "INSERT" => "INSERT",
+        "UPDATE" => "UPDATE",
+        _ => "DELETE",
+    }
+}
+
+/// The dotted name starting at token `i` (after an optional `ONLY`), as written.
+fn relation_at(tokens: &[Token<'_>], mut i: usize) -> Option<String> {
+    if matches!(tokens.get(i), Some(Token::Word(w)) if w.eq_ignore_ascii_case("ONLY")) {
+        i += 1;
+    }
+    let mut name = String::new();
+    loop {
+        match tokens.get(i) {
+            Some(Token::Word(part) | Token::Quoted(part)) => name.push_str(part),
+            _ => return None,
+        }
+        if tokens.get(i + 1) != Some(&Token::Dot) {
+            return Some(name);
+        }
+        name.push('.');
+        i += 2;
+    }
+}
+
+/// What [`write_targets`] reads: words, quoted identifiers (quotes kept) and dots; every other
+/// character is [`Token::Other`], and literals and comments are skipped.
+#[derive(Debug, PartialEq, Eq)]
+enum Token<'a> {
+    Word(&'a str),
+    Quoted(&'a str),
+    Dot,
+    Other,
+}
+
+fn tokens(sql: &str) -> Vec<Token<'_>> {
+    let bytes = sql.as_bytes();
+    let mut tokens = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'"' {
+            let end = skip_quoted(bytes, i);
+            tokens.push(Token::Quoted(&sql[i..end]));
+            i = end;
+            continue;
+        }
+        if let Some(next) = skip_literal(sql, i) {
+            if next == i + 1 {
+                tokens.push(Token::Other);
+            }
+            i = next;
+            continue;
+        }
+        match bytes[i] {
+            b if b.is_ascii_alphabetic() || b == b'_' => {
+                let end = sql[i..]
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '$'))
+                    .map_or(bytes.len(), |n| i + n);
+                tokens.push(Token::Word(&sql[i..end]));
+                i = end;
+            }
+            b if b.is_ascii_whitespace() => i += 1,
+            b => {
+                tokens.push(if b == b'.' { Token::Dot } else { Token::Other });
+                i += 1;
+            }
+        }
+    }
+    tokens
+}
+
 /// Where the text starting at `i` stops being a string literal, quoted identifier, comment or
 /// dollar-quoted body; `None` when plain SQL starts at `i`.
 fn skip_literal(sql: &str, i: usize) -> Option<usize> {
@@ -197,6 +338,62 @@ mod tests {
             "INSERT INTO t VALUES (1) ON CONFLICT (a) DO UPDATE SET b = 2 RETURNING a",
         ] {
             assert_eq!(changes_rows_without_returning(fine), None, "{fine}");
+        }
+    }
+
+    #[test]
+    fn write_targets_name_each_changed_relation_with_its_verb() {
+        let target = |verb, relation: &str| WriteTarget {
+            verb,
+            relation: relation.to_owned(),
+        };
+        assert_eq!(
+            write_targets("INSERT INTO rooms (name) VALUES ($1) RETURNING id"),
+            vec![target("INSERT", "rooms")]
+        );
+        assert_eq!(
+            write_targets(
+                "WITH gone AS (DELETE FROM ONLY app.\"Old Rooms\" WHERE id = $1 RETURNING id) \
+                 UPDATE public.rooms r SET n = n - 1 FROM gone WHERE r.id = gone.id RETURNING r.id"
+            ),
+            vec![
+                target("DELETE", "app.\"Old Rooms\""),
+                target("UPDATE", "public.rooms")
+            ]
+        );
+        assert_eq!(
+            write_targets(
+                "INSERT INTO t AS x VALUES (1) ON CONFLICT (a) DO UPDATE SET b = 2 RETURNING a"
+            ),
+            vec![target("INSERT", "t"), target("UPDATE", "t")]
+        );
+        assert_eq!(
+            write_targets(
+                "MERGE INTO stock s USING delivery d ON s.item = d.item \
+                 WHEN MATCHED THEN UPDATE SET qty = s.qty + d.qty \
+                 WHEN NOT MATCHED THEN INSERT VALUES (d.item, d.qty) RETURNING s.item"
+            ),
+            vec![target("UPDATE", "stock"), target("INSERT", "stock")]
+        );
+    }
+
+    #[test]
+    fn qualifiers_are_the_names_before_a_dot() {
+        assert_eq!(
+            qualifiers("SELECT r.id FROM app.rooms r JOIN \"Odd\".x ON x.a = r.id -- b.c\n"),
+            vec!["r", "app", "\"Odd\"", "x"]
+        );
+    }
+
+    #[test]
+    fn locking_clauses_literals_and_comments_are_no_write_targets() {
+        for read in [
+            "SELECT * FROM t FOR UPDATE",
+            "SELECT * FROM t FOR NO KEY UPDATE OF t",
+            "SELECT 'INSERT INTO t' -- DELETE FROM u\n",
+            "SELECT /* UPDATE t */ 1, $$UPDATE t SET a = 1$$",
+        ] {
+            assert_eq!(write_targets(read), vec![], "{read}");
         }
     }
 

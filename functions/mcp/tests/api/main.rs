@@ -15,6 +15,7 @@ mod helpers;
 mod identity;
 mod metrics;
 mod pooler;
+mod privileges;
 mod protocol;
 mod rerank;
 mod resilience;

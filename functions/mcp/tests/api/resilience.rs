@@ -185,9 +185,16 @@ async fn spawn_closer(grants: &str) -> crate::helpers::TestApp {
 
 #[tokio::test]
 async fn a_write_role_without_the_grant_refuses_the_write() {
-    // The role exists (and the login may switch to it) but may not update this database's
-    // feedback: the write is refused by Postgres, whatever the tools file says.
-    let app = spawn_closer("SELECT 1").await;
+    // The role exists (and the login may switch to it) but, since start-up (which refuses a
+    // role without it), may not update this database's feedback: the write is refused by
+    // Postgres, whatever the tools file says.
+    let app = spawn_closer("GRANT SELECT, UPDATE ON feedback TO parley_test_feedback_closer").await;
+    app.db
+        .client()
+        .await
+        .batch_execute("REVOKE UPDATE ON feedback FROM parley_test_feedback_closer")
+        .await
+        .expect("revoked");
     let message = app.tool_error("close_feedback", json!({"id": 1})).await;
     assert!(
         message.contains("may not do what this tool asks"),

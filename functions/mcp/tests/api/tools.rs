@@ -3,7 +3,9 @@
 
 use serde_json::{Value, json};
 
-use crate::helpers::{Options, client_call, env, spawn, spawn_app};
+use parley_testkit::TestDb;
+
+use crate::helpers::{Options, client_call, env, spawn, spawn_app, spawn_on};
 
 #[tokio::test]
 async fn tools_list_publishes_every_feedback_tool_with_schema_and_read_only_hint() {
@@ -42,7 +44,8 @@ async fn tools_list_publishes_every_feedback_tool_with_schema_and_read_only_hint
     );
 }
 
-/// One tool of each kind of effect, the hints they publish following the file.
+/// One tool of each kind of effect, the hints they publish following the file; the writes'
+/// role may make them (start-up checks it).
 const EFFECT_TOOLS: &str = r#"
 [[tool]]
 name = "count_lads"
@@ -55,7 +58,7 @@ description = "Marks one feedback item closed; closing twice changes nothing mor
 writes = true
 destructive = false
 idempotent = true
-role = "parley_readonly"
+role = "parley_test_feedback_editor"
 sql = "UPDATE feedback SET status = 'closed' WHERE id = :id RETURNING id, status"
 [tool.params.id]
 type = "integer"
@@ -65,7 +68,7 @@ required = true
 name = "delete_feedback"
 description = "Deletes one feedback item."
 writes = true
-role = "parley_readonly"
+role = "parley_test_feedback_editor"
 sql = "DELETE FROM feedback WHERE id = :id RETURNING id"
 [tool.params.id]
 type = "integer"
@@ -74,11 +77,21 @@ required = true
 
 #[tokio::test]
 async fn tools_list_publishes_the_effects_the_tools_file_declares() {
-    let app = spawn(Options {
-        tools_toml: Some(EFFECT_TOOLS.into()),
-        ..Options::default()
-    })
+    let db = TestDb::with_demo_data(100).await;
+    db.writer_role(
+        "parley_test_feedback_editor",
+        "GRANT SELECT, UPDATE, DELETE ON feedback TO parley_test_feedback_editor",
+    )
     .await;
+    let app = spawn_on(
+        db,
+        Options {
+            tools_toml: Some(EFFECT_TOOLS.into()),
+            ..Options::default()
+        },
+    )
+    .await
+    .expect("starts");
     let tools = app
         .client()
         .await
