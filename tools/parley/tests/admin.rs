@@ -22,6 +22,8 @@ const MCP_PASSWORD: &str = "mcp p@ss'word/:?\"%";
 #[derive(Debug, Clone)]
 struct Put {
     content_type: Option<String>,
+    /// The body's length as sent.
+    bytes: usize,
     body: Value,
 }
 
@@ -76,6 +78,7 @@ impl Receiver {
                 if head.starts_with("put ") {
                     seen.lock().unwrap().push(Put {
                         content_type: header(&head, "content-type").map(str::to_owned),
+                        bytes: body.len(),
                         body: serde_json::from_slice(&body).unwrap_or(Value::Null),
                     });
                 }
@@ -462,6 +465,35 @@ async fn a_postgres_failure_is_the_reason_and_no_password_is_in_it() {
         !reason.contains(MCP_PASSWORD) && !reason.contains("chat-pw"),
         "{reason}"
     );
+}
+
+#[tokio::test]
+async fn a_request_with_a_20_kb_stack_id_is_answered_within_cloudformations_4_kb() {
+    let stack = Stack::new().await;
+    let receiver = Receiver::start(vec![]).await;
+    let admin = stack.admin();
+    let mut event = stack.event("Create", &receiver, "none");
+    let stack_id = format!(
+        "arn:aws:cloudformation:eu-west-2:123456789012:stack/{}/0a1b",
+        "p".repeat(20_000)
+    );
+    event["StackId"] = json!(stack_id);
+
+    let response = answer(&admin, &receiver, event).await;
+
+    let sent = receiver.puts().last().unwrap().bytes;
+    assert!(sent <= 4096, "{sent} bytes sent");
+    assert_eq!(response["Status"], "SUCCESS", "{response}");
+    assert_eq!(
+        response["PhysicalResourceId"], "parley-db:127.0.0.1/parley_admin",
+        "the id an ordinary stack gets"
+    );
+    let echoed = response["StackId"].as_str().unwrap();
+    assert!(
+        stack_id.starts_with(echoed.trim_end_matches("...")),
+        "{echoed}"
+    );
+    assert!(stack.migrated().await, "the work was done");
 }
 
 #[tokio::test]

@@ -379,3 +379,68 @@ fn demo_data_refuses_an_unknown_domain_naming_the_known_ones() {
         "{stderr}"
     );
 }
+
+/// What each subcommand's summary in `parley --help` must speak of, so it cannot stand in for
+/// another's (as `sync` once showed the text of ingest's size options).
+const SUMMARY_WORDS: &[(&str, &[&str])] = &[
+    ("migrate", &["migrations"]),
+    ("demo-data", &["demo"]),
+    (
+        "ingest",
+        &[
+            "Markdown",
+            "HTML",
+            "text",
+            "PDF",
+            "Word",
+            ".docx",
+            "collection",
+        ],
+    ),
+    ("sync", &["S3", "bucket"]),
+    ("search", &["Search", "documents"]),
+    (
+        "collections",
+        &["collections", "public", "private", "remove"],
+    ),
+    ("enroll", &["readers"]),
+    ("audit", &["audit trail"]),
+    ("logins", &["login roles"]),
+    ("eval", &["Score", "questions"]),
+    ("help", &["help"]),
+];
+
+#[test]
+fn every_subcommand_has_a_summary_of_its_own_in_the_help() {
+    let help = stdout_of(&parley(&["--help"], "postgres://u@127.0.0.1:9/none"));
+    let listed: Vec<(String, String)> = help
+        .lines()
+        .skip_while(|l| *l != "Commands:")
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .map(|l| {
+            let (name, summary) = l.trim().split_once(' ').unwrap_or((l.trim(), ""));
+            (name.to_owned(), summary.trim().to_owned())
+        })
+        .collect();
+    let mut names: Vec<&str> = listed.iter().map(|(n, _)| n.as_str()).collect();
+    let mut expected: Vec<&str> = SUMMARY_WORDS.iter().map(|(n, _)| *n).collect();
+    names.sort_unstable();
+    expected.sort_unstable();
+    assert_eq!(names, expected, "a row in SUMMARY_WORDS per subcommand");
+    for (name, summary) in &listed {
+        let words = SUMMARY_WORDS.iter().find(|(n, _)| n == name).unwrap().1;
+        for word in words {
+            assert!(
+                summary.contains(word),
+                "`parley {name}`'s summary does not speak of {word:?}: {summary:?}"
+            );
+        }
+        let shared: Vec<&str> = listed
+            .iter()
+            .filter(|(other, s)| other != name && s == summary)
+            .map(|(other, _)| other.as_str())
+            .collect();
+        assert!(shared.is_empty(), "{name} has the summary of {shared:?}");
+    }
+}

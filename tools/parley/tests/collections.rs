@@ -36,27 +36,24 @@ fn parley(args: &[&str], database_url: &str) -> Output {
 /// `handbook` (one document, no members).
 async fn two_collections() -> TestDb {
     let db = TestDb::migrated().await;
-    let course = tempfile::tempdir().unwrap();
-    std::fs::write(
-        course.path().join("week-1.md"),
-        "# Week 1\n\nJoins and keys.\n\n## Exercises\n\nWrite a join.\n",
-    )
-    .unwrap();
-    std::fs::write(course.path().join("week-2.md"), "# Week 2\n\nIndexes.\n").unwrap();
-    let handbook = tempfile::tempdir().unwrap();
-    std::fs::write(
-        handbook.path().join("leave.md"),
-        "# Leave\n\nAsk your manager.\n",
-    )
-    .unwrap();
-    for (dir, name, extra) in [
-        (&course, "course-1", &["--title", "Databases 101"][..]),
-        (&handbook, "handbook", &["--public"][..]),
-    ] {
-        let mut args = vec!["ingest", dir.path().to_str().unwrap(), "--collection", name];
-        args.extend(extra);
-        stdout_of(&parley(&args, &db.url));
-    }
+    common::ingest_files(
+        &db.url,
+        "course-1",
+        &[
+            (
+                "week-1.md",
+                "# Week 1\n\nJoins and keys.\n\n## Exercises\n\nWrite a join.\n",
+            ),
+            ("week-2.md", "# Week 2\n\nIndexes.\n"),
+        ],
+        &["--title", "Databases 101"],
+    );
+    common::ingest_files(
+        &db.url,
+        "handbook",
+        &[("leave.md", "# Leave\n\nAsk your manager.\n")],
+        &["--public"],
+    );
     stdout_of(&parley(
         &[
             "enroll",
@@ -421,4 +418,85 @@ async fn the_admin_function_lists_removes_with_yes_only_and_lists_readers() {
         json!({"ok": false, "output": "",
                "error": "nope: no collection by that name; `parley collections` lists them"})
     );
+}
+
+/// Whether the collection `name` is public, as stored.
+async fn is_public(db: &TestDb, name: &str) -> bool {
+    db.client()
+        .await
+        .query_one(
+            "SELECT public FROM parley.collections WHERE name = $1",
+            &[&name],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test]
+async fn a_collection_made_public_is_made_private_again_and_back() {
+    let db = two_collections().await;
+    assert!(is_public(&db, "handbook").await, "ingested --public");
+
+    let private = stdout_of(&parley(
+        &["collections", "set", "handbook", "--private"],
+        &db.url,
+    ));
+    assert_eq!(
+        private,
+        "handbook is now private: nobody is enrolled in it, so no caller may search it until \
+         `parley enroll --collection handbook` adds readers\n"
+    );
+    assert!(!is_public(&db, "handbook").await);
+    let listed = json_lines(&stdout_of(&parley(&["collections", "--json"], &db.url)));
+    assert_eq!(listed[1]["public"], json!(false), "{listed:?}");
+    // What the mcp function's tools see: the service token may read no collection now.
+    let readable = count(
+        &db,
+        "SELECT cardinality(parley.readable_collections())::bigint",
+    )
+    .await;
+    assert_eq!(readable, 0);
+
+    let again = stdout_of(&parley(
+        &["collections", "set", "handbook", "--private"],
+        &db.url,
+    ));
+    assert!(again.starts_with("handbook is already private"), "{again}");
+    let course = stdout_of(&parley(
+        &["collections", "set", "course-1", "--private"],
+        &db.url,
+    ));
+    assert_eq!(
+        course,
+        "course-1 is already private: only its 2 readers (groups and users enrolled) may \
+         search and read it\n"
+    );
+
+    let public = stdout_of(&parley(
+        &["collections", "set", "handbook", "--public"],
+        &db.url,
+    ));
+    assert_eq!(
+        public,
+        "handbook is now public: every caller may search and read it\n"
+    );
+    assert!(is_public(&db, "handbook").await);
+
+    let unknown = parley(&["collections", "set", "nope", "--private"], &db.url);
+    assert!(failure(&unknown, 2).contains("nope: no collection by that name"));
+    let neither = parley(&["collections", "set", "handbook"], &db.url);
+    assert!(failure(&neither, 2).contains("--public|--private"));
+
+    // The function runs it too: it needs no terminal.
+    let admin = Admin::new(Env::from_pairs([("DATABASE_URL", db.url.clone())])).unwrap();
+    let answer = admin
+        .handle(
+            json!({"command": ["collections", "set", "handbook", "--private"]}),
+            Duration::from_secs(60),
+        )
+        .await
+        .expect("an answer");
+    assert_eq!(answer["ok"], true, "{answer}");
+    assert!(!is_public(&db, "handbook").await);
 }

@@ -1,19 +1,22 @@
 //! The docs' walkthroughs, run as a reader runs them: each fenced block marked
 //! `<!-- walkthrough: NAME -->` (`... file=F`: saved as F, as the text says) in order, twice, in
-//! a folder laid out like the repository's root, against a fresh database; then the mcp
-//! function starts on the tools files they made and their tools answer as the walkthrough
-//! says. Unmarked blocks (`scripts/pg start`, `scripts/dev`, `curl` to the running chat) need
-//! the running product and are not run here: the tool calls stand in for the chat's.
+//! a folder laid out like the repository's root, against a fresh database, leaving nothing
+//! there that `git status` would show; then the mcp function starts on the tools files they
+//! made and their tools answer as the walkthrough says. Unmarked blocks (`scripts/pg start`,
+//! `scripts/dev`, `curl` to the running chat) need the running product and are not run here:
+//! the tool calls stand in for the chat's.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use jsonwebtoken::{Algorithm, EncodingKey, Header, encode, get_current_timestamp};
-use parley_core::config::Env;
-use parley_mcp::Application;
 use parley_testkit::TestDb;
 use parley_testkit::domains::{DOCUMENTS_TOOLS, FEEDBACK_TOOLS, TASKS_TOOLS};
-use serde_json::{Value, json};
+use serde_json::json;
+
+#[path = "common/mcp.rs"]
+mod mcp;
+
+use mcp::{Mcp, scripts_dev_login};
 
 /// One marked block: its language and text, and the file the reader saves it as, if any.
 #[derive(Debug)]
@@ -130,110 +133,52 @@ fn run(steps: &[Step], root: &Path, db: &TestDb) {
     }
 }
 
-/// User tokens for [`Mcp::rows`] are signed with this (HS256).
-const SECRET: &str = "a-walkthrough-test-secret-of-32-bytes-or-more";
-
-/// The mcp function, served as `scripts/dev` serves it: its login `parley_mcp`, the demo
-/// domains' tools files and `extra`, with user tokens signed by [`SECRET`].
-struct Mcp {
-    url: String,
-    http: reqwest::Client,
+/// Where the walkthrough saved its tools file (its `file=` ending in `.toml` other than
+/// `questions.toml`), in `root`: the test follows the text wherever it puts it.
+fn saved_tools_file(steps: &[Step], root: &Path) -> PathBuf {
+    let file = steps
+        .iter()
+        .filter_map(|s| s.file.as_deref())
+        .find(|f| f.ends_with(".toml") && !f.ends_with("questions.toml"))
+        .expect("the walkthrough saves a tools file");
+    root.join(file)
 }
 
-impl Mcp {
-    /// Starts it: each tools file is read and every statement prepared against `db`, else
-    /// the test fails with the start-up error a reader would see.
-    async fn start(db: &TestDb, extra: &[PathBuf]) -> Mcp {
-        let mut tools = vec![
-            FEEDBACK_TOOLS.to_owned(),
-            TASKS_TOOLS.to_owned(),
-            DOCUMENTS_TOOLS.to_owned(),
-        ];
-        tools.extend(extra.iter().map(|p| p.display().to_string()));
-        let mut login = url::Url::parse(&db.url).unwrap();
-        login.set_username(MCP_LOGIN).unwrap();
-        login.set_password(Some(MCP_LOGIN)).unwrap();
-        let env = Env::from_pairs([
-            ("DATABASE_URL", login.to_string()),
-            ("TOOLS_FILE", tools.join(",")),
-            (
-                "EMBEDDINGS_MODEL_DIR",
-                parley_testkit::model_dir().display().to_string(),
-            ),
-            (
-                "MCP_AUTH_TOKEN",
-                "walkthrough-service-token-0123456789".into(),
-            ),
-            ("JWT_SECRET", SECRET.into()),
-            ("MCP_RESOURCE_URL", "http://127.0.0.1/mcp".into()),
-            ("LISTEN_ADDR", "127.0.0.1:0".into()),
-        ]);
-        let app = Application::build(env).await.unwrap_or_else(|e| {
-            panic!(
-                "the mcp function does not start on {}: {e}",
-                tools.join(",")
-            )
-        });
-        let addr = app.local_addr().expect("bound outside Lambda");
-        app.spawn().expect("serving plain HTTP");
-        Mcp {
-            url: format!("http://{addr}/mcp"),
-            http: reqwest::Client::new(),
-        }
-    }
-
-    /// The rows of `tool` called by user `sub`, after checking it was no tool error.
-    async fn rows(&self, sub: &str, tool: &str, arguments: Value) -> Vec<Value> {
-        let claims = json!({"sub": sub, "exp": get_current_timestamp() + 600});
-        let token = encode(
-            &Header::new(Algorithm::HS256),
-            &claims,
-            &EncodingKey::from_secret(SECRET.as_bytes()),
-        )
-        .expect("token");
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                          "params": {"name": tool, "arguments": arguments}});
-        let response = self
-            .http
-            .post(&self.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-06-18")
-            .bearer_auth(token)
-            .body(body.to_string())
-            .send()
-            .await
-            .expect("request sent");
-        assert_eq!(response.status(), 200);
-        let body: Value = response.json().await.expect("JSON body");
-        let result = &body["result"];
-        assert_eq!(result["isError"], false, "{tool}: {body}");
-        result["structuredContent"]["rows"]
-            .as_array()
-            .unwrap_or_else(|| panic!("{tool}: no rows in {body}"))
-            .clone()
-    }
+/// Fails unless everything the walkthrough left at the top of `root` is something the
+/// repository's .gitignore ignores (`target/`, `.parley/`): a reader who follows it in their
+/// clone must find `git status` clean. Only whole top-level names are matched (`/target`,
+/// `target/`, `target`), which is all .gitignore holds at the root.
+fn assert_leaves_git_status_clean(root: &Path) {
+    let gitignore = std::fs::read_to_string(repo().join(".gitignore")).expect(".gitignore");
+    let ignored: Vec<&str> = gitignore
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| l.trim_start_matches('/').trim_end_matches('/'))
+        .collect();
+    let mut left: Vec<String> = std::fs::read_dir(root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| !ignored.contains(&name.as_str()))
+        .collect();
+    left.sort();
+    assert!(
+        left.is_empty(),
+        "following the walkthrough leaves {left:?} in the repository's root for `git status` \
+         to show: save into .parley/ (ignored) instead"
+    );
 }
 
-/// `scripts/dev`'s login for the mcp function, which a walkthrough may grant roles to: made
-/// as `scripts/dev` makes it (roles are cluster-wide, so it may exist already).
-const MCP_LOGIN: &str = "parley_mcp";
-
-async fn scripts_dev_login(db: &TestDb) {
-    db.client()
-        .await
-        .batch_execute(&format!(
-            "SET client_min_messages = warning;
-             DO $$ BEGIN
-                 IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = '{MCP_LOGIN}') THEN
-                     CREATE ROLE {MCP_LOGIN} LOGIN PASSWORD '{MCP_LOGIN}' IN ROLE parley_readonly;
-                 END IF;
-             EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
-             END $$;
-             GRANT parley_readonly TO {MCP_LOGIN};"
-        ))
-        .await
-        .expect("scripts/dev's login");
+/// The mcp function on the demo domains' tools files and `extra`, as `scripts/dev` serves it
+/// with `PARLEY_EXTRA_TOOLS`.
+async fn mcp_with_demo_tools(db: &TestDb, extra: &[PathBuf]) -> Mcp {
+    let mut tools = vec![
+        FEEDBACK_TOOLS.to_owned(),
+        TASKS_TOOLS.to_owned(),
+        DOCUMENTS_TOOLS.to_owned(),
+    ];
+    tools.extend(extra.iter().map(|p| p.display().to_string()));
+    Mcp::start(db, &tools).await
 }
 
 async fn count(db: &TestDb, sql: &str) -> i64 {
@@ -252,7 +197,8 @@ async fn the_first_tool_loads_beside_the_demo_domains_and_answers() {
     let root = reader_root();
     let steps = walkthrough("README.md", "first-tool");
     run(&steps, root.path(), &db);
-    let mcp = Mcp::start(&db, &[root.path().join("my-tools.toml")]).await;
+    assert_leaves_git_status_clean(root.path());
+    let mcp = mcp_with_demo_tools(&db, &[saved_tools_file(&steps, root.path())]).await;
     let rows = mcp
         .rows("local-user", "worst_rated_districts", json!({"limit": 5}))
         .await;
@@ -267,6 +213,7 @@ async fn the_orders_walkthrough_runs_twice_and_its_tools_act_for_the_caller() {
     let steps = walkthrough("docs/tools.md", "orders");
     run(&steps, root.path(), &db);
     run(&steps, root.path(), &db);
+    assert_leaves_git_status_clean(root.path());
     // The sample orders went in once, for local-user (the superuser bypasses the policy).
     assert_eq!(
         count(
@@ -279,7 +226,7 @@ async fn the_orders_walkthrough_runs_twice_and_its_tools_act_for_the_caller() {
     assert_eq!(count(&db, "SELECT count(*) FROM orders").await, 3);
     // The tools do what the walkthrough says: the caller's orders only, and a cancel that
     // runs as shop_orders_writer through the grant the SQL gave parley_mcp.
-    let mcp = Mcp::start(&db, &[root.path().join("orders.toml")]).await;
+    let mcp = mcp_with_demo_tools(&db, &[saved_tools_file(&steps, root.path())]).await;
     let orders = mcp.rows("local-user", "my_orders", json!({})).await;
     assert_eq!(orders.len(), 3, "{orders:?}");
     assert!(
@@ -309,6 +256,7 @@ async fn the_documents_walkthrough_runs_twice_ingests_the_handbook_once_and_find
     let steps = walkthrough("README.md", "documents");
     run(&steps, root.path(), &db);
     run(&steps, root.path(), &db);
+    assert_leaves_git_status_clean(root.path());
     assert_eq!(
         count(
             &db,
@@ -328,7 +276,7 @@ async fn the_documents_walkthrough_runs_twice_ingests_the_handbook_once_and_find
         1
     );
     // What the chat's curl asks, as the documents tools answer local-user.
-    let mcp = Mcp::start(&db, &[]).await;
+    let mcp = mcp_with_demo_tools(&db, &[]).await;
     let found = mcp
         .rows(
             "local-user",

@@ -79,27 +79,27 @@ impl State {
         self.fetched_at.is_some_and(|at| at.elapsed() < ttl)
     }
 
-    /// The key for a token's `alg` and `kid`. Without a `kid`, the set's only key for that
-    /// algorithm, if it has exactly one.
-    fn find(
-        &self,
-        alg: Algorithm,
-        kid: Option<&str>,
-    ) -> Result<Option<Arc<DecodingKey>>, TokenError> {
+    /// The keys for a token's `alg` and `kid`, in the set's order: every key with that `kid`
+    /// (identity providers publish two under one `kid` while they rotate, and RFC 7517 §4.5
+    /// does not make a `kid` unique), or without a `kid`, the set's only key for that
+    /// algorithm, if it has exactly one. Empty when none fits.
+    fn find(&self, alg: Algorithm, kid: Option<&str>) -> Result<Vec<Arc<DecodingKey>>, TokenError> {
         let mut candidates = self.keys.iter().filter(|k| k.alg == alg);
-        let found = match kid {
-            Some(kid) => candidates.find(|k| k.kid.as_deref() == Some(kid)),
+        let found: Vec<&CachedKey> = match kid {
+            Some(kid) => candidates
+                .filter(|k| k.kid.as_deref() == Some(kid))
+                .collect(),
             None => match (candidates.next(), candidates.next()) {
-                (Some(only), None) => Some(only),
+                (Some(only), None) => vec![only],
                 (Some(_), Some(_)) => {
                     return Err(invalid(format!(
                         "the token has no kid and the key set holds several {alg:?} keys"
                     )));
                 }
-                _ => None,
+                _ => Vec::new(),
             },
         };
-        Ok(found.map(|k| Arc::clone(&k.key)))
+        Ok(found.into_iter().map(|k| Arc::clone(&k.key)).collect())
     }
 }
 
@@ -122,36 +122,37 @@ impl JwksCache {
         }
     }
 
-    /// The key that verifies a token with this `alg` (RS256, ES256 or EdDSA) and `kid`.
-    pub(super) async fn key_for(
+    /// The keys that may verify a token with this `alg` (RS256, ES256 or EdDSA) and `kid`:
+    /// at least one, each to be tried in turn.
+    pub(super) async fn keys_for(
         &self,
         alg: Algorithm,
         kid: Option<&str>,
-    ) -> Result<Arc<DecodingKey>, TokenError> {
+    ) -> Result<Vec<Arc<DecodingKey>>, TokenError> {
         let asked_at = Instant::now();
         let _fetching = {
             let state = self.state.read().await;
-            match state.find(alg, kid)? {
-                Some(key) if state.is_fresh(self.ttl) => return Ok(key),
-                // Stale but usable: refresh it, unless another request already is, in which
+            let keys = state.find(alg, kid)?;
+            if keys.is_empty() {
+                drop(state);
+                self.fetching.lock().await
+            } else if state.is_fresh(self.ttl) {
+                return Ok(keys);
+            } else {
+                // Stale but usable: refresh them, unless another request already is, in which
                 // case this one need not wait for it.
-                Some(key) => match self.fetching.try_lock() {
+                match self.fetching.try_lock() {
                     Ok(guard) => guard,
-                    Err(_) => return Ok(key),
-                },
-                None => {
-                    drop(state);
-                    self.fetching.lock().await
+                    Err(_) => return Ok(keys),
                 }
             }
         };
 
         let trigger = {
             let state = self.state.read().await;
-            if let Some(key) = state.find(alg, kid)?
-                && state.is_fresh(self.ttl)
-            {
-                return Ok(key);
+            let keys = state.find(alg, kid)?;
+            if !keys.is_empty() && state.is_fresh(self.ttl) {
+                return Ok(keys);
             }
             self.fetch_trigger(&state, asked_at)
         };
@@ -183,10 +184,11 @@ impl JwksCache {
         }
 
         let state = self.state.read().await;
-        match (state.find(alg, kid)?, &state.last_error) {
-            (Some(key), _) => Ok(key),
-            (None, Some(e)) => Err(TokenError::KeysUnavailable(e.clone())),
-            (None, None) => Err(invalid(format!(
+        let keys = state.find(alg, kid)?;
+        match (keys.is_empty(), &state.last_error) {
+            (false, _) => Ok(keys),
+            (true, Some(e)) => Err(TokenError::KeysUnavailable(e.clone())),
+            (true, None) => Err(invalid(format!(
                 "no {alg:?} key in the key set matches the token's kid"
             ))),
         }
@@ -448,6 +450,49 @@ mod tests {
             let result = check(&auth, &forged).await;
             assert_invalid(&result, "signature");
         }
+    }
+
+    /// The public half of [`RSA_OTHER_PEM`] as a JWK named `kid`.
+    fn other_rsa_jwk(kid: &str) -> Value {
+        let private = EncodingKey::from_rsa_pem(RSA_OTHER_PEM).unwrap();
+        let mut jwk =
+            serde_json::to_value(Jwk::from_encoding_key(&private, Algorithm::RS256).unwrap())
+                .unwrap();
+        jwk["kid"] = json!(kid);
+        jwk["use"] = json!("sig");
+        jwk
+    }
+
+    #[tokio::test]
+    async fn two_rsa_keys_sharing_a_kid_each_verify_their_own_tokens() {
+        // Mid-rotation, an identity provider publishes the old and the new key under one kid.
+        let mut set: Value = serde_json::from_str(JWKS).unwrap();
+        set["keys"]
+            .as_array_mut()
+            .unwrap()
+            .push(other_rsa_jwk("test-rsa"));
+        let (idp, auth) = IdP::start_with_verifier(&set.to_string()).await;
+        let by_second = sign(Algorithm::RS256, RSA_OTHER_PEM, Some("test-rsa"), "second");
+        assert_eq!(check(&auth, &by_second).await.unwrap(), "second");
+        let by_first = sign(Algorithm::RS256, RSA_PEM, Some("test-rsa"), "first");
+        assert_eq!(check(&auth, &by_first).await.unwrap(), "first");
+        assert_eq!(idp.hits(), 1, "both served from one fetch");
+
+        // A signature neither key made still fails as such, and a failure of the token's own
+        // (expired) is not hidden behind the other key's signature mismatch.
+        let other_payload = by_first.split('.').nth(1).unwrap();
+        let parts: Vec<&str> = by_second.split('.').collect();
+        let spliced = format!("{}.{other_payload}.{}", parts[0], parts[2]);
+        assert_invalid(&check(&auth, &spliced).await, "signature");
+        let mut header = Header::new(Algorithm::RS256);
+        header.kid = Some("test-rsa".into());
+        let expired = encode(
+            &header,
+            &json!({"sub": "second", "exp": get_current_timestamp() - 3600}),
+            &EncodingKey::from_rsa_pem(RSA_OTHER_PEM).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(check(&auth, &expired).await, Err(TokenError::Expired));
     }
 
     #[tokio::test]

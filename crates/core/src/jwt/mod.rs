@@ -41,7 +41,7 @@ pub struct JwtConfig {
     /// is shorter than 32 bytes.
     pub secret: Option<SecretString>,
     /// `JWT_JWKS_URL`: http(s) URL of a JSON Web Key Set whose keys verify RS256, ES256 and
-    /// EdDSA (Ed25519) tokens (selected by the token's `kid`).
+    /// EdDSA (Ed25519) tokens (selected by the token's `kid`; every key with that `kid` is tried).
     pub jwks_url: Option<url::Url>,
     /// `JWT_ISSUER`: when set, the token's `iss` must be present and equal to it.
     pub issuer: Option<String>,
@@ -281,12 +281,12 @@ impl Verifier {
                 "the token lists critical header extensions (crit) this service does not support",
             ));
         }
-        // The key comes from the algorithm's own source, so an RS256 public key can never be
+        // The keys come from the algorithm's own source, so an RS256 public key can never be
         // used as an HS256 secret (algorithm confusion).
-        let key = match (header.alg, &self.hmac, &self.jwks) {
-            (Algorithm::HS256, Some(secret), _) => Arc::clone(secret),
+        let keys = match (header.alg, &self.hmac, &self.jwks) {
+            (Algorithm::HS256, Some(secret), _) => vec![Arc::clone(secret)],
             (Algorithm::RS256 | Algorithm::ES256 | Algorithm::EdDSA, _, Some(jwks)) => {
-                jwks.key_for(header.alg, header.kid.as_deref()).await?
+                jwks.keys_for(header.alg, header.kid.as_deref()).await?
             }
             (alg, _, _) => {
                 return Err(invalid(format!(
@@ -297,9 +297,7 @@ impl Verifier {
         };
         let mut validation = self.validation.clone();
         validation.algorithms = vec![header.alg];
-        let Payload { sub, mut claims } = jsonwebtoken::decode::<Payload>(token, &key, &validation)
-            .map_err(rejection)?
-            .claims;
+        let Payload { sub, mut claims } = decode_with_any(token, &keys, &validation)?;
         let subject = sub.ok_or_else(|| invalid("the sub claim is missing"))?;
         // Control characters would let a crafted `sub` forge log lines; an empty one names
         // nobody (and in mcp would share the service's idempotency keys).
@@ -373,6 +371,37 @@ impl Verifier {
             (false, false) => "none",
         }
     }
+}
+
+/// The payload of `token` verified by the first of `keys` whose signature matches. Only a
+/// signature this key does not verify (or a key that cannot verify at all) moves on to the
+/// next key: the signature is checked before the claims, so any other failure (expired, wrong
+/// audience, malformed) is the token's whichever key signed it.
+fn decode_with_any(
+    token: &str,
+    keys: &[Arc<DecodingKey>],
+    validation: &Validation,
+) -> Result<Payload, TokenError> {
+    let mut last = invalid("no key to verify the token with");
+    for key in keys {
+        match jsonwebtoken::decode::<Payload>(token, key, validation) {
+            Ok(data) => return Ok(data.claims),
+            Err(e) if is_this_keys_failure(&e) => last = rejection(e),
+            Err(e) => return Err(rejection(e)),
+        }
+    }
+    Err(last)
+}
+
+fn is_this_keys_failure(e: &jsonwebtoken::errors::Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::InvalidSignature
+            | ErrorKind::InvalidRsaKey(_)
+            | ErrorKind::InvalidEcdsaKey
+            | ErrorKind::InvalidEddsaKey
+            | ErrorKind::InvalidKeyFormat
+    )
 }
 
 /// A token's payload as decoded: a `sub` that is not a string fails here, as a malformed token.

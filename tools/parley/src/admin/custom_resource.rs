@@ -9,13 +9,26 @@ use parley_core::config::Env;
 use parley_domain_documents::DEFAULT_MANUAL_DIR;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
 
 use super::{Admin, AdminError};
 use crate::cmd::{self, CmdError, demo_data, logins};
 use crate::demo::Domain;
 
-/// CloudFormation refuses a response body over 4,096 bytes (and then waits for one it accepts).
+/// CloudFormation refuses a response body over 4,096 bytes (and then waits for one it accepts):
+/// "The total size of the response body can't exceed 4096 bytes."
 pub const MAX_RESPONSE_BYTES: usize = 4096;
+/// "PhysicalResourceId [...] can be up to 1 KB in size", CloudFormation says: a longer one is
+/// shortened the same way every time (see [`bounded_physical_id`]).
+pub const MAX_PHYSICAL_ID_BYTES: usize = 1024;
+/// Bounds on the ids the answer echoes from the request (`StackId`, `RequestId`,
+/// `LogicalResourceId`), in JSON bytes (escapes counted). CloudFormation's own are far shorter
+/// (a stack ARN under 300 bytes, a UUID, a logical id of at most 255 characters), so only a
+/// request that did not come from it is ever cut; with these the reason keeps about 900 bytes
+/// whatever the request holds.
+const MAX_ECHOED_BYTES: [usize; 3] = [1024, 512, 512];
+/// Marks a cut reason or echo.
+const ELLIPSIS: &str = "...";
 /// Kept for the PUT when the work is cut short by the function's timeout: up to 3 attempts of
 /// at most 10 s each would not fit, but one does with room, and a slow S3 is rare.
 const ANSWER_MARGIN: Duration = Duration::from_secs(12);
@@ -373,6 +386,23 @@ pub fn physical_id(env: &Env) -> Option<String> {
     Some(format!("parley-db:{host}/{db}"))
 }
 
+/// `id` as sent: unchanged when it fits CloudFormation's 1 KB (every real one does: a host
+/// name is at most 253 bytes and Postgres cuts a database name at 63), else its longest
+/// prefix that fits with `~` and the first 16 hex digits of its SHA-256 after it. The same id
+/// always gives the same answer (a changed id would make CloudFormation replace the resource
+/// and Delete the old one), and two long ids that share the prefix still differ.
+pub fn bounded_physical_id(id: &str) -> String {
+    if json_bytes(id) <= MAX_PHYSICAL_ID_BYTES {
+        return id.to_owned();
+    }
+    let digest = Sha256::digest(id.as_bytes());
+    let suffix: String = std::iter::once("~".to_owned())
+        .chain(digest[..8].iter().map(|b| format!("{b:02x}")))
+        .collect();
+    let prefix = json_prefix(id, MAX_PHYSICAL_ID_BYTES - suffix.len());
+    format!("{prefix}{suffix}")
+}
+
 fn respond(envelope: &Envelope, outcome: Outcome) -> Response {
     // A Delete or failed Update keeps the id CloudFormation knows; a new id on a failed
     // Create would only be deleted again.
@@ -395,42 +425,65 @@ fn respond(envelope: &Envelope, outcome: Outcome) -> Response {
     })
 }
 
-/// The response cut to [`MAX_RESPONSE_BYTES`]: first `Data` goes, then the reason is cut to
-/// the longest prefix (at a character boundary, ending "...") whose JSON, escapes included,
-/// fits.
+/// The response cut to [`MAX_RESPONSE_BYTES`], whatever the request held. The physical id is
+/// always bounded (so it is the same on every answer about one resource, long or short
+/// reason); then, only as far as needed: `Data` goes, the echoed ids over their bounds are cut
+/// (CloudFormation never sends such ids, so nothing it matches on is lost), and last the
+/// reason is cut to the longest prefix whose JSON, escapes included, fits, ending "...".
 pub fn fit(mut response: Response) -> Response {
-    let size = |r: &Response| serde_json::to_vec(r).map(|v| v.len()).unwrap_or(usize::MAX);
+    response.physical_resource_id = bounded_physical_id(&response.physical_resource_id);
     if size(&response) <= MAX_RESPONSE_BYTES {
         return response;
     }
     response.data.clear();
+    let echoed = [
+        &mut response.stack_id,
+        &mut response.request_id,
+        &mut response.logical_resource_id,
+    ];
+    for (field, max) in echoed.into_iter().zip(MAX_ECHOED_BYTES) {
+        if json_bytes(field) > max {
+            let kept = json_prefix(field, max - ELLIPSIS.len());
+            *field = format!("{kept}{ELLIPSIS}");
+        }
+    }
     if size(&response) <= MAX_RESPONSE_BYTES {
         return response;
     }
     let full = std::mem::take(&mut response.reason);
-    let with = |response: &mut Response, end: usize| {
-        response.reason = format!("{}...", &full[..end]);
-    };
-    // The longest fitting prefix, by bisection: escaping makes the size of a prefix only
-    // monotonic, not proportional.
-    let (mut fits, mut too_long) = (0, full.len());
-    while too_long - fits > 1 {
-        let mut mid = fits + (too_long - fits) / 2;
-        while !full.is_char_boundary(mid) {
-            mid -= 1;
-        }
-        if mid <= fits {
-            break;
-        }
-        with(&mut response, mid);
-        if size(&response) <= MAX_RESPONSE_BYTES {
-            fits = mid;
-        } else {
-            too_long = mid;
+    let room = MAX_RESPONSE_BYTES.saturating_sub(size(&response) + ELLIPSIS.len());
+    let kept = json_prefix(&full, room);
+    response.reason = format!("{kept}{ELLIPSIS}");
+    response
+}
+
+/// The response's size as sent.
+fn size(response: &Response) -> usize {
+    serde_json::to_vec(response).map_or(usize::MAX, |v| v.len())
+}
+
+/// The bytes `text` takes inside a JSON string: quotes, backslashes and control characters
+/// take two to six.
+fn json_bytes(text: &str) -> usize {
+    text.chars().map(json_char_bytes).sum()
+}
+
+fn json_char_bytes(c: char) -> usize {
+    // serde_json's own escaping, so what is counted is what is sent.
+    serde_json::to_string(&c).map_or(6, |quoted| quoted.len() - 2)
+}
+
+/// The longest prefix of `text` (at a character boundary) taking at most `max` bytes inside a
+/// JSON string.
+fn json_prefix(text: &str, max: usize) -> &str {
+    let mut used = 0;
+    for (at, c) in text.char_indices() {
+        used += json_char_bytes(c);
+        if used > max {
+            return &text[..at];
         }
     }
-    with(&mut response, fits);
-    response
+    text
 }
 
 /// PUT of the response with no content type, as the presigned URL was signed for.
@@ -574,6 +627,85 @@ mod tests {
         );
         assert!(response.reason.ends_with("..."));
         assert!(reason.starts_with(response.reason.trim_end_matches("...")));
+    }
+
+    #[test]
+    fn the_response_fits_whatever_the_request_holds() {
+        // Nothing CloudFormation sends, but an event can hold it: every echoed field far past
+        // the limit, with quotes and control characters that grow when escaped.
+        let long = |what: &str, n: usize| format!("{what}\"\u{1}é").repeat(n);
+        let mut e = event("Update", json!({}));
+        e["StackId"] = json!(long("arn:aws:cloudformation:stack/", 700));
+        e["RequestId"] = json!(long("req", 3000));
+        e["LogicalResourceId"] = json!(long("Database", 2000));
+        e["PhysicalResourceId"] = json!(long("parley-db:host/db", 1000));
+        let envelope = Envelope::parse(&e);
+        for result in [
+            Err(long("relation x ", 1000)),
+            Ok(Map::from_iter([(
+                "Warnings".to_owned(),
+                json!(long("w", 5000)),
+            )])),
+        ] {
+            let failed = result.is_err();
+            let response = respond(
+                &envelope,
+                Outcome {
+                    result,
+                    physical_id: None,
+                },
+            );
+            let sent = serde_json::to_vec(&response).unwrap();
+            assert!(sent.len() <= MAX_RESPONSE_BYTES, "{} bytes", sent.len());
+            assert!(json_bytes(&response.physical_resource_id) <= MAX_PHYSICAL_ID_BYTES);
+            assert!(
+                envelope
+                    .stack_id
+                    .starts_with(response.stack_id.trim_end_matches("..."))
+            );
+            if failed {
+                assert!(
+                    json_bytes(&response.reason) > 800,
+                    "the reason keeps room: {}",
+                    response.reason
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_long_physical_id_is_shortened_the_same_way_every_time_and_a_real_one_is_kept() {
+        let real = "parley-db:parley-db.cluster-abc123.eu-west-2.rds.amazonaws.com/parley";
+        assert_eq!(bounded_physical_id(real), real);
+        let long = format!("parley-db:{}/parley", "h".repeat(2000));
+        let bounded = bounded_physical_id(&long);
+        assert!(bounded.len() <= MAX_PHYSICAL_ID_BYTES, "{}", bounded.len());
+        assert_eq!(bounded, bounded_physical_id(&long), "stable");
+        assert_eq!(
+            bounded,
+            bounded_physical_id(&bounded),
+            "an id it gave is kept"
+        );
+        let other = format!("parley-db:{}/other", "h".repeat(2000));
+        assert_ne!(
+            bounded_physical_id(&other),
+            bounded,
+            "the digest tells them apart"
+        );
+        // Whatever the reason's length, one resource keeps one id: the Update that fails with
+        // a long message answers the id its Create did.
+        let envelope = Envelope::parse(&event("Update", json!({})));
+        let with = |result| {
+            respond(
+                &envelope,
+                Outcome {
+                    result,
+                    physical_id: Some(long.clone()),
+                },
+            )
+            .physical_resource_id
+        };
+        assert_eq!(with(Ok(Map::new())), with(Err("x".repeat(10_000))));
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! `parley collections`: the document collections with their counts, model, size and readers,
-//! and `parley collections remove NAME`, which deletes one with its documents, chunks and
-//! memberships in one transaction after the person types its name (or `--yes`).
+//! `parley collections`: the document collections with their counts, model, size and readers;
+//! `parley collections set NAME --public|--private`, who may read one; and `parley collections
+//! remove NAME`, which deletes one with its documents, chunks and memberships in one
+//! transaction after the person types its name (or `--yes`).
 
 use std::io::{BufRead, IsTerminal, Write};
 
@@ -36,8 +37,25 @@ pub struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Action {
+    /// Make a collection readable by every caller (--public) or by its readers only
+    /// (--private), as `parley ingest --public` and `_collection.json` do.
+    Set(SetArgs),
     /// Delete a collection with its documents, chunks and readers, in one transaction.
     Remove(RemoveArgs),
+}
+
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("who").required(true).args(["public", "private"])))]
+pub struct SetArgs {
+    /// The collection (as given to `parley ingest --collection`).
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// Readable by every caller: every signed-in user, and the service token.
+    #[arg(long)]
+    pub public: bool,
+    /// Readable only by the groups and users enrolled in it (`parley enroll`).
+    #[arg(long)]
+    pub private: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -233,6 +251,63 @@ pub fn size(bytes: i64) -> String {
     format!("{value:.1} {}", UNITS[unit])
 }
 
+/// A collection made public or private: whether it was already, and how many readers it has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Visibility {
+    pub was_public: bool,
+    pub readers: i64,
+}
+
+/// Makes the collection `name` readable by every caller (`public`) or by its members only, in
+/// one statement: the row lock orders it with a concurrent removal or ingest. A collection
+/// already so is left as it is (its `updated_at` too).
+pub async fn set_public(
+    db: &impl GenericClient,
+    name: &str,
+    public: bool,
+) -> Result<Visibility, CollectionsError> {
+    let row = db
+        .query_typed_opt(
+            "WITH target AS (
+                 SELECT id, public FROM parley.collections WHERE name = $1 FOR UPDATE
+             ), changed AS (
+                 UPDATE parley.collections c SET public = $2, updated_at = now()
+                   FROM target WHERE c.id = target.id AND target.public <> $2
+             )
+             SELECT target.public,
+                    (SELECT count(*) FROM parley.memberships m WHERE m.collection_id = target.id)
+               FROM target",
+            &[(&name, Type::TEXT), (&public, Type::BOOL)],
+        )
+        .await
+        .map_err(pg("changing who may read the collection"))?
+        .ok_or_else(|| CollectionsError::Unknown(name.to_owned()))?;
+    Ok(Visibility {
+        was_public: row.get(0),
+        readers: row.get(1),
+    })
+}
+
+/// What `set` says it did.
+fn visibility_line(name: &str, public: bool, done: Visibility) -> String {
+    let now = if done.was_public == public {
+        "already"
+    } else {
+        "now"
+    };
+    match (public, done.readers) {
+        (true, _) => format!("{name} is {now} public: every caller may search and read it"),
+        (false, 0) => format!(
+            "{name} is {now} private: nobody is enrolled in it, so no caller may search it \
+             until `parley enroll --collection {name}` adds readers"
+        ),
+        (false, n) => format!(
+            "{name} is {now} private: only its {n} readers (groups and users enrolled) may \
+             search and read it"
+        ),
+    }
+}
+
 /// What a removal deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Removed {
@@ -332,6 +407,11 @@ pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
                 table(&collections)
             };
             out.write_all(text.as_bytes())?;
+        }
+        Some(Action::Set(set)) => {
+            let client = crate::db::connect(env).await?;
+            let done = set_public(&client, &set.name, set.public).await?;
+            writeln!(out, "{}", visibility_line(&set.name, set.public, done))?;
         }
         Some(Action::Remove(remove_args)) => {
             let name = remove_args.name;

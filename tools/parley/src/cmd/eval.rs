@@ -8,15 +8,14 @@ use std::path::PathBuf;
 
 use parley_core::config::Env;
 use parley_embed::{EmbedSettings, Embedder};
-use parley_mcp::catalog::{Catalog, CatalogError};
-use parley_mcp::output::Limits;
-use parley_mcp::rerank::{self, RerankSettings, Reranker};
 use parley_mcp::tools::ToolSpec;
 use serde_json::{Value, json};
 
 use super::{CmdError, Out};
 use crate::eval::score::{self, Group, Score, Summary};
-use crate::eval::{DEPTH, Question, QuestionsError, SearchError, branches, questions, search};
+use crate::eval::{
+    DEPTH, Question, QuestionsError, SearchError, ToolError, branches, questions, search, tool,
+};
 
 #[derive(Debug, clap::Args)]
 #[command(
@@ -41,13 +40,8 @@ pub struct Args {
     /// optionally `collection`, `filters`, `kind`, `part` and `split`.
     #[arg(value_name = "QUESTIONS.toml")]
     pub questions: PathBuf,
-    /// The tools file holding the search tool [default: the TOOLS_FILE setting, else the
-    /// documents domain's tools.toml].
-    #[arg(long, value_name = "FILE")]
-    pub tools: Option<PathBuf>,
-    /// The search tool to score.
-    #[arg(long, value_name = "NAME", default_value = "search_documents")]
-    pub tool: String,
+    #[command(flatten)]
+    pub search: SearchAs,
     /// Recall is over the first K results (the tool is asked for max(K, 10) rows).
     #[arg(long, value_name = "N", default_value_t = 5,
           value_parser = clap::value_parser!(u16).range(1..=100))]
@@ -62,20 +56,38 @@ pub struct Args {
     /// Only the questions of this split.
     #[arg(long, value_parser = questions::SPLITS)]
     pub split: Option<String>,
+}
+
+// Which tool runs, and for whom: shared with `parley search`. No doc comment: a flattened
+// group's would stand as the summary of a subcommand that has none of its own.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SearchAs {
+    /// The tools file holding the search tool [default: the TOOLS_FILE setting, else the
+    /// documents domain's tools.toml].
+    #[arg(long, value_name = "FILE")]
+    pub tools: Option<PathBuf>,
+    /// The search tool.
+    #[arg(long, value_name = "NAME", default_value = "search_documents")]
+    pub tool: String,
     /// Search as this user (a token's `sub`, as `parley enroll --user` names them): the
     /// collections they are enrolled in and the public ones. Without it, the public ones only.
     #[arg(long, value_name = "SUB")]
     pub user: Option<String>,
 }
 
+impl SearchAs {
+    /// The tool, loaded and checked as the mcp function loads it.
+    pub fn load(&self, env: &Env) -> Result<tool::Loaded, ToolError> {
+        tool::load(self.tools.as_deref(), env, &self.tool)
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum EvalError {
     #[error(transparent)]
     Questions(#[from] QuestionsError),
-    #[error("{0}")]
-    Tools(CatalogError),
-    #[error("{file} has no tool named `{tool}` (pass the search tool with --tool NAME)")]
-    NoTool { file: String, tool: String },
+    #[error(transparent)]
+    Tool(#[from] ToolError),
     #[error("tool `{0}` has no `collection` parameter, but a question names a collection")]
     NoCollection(String),
     #[error("no question in {file} has split {split:?}")]
@@ -139,25 +151,8 @@ pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
             .into());
         }
     }
-    let tools_files: Vec<PathBuf> = match &args.tools {
-        Some(p) => vec![p.clone()],
-        None if env.is_set("TOOLS_FILE") => env
-            .list("TOOLS_FILE")
-            .into_iter()
-            .map(PathBuf::from)
-            .collect(),
-        None => vec![parley_domain_documents::tools_path()],
-    };
-    let tools = tools_files
-        .iter()
-        .map(|p| p.display().to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
-    let catalog = Catalog::load(&tools_files, Limits::default()).map_err(EvalError::Tools)?;
-    let spec = catalog.get(&args.tool).ok_or_else(|| EvalError::NoTool {
-        file: tools.clone(),
-        tool: args.tool.clone(),
-    })?;
+    let tool::Loaded { spec, files: tools } = args.search.load(env).map_err(EvalError::from)?;
+    let spec = &spec;
     if all.iter().any(|q| q.collection.is_some())
         && !spec.params.iter().any(|p| p.name == "collection")
     {
@@ -200,13 +195,9 @@ pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
     let mut sqls = vec![(shipped, spec.wrapped_sql.clone())];
     sqls.extend(variants);
     // The hybrid's rows reranked as the mcp function would, when a reranker is configured.
-    let reranker = match (
-        RerankSettings::from_env(env).map_err(CmdError::Settings)?,
-        &spec.rerank,
-    ) {
-        (Some(settings), Some(declared)) => Some((Reranker::new(settings, env).await, declared)),
-        _ => None,
-    };
+    let reranker = search::reranker(spec, env)
+        .await
+        .map_err(CmdError::Settings)?;
     let mut names: Vec<String> = sqls.iter().map(|(name, _)| name.clone()).collect();
     if reranker.is_some() {
         names.push(format!(
@@ -234,7 +225,7 @@ pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
                 &call,
                 &embeddings,
                 embedder.model_id(),
-                args.user.as_deref(),
+                args.search.user.as_deref(),
             )
             .await
             .map_err(failed(n, q))?;
@@ -242,48 +233,26 @@ pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
             ran.uris.push(uris);
         }
         if let Some((reranker, declared)) = &reranker {
-            // Fetched as deep as the server would (within the tool's max_rows, which bounds
-            // the limit argument here), reordered, cut to the limit.
-            let depth = rerank::fetch_depth(declared.depth, limit as u64).min(spec.max_rows);
-            let deep = search::arguments(spec, q, usize::try_from(depth).unwrap_or(limit));
-            let rows = search::rows(
+            let (rows, rerank_error) = search::as_served(
                 &db,
                 spec,
-                &spec.wrapped_sql,
-                &deep,
+                &call,
                 &embeddings,
                 embedder.model_id(),
-                args.user.as_deref(),
+                args.search.user.as_deref(),
+                Some((reranker, declared)),
             )
             .await
             .map_err(failed(n, q))?;
-            let text = |row: &Value| match &row[&declared.text] {
-                Value::String(s) => s.clone(),
-                Value::Null => String::new(),
-                other => other.to_string(),
-            };
-            let texts: Vec<String> = rows.iter().map(text).collect();
-            let query = deep
-                .get(&spec.params[declared.query].name)
-                .and_then(Value::as_str)
-                .unwrap_or(&q.q);
-            let mut order: Vec<usize> = (0..rows.len()).collect();
-            match reranker.rerank(query, &texts).await {
-                Ok(scores) => order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a])),
-                // As the tool does: the hybrid's order, counted and said below.
-                Err(e) => {
-                    rerank_failures += 1;
-                    eprintln!(
-                        "warning: question {}: reranking failed ({e}); hybrid order kept",
-                        n + 1
-                    );
-                }
+            // As the tool does: the hybrid's order, counted and said below.
+            if let Some(e) = rerank_error {
+                rerank_failures += 1;
+                eprintln!(
+                    "warning: question {}: reranking failed ({e}); hybrid order kept",
+                    n + 1
+                );
             }
-            let uris: Vec<String> = order
-                .iter()
-                .take(limit)
-                .map(|&i| rows[i]["uri"].as_str().unwrap_or_default().to_owned())
-                .collect();
+            let uris = search::uris_of(&rows);
             ran.scores.push(score::score(&q.pages, &uris, k));
             ran.uris.push(uris);
         }
@@ -309,7 +278,7 @@ pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
         tools,
         tool: spec.name.clone(),
         model: embedder.model_id().to_owned(),
-        user: args.user.clone(),
+        user: args.search.user.clone(),
         k,
         questions: all,
         methods,

@@ -10,6 +10,7 @@ pub mod eval;
 pub mod ingest;
 pub mod logins;
 pub mod migrate;
+pub mod search;
 pub mod sync;
 mod table;
 
@@ -44,10 +45,15 @@ pub enum Command {
     Migrate(migrate::Args),
     /// Load demo domains (schema and data): feedback, tasks, or both (the default).
     DemoData(demo_data::Args),
-    /// Ingest Markdown, HTML and text files into a document collection (embeds with EMBEDDINGS_*).
+    /// Ingest Markdown, HTML, text, PDF and Word (.docx) files into a document collection, or
+    /// the objects under s3://bucket/prefix (embeds with EMBEDDINGS_*).
     Ingest(ingest::Args),
+    /// Bring the collections under an S3 prefix up to date with the bucket: new and changed
+    /// objects ingested, settings applied, documents whose objects are gone deleted.
     Sync(sync::Args),
-    /// List the document collections (counts, model, size, readers), or remove one.
+    Search(search::Args),
+    /// List the document collections (counts, model, size, readers), make one public or
+    /// private, or remove one.
     Collections(collections::Args),
     /// Add or remove readers of a document collection (users by subject, groups by name), or
     /// list who may read what.
@@ -67,6 +73,7 @@ impl Command {
             Command::DemoData(_) => "demo-data",
             Command::Ingest(_) => "ingest",
             Command::Sync(_) => "sync",
+            Command::Search(_) => "search",
             Command::Collections(_) => "collections",
             Command::Enroll(_) => "enroll",
             Command::Audit(_) => "audit",
@@ -86,6 +93,7 @@ pub async fn run(command: Command, env: &Env, out: &mut Out) -> Result<(), CmdEr
         Command::DemoData(args) => Box::pin(demo_data::run(args, env, out)).await,
         Command::Ingest(args) => Box::pin(ingest::run(args, env, out)).await,
         Command::Sync(args) => Box::pin(sync::run(args, env, out)).await,
+        Command::Search(args) => Box::pin(search::run(args, env, out)).await,
         Command::Collections(args) => Box::pin(collections::run(args, env, out)).await,
         Command::Enroll(args) => Box::pin(enroll::run(args, env, out)).await,
         Command::Audit(args) => Box::pin(audit::run(args, env, out)).await,
@@ -115,6 +123,10 @@ pub enum CmdError {
     #[error(transparent)]
     Eval(#[from] eval::EvalError),
     #[error(transparent)]
+    Tool(#[from] crate::eval::ToolError),
+    #[error(transparent)]
+    Search(#[from] crate::eval::SearchError),
+    #[error(transparent)]
     Logins(#[from] crate::logins::LoginError),
     #[error(transparent)]
     LoginSource(#[from] logins::SourceError),
@@ -138,6 +150,8 @@ impl CmdError {
             CmdError::Collections(e) if e.is_usage() => ExitCode::from(2),
             CmdError::Logins(e) if e.is_usage() => ExitCode::from(2),
             CmdError::Eval(e) if e.is_usage() => ExitCode::from(2),
+            CmdError::Search(e) if e.is_usage() => ExitCode::from(2),
+            CmdError::Tool(_) => ExitCode::from(2),
             CmdError::LoginSource(logins::SourceError::NoPassword { .. }) => ExitCode::from(2),
             CmdError::Settings(_) | CmdError::Usage(_) => ExitCode::from(2),
             _ => ExitCode::FAILURE,

@@ -1,11 +1,15 @@
 //! A search tool's SQL run directly for one question, with the values the mcp function binds:
 //! the call's arguments, the embeddings of the arguments the tool embeds and the embedder's
-//! model id, inside the transaction `tools::exec` opens. It returns the rows' uris, best first.
+//! model id, inside the transaction `tools::exec` opens; and the rows reordered as the
+//! function's reranker would (`RERANK`). It returns the rows, or their uris, best first.
 
 use std::collections::HashMap;
 
+use parley_core::config::{ConfigError, Env};
 use parley_embed::{EmbedError, Embedder};
+use parley_mcp::rerank::{self, RerankError, RerankSettings, Reranker};
 use parley_mcp::tools::params::{Source, parse_arguments};
+use parley_mcp::tools::spec::Rerank;
 use parley_mcp::tools::{ToolSpec, exec};
 use serde_json::{Map, Value, json};
 use tokio_postgres::types::{ToSql, Type};
@@ -56,18 +60,38 @@ impl SearchError {
 /// and `filters` from the question when it has them and the tool declares them (a tool
 /// without a `filters` parameter is called without the question's filters).
 pub fn arguments(spec: &ToolSpec, question: &Question, limit: usize) -> Map<String, Value> {
+    call_arguments(
+        spec,
+        &question.q,
+        question.collection.as_deref(),
+        question.filters.as_ref(),
+        Some(limit),
+    )
+}
+
+/// What a model would send to look for `query`: with `collection`, `filters` (when the tool
+/// declares them) and `limit` when given; a limit left out takes the tool's default.
+pub fn call_arguments(
+    spec: &ToolSpec,
+    query: &str,
+    collection: Option<&str>,
+    filters: Option<&Map<String, Value>>,
+    limit: Option<usize>,
+) -> Map<String, Value> {
     let declares = |name: &str| {
         spec.params
             .iter()
             .any(|p| p.name == name && p.source == Source::Argument)
     };
     let mut m = Map::new();
-    m.insert("query".into(), json!(question.q));
-    m.insert("limit".into(), json!(limit));
-    if let Some(c) = &question.collection {
+    m.insert("query".into(), json!(query));
+    if let Some(limit) = limit {
+        m.insert("limit".into(), json!(limit));
+    }
+    if let Some(c) = collection {
         m.insert("collection".into(), json!(c));
     }
-    if let Some(f) = question.filters.as_ref().filter(|_| declares("filters")) {
+    if let Some(f) = filters.filter(|_| declares("filters")) {
         m.insert("filters".into(), Value::Object(f.clone()));
     }
     m
@@ -126,11 +150,16 @@ pub async fn uris(
     model: &str,
     user: Option<&str>,
 ) -> Result<Vec<String>, SearchError> {
-    Ok(rows(db, spec, sql, args, embeddings, model, user)
-        .await?
-        .iter()
+    Ok(uris_of(
+        &rows(db, spec, sql, args, embeddings, model, user).await?,
+    ))
+}
+
+/// Each row's `uri`, in order.
+pub fn uris_of(rows: &[Value]) -> Vec<String> {
+    rows.iter()
         .map(|row| row["uri"].as_str().unwrap_or_default().to_owned())
-        .collect())
+        .collect()
 }
 
 /// [`uris`], the whole rows.
@@ -185,6 +214,69 @@ pub async fn rows(
         .take(usize::try_from(row_limit).unwrap_or(usize::MAX))
         .map(|r| Ok(serde_json::from_str(r.get::<_, &str>(0))?))
         .collect()
+}
+
+/// The reranker the mcp function would apply to `spec`'s rows: `RERANK` is set and the tool
+/// declares `rerank`. `None` otherwise, as the function runs such a tool unreranked.
+pub async fn reranker<'a>(
+    spec: &'a ToolSpec,
+    env: &Env,
+) -> Result<Option<(Reranker, &'a Rerank)>, ConfigError> {
+    Ok(match (RerankSettings::from_env(env)?, &spec.rerank) {
+        (Some(settings), Some(declared)) => Some((Reranker::new(settings, env).await, declared)),
+        _ => None,
+    })
+}
+
+/// The rows the mcp function answers a call with: [`rows`] of the tool's own SQL, reranked
+/// when `reranker` is given (see [`reranker`]) as the function reranks them: fetched as deep as
+/// the function would (within the tool's `max_rows`, which bounds the limit argument here),
+/// reordered, cut to the call's limit. A reranker that fails leaves the SQL's order, as in the
+/// function; why is returned beside the rows.
+pub async fn as_served(
+    db: &tokio_postgres::Client,
+    spec: &ToolSpec,
+    args: &Map<String, Value>,
+    embeddings: &HashMap<String, Vec<f32>>,
+    model: &str,
+    user: Option<&str>,
+    reranker: Option<(&Reranker, &Rerank)>,
+) -> Result<(Vec<Value>, Option<RerankError>), SearchError> {
+    let Some((reranker, declared)) = reranker else {
+        let rows = rows(db, spec, &spec.wrapped_sql, args, embeddings, model, user).await?;
+        return Ok((rows, None));
+    };
+    let limit = exec::row_limit(spec, &check_arguments(spec, args)?);
+    let depth = rerank::fetch_depth(declared.depth, limit).min(spec.max_rows);
+    let mut deep = args.clone();
+    if let Some(i) = spec.limit_param {
+        deep.insert(spec.params[i].name.clone(), json!(depth));
+    }
+    let rows = rows(db, spec, &spec.wrapped_sql, &deep, embeddings, model, user).await?;
+    let text = |row: &Value| match &row[&declared.text] {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    };
+    let texts: Vec<String> = rows.iter().map(text).collect();
+    let query = deep
+        .get(&spec.params[declared.query].name)
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let mut order: Vec<usize> = (0..rows.len()).collect();
+    let failed = match reranker.rerank(query, &texts).await {
+        Ok(scores) => {
+            order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+            None
+        }
+        Err(e) => Some(e),
+    };
+    let kept = order
+        .iter()
+        .take(usize::try_from(limit).unwrap_or(usize::MAX))
+        .map(|&i| rows[i].clone())
+        .collect();
+    Ok((kept, failed))
 }
 
 #[cfg(test)]

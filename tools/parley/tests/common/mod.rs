@@ -55,3 +55,18 @@ pub fn command_with_model(args: &[&str], database_url: &str) -> std::process::Co
         .env("EMBEDDINGS_MODEL_DIR", parley_testkit::model_dir());
     command
 }
+
+/// `parley ingest` (with the built-in model) of `files`, each `(name, text)`, written to a
+/// folder of their own, into `collection` with the `extra` options; fails the test unless the
+/// run succeeds.
+#[allow(dead_code)]
+pub fn ingest_files(database_url: &str, collection: &str, files: &[(&str, &str)], extra: &[&str]) {
+    let dir = tempfile::tempdir().expect("a folder");
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).expect("a file written");
+    }
+    let folder = dir.path().to_str().expect("a UTF-8 path");
+    let mut args = vec!["ingest", folder, "--collection", collection];
+    args.extend(extra);
+    stdout_of(&parley_with_model(&args, database_url));
+}
