@@ -202,6 +202,18 @@ build_workspace() {
   cargo build ${quiet:+"$quiet"} --workspace --all-targets
 }
 
+# --- the local Postgres (scripts/pg) -------------------------------------------------------------
+
+# One install of the server's binaries per machine (PARLEY_PG_INSTALL, default /var/tmp/parley-pg:
+# pgserver from PyPI, 34 MB), one server per clone: PG_HOME (PARLEY_PG_HOME) holds its
+# data, socket, log, the Rust tests' private clusters and the locks of scripts/test, by default
+# a directory named after this clone's path, so two clones on a machine never share databases.
+# Under /var/tmp, not the clone: when run as root the server runs as a system user, who must
+# be able to reach its directory (a clone under /root is closed to it).
+PG_BASE=/var/tmp/parley-pg
+PG_INSTALL=${PARLEY_PG_INSTALL:-$PG_BASE}
+PG_HOME=${PARLEY_PG_HOME:-$PG_BASE/clones/$(basename "$ROOT" | tr -c 'A-Za-z0-9._\n-' _)-$(printf %s "$ROOT" | sha256sum | cut -c1-8)}
+
 # --- processes and databases ---------------------------------------------------------------------
 
 rand_hex() { od -An -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }

@@ -751,7 +751,7 @@ function changeText(approval) {
 // the code itself stays beside it, small, for whoever is asked for help.
 
 const PROBLEMS = {
-  llm_key_missing: "The assistant has no key for its language model. Whoever runs it must set LLM_API_KEY (or point LLM_BASE_URL at a local OpenAI-compatible server).",
+  llm_key_missing: "The assistant has no key for its language model. Whoever runs it must set LLM_API_KEY (or point LLM_BASE_URL at a local OpenAI-compatible server); to try it locally without a model, PARLEY_LLM=stub scripts/dev runs it with a scripted stand-in.",
   llm_key_rejected: "The language model refused the assistant's key. Whoever runs it must fix LLM_API_KEY.",
   llm_unavailable: "The language model did not answer. Your question is kept in this conversation: send it again in a moment.",
   llm_rate_limited: "The language model is busy right now. Wait a minute, then send your question again.",

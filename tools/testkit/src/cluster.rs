@@ -54,7 +54,7 @@ impl TestCluster {
         });
         let home = std::env::var_os("PARLEY_PG_HOME")
             .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("/var/tmp/parley-pg"));
+            .unwrap_or_else(pg_home);
         let clusters = home.join("clusters");
         fs::create_dir_all(&clusters)
             .unwrap_or_else(|e| panic!("creating {}: {e}", clusters.display()));
@@ -282,23 +282,35 @@ enum Auth {
 
 /// The directory of `psql` and the other Postgres binaries: `$PARLEY_PG_BIN` (set by
 /// `scripts/test`), else what `scripts/pg` installs.
+/// `scripts/pg ARG`'s output, trimmed.
+fn scripts_pg(arg: &str) -> std::process::Output {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/pg");
+    Command::new(&script)
+        .arg(arg)
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("running {} {arg}: {e}", script.display()))
+}
+
+/// This clone's Postgres home as `scripts/pg home` names it (one per clone), where
+/// `scripts/test` cleans up private servers left behind.
+fn pg_home() -> PathBuf {
+    let out = scripts_pg("home");
+    if !out.status.success() {
+        panic!("`scripts/pg home` failed; run `scripts/test` or set PARLEY_PG_HOME");
+    }
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
 pub fn bin_dir() -> PathBuf {
     let bin = match std::env::var_os("PARLEY_PG_BIN") {
         Some(bin) => PathBuf::from(bin),
         None => {
-            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/pg");
-            let run = |arg: &str| {
-                Command::new(&script)
-                    .arg(arg)
-                    .stderr(Stdio::inherit())
-                    .output()
-                    .unwrap_or_else(|e| panic!("running {} {arg}: {e}", script.display()))
-            };
             // Installing is a no-op when already there, and scripts/pg locks against races.
-            if !run("install").status.success() {
+            if !scripts_pg("install").status.success() {
                 panic!("`scripts/pg install` failed; run `scripts/test` or set PARLEY_PG_BIN");
             }
-            PathBuf::from(String::from_utf8_lossy(&run("bin").stdout).trim())
+            PathBuf::from(String::from_utf8_lossy(&scripts_pg("bin").stdout).trim())
         }
     };
     if !bin.join("initdb").is_file() {

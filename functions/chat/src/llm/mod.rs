@@ -122,7 +122,8 @@ impl LlmConfig {
 pub const NO_MODEL: &str = "No language model is configured: LLM_API_KEY is not set and \
 LLM_BASE_URL is OpenAI's, which refuses every request without a key. Set LLM_API_KEY (or \
 OPENAI_API_KEY) to an OpenAI key, or LLM_BASE_URL to a local OpenAI-compatible server (Ollama, \
-vLLM, llama.cpp, ...) in the chat function's settings, then restart it.";
+vLLM, llama.cpp, ...) in the chat function's settings, then restart it. To try the chat locally \
+without a model, `PARLEY_LLM=stub scripts/dev` runs it with a scripted stand-in.";
 
 /// An optional number from 0 to `max`, as sampling settings are.
 fn fraction(env: &Env, var: &str, max: f64) -> Result<Option<f64>, ConfigError> {
