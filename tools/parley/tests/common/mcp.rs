@@ -88,7 +88,9 @@ impl Mcp {
 }
 
 /// `scripts/dev`'s login for the mcp function, which a walkthrough may grant roles to: made
-/// as `scripts/dev` makes it (roles are cluster-wide, so it may exist already).
+/// and granted as `scripts/dev` makes it (roles are cluster-wide, so it may exist already),
+/// the tasks domain's writer role included when the domain is loaded: the mcp function checks
+/// at start-up that its login may take each tool's role.
 pub const MCP_LOGIN: &str = "parley_mcp";
 
 pub async fn scripts_dev_login(db: &TestDb) {
@@ -102,7 +104,12 @@ pub async fn scripts_dev_login(db: &TestDb) {
                  END IF;
              EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
              END $$;
-             GRANT parley_readonly TO {MCP_LOGIN};"
+             GRANT parley_readonly TO {MCP_LOGIN};
+             DO $$ BEGIN
+                 IF EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'parley_tasks_writer') THEN
+                     GRANT parley_tasks_writer TO {MCP_LOGIN} WITH INHERIT FALSE, SET TRUE;
+                 END IF;
+             END $$;"
         ))
         .await
         .expect("scripts/dev's login");
