@@ -8,7 +8,8 @@ built the workspace and made a database:
    lad_by_ref call, then a reply), `cargo lambda watch --only-lambda-apis` on 127.0.0.1 and
    the two functions from DIR (the workspace's debug build) as that emulator's Lambda runtime
    clients, so the real lambda_http loop serves every request below.
-2. (a) every event in events/ through `cargo lambda invoke <function> --data-file`;
+2. (a) every event in events/ through `cargo lambda invoke <function> --data-file` (a streamed
+       turn's event, answered whole here, is read as it streams in (e));
    (b) the Function URL emulation with curl on /lambda-url/<function>/...;
    (c) the official MCP Python SDK (tests/interop/python_client.py) through
        /lambda-url/mcp/mcp, when --interop-python is given;
@@ -21,7 +22,11 @@ built the workspace and made a database:
    (e) the chat under runtime_api.py, a Lambda Runtime API emulator that records each chunk of
        a response with its arrival time: buffered by default, and with
        LAMBDA_RESPONSE_STREAMING=true the streamed prelude (status, headers), the body after
-       it, and the event-stream turn's body in several chunks spread over the stub's pace;
+       it, and the event-stream turn's body in several chunks spread over the stub's pace; then
+       as the template's page REST API (v1 events, stage `chat`) invokes it: the page, api/page
+       naming no stream_url (one origin), and events/rest-v1-chat-stream-turn.json, whose
+       prelude must be what API Gateway's streaming format accepts (statusCode, one value per
+       header, cookies), then 8 NUL bytes, then the body in several chunks;
    (f) parley-admin, the migration function, with the custom-resource events events/admin-*.json
        against the empty database --admin-db-url (admin.py: moto for the secrets, a local
        receiver for CloudFormation's ResponseURL), and a direct `audit`;
@@ -60,7 +65,9 @@ import sse  # noqa: E402 - beside this file
 from coldstart import free_port, stop  # noqa: E402 - beside this file
 from admin import run_admin  # noqa: E402 - beside this file
 from ingest import run_ingest  # noqa: E402 - beside this file
-from runtime_api import Invocation, RuntimeApi, function_url_event  # noqa: E402 - beside this file
+from runtime_api import (  # noqa: E402 - beside this file
+    Invocation, RuntimeApi, function_url_event, prelude_problems, rest_v1_event,
+)
 
 MCP_TOKEN = "local-mcp-token"  # the token the events carry
 JWT_SECRET = "local-dev-secret-change-me-0123456789"  # the secret the events' JWTs are signed with
@@ -276,6 +283,18 @@ def turn_answered(a: Answer) -> bool:
     )
 
 
+def whole_event_stream_turn(a: Answer) -> bool:
+    """A streamed turn answered in one body: the UI message stream, well formed, with the stub's
+    lad_by_ref call and reply."""
+    data = [d for _, d in sse.frames([(0.0, a.text.encode())])]
+    parts = sse.parts_of(data)
+    text = "".join(str(p.get("delta", "")) for p in parts if p.get("type") == "text-delta")
+    tools = [p.get("toolName") for p in parts if p.get("type") == "tool-input-available"]
+    return (a.status == 200 and a.headers.get("content-type", "").startswith("text/event-stream")
+            and not sse.ui_stream_problems(data) and tools == ["lad_by_ref"]
+            and text.startswith("hello from the stub"))
+
+
 def turn_detail(a: Answer) -> str:
     b = a.json
     return f"200, reply {b['reply']!r}, trace lad_by_ref -> {b['traces'][0]['output']['rows'][0]['code']}"
@@ -320,6 +339,12 @@ def run_events(checks: Checks, cargo_lambda: str, port: int, work: Path, events:
                 and a.json["messages"][1]["content"].startswith("hello from the stub")
                 and a.json["messages"][1]["traces"][0]["name"] == "lad_by_ref",
                 lambda a: f"with the chat-turn event's conversation id: {a.status}, {len(a.json['messages'])} messages")
+        elif "stream" in base:
+            # A streamed turn's event (the page's REST API, Accept: text/event-stream): the
+            # buffered chat answers it whole; (e) sends it to the streaming chat.
+            checks.check(f"invoke chat {shown}", call("chat"), whole_event_stream_turn,
+                         lambda a: f"{a.status} {a.headers.get('content-type')}, the stub's reply "
+                         "and its lad_by_ref call as UI message stream parts, in one body")
         elif "conversations" in base:
             checks.check(f"invoke chat {shown}", call("chat"),
                          lambda a: a.status == 200 and isinstance(a.json["conversations"], list)
@@ -652,6 +677,61 @@ def runtime_api_checks(checks: Checks, api: RuntimeApi, mode: str, user: dict[st
         checks.show_log_errors(marks)
         return
     event_stream_turn(checks, name, status, headers, [(c.at, c.data) for c in i.body_chunks()],
+                      i.done_at, any(r.get("stream") is True for r in llm_requests(work)[asked:]),
+                      prelude_at=i.chunks[0].at)
+    rest_api_checks(checks, api, user, work)
+
+
+def rest_api_checks(checks: Checks, api: RuntimeApi, user: dict[str, str], work: Path) -> None:
+    """The streaming chat as the template's page REST API invokes it (ChatStreaming rest-api:
+    every path of stage `chat` through InvokeWithResponseStream): the page and api/page from
+    that one origin, then a streamed turn, whose prelude API Gateway reads before it passes the
+    body on."""
+    where = "streaming mode, REST API (v1) events"
+
+    def streamed(i: Invocation) -> bool:
+        return (i.mode == "streaming" and not i.stream_error
+                and i.request_headers.get("content-type") == "application/vnd.awslambda.http-integration-response")
+
+    checks.check(
+        f"{where}: GET / (the page, stage chat)", lambda: api.invoke(rest_v1_event("GET", "/"), 60),
+        lambda i: streamed(i) and i.status == 200 and i.headers.get("content-type", "").startswith("text/html")
+        and "assets/app.js" in i.text and "content-security-policy" in i.headers
+        and not prelude_problems(i.prelude_split()[0]),
+        lambda i: f"200 {i.headers['content-type']}, {len(i.body)} bytes, prelude as API Gateway reads it")
+    # No stream_url: the page posts its turns to its own origin, which streams.
+    checks.check(
+        f"{where}: GET /api/page names no stream_url", lambda: api.invoke(rest_v1_event("GET", "/api/page"), 60),
+        lambda i: streamed(i) and i.status == 200 and "stream_url" in json.loads(i.body)
+        and json.loads(i.body)["stream_url"] is None,
+        lambda i: f"200, stream_url {json.loads(i.body)['stream_url']!r}: turns go to api/chat on this origin")
+
+    event_file = ROOT / "events" / "rest-v1-chat-stream-turn.json"
+    name = f"{where}: events/{event_file.name} (POST /api/chat, Accept: text/event-stream)"
+    marks = [log_size(p) for p in checks.logs]
+    asked = len(llm_requests(work))
+    try:
+        event = json.loads(event_file.read_text())
+        # The shared events' user, here its own token: a conversation of its own.
+        token = user["authorization"]
+        event["headers"]["authorization"] = token
+        event["multiValueHeaders"]["authorization"] = [token]
+        i = api.invoke(event, 60)
+        prelude, body = i.prelude_split()
+    except (OSError, TimeoutError, ValueError, KeyError) as e:
+        checks.fail(f"{name}: {e}")
+        checks.show_log_errors(marks)
+        return
+    problems = [] if streamed(i) else [f"answered in mode {i.mode!r}, {i.stream_error or 'no stream error'}"]
+    problems += prelude_problems(prelude)
+    if body[:1] == b"\0":
+        problems.append("more than 8 NUL bytes between the prelude and the body")
+    if not body.startswith(b"data:"):
+        problems.append(f"the body does not start with an event: {body[:80]!r}")
+    checks.verdict(f"{name}: the prelude", problems,
+                   f"{len(prelude)} bytes, keys {sorted(json.loads(prelude))}, each header one string, "
+                   "then 8 NUL bytes, then the event stream", marks)
+    event_stream_turn(checks, name, i.status, i.headers, [(c.at, c.data) for c in i.body_chunks()],
                       i.done_at, any(r.get("stream") is True for r in llm_requests(work)[asked:]),
                       prelude_at=i.chunks[0].at)
 

@@ -6,6 +6,7 @@ Lambda runs it, and to see how each response arrives, chunk by chunk.
     api = RuntimeApi()                                  # 127.0.0.1:<free port>, in a thread
     env["AWS_LAMBDA_RUNTIME_API"] = api.address         # "127.0.0.1:PORT", as Lambda sets it
     done = api.invoke(function_url_event("GET", "/health"), timeout=30)
+    done = api.invoke(rest_v1_event("GET", "/"), timeout=30)  # a REST API (v1) proxy request
     done.mode, done.status, done.headers, done.body, done.body_chunks(), done.stream_error
     api.close()
 
@@ -19,8 +20,10 @@ Lambda runs it, and to see how each response arrives, chunk by chunk.
   fully arrived (`time.monotonic()`), so a test can tell a streamed body from one sent at the end.
 - POST /2018-06-01/runtime/invocation/{id}/error and /2018-06-01/runtime/init/error are recorded.
 
-It serves one function, one invocation at a time, as Lambda does an instance. It is not a
-Function URL: nothing here turns the prelude into an HTTP response; the test reads it as is.
+It serves one function, one invocation at a time, as Lambda does an instance. It is neither a
+Function URL nor API Gateway: nothing here turns the prelude into an HTTP response; the test
+reads it as is (`prelude_split` cuts it off the body, `prelude_problems` says what API
+Gateway's streaming format would not accept).
 """
 
 from __future__ import annotations
@@ -41,6 +44,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 PRELUDE_END = b"\0" * 8  # between a streamed response's prelude and its body
 FUNCTION_ARN = "arn:aws:lambda:eu-west-2:123456789012:function:parley-chat-stream"
 DOMAIN = "k3xq7v2mpl4tsn6hdyc5jr8wbe0fgauz.lambda-url.eu-west-2.on.aws"
+# The template's page REST API: its Regional domain and stage (PageUrl is https://<domain>/chat/).
+REST_DOMAIN = "p4q7r2s9t1.execute-api.eu-west-2.amazonaws.com"
+REST_STAGE = "chat"
+# The keys of API Gateway's "Lambda proxy integration format for response streaming":
+# https://docs.aws.amazon.com/apigateway/latest/developerguide/response-transfer-mode-lambda.html
+PRELUDE_KEYS = {"statusCode", "headers", "multiValueHeaders", "cookies"}
 NEXT = "/2018-06-01/runtime/invocation/next"
 REPLY = re.compile(r"^/2018-06-01/runtime/invocation/([^/]+)/(response|error)$")
 INIT_ERROR = "/2018-06-01/runtime/init/error"
@@ -80,6 +89,15 @@ class Invocation:
                 raise ValueError(f"no 8 NUL bytes after the prelude in {raw[:200]!r}")
             raw = raw[:end]
         return json.loads(raw)
+
+    def prelude_split(self) -> tuple[bytes, bytes]:
+        """A streamed answer cut at its first 8 NUL bytes: the prelude's bytes and all that
+        follows the delimiter (the body). Raises ValueError without a delimiter."""
+        raw = self.raw
+        end = raw.find(PRELUDE_END)
+        if end < 0:
+            raise ValueError(f"no 8 NUL bytes after the prelude in {raw[:200]!r}")
+        return raw[:end], raw[end + len(PRELUDE_END):]
 
     @property
     def status(self) -> int:
@@ -147,6 +165,78 @@ class Invocation:
         except ValueError:
             pass
         return f"{kind}: {body}"
+
+
+def prelude_problems(prelude: bytes) -> list[str]:
+    """What API Gateway's format for a streamed Lambda proxy response would not take in a
+    prelude (the bytes before the 8 NUL bytes): one JSON object of `statusCode` (a number),
+    `headers` (one string per name), `multiValueHeaders` (a list of strings per name) and
+    `cookies` (strings), nothing else; empty when it is well formed."""
+    try:
+        meta = json.loads(prelude)
+    except ValueError as e:
+        return [f"the prelude is not JSON ({e}): {prelude[:200]!r}"]
+    if not isinstance(meta, dict):
+        return [f"the prelude is not a JSON object: {prelude[:200]!r}"]
+    problems = [f"unknown key {k!r} in the prelude" for k in sorted(set(meta) - PRELUDE_KEYS)]
+    if not isinstance(meta.get("statusCode"), int):
+        problems.append(f"statusCode is {meta.get('statusCode')!r}, not a number")
+    for name, value in (meta.get("headers") or {}).items():
+        if not isinstance(value, str):
+            problems.append(f"headers[{name!r}] is {value!r}: several values belong in multiValueHeaders")
+    for name, values in (meta.get("multiValueHeaders") or {}).items():
+        if not (isinstance(values, list) and all(isinstance(v, str) for v in values)):
+            problems.append(f"multiValueHeaders[{name!r}] is {values!r}, not a list of strings")
+    cookies = meta.get("cookies", [])
+    if not (isinstance(cookies, list) and all(isinstance(c, str) for c in cookies)):
+        problems.append(f"cookies is {cookies!r}, not a list of strings")
+    return problems
+
+
+def rest_v1_event(method: str, path: str, headers: dict[str, str] | None = None,
+                  body: str | None = None) -> dict:
+    """A request to the template's page REST API (API Gateway REST API, Lambda proxy
+    integration, payload format 1.0), as API Gateway hands it to the function: the greedy
+    `/{proxy+}` resource (`/` for the root), stage `chat` in requestContext.path only."""
+    now = time.time()
+    headers = {k.lower(): v for k, v in (headers or {}).items()}
+    headers.setdefault("host", REST_DOMAIN)
+    headers.setdefault("user-agent", "runtime_api.py")
+    headers.setdefault("x-forwarded-proto", "https")
+    headers.setdefault("x-forwarded-port", "443")
+    headers.setdefault("x-forwarded-for", "203.0.113.10")
+    if body is not None:
+        headers.setdefault("content-length", str(len(body.encode())))
+    resource = "/" if path == "/" else "/{proxy+}"
+    return {
+        "resource": resource,
+        "path": path,
+        "httpMethod": method,
+        "headers": headers,
+        "multiValueHeaders": {k: [v] for k, v in headers.items()},
+        "queryStringParameters": None,
+        "multiValueQueryStringParameters": None,
+        "pathParameters": None if path == "/" else {"proxy": path.lstrip("/")},
+        "stageVariables": None,
+        "requestContext": {
+            "accountId": "123456789012",
+            "apiId": REST_DOMAIN.split(".")[0],
+            "domainName": REST_DOMAIN,
+            "domainPrefix": REST_DOMAIN.split(".")[0],
+            "httpMethod": method,
+            "identity": {"sourceIp": "203.0.113.10", "userAgent": headers["user-agent"]},
+            "path": f"/{REST_STAGE}{path}",
+            "protocol": "HTTP/1.1",
+            "requestId": str(uuid.uuid4()),
+            "requestTime": time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(now)),
+            "requestTimeEpoch": int(now * 1000),
+            "resourceId": "b2c3d4",
+            "resourcePath": resource,
+            "stage": REST_STAGE,
+        },
+        "body": body,
+        "isBase64Encoded": False,
+    }
 
 
 def function_url_event(method: str, path: str, headers: dict[str, str] | None = None,

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -261,6 +263,71 @@ def main() -> None:
 
         check("a busy conversation (409) while answering", busy_conversation)
 
+        def busy_service() -> str:
+            # API Gateway's busy response (template.yaml's PageApiBusyResponse) to the answer:
+            # nothing was decided, so the card says so with the wait, holds its buttons for it,
+            # and the same answer then goes through to the real chat.
+            add_task()
+            ask(page)
+            c = card(page)
+            refused: list[dict] = []
+
+            def gateway(route) -> None:
+                refused.append(route.request.post_data_json)
+                route.fulfill(status=503, headers={"Retry-After": "7"}, json={"error": {
+                    "code": "busy", "message": "The assistant is busy, or could not be reached: try again in 10 seconds."}})
+
+            page.route("**/api/chat", gateway, times=1)
+            before = deletions()
+            c.get_by_role("button", name="Approve").click()
+            expect(c.locator(".outcome")).to_have_text("Not sent: Parley is busy right now; try again in 7 s.")
+            refused_at = time.monotonic()
+            approve_button = c.locator("button.approve")
+            expect(approve_button).to_be_disabled()
+            expect(approve_button).to_have_text(re.compile(r"^Approve \([1-7] s\)$"))
+            expect(c).to_have_attribute("data-decision", "pending")
+            assert page.locator(".message.assistant .error").count() == 0, "the refusal is shown as a failed turn"
+            assert "503" not in (c.text_content() or "")
+            c.scroll_into_view_if_needed()
+            page.screenshot(path=str(SHOTS / "approval-busy.png"))
+            expect(approve_button).to_be_enabled(timeout=12_000)
+            held = time.monotonic() - refused_at
+            assert held >= 5.5, f"the buttons came back after {held:.1f} s"
+            expect(approve_button).to_have_text("Approve")
+            expect(c.locator(".outcome")).to_have_text("Not sent, as Parley was busy. You can answer again now.")
+            assert task_exists() and deletions() == before, "the refused answer ran the call"
+            assert decisions(conversation_of(page)) == ["pending"], decisions(conversation_of(page))
+            approve_button.click()
+            expect(c).to_have_attribute("data-outcome", "done", timeout=TURN_MS)
+            assert not task_exists() and deletions() == before + 1
+            assert refused and refused[0]["approvals"][0]["approved"] is True, refused
+            return f"the card said busy and 7 s, held its buttons {held:.1f} s; the same answer then ran the call once"
+
+        check("a busy service (503) while answering", busy_service)
+
+        def outcome_unknown() -> str:
+            # The chat's own 503 approval_outcome_unknown (the approved call's answer did not
+            # arrive): the card offers the same answer again after the wait, and only that.
+            add_task()
+            ask(page)
+            c = card(page)
+            page.route("**/api/chat", lambda route: route.fulfill(status=503, headers={"Retry-After": "2"}, json={"error": {
+                "code": "approval_outcome_unknown",
+                "message": "the approved call `delete_task` was sent but its answer did not arrive in time"}}), times=1)
+            c.get_by_role("button", name="Approve").click()
+            expect(c.locator(".outcome")).to_contain_text("Send the same answer again in 2 s")
+            again = c.get_by_role("button", name="Send the approval again")
+            expect(again).to_be_enabled(timeout=6_000)
+            expect(c.get_by_role("button", name="Deny")).to_be_hidden()
+            expect(c.locator(".outcome")).to_contain_text("send the same answer again now")
+            again.click()
+            expect(c).to_have_attribute("data-outcome", "done", timeout=TURN_MS)
+            expect(c.get_by_role("button", name="Approve")).to_be_hidden()
+            assert not task_exists()
+            return "the card offered 'Send the approval again' after 2 s (no Deny); sent, the call ran"
+
+        check("an approved call's outcome unknown (503)", outcome_unknown)
+
         def keyboard_only() -> str:
             add_task()
             page.get_by_role("button", name="New conversation").focus()
@@ -345,8 +412,12 @@ def main() -> None:
 
         def clean() -> str:
             # Chromium asks for /favicon.ico by itself; the page has none to give.
-            # The 409 of the busy case is logged by the browser on purpose.
+            # The 409 and the two 503s of the busy cases are logged by the browser on purpose
+            # (once as a response, once in the console each).
             real = [e for e in errors if "/favicon.ico" not in e and "409" not in e]
+            refused = [e for e in real if e.startswith("503 POST ") or "status of 503" in e]
+            assert len(refused) <= 4, f"more 503s than the busy cases sent: {refused}"
+            real = [e for e in real if e not in refused]
             assert not real, f"browser errors: {real}"
             return "no script errors"
 

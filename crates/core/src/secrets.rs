@@ -5,9 +5,11 @@
 //! within that time. [`RotatingSecret`] is one such setting as its users see it.
 //!
 //! Two shapes of secret are understood. An RDS database secret (`username`, `password`, `host`,
-//! `port`, `dbname`, `engine`) becomes `DATABASE_URL`; any other key that looks like a setting
-//! name (`LLM_API_KEY`, `MCP_AUTH_TOKEN`, ...) supplies that setting. Secret values win over the
-//! environment: the secret is what rotation updates. Values never reach errors, logs or Debug.
+//! `port`, `dbname`, `engine`) becomes `DATABASE_URL`, or the setting its `SECRET_IDS` entry
+//! names (`SQL_DATABASE_URL=arn:...`: the SQL tools' login, rotated like the rest); any other
+//! key that looks like a setting name (`LLM_API_KEY`, `MCP_AUTH_TOKEN`, ...) supplies that
+//! setting. Secret values win over the environment: the secret is what rotation updates. Values
+//! never reach errors, logs or Debug.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -23,8 +25,12 @@ use serde_json::Value;
 
 use crate::config::{ConfigError, Env, SecretString};
 
-/// The setting that lists the secrets: ids or ARNs, comma-separated, later ones winning.
+/// The setting that lists the secrets: ids or ARNs, comma-separated, later ones winning. An
+/// entry `SETTING=id` (the text before its first `=` a setting name) makes that RDS secret's
+/// URL `SETTING` instead of `DATABASE_URL`.
 pub const SECRET_IDS: &str = "SECRET_IDS";
+/// Where an RDS secret's URL goes when its entry names no setting.
+const DATABASE_URL: &str = "DATABASE_URL";
 const MIN_REFRESH: &str = "SECRETS_MIN_REFRESH_MS";
 const DEFAULT_MIN_REFRESH: Duration = Duration::from_secs(30);
 const TTL: &str = "SECRETS_TTL_MS";
@@ -70,6 +76,9 @@ pub async fn load(env: &Env) -> Result<(Env, Option<Secrets>), SecretsError> {
     let ids = env.list(SECRET_IDS);
     if ids.is_empty() {
         return Ok((env.clone(), None));
+    }
+    for raw in &ids {
+        check_entry(raw)?;
     }
     let min_refresh = env.millis(MIN_REFRESH, DEFAULT_MIN_REFRESH, 0..=86_400_000)?;
     let ttl = env.millis(TTL, DEFAULT_TTL, 1_000..=86_400_000)?;
@@ -292,14 +301,57 @@ impl RotatingSecret {
     }
 }
 
+/// One entry of `SECRET_IDS`: the secret's id or ARN, and the setting an RDS secret's URL
+/// supplies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry<'a> {
+    id: &'a str,
+    url_setting: &'a str,
+}
+
+/// `SETTING=id` when the text before the first `=` is a setting name, else `id` for
+/// `DATABASE_URL`. (Secret names may hold `=`; one whose text before it is a setting name is
+/// read as this form.)
+fn entry(raw: &str) -> Entry<'_> {
+    match raw.split_once('=') {
+        Some((setting, id)) if is_setting_name(setting.trim()) => Entry {
+            id: id.trim(),
+            url_setting: setting.trim(),
+        },
+        _ => Entry {
+            id: raw,
+            url_setting: DATABASE_URL,
+        },
+    }
+}
+
+/// An entry that cannot be used: no id after `SETTING=`, or a setting a secret may not supply.
+fn check_entry(raw: &str) -> Result<(), ConfigError> {
+    let Entry { id, url_setting } = entry(raw);
+    if id.is_empty() {
+        return Err(ConfigError::new(
+            SECRET_IDS,
+            format!("`{url_setting}=` names no secret; write {url_setting}=<secret id or ARN>"),
+        ));
+    }
+    if [SECRET_IDS, MIN_REFRESH, TTL].contains(&url_setting) {
+        return Err(ConfigError::new(
+            SECRET_IDS,
+            format!("`{url_setting}` cannot come from a secret"),
+        ));
+    }
+    Ok(())
+}
+
 /// Where secrets come from: Secrets Manager in production, a stand-in in unit tests.
 trait Source: Send + Sync {
+    /// The `SECRET_IDS` entries, as written (see [`entry`]).
     fn ids(&self) -> &[String];
-    /// Every secret's text, in `SECRET_IDS` order.
+    /// Every secret's text with its entry, in `SECRET_IDS` order.
     fn fetch(&self) -> Pin<Box<dyn Future<Output = Result<Fetched, SecretsError>> + Send + '_>>;
 }
 
-/// `(id, SecretString)` pairs. Only ever handled whole, never printed.
+/// `(SECRET_IDS entry, SecretString)` pairs. Only ever handled whole, never printed.
 type Fetched = Vec<(String, SecretString)>;
 
 struct AwsSource {
@@ -319,7 +371,7 @@ impl Source for AwsSource {
             for (i, id) in self.ids.iter().enumerate() {
                 let client = self.client.clone();
                 let id = id.clone();
-                tasks.spawn(async move { (i, fetch_one(&client, &id).await) });
+                tasks.spawn(async move { (i, fetch_one(&client, entry(&id).id).await) });
             }
             let mut fetched: Vec<Option<(String, SecretString)>> = vec![None; self.ids.len()];
             while let Some(joined) = tasks.join_next().await {
@@ -397,12 +449,13 @@ fn merge(base: &Env, fetched: &Fetched) -> Result<Env, SecretsError> {
     Ok(base.overlay(settings))
 }
 
-/// The settings one secret supplies.
+/// The settings one secret supplies; `raw` is its `SECRET_IDS` entry.
 fn settings_of(
     base: &Env,
-    id: &str,
+    raw: &str,
     text: &SecretString,
 ) -> Result<BTreeMap<String, String>, SecretsError> {
+    let Entry { id, url_setting } = entry(raw);
     // Only the position is kept from a parse error: serde's messages may quote the text.
     let json: Value = serde_json::from_str(text.expose_secret()).map_err(|e| {
         SecretsError::invalid(
@@ -444,13 +497,21 @@ fn settings_of(
         settings.insert(key.clone(), value);
     }
     if RDS_KEYS.iter().any(|k| object.contains_key(*k)) {
-        if settings.contains_key("DATABASE_URL") {
+        if settings.contains_key(url_setting) {
             return Err(SecretsError::invalid(
                 id,
-                "holds both DATABASE_URL and RDS keys; keep one of them",
+                format!("holds both {url_setting} and RDS keys; keep one of them"),
             ));
         }
-        settings.insert("DATABASE_URL".into(), database_url(base, id, &object)?);
+        settings.insert(url_setting.into(), database_url(base, id, &object)?);
+    } else if url_setting != DATABASE_URL {
+        return Err(SecretsError::invalid(
+            id,
+            format!(
+                "is named for {url_setting} in SECRET_IDS, but is not an RDS database secret \
+                 (username, password, host, port, dbname)"
+            ),
+        ));
     }
     Ok(settings)
 }
@@ -561,14 +622,16 @@ fn database_url(
 fn supplied_names(fetched: &Fetched) -> Vec<String> {
     let mut names: Vec<String> = fetched
         .iter()
-        .filter_map(|(_, text)| serde_json::from_str::<Value>(text.expose_secret()).ok())
-        .filter_map(|v| v.as_object().cloned())
-        .flat_map(|o| {
+        .filter_map(|(raw, text)| {
+            let value = serde_json::from_str::<Value>(text.expose_secret()).ok()?;
+            Some((entry(raw).url_setting, value.as_object()?.clone()))
+        })
+        .flat_map(|(url_setting, o)| {
             let rds = RDS_KEYS.iter().any(|k| o.contains_key(*k));
             o.keys()
                 .filter(|k| is_setting_name(k))
                 .cloned()
-                .chain(rds.then(|| "DATABASE_URL".to_owned()))
+                .chain(rds.then(|| url_setting.to_owned()))
                 .collect::<Vec<_>>()
         })
         .collect();
@@ -691,6 +754,134 @@ mod tests {
                 .to_string()
                 .contains("key `port`")
         );
+    }
+
+    #[test]
+    fn an_entry_naming_a_setting_puts_that_rds_secret_in_it() {
+        let sql = json!({"engine": "postgres", "host": "db.internal", "port": 5432,
+                         "username": "parley_sql", "password": "p@ss/w:rd?", "dbname": "parley"});
+        let env = merge(
+            &Env::from_pairs([("DATABASE_HOST", "proxy.internal")]),
+            &fetched(&[
+                ("arn:aws:secretsmanager:eu-west-1:1:secret:owner", rds()),
+                (
+                    "SQL_DATABASE_URL=arn:aws:secretsmanager:eu-west-1:1:secret:sql",
+                    sql,
+                ),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            env.get("DATABASE_URL"),
+            Some("postgres://parley_mcp:pw@proxy.internal:5432/parley?sslmode=verify-full")
+        );
+        // Same URL building: the environment's host, the password percent-encoded.
+        assert_eq!(
+            env.get("SQL_DATABASE_URL"),
+            Some(
+                "postgres://parley_sql:p%40ss%2Fw%3Ard%3F@proxy.internal:5432/parley?sslmode=verify-full"
+            )
+        );
+        assert_eq!(
+            supplied_names(&fetched(&[(" SQL_DATABASE_URL = sql", rds())])),
+            ["SQL_DATABASE_URL"]
+        );
+    }
+
+    #[test]
+    fn entries_are_split_only_at_a_setting_name() {
+        assert_eq!(
+            entry("SQL_DATABASE_URL=parley/sql"),
+            Entry {
+                id: "parley/sql",
+                url_setting: "SQL_DATABASE_URL"
+            }
+        );
+        // Secret names may hold `=`: only a setting name before it makes it this form.
+        for raw in ["parley/a=b", "arn:aws:secretsmanager:r:1:secret:x=y", "=x"] {
+            assert_eq!(
+                entry(raw),
+                Entry {
+                    id: raw,
+                    url_setting: "DATABASE_URL"
+                }
+            );
+        }
+        assert!(check_entry("SQL_DATABASE_URL=").is_err());
+        assert_eq!(
+            check_entry("SECRET_IDS=x").unwrap_err().to_string(),
+            "invalid setting SECRET_IDS: `SECRET_IDS` cannot come from a secret"
+        );
+        check_entry("SQL_DATABASE_URL=arn:aws:secretsmanager:r:1:secret:sql").unwrap();
+    }
+
+    #[test]
+    fn a_secret_named_for_a_setting_must_be_an_rds_secret() {
+        let e = merge(
+            &Env::default(),
+            &fetched(&[("SQL_DATABASE_URL=app", json!({"LLM_MODEL": "x"}))]),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "secret app: is named for SQL_DATABASE_URL in SECRET_IDS, but is not an RDS \
+             database secret (username, password, host, port, dbname)"
+        );
+        let both = json!({"username": "u", "password": "p", "host": "h",
+                          "SQL_DATABASE_URL": "postgres://x"});
+        let e = merge(&Env::default(), &fetched(&[("SQL_DATABASE_URL=s", both)])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "secret s: holds both SQL_DATABASE_URL and RDS keys; keep one of them"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refresh_rebuilds_the_named_setting_from_the_rotated_secret() {
+        struct Rotating(Arc<AtomicUsize>, Vec<String>);
+        impl Source for Rotating {
+            fn ids(&self) -> &[String] {
+                &self.1
+            }
+            fn fetch(
+                &self,
+            ) -> Pin<Box<dyn Future<Output = Result<Fetched, SecretsError>> + Send + '_>>
+            {
+                let n = self.0.fetch_add(1, Ordering::SeqCst);
+                Box::pin(async move {
+                    Ok(fetched(&[(
+                        "SQL_DATABASE_URL=sql",
+                        json!({"username": "parley_sql", "password": format!("pw{n}"),
+                               "host": "h", "dbname": "d"}),
+                    )]))
+                })
+            }
+        }
+        let source = Rotating(
+            Arc::new(AtomicUsize::new(0)),
+            vec!["SQL_DATABASE_URL=sql".into()],
+        );
+        let secrets = Secrets::start(
+            Env::default(),
+            Box::new(source),
+            Duration::ZERO,
+            DEFAULT_TTL,
+        )
+        .await
+        .unwrap();
+        let sql = RotatingSecret::new(
+            "SQL_DATABASE_URL",
+            secrets.env().secret("SQL_DATABASE_URL"),
+            Some(secrets.clone()),
+        );
+        let (generation, url) = sql.peek();
+        assert!(url.unwrap().expose_secret().contains(":pw0@"));
+        assert!(
+            sql.renew(generation).await,
+            "the refresh brought a new password"
+        );
+        assert!(sql.peek().1.unwrap().expose_secret().contains(":pw1@"));
+        assert_eq!(secrets.env().get("DATABASE_URL"), None);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::{Body, HttpBody};
+use axum::http::header::SET_COOKIE;
 use axum::http::{HeaderName, HeaderValue, Request, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
@@ -178,7 +179,8 @@ pub enum LambdaResponseMode {
     Buffered,
     /// `lambda_http::run_with_streaming_response`: a JSON prelude with the status and headers,
     /// then the body's chunks as the router yields them, to the Runtime API in
-    /// `Lambda-Runtime-Function-Response-Mode: streaming`.
+    /// `Lambda-Runtime-Function-Response-Mode: streaming`. Each header has one value in the
+    /// prelude ([`one_value_per_header`]).
     Streaming,
 }
 
@@ -230,6 +232,8 @@ impl Listener {
                 let outcome = match mode {
                     LambdaResponseMode::Buffered => lambda_http::run(router).await,
                     LambdaResponseMode::Streaming => {
+                        let router =
+                            router.layer(axum::middleware::map_response(one_value_per_header));
                         lambda_http::run_with_streaming_response(router).await
                     }
                 };
@@ -243,6 +247,34 @@ impl Listener {
             }
         }
     }
+}
+
+/// A streamed response's headers, one value per name, for its prelude: `{"statusCode",
+/// "headers", "cookies"}`, 8 NUL bytes, then the body. API Gateway's format for streamed Lambda
+/// proxy responses maps each name in `headers` to one value and keeps repeated ones in
+/// `multiValueHeaders`, which lambda_http's prelude has not: it writes a repeated header as an
+/// array under `headers`. So repeated values are joined with ", ", as RFC 9110 (5.3) allows for
+/// list-valued fields. `Set-Cookie`, which must not be joined, lambda_http moves to `cookies`.
+async fn one_value_per_header(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    let repeated: Vec<HeaderName> = headers
+        .keys()
+        .filter(|name| *name != SET_COOKIE && headers.get_all(*name).iter().nth(1).is_some())
+        .cloned()
+        .collect();
+    for name in repeated {
+        let joined = headers
+            .get_all(&name)
+            .iter()
+            .map(HeaderValue::as_bytes)
+            .collect::<Vec<_>>()
+            .join(&b", "[..]);
+        // Joined visible values are a visible value; anything else stays as it was.
+        if let Ok(value) = HeaderValue::from_bytes(&joined) {
+            headers.insert(name, value);
+        }
+    }
+    response
 }
 
 /// Wraps a router so every request runs in a span carrying its request id, `x-request-id` is
@@ -467,6 +499,66 @@ mod tests {
         assert!(
             err.to_string().contains("LAMBDA_RESPONSE_STREAMING"),
             "{err}"
+        );
+    }
+
+    /// What lambda_runtime writes before the 8 NUL bytes, for a response of `app`.
+    async fn prelude(app: Router, request: Request<Body>) -> serde_json::Value {
+        use lambda_http::lambda_runtime::MetadataPrelude;
+        let response = app.oneshot(request).await.unwrap();
+        // As lambda_http's streaming adapter builds it: Set-Cookie to `cookies`.
+        let (parts, _) = response.into_parts();
+        let mut headers = parts.headers;
+        let cookies = headers
+            .get_all(SET_COOKIE)
+            .iter()
+            .map(|c| c.to_str().unwrap().to_owned())
+            .collect();
+        headers.remove(SET_COOKIE);
+        serde_json::to_value(MetadataPrelude {
+            status_code: parts.status,
+            headers,
+            cookies,
+        })
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_streamed_prelude_holds_one_value_per_header_as_api_gateway_reads_it() {
+        use axum::http::header::{SET_COOKIE, VARY};
+        use axum::routing::get;
+        let repeats = || {
+            Router::new().route(
+                "/",
+                get(|| async {
+                    let repeated = axum::response::AppendHeaders([
+                        (VARY, "origin"),
+                        (VARY, "accept-encoding"),
+                        (SET_COOKIE, "a=1"),
+                        (SET_COOKIE, "b=2"),
+                    ]);
+                    (repeated, "ok")
+                }),
+            )
+        };
+        let request = || Request::get("/").body(Body::empty()).unwrap();
+
+        // Without the layer, lambda_http would write an array where API Gateway reads one value.
+        let raw = prelude(repeats(), request()).await;
+        assert_eq!(
+            raw["headers"]["vary"],
+            serde_json::json!(["origin", "accept-encoding"])
+        );
+
+        let app = repeats().layer(axum::middleware::map_response(one_value_per_header));
+        let prelude = prelude(app, request()).await;
+        assert_eq!(prelude["statusCode"], 200);
+        assert_eq!(prelude["headers"]["vary"], "origin, accept-encoding");
+        assert_eq!(prelude["cookies"], serde_json::json!(["a=1", "b=2"]));
+        let headers = prelude["headers"].as_object().unwrap();
+        assert!(
+            headers.values().all(serde_json::Value::is_string),
+            "{headers:?}"
         );
     }
 

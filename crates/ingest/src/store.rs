@@ -6,17 +6,19 @@
 //! u16 unused, then big-endian f32s), so no float is printed and parsed again.
 
 use std::collections::HashMap;
-use std::pin::pin;
 use std::sync::LazyLock;
 
 use bytes::{BufMut, BytesMut};
-use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{IsNull, Kind, ToSql, Type, to_sql_checked};
 use tokio_postgres::{Client, GenericClient};
 
 use crate::{CollectionSpec, IngestError, Member, pg};
 
 pub(crate) mod extraction;
+
+/// Rows per INSERT of sections or chunks: a statement takes at most 65,535 parameters, and a
+/// chunk has 9.
+const ROWS_PER_INSERT: usize = 1000;
 
 /// The collection a run writes into.
 #[derive(Debug, Clone)]
@@ -399,18 +401,21 @@ pub(crate) async fn ensure_collection(
 }
 
 /// Migration 0004 indexes 384-dimension vectors (all-MiniLM-L6-v2); a model of another length
-/// gets its own partial HNSW index of the same shape, so its searches are indexed too.
+/// gets its own partial HNSW index of the same shape, so its searches are indexed too. Made by
+/// migration 0025's function, which runs as the tables' owner: CREATE INDEX needs the owner,
+/// and the ingest function's login is not.
 async fn ensure_index(db: &Client, dims: usize) -> Result<(), IngestError> {
     if dims == 384 {
         return Ok(());
     }
-    db.batch_execute(&format!(
-        "CREATE INDEX IF NOT EXISTS chunks_embedding_{dims}_idx ON parley.chunks
-             USING hnsw ((embedding::vector({dims})) vector_cosine_ops)
-             WHERE vector_dims(embedding) = {dims}"
-    ))
+    let dims = dims as i32;
+    db.execute_typed(
+        "SELECT parley.ensure_embedding_index($1)",
+        &[(&dims, Type::INT4)],
+    )
     .await
-    .map_err(pg("creating the HNSW index for this model's length"))
+    .map_err(pg("creating the HNSW index for this model's length"))?;
+    Ok(())
 }
 
 /// The collection by name, if it exists.
@@ -548,77 +553,91 @@ pub(crate) async fn write_document(
         .map_err(pg("inserting a document"))?
         .get(0);
 
-    // `copy_in` prepares a named statement and closes it once the COPY has begun: both inside
-    // this transaction, so a transaction-mode pooler sees nothing left on the session.
-    let sink = tx
-        .copy_in("COPY parley.sections (document_id, collection_id, ord, heading, text) FROM STDIN (FORMAT binary)")
-        .await
-        .map_err(pg("starting COPY into sections"))?;
-    let mut writer = pin!(BinaryCopyInWriter::new(
-        sink,
-        &[
-            Type::INT8,
-            Type::INT8,
-            Type::INT4,
-            Type::TEXT_ARRAY,
-            Type::TEXT
-        ]
-    ));
-    for (ord, s) in doc.sections.iter().enumerate() {
-        let ord = ord as i32;
-        writer
-            .as_mut()
-            .write(&[&id, &collection.id, &ord, &s.heading, &s.text])
-            .await
-            .map_err(pg("copying sections"))?;
-    }
-    writer
-        .finish()
-        .await
-        .map_err(pg("finishing COPY into sections"))?;
-
-    let sink = tx
-        .copy_in(
-            "COPY parley.chunks (document_id, collection_id, section, position, heading, text, context, page, embedding)
-             FROM STDIN (FORMAT binary)",
+    // INSERT, not COPY: COPY FROM is refused on a table with row-level security to all but
+    // its owner, and the ingest function's login is not the owner (migration 0025). Several
+    // rows per statement, so the chunks' statement triggers run once per batch.
+    let ords: Vec<i32> = (0..doc.sections.len() as i32).collect();
+    for (sections, ords) in doc
+        .sections
+        .chunks(ROWS_PER_INSERT)
+        .zip(ords.chunks(ROWS_PER_INSERT))
+    {
+        let mut params: Vec<(&(dyn ToSql + Sync), Type)> = Vec::with_capacity(5 * sections.len());
+        let mut rows = Vec::with_capacity(sections.len());
+        for (s, ord) in sections.iter().zip(ords) {
+            let n = params.len();
+            rows.push(format!(
+                "(${}, ${}, ${}, ${}, ${})",
+                n + 1,
+                n + 2,
+                n + 3,
+                n + 4,
+                n + 5
+            ));
+            params.extend([
+                (&id as &(dyn ToSql + Sync), Type::INT8),
+                (&collection.id, Type::INT8),
+                (ord, Type::INT4),
+                (&s.heading, Type::TEXT_ARRAY),
+                (&s.text, Type::TEXT),
+            ]);
+        }
+        tx.execute_typed(
+            &format!(
+                "INSERT INTO parley.sections (document_id, collection_id, ord, heading, text) VALUES {}",
+                rows.join(", ")
+            ),
+            &params,
         )
         .await
-        .map_err(pg("starting COPY into chunks"))?;
-    let mut writer = pin!(BinaryCopyInWriter::new(
-        sink,
-        &[
-            Type::INT8,
-            Type::INT8,
-            Type::INT4,
-            Type::INT4,
-            Type::TEXT_ARRAY,
-            Type::TEXT,
-            Type::TEXT,
-            Type::INT4,
-            vector(),
-        ]
-    ));
-    for (c, e) in doc.chunks.iter().zip(embeddings) {
-        writer
-            .as_mut()
-            .write(&[
-                &id,
-                &collection.id,
-                &c.section,
-                &c.position,
-                &c.heading,
-                &c.text,
-                &c.context,
-                &c.page,
-                &Vector(e),
-            ])
-            .await
-            .map_err(pg("copying chunks"))?;
+        .map_err(pg("inserting sections"))?;
     }
-    writer
-        .finish()
+    let vectors: Vec<Vector<'_>> = embeddings.iter().map(|e| Vector(e)).collect();
+    for (chunks, vectors) in doc
+        .chunks
+        .chunks(ROWS_PER_INSERT)
+        .zip(vectors.chunks(ROWS_PER_INSERT))
+    {
+        let mut params: Vec<(&(dyn ToSql + Sync), Type)> = Vec::with_capacity(9 * chunks.len());
+        let mut rows = Vec::with_capacity(chunks.len());
+        for (c, v) in chunks.iter().zip(vectors) {
+            let n = params.len();
+            rows.push(format!(
+                "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}::vector)",
+                n + 1,
+                n + 2,
+                n + 3,
+                n + 4,
+                n + 5,
+                n + 6,
+                n + 7,
+                n + 8,
+                n + 9
+            ));
+            params.extend([
+                (&id as &(dyn ToSql + Sync), Type::INT8),
+                (&collection.id, Type::INT8),
+                (&c.section, Type::INT4),
+                (&c.position, Type::INT4),
+                (&c.heading, Type::TEXT_ARRAY),
+                (&c.text, Type::TEXT),
+                (&c.context, Type::TEXT),
+                (&c.page, Type::INT4),
+                (v, vector()),
+            ]);
+        }
+        tx.execute_typed(
+            &format!(
+                "INSERT INTO parley.chunks
+                        (document_id, collection_id, section, position, heading, text, context, page, embedding)
+                 VALUES {}",
+                rows.join(", ")
+            ),
+            &params,
+        )
         .await
-        .map_err(pg("finishing COPY into chunks"))?;
+        .map_err(pg("inserting chunks"))?;
+    }
     tx.commit().await.map_err(pg("committing a document"))?;
     Ok(if replaced {
         Written::Replaced

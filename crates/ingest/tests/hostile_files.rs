@@ -39,7 +39,7 @@ use std::time::Duration;
 
 use parley_ingest::{
     ChunkOptions, CollectionSpec, ExtractError, ExtractLimits, Extracted, Format, IngestOptions,
-    discover, extract, ingest,
+    Summary, discover, extract, ingest,
 };
 use parley_testkit::TestDb;
 
@@ -198,6 +198,45 @@ fn the_hand_written_zlib_stream_inflates_to_its_zeros() {
     }
 }
 
+/// One run of `parley ingest` over `dir` into collection `name`.
+async fn ingest_folder(
+    db: &TestDb,
+    dir: &std::path::Path,
+    name: &str,
+    options: &IngestOptions,
+) -> Summary {
+    ingest(
+        &mut db.client().await,
+        &parley_testkit::embeddings::embedder(),
+        &CollectionSpec::named(name),
+        discover(&[dir.to_path_buf()]).unwrap(),
+        options,
+    )
+    .await
+    .unwrap()
+}
+
+/// The files a run skipped, with why.
+fn skipped(summary: &Summary) -> Vec<(&str, &str)> {
+    summary
+        .skipped
+        .iter()
+        .map(|s| (s.uri.as_str(), s.reason.as_str()))
+        .collect()
+}
+
+/// The uris of the documents stored, in order.
+async fn stored_uris(db: &TestDb) -> Vec<String> {
+    db.client()
+        .await
+        .query("SELECT uri FROM parley.documents ORDER BY uri", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
 #[tokio::test]
 async fn a_folder_of_hostile_files_stores_its_good_files_and_says_what_is_wrong_with_each_other() {
     let db = TestDb::migrated().await;
@@ -239,21 +278,8 @@ async fn a_folder_of_hostile_files_stores_its_good_files_and_says_what_is_wrong_
         },
         ..IngestOptions::default()
     };
-    let summary = ingest(
-        &mut db.client().await,
-        &parley_testkit::embeddings::embedder(),
-        &CollectionSpec::named("mixed"),
-        discover(&[dir.path().to_path_buf()]).unwrap(),
-        &options,
-    )
-    .await
-    .unwrap();
-
-    let reasons: Vec<(&str, &str)> = summary
-        .skipped
-        .iter()
-        .map(|s| (s.uri.as_str(), s.reason.as_str()))
-        .collect();
+    let summary = ingest_folder(&db, dir.path(), "mixed", &options).await;
+    let reasons = skipped(&summary);
     assert_eq!(
         reasons,
         [
@@ -294,16 +320,8 @@ async fn a_folder_of_hostile_files_stores_its_good_files_and_says_what_is_wrong_
         ],
         "{summary}"
     );
-    let client = db.client().await;
-    let stored: Vec<String> = client
-        .query("SELECT uri FROM parley.documents ORDER BY uri", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
     assert_eq!(
-        stored,
+        stored_uris(&db).await,
         ["good.pdf", "notes.md", "small.docx", "zz-last.pdf"]
     );
     assert_eq!(summary.added, 4);
@@ -338,20 +356,8 @@ async fn a_word_file_of_too_many_chunks_is_skipped_and_the_files_beside_it_are_s
         },
         ..IngestOptions::default()
     };
-    let summary = ingest(
-        &mut db.client().await,
-        &parley_testkit::embeddings::embedder(),
-        &CollectionSpec::named("reports"),
-        discover(&[dir.path().to_path_buf()]).unwrap(),
-        &options,
-    )
-    .await
-    .unwrap();
-    let reasons: Vec<(&str, &str)> = summary
-        .skipped
-        .iter()
-        .map(|s| (s.uri.as_str(), s.reason.as_str()))
-        .collect();
+    let summary = ingest_folder(&db, dir.path(), "reports", &options).await;
+    let reasons = skipped(&summary);
     assert_eq!(
         reasons,
         [

@@ -10,7 +10,10 @@
 // the only other origin the Content-Security-Policy lets it reach. Everything a model or a tool
 // wrote is put on the page as
 // text nodes or built elements, never as HTML: there is no innerHTML here, and the
-// Content-Security-Policy allows no inline script besides.
+// Content-Security-Policy allows no inline script besides. A request refused because the service
+// is busy (429, 503, from the chat or any gateway in front of it) is said as "Parley is busy right
+// now; try again in N s", with a refused question back in the message box ("refused because
+// busy", below).
 
 const TOKEN_KEY = "parley.token";
 // With an OpenID provider: this tab's tokens ({access_token, id_token, refresh_token,
@@ -662,9 +665,41 @@ class ApprovalCard {
 
   /** Buttons off while an answer is on its way (or a new message is declining the call). */
   busy(on, text = "") {
+    this.stopHold?.();
     for (const control of [this.approve, this.deny, this.reason]) control.disabled = on;
     this.node.setAttribute("aria-busy", String(on));
     if (text) this.outcome.textContent = text;
+  }
+
+  /** An answer refused because the service is busy (`text` says so): the buttons come back when
+   * the wait of `seconds` is over, the Approve button counting down, and `then` is said. */
+  hold(text, seconds, then = "You can answer again now.") {
+    this.busy(true, text);
+    this.node.setAttribute("aria-busy", "false");
+    const label = this.approve.textContent;
+    const stop = countdown(seconds, (left) => {
+      this.approve.textContent = `${label} (${left} s)`;
+    }, () => {
+      this.stopHold = null;
+      this.approve.textContent = label;
+      for (const control of [this.approve, this.deny, this.reason]) control.disabled = false;
+      this.outcome.textContent = then;
+    });
+    this.stopHold = () => {
+      stop();
+      this.stopHold = null;
+      this.approve.textContent = label;
+    };
+  }
+
+  /** An approved call whose outcome did not arrive (`approval_outcome_unknown`): the same
+   * answer, sent again, settles it without running it twice. Only Approve is offered. */
+  offerAgain(text, seconds) {
+    this.again = true;
+    this.controls.hidden = false;
+    for (const node of this.controls.querySelectorAll(".deny, .reason, .reason-label")) node.hidden = true;
+    this.approve.textContent = "Send the approval again";
+    this.hold(text, seconds, "Its outcome is still unknown: send the same answer again now. The call does not run twice.");
   }
 
   /** What the tool does (its title and description, as its server lists them) and what
@@ -685,6 +720,10 @@ class ApprovalCard {
   update(approval) {
     this.approval = { ...this.approval, ...approval };
     const a = this.approval;
+    this.stopHold?.();
+    this.again = false;
+    this.approve.textContent = "Approve";
+    for (const node of this.controls.querySelectorAll(".deny, .reason, .reason-label")) node.hidden = false;
     this.showAbout(a);
     clearTimeout(this.timer);
     let decision = a.decision ?? "pending";
@@ -778,14 +817,128 @@ const PROBLEMS = {
   internal: "Something went wrong inside the assistant. Try again; if it keeps happening, tell whoever runs it, with the code below.",
 };
 
+// --- refused because busy ------------------------------------------------------------------
+// A request refused because the service is busy or could not run it: 429 or 503 from any front
+// door (the chat's own JSON errors; a Function URL's throttle, whose body is AWS's or not JSON;
+// API Gateway's busy response, template.yaml's PageApiBusyResponse; an HTTP API's bare
+// `{"message": ...}`), a front door's own 5xx, 409 `conversation_busy`, or no answer at all.
+// The page says so with the wait (`Retry-After`, in seconds or as an HTTP date), puts a refused
+// question back in the message box and holds Send until the wait is over. It never sends a turn
+// again by itself (a turn may write); reads (the conversation list, a conversation's messages)
+// it asks for again once the wait is over, at most READ_RETRIES times.
+
+/** The wait when a refusal names none, or names one this page cannot read (a Function URL on
+ * another origin exposes only `x-request-id` to it): 10 s, as API Gateway's busy response asks. */
+export const BUSY_WAIT_DEFAULT = 10;
+/** The longest wait the page tells or holds Send for (5 minutes); a longer `Retry-After` is read
+ * as this, and the next refusal says what is left. */
+export const BUSY_WAIT_MAX = 300;
+/** How many times a refused read is asked again by itself. */
+const READ_RETRIES = 3;
+
+/** `Retry-After` in whole seconds from now: delta-seconds or an HTTP date; null when absent or
+ * not one of those. */
+export function retryAfterSeconds(value, now = Date.now()) {
+  if (value === null || value === undefined) return null;
+  const text = String(value).trim();
+  if (/^\d+$/.test(text)) return Number(text);
+  // An HTTP date names its month (`Sun, 06 Nov 1994 08:49:37 GMT` and the two obsolete forms);
+  // Date.parse alone would read "7.5" as a date too.
+  if (!/[a-z]{3}/i.test(text)) return null;
+  const at = Date.parse(text);
+  return Number.isFinite(at) ? Math.max(0, Math.ceil((at - now) / 1000)) : null;
+}
+
+/** The wait to tell and hold for: `Retry-After`'s seconds, else the default, within 1 s and the
+ * maximum. */
+export function busyWait(retryAfter) {
+  const seconds = retryAfter ?? BUSY_WAIT_DEFAULT;
+  return Math.min(BUSY_WAIT_MAX, Math.max(1, Math.ceil(seconds)));
+}
+
+/** Words of a front door's own body that mean it is refusing because of load. */
+const BUSY_WORDS = /busy|unavailable|too many|throttl|rate exceeded|concurrency|slow down/i;
+
+/**
+ * Why a failed request is worth sending again after a wait: `"busy"` (429, 503, the chat's
+ * `conversation_busy`, API Gateway's `busy`, a front door's 5xx saying it is busy),
+ * `"unreachable"` (a front door's other 5xx: the function could not be run), else null. A 5xx
+ * in the chat's own envelope (`internal`, `llm_*`) is the chat's word and stays as it is.
+ * `envelope`: the body was the chat's `{"error": {"code", ...}}`; `said`: a front door's own
+ * `message`/`Message`.
+ */
+export function refusalOf(status, code, envelope, said = "") {
+  if (status === 429 || status === 503 || code === "conversation_busy" || code === "busy") return "busy";
+  if (status >= 500 && !envelope) return BUSY_WORDS.test(said ?? "") ? "busy" : "unreachable";
+  return null;
+}
+
+/** A wait in words: "7 s", or minutes from two on. */
+export function waitText(seconds) {
+  return seconds < 120 ? `${seconds} s` : `${Math.round(seconds / 60)} min`;
+}
+
+/** Why a request was refused, in the chat's own words for its codes where they say more than
+ * "busy" (`{name}`: the assistant's name); `then`: what to add after the wait. */
+const BUSY_REASONS = {
+  conversation_busy: { why: "another reply is still being written in this conversation", then: ", when it has finished" },
+  database_pool_exhausted: { why: "{name} is busy right now (every database connection is in use)" },
+  too_many_reads: { why: "too many of your conversations are loading at once" },
+  llm_rate_limited: { why: "the language model is busy right now" },
+  llm_timeout: { why: "the language model took too long to answer", then: ", or ask for less at once" },
+  database_unavailable: { why: "{name} cannot reach its database right now" },
+  auth_unavailable: { why: "your sign-in cannot be checked right now" },
+};
+
+/** Why `problem` (a refusal) was refused: "Parley is busy right now", or the chat's words. */
+export function busyReason({ code, refusal }, name = state.info?.assistant || "Parley") {
+  const known = code && BUSY_REASONS[code];
+  const why = known ? known.why.replace("{name}", name)
+    : refusal === "unreachable" ? `${name} could not be reached right now` : `${name} is busy right now`;
+  return why[0].toUpperCase() + why.slice(1);
+}
+
+/** What a refused request says: "Parley is busy right now; try again in 7 s", or the chat's
+ * own words for its code, with the wait. */
+export function busyText(problem, name = state.info?.assistant || "Parley") {
+  const after = waitText(problem.wait ?? BUSY_WAIT_DEFAULT);
+  if (problem.code === "approval_outcome_unknown") {
+    return "The approved call was sent but its answer did not arrive in time, so it may have run; nothing more " +
+      `was done. Send the same answer again in ${after}: the call does not run twice.`;
+  }
+  return `${busyReason(problem, name)}; try again in ${after}${BUSY_REASONS[problem.code]?.then ?? ""}.`;
+}
+
+/** Calls `tick(left)` each second from `seconds` down to 1, then `done()`; returns a stop. */
+function countdown(seconds, tick, done) {
+  const until = Date.now() + seconds * 1000;
+  let last = null;
+  const timer = setInterval(step, 200);
+  function step() {
+    const left = Math.ceil((until - Date.now()) / 1000);
+    if (left <= 0) {
+      clearInterval(timer);
+      done();
+    } else if (left !== last) {
+      last = left;
+      tick(left);
+    }
+  }
+  step();
+  return () => clearInterval(timer);
+}
+
 /** `{code, message}` from a stored or streamed `"<code>: <message>"`. */
 export function fromSummary(summary) {
   const m = /^([a-z][a-z0-9_]*): ([\s\S]*)$/.exec(String(summary));
   return m ? { code: m[1], message: m[2] } : { code: null, message: String(summary) };
 }
 
-/** What happened and what to do for `{code, message}`; the server's words when the code is new. */
-export function problemText({ code, message }) {
+/** What happened and what to do for `{code, message}`; the server's words when the code is new;
+ * for a request refused because the service is busy, that and the wait. */
+export function problemText(problem) {
+  const { code, message } = problem;
+  if (problem.refusal) return busyText(problem);
   return (code && PROBLEMS[code]) || message || "Something went wrong.";
 }
 
@@ -838,16 +991,54 @@ const state = {
   conversation: null, // the open conversation's id, null for a new one
   cursor: null,
   abort: null,
+  hold: null, // stops the wait a busy refusal put on Send (holdSend), while it runs
+  readRetry: new Map(), // a refused read's timer, by what it reads
 };
 
 class HttpError extends Error {
-  constructor(status, code, message, conversationId = null) {
+  constructor(status, code, message, conversationId = null, { refusal = null, retryAfter = null } = {}) {
     super(message);
     this.status = status;
     this.code = code;
     // A turn that failed after its question was stored names its conversation.
     this.conversationId = conversationId;
+    // Refused because busy (`refusalOf`): worth sending again after `wait` seconds.
+    this.refusal = refusal;
+    this.wait = refusal ? busyWait(retryAfter) : null;
   }
+}
+
+/** The failure a response that is not ok stands for: the chat's `{"error": {"code", "message"}}`
+ * (with `conversation_id` beside it after a stored question), or a front door's own body (AWS's
+ * `{"message"}`/`{"Message"}`, text, HTML); whether it is a refusal because busy, and its
+ * `Retry-After`. */
+async function httpError(response) {
+  let code = "http_error";
+  let message = `${response.status} ${response.statusText}`;
+  let conversationId = null;
+  let envelope = false;
+  let said = "";
+  const text = await response.text().catch(() => "");
+  try {
+    const body = JSON.parse(text);
+    if (body?.error && typeof body.error === "object") {
+      envelope = true;
+      code = body.error.code ?? code;
+      message = body.error.message ?? message;
+    } else if (body && typeof body === "object") {
+      // A front door's own JSON: API Gateway's `{"message"}`, Lambda's `{"Message"}`.
+      said = String(body.message ?? body.Message ?? "");
+    }
+    if (typeof body?.conversation_id === "string" && UUID.test(body.conversation_id)) conversationId = body.conversation_id;
+  } catch {
+    // not JSON (a front door's text or HTML): the status line, and what the text says
+    said = text.slice(0, 300);
+  }
+  const refusal = refusalOf(response.status, code, envelope, said || response.statusText);
+  // A front door's refusal has no code of the chat's: none is shown for it.
+  if (refusal && !envelope) code = null;
+  return new HttpError(response.status, code, message, conversationId,
+    { refusal, retryAfter: retryAfterSeconds(response.headers.get("retry-after")) });
 }
 
 /** A call of this origin's API (relative, so a path prefix in front of the page works too). */
@@ -857,7 +1048,15 @@ async function api(path, init = {}) {
   await freshToken();
   const headers = new Headers(init.headers);
   if (state.token) headers.set("Authorization", `Bearer ${state.token}`);
-  let response = await fetch(path, { ...init, headers });
+  let response;
+  try {
+    response = await fetch(path, { ...init, headers });
+  } catch (e) {
+    if (init.signal?.aborted) throw e;
+    // No answer the page may read: the network, or a refusal without the CORS headers that
+    // would let it see the status (a throttled Function URL on another origin may be one).
+    throw new HttpError(0, null, `no answer (${e.message})`, null, { refusal: "unreachable" });
+  }
   // A token refused early (revoked, or a clock ahead of this one): one refresh, one retry.
   if (response.status === 401 && state.session?.refresh_token && !init.retried) {
     try {
@@ -868,20 +1067,10 @@ async function api(path, init = {}) {
     }
   }
   if (!response.ok) {
-    let code = "http_error";
-    let message = `${response.status} ${response.statusText}`;
-    let conversationId = null;
-    try {
-      const body = await response.json();
-      code = body.error?.code ?? code;
-      message = body.error?.message ?? message;
-      if (typeof body.conversation_id === "string" && UUID.test(body.conversation_id)) conversationId = body.conversation_id;
-    } catch {
-      // not the API's JSON error: keep the status line
-    }
+    const error = await httpError(response);
     if (response.status === 401 && state.info?.sign_in) sessionExpired();
-    else if (response.status === 401 && state.info?.auth === "token") signOut(`The token was refused: ${message}`);
-    throw new HttpError(response.status, code, message, conversationId);
+    else if (response.status === 401 && state.info?.auth === "token") signOut(`The token was refused: ${error.message}`);
+    throw error;
   }
   return response;
 }
@@ -1152,6 +1341,7 @@ async function startWithProvider() {
 
 function setStatus(text) {
   $("status").textContent = text;
+  $("status").classList.remove("busy");
 }
 
 function showSignIn(message = "") {
@@ -1183,7 +1373,8 @@ async function signIn(event) {
     await api("api/conversations?limit=1");
   } catch (e) {
     state.token = null;
-    $("sign-in-error").textContent = e.status === 401 ? `The token was refused: ${e.message}` : e.message;
+    $("sign-in-error").textContent = e.status === 401 ? `The token was refused: ${e.message}`
+      : e.refusal ? problemText(e) : e.message;
     return;
   }
   sessionStorage.setItem(TOKEN_KEY, token);
@@ -1209,16 +1400,41 @@ async function showApp() {
   }
 }
 
-async function loadConversations(reset) {
+/**
+ * A read refused because busy (`e`) asked again by `again()` once its wait is over, at most
+ * READ_RETRIES times in a row for `key`; the status line says `what` failed and when it is
+ * asked again. Returns whether it will be. A read is safe to repeat; a turn never is.
+ */
+function readLater(key, e, attempt, what, again) {
+  clearTimeout(state.readRetry.get(key));
+  state.readRetry.delete(key);
+  if (!e.refusal || attempt >= READ_RETRIES) return false;
+  setStatus(`${what}: ${busyReason(e)}. Trying again in ${waitText(e.wait)}.`);
+  $("status").classList.add("busy");
+  state.readRetry.set(key, setTimeout(() => {
+    state.readRetry.delete(key);
+    again();
+  }, e.wait * 1000));
+  return true;
+}
+
+async function loadConversations(reset, attempt = 0) {
   if (reset) state.cursor = null;
   let page;
   try {
     const cursor = state.cursor ? `&cursor=${encodeURIComponent(state.cursor)}` : "";
     page = await (await api(`api/conversations?limit=30${cursor}`)).json();
   } catch (e) {
-    setStatus(`Could not load your conversations: ${problemText(e)}`);
+    const what = "Could not load your conversations";
+    if (!readLater("conversations", e, attempt, what, () => loadConversations(reset, attempt + 1))) {
+      setStatus(`${what}: ${problemText(e)}`);
+    }
     return;
   }
+  clearTimeout(state.readRetry.get("conversations"));
+  state.readRetry.delete("conversations");
+  // The line that said this list would be asked again is done with.
+  if ($("status").textContent.startsWith("Could not load your conversations")) setStatus("");
   const list = $("conversations");
   if (reset) list.replaceChildren();
   for (const c of page.conversations) {
@@ -1322,7 +1538,7 @@ async function remove() {
   }
 }
 
-async function openConversation(id) {
+async function openConversation(id, attempt = 0) {
   state.abort?.abort();
   const messages = $("messages");
   messages.setAttribute("aria-busy", "true");
@@ -1337,7 +1553,12 @@ async function openConversation(id) {
     setStatus("");
   } catch (e) {
     if (e.status === 404) newConversation();
-    setStatus(`Could not open the conversation: ${problemText(e)}`);
+    const what = "Could not open the conversation";
+    // Asked again only if it is still the one the address names, and no turn has begun.
+    const again = () => {
+      if (location.hash.slice(1) === id && !state.abort && state.conversation !== id) openConversation(id, attempt + 1);
+    };
+    if (!readLater("messages", e, attempt, what, again)) setStatus(`${what}: ${problemText(e)}`);
   } finally {
     welcome();
     messages.removeAttribute("aria-busy");
@@ -1422,15 +1643,18 @@ async function send(event) {
   event?.preventDefault();
   const box = $("message");
   const message = box.value.trim();
-  if (!message || state.abort) return;
+  // While a busy refusal's wait runs, Send is off; Enter does nothing either.
+  if (!message || state.abort || state.hold) return;
   const context = chosenContext();
   const body = { message };
   if (state.conversation) body.conversation_id = state.conversation;
   if (context) body.context = context;
   const messages = $("messages");
-  messages.append(userMessage(message, context));
+  const asked = userMessage(message, context);
+  messages.append(asked);
   welcome();
   box.value = "";
+  sessionStorage.removeItem(DRAFT_KEY);
   // The server declines every call still waiting when a new message comes instead of an
   // answer: the cards stop taking answers now and show the stored outcome after the turn.
   const waiting = [...cards.values()].filter((c) => c.open);
@@ -1444,12 +1668,46 @@ async function send(event) {
       }
     },
   });
+  if (outcome.refused) {
+    const e = outcome.problem;
+    // Nothing was declined: the waiting cards take an answer again.
+    for (const card of waiting) card.update({});
+    // Not stored unless the refusal names its conversation: then a reload shows it too.
+    if (!e.conversationId) asked.remove();
+    welcome();
+    // The question back in the box (before anything typed meanwhile), and kept across a reload
+    // until the next send.
+    box.value = box.value.trim() ? `${message}\n\n${box.value}` : message;
+    sessionStorage.setItem(DRAFT_KEY, box.value);
+    holdSend(e.wait, `${busyText(e)} Your question is back in the message box.`);
+    box.focus();
+  }
   if (waiting.length) await refreshCards(outcome.conversationId);
+}
+
+/** Send off for `seconds`, counting down on the button, after a busy refusal said `text` in the
+ * status line; when the wait is over, the status line says the question can go again. */
+function holdSend(seconds, text) {
+  state.hold?.();
+  const button = $("send");
+  const status = $("status");
+  setStatus(text);
+  status.classList.add("busy");
+  button.disabled = true;
+  state.hold = countdown(seconds, (left) => {
+    button.textContent = `Send in ${left} s`;
+  }, () => {
+    state.hold = null;
+    button.disabled = false;
+    button.textContent = "Send";
+    if (!state.abort) setStatus("You can send your question again now.");
+  });
 }
 
 /** Answers `card`'s call: the approvals request, whose resumed turn shows as a new reply. */
 async function answerApproval(card, approved) {
-  if (state.abort || !card.open) return;
+  if (state.abort || !(card.open || card.again)) return;
+  const again = card.again;
   const conversation = state.conversation;
   const reason = card.reason.value.trim();
   const answer = { id: card.id, approved };
@@ -1469,8 +1727,20 @@ async function answerApproval(card, approved) {
   }
   if (outcome.problem) {
     // Not decided (a refusal before the turn began): the card takes an answer again.
+    const e = outcome.problem;
     await refreshCards(conversation);
-    if (card.open) card.busy(false, `Not sent: ${problemText(outcome.problem)}`);
+    if (e.code === "approval_outcome_unknown" || (again && e.refusal)) {
+      // Approved and sent, its outcome unknown: the same answer, sent again, settles it.
+      card.offerAgain(problemText(e), e.wait);
+    } else if (card.open && e.refusal) {
+      const name = state.info?.assistant || "Parley";
+      card.hold(`Not sent: ${problemText(e)}`, e.wait,
+        `Not sent, as ${name} ${e.refusal === "busy" ? "was busy" : "could not be reached"}. You can answer again now.`);
+    } else if (card.open) {
+      card.busy(false, `Not sent: ${problemText(e)}`);
+    } else if (e.refusal) {
+      setStatus(problemText(e));
+    }
     return;
   }
   await refreshCards(conversation);
@@ -1506,7 +1776,8 @@ async function refreshCards(conversation) {
  * One turn: POST api/chat with `body`, read as it streams (or as JSON) into a new reply.
  * `settled(status)` says whether a finished turn is one to throw away (its reply is shown
  * otherwise), `failed(error)` whether a refused one is. Returns `{conversationId, problem,
- * settled, busy}`; cards the turn paused at get the focus.
+ * settled, busy, refused}` (`refused`: refused because busy, nothing shown of it yet but a
+ * stored failure); cards the turn paused at get the focus.
  */
 async function runTurn(body, { settled = () => false, failed = () => false } = {}) {
   const messages = $("messages");
@@ -1518,7 +1789,7 @@ async function runTurn(body, { settled = () => false, failed = () => false } = {
   state.abort = abort;
   busy(true);
   setStatus("Working…");
-  const outcome = { conversationId: body.conversation_id ?? null, problem: null, settled: false, busy: false };
+  const outcome = { conversationId: body.conversation_id ?? null, problem: null, settled: false, busy: false, refused: false };
   let status = null;
   try {
     // A deployment whose gateway buffers names where turns can stream (PAGE_STREAM_URL).
@@ -1554,6 +1825,14 @@ async function runTurn(body, { settled = () => false, failed = () => false } = {
       if (failed(e)) {
         outcome.busy = e.code === "conversation_busy";
         view.node.remove();
+      } else if (e.refusal) {
+        // Refused because busy: the caller says so with the wait and offers it again. A
+        // refusal that names its conversation (the model busy after the question was stored)
+        // stays on record there, as a reload would show it.
+        outcome.refused = true;
+        if (e.conversationId && !body.approvals) view.error(e);
+        else view.node.remove();
+        setStatus("");
       } else {
         view.error(e);
         setStatus("The turn failed.");
@@ -1688,6 +1967,34 @@ function setUpPicker() {
   $("picker").hidden = false;
 }
 
+/** GET api/page: the page's settings. Refused because busy, it says so and asks again after
+ * the wait (READ_RETRIES times); null, said on the page, when it cannot be had. */
+async function pageSettings() {
+  const line = el("p", { id: "page-problem", class: "error", role: "alert" });
+  for (let attempt = 0; ; attempt++) {
+    let problem;
+    try {
+      const response = await fetch("api/page");
+      if (response.ok) {
+        line.remove();
+        return await response.json();
+      }
+      problem = await httpError(response);
+    } catch (e) {
+      problem = new HttpError(0, null, e.message, null, { refusal: "unreachable" });
+    }
+    if (!line.isConnected) document.body.append(line);
+    if (!problem.refusal || attempt >= READ_RETRIES) {
+      line.textContent = problem.refusal
+        ? `${busyText(problem)} Reload the page then.`
+        : `This service did not answer: ${problem.message}`;
+      return null;
+    }
+    line.textContent = `${busyReason(problem)}. Trying again in ${waitText(problem.wait)}.`;
+    await new Promise((resolve) => setTimeout(resolve, problem.wait * 1000));
+  }
+}
+
 async function start() {
   $("sign-in-form").addEventListener("submit", signIn);
   $("provider-start").addEventListener("click", startSignIn);
@@ -1736,12 +2043,8 @@ async function start() {
       $("composer").requestSubmit();
     }
   });
-  try {
-    state.info = await (await fetch("api/page")).json();
-  } catch (e) {
-    document.body.append(el("p", { class: "error", role: "alert" }, `This service did not answer: ${e.message}`));
-    return;
-  }
+  state.info = await pageSettings();
+  if (!state.info) return;
   $("assistant").textContent = state.info.assistant;
   document.title = state.info.assistant;
   // No model behind the chat: say so, and how to set one up, before anyone types a question.

@@ -17,6 +17,12 @@ use crate::llm::{self, LlmError};
 use crate::request::RequestError;
 use crate::turn::{TurnError, TurnFailure};
 
+/// `Retry-After` of a 503 that knows no better wait (the model's limit without its own, a
+/// timeout, keys or a database out of reach): every 429 and 503 says when to come back, so a
+/// client need not guess. 10 s, as the page's REST API answers a throttle (template.yaml,
+/// `PageApiBusyResponse`) and as the page waits when told nothing.
+const RETRY_SOON: Duration = Duration::from_secs(10);
+
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// The request body or query is malformed JSON or not what the endpoint takes.
@@ -77,11 +83,14 @@ impl ApiError {
                 self.to_string(),
             ),
             ApiError::Unauthorized(e) => match e {
-                AuthError::Token(TokenError::KeysUnavailable(_)) => (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "auth_unavailable",
-                    "the keys to verify tokens cannot be fetched; retry shortly".to_owned(),
-                ),
+                AuthError::Token(TokenError::KeysUnavailable(_)) => {
+                    retry_after = Some(RETRY_SOON);
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "auth_unavailable",
+                        "the keys to verify tokens cannot be fetched; retry shortly".to_owned(),
+                    )
+                }
                 other => (StatusCode::UNAUTHORIZED, "unauthorized", other.to_string()),
             },
             ApiError::CrossSite(e) => match e {
@@ -113,10 +122,11 @@ impl ApiError {
                 TurnError::Llm(e) | TurnError::LlmInConversation { error: e, .. } => {
                     let status = match e {
                         LlmError::RateLimited { retry_after: after } => {
-                            retry_after = *after;
+                            retry_after = Some(after.unwrap_or(RETRY_SOON));
                             StatusCode::SERVICE_UNAVAILABLE
                         }
                         LlmError::Timeout | LlmError::DeadlineReached => {
+                            retry_after = Some(RETRY_SOON);
                             StatusCode::SERVICE_UNAVAILABLE
                         }
                         _ => StatusCode::BAD_GATEWAY,
@@ -225,11 +235,14 @@ turn took the conversation over; this reply was not stored, send the message aga
                 format!("{e}; retry shortly"),
             )
         }
-        StorageError::Unavailable(_) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "database_unavailable",
-            "the database cannot be reached; retry shortly".to_owned(),
-        ),
+        StorageError::Unavailable(_) => {
+            *retry_after = Some(RETRY_SOON);
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "database_unavailable",
+                "the database cannot be reached; retry shortly".to_owned(),
+            )
+        }
         StorageError::Failed(_) => (
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",
@@ -266,5 +279,55 @@ impl IntoResponse for AuthError {
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
         ApiError::from(self).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every refusal a client should send again later (429, 503) says when, so the page can
+    /// tell its user "try again in N s" instead of guessing.
+    #[test]
+    fn every_429_and_503_says_when_to_come_back() {
+        let refusals = [
+            ApiError::from(AuthError::Token(TokenError::KeysUnavailable("down".into()))),
+            ApiError::Storage(StorageError::PoolExhausted),
+            ApiError::Storage(StorageError::TooManyReads { limit: 4 }),
+            ApiError::Storage(StorageError::Unavailable("refused".into())),
+            ApiError::Turn(TurnError::Storage(StorageError::Unavailable(
+                "refused".into(),
+            ))),
+            ApiError::Turn(TurnError::Llm(LlmError::RateLimited { retry_after: None })),
+            ApiError::Turn(TurnError::Llm(LlmError::Timeout)),
+            ApiError::Turn(TurnError::Llm(LlmError::DeadlineReached)),
+            ApiError::Turn(TurnError::ApprovedCallUnsettled {
+                tool: "delete_task".into(),
+            }),
+        ];
+        for e in refusals {
+            let what = format!("{e:?}");
+            let response = e.into_response();
+            let status = response.status();
+            assert!(
+                status == StatusCode::SERVICE_UNAVAILABLE
+                    || status == StatusCode::TOO_MANY_REQUESTS,
+                "{what}: {status}"
+            );
+            let after = response.headers().get(header::RETRY_AFTER);
+            let seconds: u64 = after
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{what}: Retry-After {after:?}"));
+            assert!((1..=10).contains(&seconds), "{what}: Retry-After {seconds}");
+        }
+    }
+
+    #[test]
+    fn a_model_s_own_retry_after_is_passed_on() {
+        let e = ApiError::Turn(TurnError::Llm(LlmError::RateLimited {
+            retry_after: Some(Duration::from_secs(7)),
+        }));
+        assert_eq!(e.into_response().headers()[header::RETRY_AFTER], "7");
     }
 }

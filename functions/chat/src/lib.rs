@@ -134,7 +134,8 @@ fn router(
         .sign_in
         .clone()
         .map(|settings| Arc::new(sign_in::Discovery::new(settings, http.clone())));
-    let pool = parley_core::db::pool_with_secrets(&config.db, secrets.as_ref(), &metrics)?;
+    let db = config.db.clone().named("parley-chat");
+    let pool = parley_core::db::pool_with_secrets(&db, secrets.as_ref(), &metrics)?;
     let state = AppState {
         reads: conversation::Reads::new(pool.clone(), config.history_reads_per_user),
         pool,

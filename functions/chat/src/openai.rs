@@ -23,7 +23,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
 use crate::AppState;
-use crate::approval::{Approval, ApprovalId, Decision};
+use crate::approval::{Approval, ApprovalId};
 use crate::auth::User;
 use crate::conversation::{self, ConversationId, StorageError, StoredMessage, Trace};
 use crate::error::ApiError;
@@ -659,9 +659,7 @@ included) just before the answer, or answer by id with `approvals` on POST /api/
 
 /// Whether calls of the conversation's latest message wait for an answer.
 fn waits(history: &[StoredMessage]) -> bool {
-    history
-        .last()
-        .is_some_and(|m| m.approvals.iter().any(|a| a.decision == Decision::Pending))
+    history.last().is_some_and(StoredMessage::has_waiting_calls)
 }
 
 /// The calls of the question `previous` (the request's message before its answer) asked

@@ -737,10 +737,7 @@ before reaching an answer. The results gathered so far are in the traces; try a 
 /// Whether the conversation may have calls still waiting for approval: its latest message has
 /// some, or no history was read to tell.
 fn has_pending(history: &[StoredMessage], history_limit: usize) -> bool {
-    history_limit == 0
-        || history
-            .last()
-            .is_some_and(|m| m.approvals.iter().any(|a| a.decision == Decision::Pending))
+    history_limit == 0 || history.last().is_some_and(StoredMessage::has_waiting_calls)
 }
 
 /// Puts decided approvals in place of their waiting selves in the history about to be

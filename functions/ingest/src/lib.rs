@@ -3,7 +3,9 @@
 //! embed in time, or one an earlier invocation died extracting: the library records each
 //! extraction before it starts) goes to the dead-letter queue and the invocation succeeds, so
 //! it is not retried; anything else (the database, S3 itself, an extraction another invocation
-//! may still be running) fails the invocation for Lambda to retry.
+//! may still be running) fails the invocation for Lambda to retry. Deployed, it connects as a
+//! login in `parley_ingest_writer` (migration 0025), which may write the documents tables and
+//! nothing else: no chat tables, no audit, no DDL.
 
 pub mod dead_letter;
 pub mod event;
@@ -67,7 +69,7 @@ impl Ingest {
     pub async fn start(base: Env) -> Result<Ingest, StartupError> {
         let (env, _) = parley_core::secrets::load(&base).await?;
         let settings = Settings::from_env(&env)?;
-        let db_config = DbConfig::from_env(&env)?;
+        let db_config = DbConfig::from_env(&env)?.named("parley-ingest");
         let embedder = Embedder::from_settings(&EmbedSettings::from_env(&env)?)?;
         let s3 = Bucket::from_env(&env).await;
         let dead_letter = match &settings.dead_letter_url {

@@ -143,36 +143,14 @@ async fn a_bad_setting_stops_the_start_naming_it() {
 
 /// A one-page PDF, enough to be a document.
 fn small_pdf() -> Vec<u8> {
-    let content = b"BT /F1 12 Tf 72 720 Td (Quarterly report.) Tj ET";
-    let objects: [Vec<u8>; 5] = [
+    use parley_testkit::pdf::{pdf, stream};
+    pdf(&[
         b"<< /Type /Catalog /Pages 2 0 R >>".to_vec(),
         b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_vec(),
         b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 4 0 R >> >> /Contents 5 0 R >>".to_vec(),
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_vec(),
-        [
-            format!("<< /Length {} >>\nstream\n", content.len()).as_bytes(),
-            content,
-            b"\nendstream",
-        ]
-        .concat(),
-    ];
-    let mut out = b"%PDF-1.7\n".to_vec();
-    let mut offsets = Vec::new();
-    for (i, body) in objects.iter().enumerate() {
-        offsets.push(out.len());
-        out.extend_from_slice(format!("{} 0 obj\n", i + 1).as_bytes());
-        out.extend_from_slice(body);
-        out.extend_from_slice(b"\nendobj\n");
-    }
-    let xref = out.len();
-    out.extend_from_slice(b"xref\n0 6\n0000000000 65535 f \n");
-    for o in offsets {
-        out.extend_from_slice(format!("{o:010} 00000 n \n").as_bytes());
-    }
-    out.extend_from_slice(
-        format!("trailer\n<< /Size 6 /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n").as_bytes(),
-    );
-    out
+        stream("", b"BT /F1 12 Tf 72 720 Td (Quarterly report.) Tj ET"),
+    ])
 }
 
 #[tokio::test]

@@ -193,6 +193,11 @@ async fn write_queued(mut queue: mpsc::Receiver<Record>, pool: Pool) {
     }
 }
 
+/// The audit's transaction: read-write, and not waiting for its WAL flush, set through the
+/// function migration 0023 installs, as nothing sent per request may `SET`
+/// (docs/rds-proxy.md).
+const BEGIN_RELAXED: &str = "BEGIN READ WRITE; SELECT parley.set_local('{synchronous_commit,off}')";
+
 async fn write(pool: &Pool, batch: &[Record]) -> Result<(), parley_core::db::DbError> {
     let client = pool.get().await?;
     let at: Vec<_> = batch.iter().map(|r| r.at).collect();
@@ -231,7 +236,7 @@ async fn write(pool: &Pool, batch: &[Record]) -> Result<(), parley_core::db::DbE
         (&replayed, Type::BOOL_ARRAY),
     ];
     let (begun, inserted, committed) = tokio::join!(
-        client.batch_execute("BEGIN READ WRITE; SET LOCAL synchronous_commit = off"),
+        client.batch_execute(BEGIN_RELAXED),
         client.execute_typed(INSERT, &params),
         client.batch_execute("COMMIT"),
     );

@@ -2,9 +2,10 @@
 //! `DATABASE_URL` and `MCP_AUTH_TOKEN` may be read again later, as
 //! `parley_core::secrets::RotatingSecret`s (see `auth` for the token's `SECRETS_TTL_MS`).
 //!
-//! Holding a [`McpConfig`] proves every value was present and well-formed.
+//! Holding a [`McpConfig`] proves every value was present and well-formed. Submodule
+//! `tools_source`: where a tools file is (a path or an `s3://` URI) and reading it at start-up.
 
-use std::path::PathBuf;
+pub mod tools_source;
 
 use parley_core::config::{ConfigError, Env, ExposeSecret, SecretString, in_lambda};
 use parley_core::db::DbConfig;
@@ -12,6 +13,8 @@ use parley_core::jwt::JwtConfig;
 use parley_embed::EmbedSettings;
 
 use crate::output::{HARD_MAX_ROWS, Limits};
+
+pub use tools_source::{S3ReadLimits, ToolsSource};
 
 /// Hosts accepted in the `Host` header when `MCP_ALLOWED_HOSTS` is not set: loopback only,
 /// which keeps DNS-rebinding protection on for local use.
@@ -47,9 +50,13 @@ pub struct McpConfig {
     pub allowed_origins: Vec<String>,
     /// `MCP_MAX_BODY_BYTES`
     pub max_body_bytes: usize,
-    /// `TOOLS_FILE`: the tools files served, comma-separated (required; e.g.
-    /// `domains/feedback/tools.toml`). Their tools and prompts are merged.
-    pub tools_files: Vec<PathBuf>,
+    /// `TOOLS_FILE`: the tools files served, comma-separated (required): paths (e.g.
+    /// `domains/feedback/tools.toml`) or `s3://bucket/key` URIs, read at start-up. Their tools
+    /// and prompts are merged.
+    pub tools_files: Vec<ToolsSource>,
+    /// `TOOLS_FILE_MAX_BYTES`, `TOOLS_FILE_TIMEOUT_MS`: how much a tools file read from S3 may
+    /// hold and take.
+    pub tools_s3: S3ReadLimits,
     /// `TOOL_MAX_ROWS`, `TOOL_MAX_RESULT_BYTES`, `TOOL_TIMEOUT_MS`
     pub limits: Limits,
     /// `EMBEDDINGS` and `EMBEDDINGS_*`: the embedder loaded at start-up when some tool embeds
@@ -116,6 +123,18 @@ impl McpConfig {
             max_body_bytes: env.limit("MCP_MAX_BODY_BYTES", 1024 * 1024, 1024..=64 * 1024 * 1024)?
                 as usize,
             tools_files: tools_files(env)?,
+            tools_s3: S3ReadLimits {
+                max_bytes: env.limit(
+                    "TOOLS_FILE_MAX_BYTES",
+                    tools_source::DEFAULT_MAX_BYTES,
+                    1024..=16 * 1024 * 1024,
+                )?,
+                timeout: env.millis(
+                    "TOOLS_FILE_TIMEOUT_MS",
+                    tools_source::DEFAULT_TIMEOUT,
+                    100..=60_000,
+                )?,
+            },
             limits: Limits {
                 max_rows: env.limit("TOOL_MAX_ROWS", defaults.max_rows, 1..=HARD_MAX_ROWS)?,
                 max_bytes: env.limit(
@@ -158,21 +177,32 @@ fn sql_db(env: &Env) -> Result<Option<DbConfig>, ConfigError> {
         ..e
     })?;
     config.pool_max_size = env.limit("SQL_POOL_MAX_SIZE", 2, 1..=64)? as usize;
+    config.url_setting = "SQL_DATABASE_URL";
     Ok(Some(config))
 }
 
-/// `TOOLS_FILE`: one path or several, comma-separated; required, since the function ships no
-/// tools of its own.
-fn tools_files(env: &Env) -> Result<Vec<PathBuf>, ConfigError> {
-    let files: Vec<PathBuf> = env.list("TOOLS_FILE").iter().map(PathBuf::from).collect();
-    if files.is_empty() {
+/// `TOOLS_FILE`: one path or `s3://bucket/key` URI, or several, comma-separated; required,
+/// since the function ships no tools of its own. A bad entry is named by its place in the
+/// list, not quoted (see [`ToolsSource::parse`]).
+fn tools_files(env: &Env) -> Result<Vec<ToolsSource>, ConfigError> {
+    let entries = env.list("TOOLS_FILE");
+    if entries.is_empty() {
         return Err(ConfigError::new(
             "TOOLS_FILE",
             "is required: the tools file(s) to serve, comma-separated, e.g. \
-             domains/feedback/tools.toml or /opt/tools/tasks.toml,/opt/tools/feedback.toml",
+             domains/feedback/tools.toml or /opt/tools/tasks.toml,/opt/tools/feedback.toml \
+             or s3://my-bucket/parley/tools.toml",
         ));
     }
-    Ok(files)
+    entries
+        .iter()
+        .enumerate()
+        .map(|(i, entry)| {
+            ToolsSource::parse(entry).map_err(|problem| {
+                ConfigError::new("TOOLS_FILE", format!("entry {} {problem}", i + 1))
+            })
+        })
+        .collect()
 }
 
 /// User tokens are on when a key to verify them is configured; then the resource URL is needed.
@@ -299,8 +329,71 @@ mod tests {
         let c = McpConfig::from_env(&env(&[("TOOLS_FILE", "a/tools.toml, b/tools.toml")])).unwrap();
         assert_eq!(
             c.tools_files,
-            [PathBuf::from("a/tools.toml"), PathBuf::from("b/tools.toml")]
+            [
+                ToolsSource::Path("a/tools.toml".into()),
+                ToolsSource::Path("b/tools.toml".into())
+            ]
         );
+    }
+
+    #[test]
+    fn tools_files_may_be_s3_objects_beside_paths() {
+        let c = McpConfig::from_env(&env(&[(
+            "TOOLS_FILE",
+            "s3://team-config/parley/tools.toml,/opt/tools/extra.toml",
+        )]))
+        .unwrap();
+        assert_eq!(
+            c.tools_files
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>(),
+            [
+                "s3://team-config/parley/tools.toml",
+                "/opt/tools/extra.toml"
+            ]
+        );
+        assert_eq!(c.tools_s3, S3ReadLimits::default());
+        assert_eq!(c.tools_s3.max_bytes, 1024 * 1024);
+    }
+
+    #[test]
+    fn a_malformed_s3_entry_stops_start_up_naming_its_place_not_its_value() {
+        let e = McpConfig::from_env(&env(&[(
+            "TOOLS_FILE",
+            "a/tools.toml,s3://team-config/,https://x.example/t.toml?sig=SECRET",
+        )]))
+        .unwrap_err();
+        assert_eq!(e.var, "TOOLS_FILE");
+        assert!(e.to_string().contains("entry 2 names no object"), "{e}");
+        let e = McpConfig::from_env(&env(&[(
+            "TOOLS_FILE",
+            "https://x.example/t.toml?sig=SECRET",
+        )]))
+        .unwrap_err();
+        assert!(e.to_string().contains("entry 1 is a URL"), "{e}");
+        assert!(!e.to_string().contains("SECRET"), "{e}");
+    }
+
+    #[test]
+    fn s3_read_limits_are_read_and_bounded() {
+        let c = McpConfig::from_env(&env(&[
+            ("TOOLS_FILE_MAX_BYTES", "4096"),
+            ("TOOLS_FILE_TIMEOUT_MS", "250"),
+        ]))
+        .unwrap();
+        assert_eq!(c.tools_s3.max_bytes, 4096);
+        assert_eq!(c.tools_s3.timeout.as_millis(), 250);
+        for (var, bad) in [
+            ("TOOLS_FILE_MAX_BYTES", "10"),
+            ("TOOLS_FILE_TIMEOUT_MS", "0"),
+            ("TOOLS_FILE_TIMEOUT_MS", "600000"),
+        ] {
+            assert_eq!(
+                McpConfig::from_env(&env(&[(var, bad)])).unwrap_err().var,
+                var
+            );
+        }
     }
 
     #[test]

@@ -106,15 +106,15 @@ async fn router(
     secrets: Option<Secrets>,
     metrics: Metrics,
 ) -> Result<Router, StartupError> {
-    let catalog = Catalog::load(&config.tools_files, config.limits)?;
-    let catalog = Arc::new(catalog);
+    let catalog = Arc::new(load_catalog(env, config).await?);
     // The model loads on a blocking thread while the statements are checked, so a cold start
     // pays for the longer of the two, not both.
     let embedder = catalog.needs_embedder().then(|| {
         let settings = config.embeddings.clone();
         tokio::task::spawn_blocking(move || parley_embed::Embedder::from_settings(&settings))
     });
-    let pool = parley_core::db::pool_with_secrets(&config.db, secrets.as_ref(), &metrics)?;
+    let db = config.db.clone().named("parley-mcp");
+    let pool = parley_core::db::pool_with_secrets(&db, secrets.as_ref(), &metrics)?;
     let checking = std::time::Instant::now();
     if catalog.check_against(&pool).await? {
         tracing::info!(
@@ -125,7 +125,9 @@ async fn router(
     }
     let sql = match catalog.sql() {
         None => None,
-        Some(spec) => Some(Arc::new(sql_tools(config, spec, &metrics).await?)),
+        Some(spec) => Some(Arc::new(
+            sql_tools(config, spec, secrets.as_ref(), &metrics).await?,
+        )),
     };
     let embedder = match embedder {
         None => None,
@@ -177,19 +179,43 @@ async fn router(
     Ok(routes(config, handler, pool, secrets))
 }
 
+/// The tools files `TOOLS_FILE` names, each read (from disk, or from S3 for an `s3://` URI:
+/// `config::tools_source`) and parsed with the same errors, naming the path or the URI; then
+/// merged.
+async fn load_catalog(env: &Env, config: &McpConfig) -> Result<Catalog, CatalogError> {
+    let reader = config::tools_source::Reader::new(env, config.tools_s3);
+    let mut files = Vec::with_capacity(config.tools_files.len());
+    for source in &config.tools_files {
+        let path = source.to_string();
+        let text = match reader.read(source).await {
+            Ok(text) => text,
+            Err(source) => return Err(CatalogError::Read { path, source }),
+        };
+        let file =
+            catalog::file::parse(&text, config.limits).map_err(|source| CatalogError::File {
+                path: path.clone(),
+                source,
+            })?;
+        files.push((path, file));
+    }
+    Catalog::merge(files)
+}
+
 /// The ad-hoc SQL tools on their own pool, their role checked before anything is served.
 async fn sql_tools(
     config: &McpConfig,
     spec: &adhoc::SqlSpec,
+    secrets: Option<&parley_core::secrets::Secrets>,
     metrics: &Metrics,
 ) -> Result<adhoc::SqlTools, StartupError> {
     let db = config
         .sql_db
         .as_ref()
         .ok_or(StartupError::Function(SetupError::SqlUrlMissing))?;
-    let mut db = db.clone();
+    let mut db = db.clone().named("parley-mcp-sql");
     db.max_message_bytes = Some(adhoc::max_message_bytes(spec));
-    let pool = parley_core::db::pool_with_secrets(&db, None, metrics)?;
+    // A rotated SQL login is read again from `SQL_DATABASE_URL` (`DbConfig::url_setting`).
+    let pool = parley_core::db::pool_with_secrets(&db, secrets, metrics)?;
     let tools = adhoc::SqlTools::new(spec.clone(), pool);
     match tools.check_role().await {
         Ok(true) => tracing::info!(

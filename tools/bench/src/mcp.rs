@@ -37,9 +37,6 @@ use crate::setup::{
 use crate::sql_audit;
 use crate::tasks::{self, Keys, User};
 
-/// What `tools::exec` sends, pipelined, to tell Postgres who a user's call is for.
-const SET_CALLER: &str = "SELECT set_config('parley.caller', $1, true)";
-
 /// The targets for the caller-bound scenarios: identity costs a read less than this at p50, and
 /// a write's `mcp` costs over its own floor no more than this beyond what a read's does.
 const IDENTITY_TARGET_US: f64 = 100.0;
@@ -348,8 +345,14 @@ async fn run_main(
                         calls: &floor_calls,
                         // Exactly what `tools::exec` sends before each call.
                         begin: match path {
-                            Path::RawTx => Some(exec::begin_sql(&anonymous)),
-                            Path::RawTxCaller => Some(exec::begin_sql(spec)),
+                            Path::RawTx => Some((
+                                exec::begin_sql(anonymous.writes, None),
+                                exec::CallSettings::new(&anonymous, None),
+                            )),
+                            Path::RawTxCaller => Some((
+                                exec::begin_sql(spec.writes, None),
+                                exec::CallSettings::new(spec, None),
+                            )),
                             _ => None,
                         },
                         as_caller: path == Path::RawTxCaller,
@@ -668,7 +671,7 @@ struct Floor<'a> {
     spec: &'a ToolSpec,
     calls: &'a [FloorCall],
     /// The server's transaction preamble, for the `raw+tx` floors.
-    begin: Option<String>,
+    begin: Option<(String, exec::CallSettings)>,
     /// `raw+tx+caller`: also `parley.caller` with the call's user, pipelined as for a user.
     as_caller: bool,
     /// A keyed write: the statement `tools::exec` runs for a call with an idempotency key.
@@ -708,21 +711,14 @@ impl Driver for Floor<'_> {
         let typed: Vec<(&(dyn ToSql + Sync), Type)> = params.into_iter().zip(types).collect();
         let rows = match &self.begin {
             None => client.query_typed(sql, &typed).await?,
-            Some(begin) => {
-                let identify = async {
-                    match claims {
-                        Some(claims) => client
-                            .execute_typed(SET_CALLER, &[(claims, Type::TEXT)])
-                            .await
-                            .map(drop),
-                        None => Ok(()),
-                    }
-                };
+            Some((begin, settings)) => {
+                let caller = claims.cloned();
+                let params = settings.params(&caller);
                 let (begun, identified, rows, reset, committed) = tokio::join!(
                     client.batch_execute(begin),
-                    identify,
+                    client.execute_typed(exec::BEGIN_CALL, &params),
                     client.query_typed(sql, &typed),
-                    client.batch_execute(exec::RESET_SESSION),
+                    client.batch_execute(exec::END_CALL),
                     client.batch_execute("COMMIT"),
                 );
                 begun?;

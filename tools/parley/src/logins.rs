@@ -1,12 +1,11 @@
-//! The functions' login roles, made as docs/deploy.md ("The roles") and docs/sql.md describe:
-//! created when missing, else given the new password, then granted their group. Passwords are
-//! sent as SCRAM verifiers, never as text, and never reach an error or the output.
+//! The functions' login roles, made as docs/deploy.md ("The roles"), docs/sql.md and migration
+//! 0025 describe: created when missing, else given the new password, then granted their group.
+//! Passwords are sent as SCRAM verifiers, never as text, and never reach an error or the output.
 
 use std::fmt;
 
 use parley_core::db::pg_message;
 use secrecy::{ExposeSecret, SecretString};
-use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Transaction};
 
@@ -16,9 +15,10 @@ const LOCK_KEY: i64 = 0x7061_726c_6579_6c67;
 
 /// The `temp_file_limit` docs/sql.md gives the SQL tools' role: bounds a spilled sort on disk.
 pub const SQL_TEMP_FILE_LIMIT: &str = "256MB";
-/// The `CONNECTION LIMIT` docs/sql.md gives it: each mcp instance opens up to
-/// `SQL_POOL_MAX_SIZE` (default 2) connections, so 10 is five busy instances.
-pub const SQL_CONNECTION_LIMIT: i32 = 10;
+/// The `CONNECTION LIMIT` docs/sql.md gives it: each mcp instance keeps up to
+/// `SQL_POOL_MAX_SIZE` connections (the template sets 1), so 40 is `Scale=team`'s 40 mcp
+/// instances; behind RDS Proxy (`Scale=production`) it bounds the proxy's connections for it.
+pub const SQL_CONNECTION_LIMIT: i32 = 40;
 
 /// Which function a login is for; each kind has its group and settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +29,11 @@ pub enum Kind {
     Chat,
     /// The mcp function's SQL tools (`SQL_DATABASE_URL`): `parley_sql_reader` and nothing else.
     Sql,
+    /// The ingest function: `parley_ingest_writer`, the documents tables and nothing else.
+    Ingest,
+    /// The admin function's routine work (`ADMIN_ROUTINE_SECRET_ID`: sync, collections,
+    /// enroll, audit): `parley_admin_ops`.
+    Admin,
 }
 
 impl Kind {
@@ -37,6 +42,8 @@ impl Kind {
             Kind::Mcp => "parley_readonly",
             Kind::Chat => "parley_chat_writer",
             Kind::Sql => "parley_sql_reader",
+            Kind::Ingest => "parley_ingest_writer",
+            Kind::Admin => "parley_admin_ops",
         }
     }
 
@@ -45,6 +52,8 @@ impl Kind {
             Kind::Mcp => "mcp",
             Kind::Chat => "chat",
             Kind::Sql => "sql",
+            Kind::Ingest => "ingest",
+            Kind::Admin => "admin",
         }
     }
 }
@@ -307,29 +316,33 @@ async fn apply_one(client: &mut Client, login: &Login) -> Result<Done, LoginErro
             )
             .await
             .map_err(pg("limiting its connections"))?;
-            // temp_file_limit is a superuser setting: a managed server's master (rds_superuser)
-            // is refused, and the mcp function's start-up check then names the statement.
-            tx.batch_execute("SAVEPOINT temp_file_limit")
+            // temp_file_limit is a superuser setting: a managed server's master (RDS and
+            // Aurora's: NOSUPERUSER CREATEROLE, in rds_superuser) may not put it on a role.
+            // Asked first rather than tried: a refused ALTER ROLE would abort the transaction
+            // and log an ERROR on every deploy. Such a server sets it for every session in its
+            // parameter group instead (the template's cluster parameter group does), which the
+            // mcp function's start-up check accepts as well.
+            if may_set_temp_file_limit(&tx)
                 .await
-                .map_err(pg("setting temp_file_limit"))?;
-            let sql = format!("ALTER ROLE %I SET temp_file_limit = '{SQL_TEMP_FILE_LIMIT}'");
-            match execute(&tx, &sql, &login.user, None).await {
-                Ok(()) => {}
-                Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
-                    tx.batch_execute("ROLLBACK TO SAVEPOINT temp_file_limit")
-                        .await
-                        .map_err(pg("setting temp_file_limit"))?;
-                    warnings.push(format!(
-                        "{}: temp_file_limit not set ({}); as a superuser run: ALTER ROLE {} SET \
-                         temp_file_limit = '{SQL_TEMP_FILE_LIMIT}'",
-                        login.user,
-                        pg_message(&e),
-                        quote_ident(&login.user)
-                    ));
-                }
-                Err(e) => return Err(pg("setting temp_file_limit")(e)),
+                .map_err(pg("checking who may set temp_file_limit"))?
+            {
+                let sql = format!("ALTER ROLE %I SET temp_file_limit = '{SQL_TEMP_FILE_LIMIT}'");
+                execute(&tx, &sql, &login.user, None)
+                    .await
+                    .map_err(pg("setting temp_file_limit"))?;
+            } else {
+                warnings.push(format!(
+                    "{}: temp_file_limit not set on the role, because the role running this set-up \
+                     is not a superuser (as on RDS and Aurora); the server's parameter group must \
+                     set it (the template's cluster parameter group sets \
+                     {SQL_TEMP_FILE_LIMIT}), or as a superuser run: ALTER ROLE {} SET \
+                     temp_file_limit = '{SQL_TEMP_FILE_LIMIT}'",
+                    login.user,
+                    quote_ident(&login.user)
+                ));
             }
         }
+        Kind::Ingest | Kind::Admin => {}
     }
     tx.commit().await.map_err(pg("committing"))?;
     Ok(Done {
@@ -339,6 +352,31 @@ async fn apply_one(client: &mut Client, login: &Login) -> Result<Done, LoginErro
         switches_to,
         warnings,
     })
+}
+
+/// Whether the role running the set-up may put `temp_file_limit` on a role: a superuser, or
+/// (Postgres 15 and later) one granted `SET` on the parameter.
+async fn may_set_temp_file_limit(tx: &Transaction<'_>) -> Result<bool, tokio_postgres::Error> {
+    let row = tx
+        .query_typed_one(
+            "SELECT rolsuper, current_setting('server_version_num')::int >= 150000
+               FROM pg_catalog.pg_roles WHERE rolname = current_user",
+            &[],
+        )
+        .await?;
+    let (superuser, has_parameter_grants): (bool, bool) = (row.get(0), row.get(1));
+    if superuser || !has_parameter_grants {
+        return Ok(superuser);
+    }
+    // A separate statement: the function does not exist before 15, and a statement naming it
+    // would not parse there.
+    Ok(tx
+        .query_typed_one(
+            "SELECT pg_catalog.has_parameter_privilege('temp_file_limit', 'SET')",
+            &[],
+        )
+        .await?
+        .get(0))
 }
 
 /// Runs `template` with `%I` the user and `%L` the literal, quoted by Postgres' own `format`:

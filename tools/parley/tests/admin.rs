@@ -110,7 +110,8 @@ struct Stack {
     db: String,
     suffix: String,
     master_secret: String,
-    secrets: [String; 3],
+    /// The mcp, chat, SQL, ingest and admin (routine) logins' secrets.
+    secrets: [String; 5],
 }
 
 impl Stack {
@@ -146,13 +147,19 @@ impl Stack {
         let sql = moto
             .create_secret("parley/sql", &role("sql", "sql-pw"))
             .await;
+        let ingest = moto
+            .create_secret("parley/ingest", &role("ingest", "ingest-pw"))
+            .await;
+        let admin = moto
+            .create_secret("parley/admin", &role("admin", "admin-pw"))
+            .await;
         Stack {
             cluster,
             moto,
             db,
             suffix,
             master_secret,
-            secrets: [mcp, chat, sql],
+            secrets: [mcp, chat, sql, ingest, admin],
         }
     }
 
@@ -190,6 +197,8 @@ impl Stack {
                 "McpSecretArn": self.secrets[0],
                 "ChatSecretArn": self.secrets[1],
                 "SqlSecretArn": self.secrets[2],
+                "IngestSecretArn": self.secrets[3],
+                "AdminSecretArn": self.secrets[4],
                 "DemoData": demo,
                 "Version": "1",
             },
@@ -269,7 +278,13 @@ async fn create_migrates_loads_the_demo_and_makes_logins_that_log_in_with_their_
         migrations.to_string()
     );
     assert_eq!(response["Data"]["DemoDomains"], "feedback,tasks");
-    let users = [stack.user("mcp"), stack.user("chat"), stack.user("sql")];
+    let users = [
+        stack.user("mcp"),
+        stack.user("chat"),
+        stack.user("sql"),
+        stack.user("ingest"),
+        stack.user("admin"),
+    ];
     assert_eq!(response["Data"]["Logins"], users.join(","));
     assert_eq!(
         response["Data"]["Warnings"], "",
@@ -326,7 +341,7 @@ async fn create_migrates_loads_the_demo_and_makes_logins_that_log_in_with_their_
         )
         .await
         .unwrap();
-    assert_eq!(row.get::<_, i32>(0), 10);
+    assert_eq!(row.get::<_, i32>(0), 40);
     assert_eq!(row.get::<_, String>(1), "256MB");
     assert_eq!(row.get::<_, String>(2), "on");
     assert_eq!(
@@ -334,6 +349,24 @@ async fn create_migrates_loads_the_demo_and_makes_logins_that_log_in_with_their_
         1,
         "a member of parley_sql_reader and nothing else"
     );
+
+    // The ingest and admin logins: each in its group (migration 0025) and nothing else.
+    for (user, password, group) in [
+        (&users[3], "ingest-pw", "parley_ingest_writer"),
+        (&users[4], "admin-pw", "parley_admin_ops"),
+    ] {
+        let login = stack.login(user, password).await.expect("logs in");
+        let groups: Vec<String> = login
+            .query_one(
+                "SELECT array_agg(m.roleid::regrole::text) FROM pg_auth_members m
+                  WHERE m.member = current_user::regrole",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(groups, [group], "{user}");
+    }
 }
 
 #[tokio::test]
@@ -625,6 +658,92 @@ async fn direct_commands_run_on_the_allow_list_and_anything_else_is_refused() {
 }
 
 #[tokio::test]
+async fn routine_commands_run_as_the_routine_login_and_migrations_as_the_owner() {
+    let stack = Stack::new().await;
+    let receiver = Receiver::start(vec![]).await;
+    let created = answer(
+        &stack.admin(),
+        &receiver,
+        stack.event("Create", &receiver, "none"),
+    )
+    .await;
+    assert_eq!(created["Status"], "SUCCESS", "{created}");
+    let routine = |secret: &str| {
+        Admin::new(
+            stack
+                .admin()
+                .base
+                .overlay([("ADMIN_ROUTINE_SECRET_ID", secret)]),
+        )
+        .unwrap()
+    };
+    let admin = routine(&stack.secrets[4]);
+
+    let audit = admin
+        .handle(json!({"command": ["audit"]}), TIME_LEFT)
+        .await
+        .unwrap();
+    assert_eq!(
+        audit,
+        json!({"ok": true, "output": "no audit records match\n", "error": ""})
+    );
+    // Who connects shows once the routine login's secret holds a password that no longer
+    // works: every routine command fails naming that user, while migrations, the owner's, run.
+    stack
+        .moto
+        .put_secret(
+            &stack.secrets[4],
+            &json!({"username": stack.user("admin"), "password": "not-its-password"}),
+        )
+        .await;
+    for argv in [
+        json!(["audit"]),
+        json!(["collections"]),
+        json!(["enroll", "--list"]),
+    ] {
+        let answer = admin
+            .handle(json!({ "command": argv }), TIME_LEFT)
+            .await
+            .unwrap();
+        assert_eq!(answer["ok"], false, "{argv}: {answer}");
+        let error = answer["error"].as_str().unwrap();
+        assert!(
+            error.contains(&format!(
+                "password authentication failed for user \"{}\"",
+                stack.user("admin")
+            )),
+            "{argv}: {error}"
+        );
+    }
+    let migrate = admin
+        .handle(json!({"command": ["migrate"]}), TIME_LEFT)
+        .await
+        .unwrap();
+    assert_eq!(
+        migrate,
+        json!({"ok": true, "output": "schema up to date\n", "error": ""})
+    );
+
+    // A routine secret that holds no login is refused, rather than the owner's URL kept.
+    let settings = stack
+        .moto
+        .create_secret("parley/app", &json!({"LLM_API_KEY": "sk-test"}))
+        .await;
+    let answer = routine(&settings)
+        .handle(json!({"command": ["audit"]}), TIME_LEFT)
+        .await
+        .unwrap();
+    assert_eq!(answer["ok"], false);
+    assert_eq!(
+        answer["error"],
+        format!(
+            "secret {settings}: holds no database login (`username` and `password`, in RDS's \
+             format), which ADMIN_ROUTINE_SECRET_ID names it for"
+        )
+    );
+}
+
+#[tokio::test]
 async fn as_a_master_that_is_not_a_superuser_the_logins_are_made_and_what_it_cannot_set_is_named() {
     let stack = Stack::new().await;
     // As on RDS: the master may create roles and databases but is no superuser, and the
@@ -680,9 +799,17 @@ async fn as_a_master_that_is_not_a_superuser_the_logins_are_made_and_what_it_can
     assert_eq!(response["Status"], "SUCCESS", "{response}");
     assert_eq!(
         response["Data"]["Warnings"],
-        "parley_sql_test: temp_file_limit not set (permission denied to set parameter \
-         \"temp_file_limit\" (SQLSTATE 42501)); as a superuser run: ALTER ROLE \"parley_sql_test\" \
-         SET temp_file_limit = '256MB'"
+        "parley_sql_test: temp_file_limit not set on the role, because the role running this \
+         set-up is not a superuser (as on RDS and Aurora); the server's parameter group must set \
+         it (the template's cluster parameter group sets 256MB), or as a superuser run: ALTER \
+         ROLE \"parley_sql_test\" SET temp_file_limit = '256MB'"
+    );
+    assert_eq!(
+        response["Data"]["Logins"],
+        ["mcp", "chat", "sql", "ingest", "admin"]
+            .map(|kind| stack.user(kind))
+            .join(","),
+        "the master made every login, the ingest and admin ones in groups 0025 made"
     );
     let mcp = stack
         .login(&stack.user("mcp"), MCP_PASSWORD)

@@ -407,6 +407,7 @@ const SUMMARY_WORDS: &[(&str, &[&str])] = &[
     ("audit", &["audit trail"]),
     ("logins", &["login roles"]),
     ("eval", &["Score", "questions"]),
+    ("check", &["running stack", "fix"]),
     ("help", &["help"]),
 ];
 

@@ -46,7 +46,17 @@ impl TestCluster {
         TestCluster::start_with(Auth::PasswordsExceptSuperuser)
     }
 
+    /// Like [`TestCluster::start`], with `conf` (postgresql.conf lines) added before the first
+    /// start: for settings only a restart takes, such as the logging collector.
+    pub fn start_with_conf(conf: &str) -> TestCluster {
+        TestCluster::start_with_and(Auth::Trust, conf)
+    }
+
     fn start_with(auth: Auth) -> TestCluster {
+        TestCluster::start_with_and(auth, "")
+    }
+
+    fn start_with_and(auth: Auth, conf: &str) -> TestCluster {
         let bin = bin_dir();
         let run_as = is_root().then(|| {
             ensure_pg_user();
@@ -82,6 +92,7 @@ impl TestCluster {
             running: false,
         };
         cluster.initdb();
+        cluster.append_conf(conf);
         if auth == Auth::PasswordsExceptSuperuser {
             // Written before the first start, so no reload is needed. First match wins.
             cluster.write_hba(
@@ -100,6 +111,11 @@ impl TestCluster {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The server's data directory (its `log/` holds what the logging collector writes).
+    pub fn data_dir(&self) -> &Path {
+        &self.data
     }
 
     /// Stops the server (`pg_ctl stop -m fast`), keeping its data for [`TestCluster::restart`].

@@ -123,7 +123,7 @@ impl TestDb {
     /// SET TRUE`. Then runs `grants` (the test's own table grants) in this database as the
     /// superuser. The role is created on the server at `DATABASE_URL`, under the role lock.
     pub async fn writer_role(&self, role: &str, grants: &str) {
-        let admin = connect(&admin_url()).await;
+        let admin = connect(&self.server_url()).await;
         let sql = format!(
             "DO $$
             BEGIN
@@ -142,6 +142,13 @@ impl TestDb {
             .unwrap_or_else(|e| panic!("granting {role} its rights failed: {}", pg_message(&e)));
     }
 
+    /// The superuser URL of this database's server (its `postgres` database), where roles
+    /// are made under the role lock: the server at `DATABASE_URL` or the one given to
+    /// [`TestDb::migrated_on`].
+    fn server_url(&self) -> String {
+        replace_url(&self.url, |u| u.set_path("/postgres"))
+    }
+
     /// A superuser connection to this database.
     pub async fn client(&self) -> Client {
         connect(&self.url).await
@@ -150,7 +157,7 @@ impl TestDb {
     /// Runs `grants` as the owner (e.g. `GRANT SELECT ON t TO parley_sql_reader`) and returns
     /// this database's URL as [`SQL_READER_USER`], the role the SQL tools run as.
     pub async fn sql_reader_url(&self, grants: &str) -> String {
-        let admin = connect(&admin_url()).await;
+        let admin = connect(&self.server_url()).await;
         ensure_login(
             &admin,
             SQL_READER_USER,

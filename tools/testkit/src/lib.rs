@@ -4,8 +4,8 @@
 //! Manager ([`Moto`]), the one TCP proxy, which severs connections or loses an answer
 //! ([`TcpProxy`]), PgBouncer in transaction mode in front of the test server ([`PgBouncer`]),
 //! the one scripted LLM ([`llm`], also the `parley-llm-stub` binary the
-//! Python and shell runners start), test-only JWT signing keys ([`keys`]) and the demo
-//! domains' tools files ([`domains`]). Run the tests with `scripts/test`.
+//! Python and shell runners start), test-only JWT signing keys ([`keys`]), PDFs written byte by
+//! byte ([`pdf`]) and the demo domains' tools files ([`domains`]). Run the tests with `scripts/test`.
 
 mod cluster;
 mod db;
@@ -13,7 +13,12 @@ pub mod domains;
 pub mod embeddings;
 pub mod keys;
 pub mod llm;
+/// A server whose migrating role is not a superuser, as on RDS and Aurora.
+pub mod managed;
 mod moto;
+pub mod pdf;
+/// Statements RDS Proxy documents as pinning a session, found in a server's statement log.
+pub mod pin_lint;
 mod pooler;
 mod proxy;
 /// Bare HTTP/1.1 connections, for what client libraries hide.

@@ -211,6 +211,14 @@ pub struct DbConfig {
     /// to 8 KiB, any other message over it closes the connection. `None`: unbounded. Applies
     /// to TCP hosts (a Unix socket is not bounded).
     pub max_message_bytes: Option<usize>,
+    /// The `application_name` connections give when the URL names none: which function a
+    /// session belongs to in pg_stat_activity and the server's log (`%a`). Each function sets
+    /// its own (`parley-chat`, `parley-mcp`, `parley-ingest`); `parley` otherwise.
+    pub application_name: &'static str,
+    /// The setting the URL came from, which [`pool_with_secrets`] reads again from the secrets
+    /// when the server refuses the password: `DATABASE_URL`, or `SQL_DATABASE_URL` for the
+    /// mcp function's SQL tools (a `SECRET_IDS` entry `SQL_DATABASE_URL=<id>`).
+    pub url_setting: &'static str,
 }
 
 impl DbConfig {
@@ -236,7 +244,18 @@ impl DbConfig {
             )?,
             ca_file: env.optional("DB_CA_FILE")?,
             max_message_bytes: None,
+            application_name: "parley",
+            url_setting: "DATABASE_URL",
         })
+    }
+
+    /// The same, with connections named `name` in pg_stat_activity (see
+    /// [`DbConfig::application_name`]).
+    pub fn named(self, name: &'static str) -> Self {
+        Self {
+            application_name: name,
+            ..self
+        }
     }
 
     /// A config for tools and tests that only have a URL.
@@ -485,6 +504,7 @@ struct Connector {
     connect_timeout: Duration,
     ca_file: Option<PathBuf>,
     max_message_bytes: Option<usize>,
+    application_name: &'static str,
     /// Where a failed connection is counted (off for [`connect`]'s admin connections).
     metrics: Metrics,
 }
@@ -501,17 +521,18 @@ impl Connector {
     fn new(config: &DbConfig, secrets: Option<Secrets>) -> Result<Self, DbError> {
         let mut first = prepare(
             &config.url,
-            config.connect_timeout,
+            (config.connect_timeout, config.application_name),
             config.ca_file.as_deref(),
             0,
         )?;
         first.max_message_bytes = config.max_message_bytes;
         Ok(Self {
-            url: RotatingSecret::new("DATABASE_URL", Some(config.url.clone()), secrets),
+            url: RotatingSecret::new(config.url_setting, Some(config.url.clone()), secrets),
             prepared: RwLock::new(Arc::new(first)),
             connect_timeout: config.connect_timeout,
             ca_file: config.ca_file.clone(),
             max_message_bytes: config.max_message_bytes,
+            application_name: config.application_name,
             metrics: Metrics::off(),
         })
     }
@@ -531,7 +552,7 @@ impl Connector {
         };
         match prepare(
             &url,
-            self.connect_timeout,
+            (self.connect_timeout, self.application_name),
             self.ca_file.as_deref(),
             generation,
         ) {
@@ -744,7 +765,7 @@ impl Drop for Attempt<'_> {
 /// A URL parsed and made ready to connect: timeouts, keepalives, application name and TLS.
 fn prepare(
     url: &SecretString,
-    connect_timeout: Duration,
+    (connect_timeout, application_name): (Duration, &str),
     ca_file: Option<&std::path::Path>,
     generation: u64,
 ) -> Result<Target, DbError> {
@@ -754,7 +775,7 @@ fn prepare(
         .keepalives(true)
         .keepalives_idle(Duration::from_secs(30));
     if pg.get_application_name().is_none() {
-        pg.application_name("parley");
+        pg.application_name(application_name);
     }
     let tls = match target.ssl_mode {
         SslMode::Disable => None,

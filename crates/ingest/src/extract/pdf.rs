@@ -16,7 +16,7 @@ use pdf_extract::{Document, MediaBox, Object, OutputDev, OutputError, Transform}
 
 use super::text::{SectionsBuilder, one_line};
 use super::{Budget, ExtractError, Parts};
-use guard::{Caps, Meter};
+use guard::Meter;
 
 /// A line this much larger than the body text (the size most characters are set in) is a
 /// heading: 1.15 keeps a 10pt body's 11.5pt sub-headings and leaves bold body text out.
@@ -64,7 +64,6 @@ struct Glyph {
 /// characters a page may show and the bytes of text the document may unpack to.
 struct Collector<'a> {
     budget: &'a Budget,
-    caps: Caps,
     pages: Vec<Vec<Line>>,
     glyphs: Vec<Glyph>,
     /// Why the collection stopped early; pdf-extract only sees a formatting error.
@@ -172,10 +171,10 @@ impl OutputDev for Collector<'_> {
             let time = self.budget.check_time();
             self.check(time)?;
         }
-        if self.glyphs.len() >= self.caps.page_chars {
+        if self.glyphs.len() >= self.budget.limits.max_page_chars {
             let full = Err(ExtractError::TooManyChars {
                 page: self.pages.len() + 1,
-                limit: self.caps.page_chars,
+                limit: self.budget.limits.max_page_chars,
             });
             return self.check(full);
         }
@@ -249,7 +248,6 @@ impl Collector<'_> {
 
 /// A PDF's title (its Info dictionary's) and sections, page by page.
 pub(super) fn extract(bytes: &[u8], budget: &Budget) -> Result<Parts, ExtractError> {
-    let caps = Caps::of(&budget.limits);
     let broken = |e: String| ExtractError::Broken("PDF", e);
     let limit = budget.limits.max_unpacked_bytes;
     // lopdf inflates cross-reference streams first, before any object.
@@ -270,13 +268,12 @@ pub(super) fn extract(bytes: &[u8], budget: &Budget) -> Result<Parts, ExtractErr
     }
     // lopdf's accessors index and unwrap in places a malformed file reaches.
     catch_unwind(AssertUnwindSafe(|| {
-        guard::Prepare::new(budget, caps, &mut meter).pages(&mut doc)
+        guard::Prepare::new(budget, &mut meter).pages(&mut doc)
     }))
     .map_err(|_| broken("the parser failed on its structure".into()))??;
     let title = info_title(&doc);
     let mut collector = Collector {
         budget,
-        caps,
         pages: Vec::new(),
         glyphs: Vec::new(),
         stopped: None,

@@ -8,46 +8,7 @@
 
 use std::io::Write;
 
-/// A PDF of `objects` (object `n` is `objects[n - 1]`, object 1 the catalog), with a
-/// cross-reference table whose offsets are right.
-pub fn pdf(objects: &[Vec<u8>]) -> Vec<u8> {
-    pdf_with_offsets(objects, |offset| offset)
-}
-
-/// [`pdf`], the cross-reference table's offsets passed through `offset` first.
-fn pdf_with_offsets(objects: &[Vec<u8>], offset: impl Fn(usize) -> usize) -> Vec<u8> {
-    let mut out = b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n".to_vec();
-    let mut offsets = Vec::with_capacity(objects.len());
-    for (i, body) in objects.iter().enumerate() {
-        offsets.push(out.len());
-        out.extend_from_slice(format!("{} 0 obj\n", i + 1).as_bytes());
-        out.extend_from_slice(body);
-        out.extend_from_slice(b"\nendobj\n");
-    }
-    let xref = out.len();
-    out.extend_from_slice(
-        format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes(),
-    );
-    for o in offsets {
-        out.extend_from_slice(format!("{:010} 00000 n \n", offset(o)).as_bytes());
-    }
-    out.extend_from_slice(
-        format!(
-            "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
-            objects.len() + 1
-        )
-        .as_bytes(),
-    );
-    out
-}
-
-/// A stream object: `dict` holds the entries other than `/Length`.
-pub fn stream(dict: &str, data: &[u8]) -> Vec<u8> {
-    let mut out = format!("<< /Length {} {dict} >>\nstream\n", data.len()).into_bytes();
-    out.extend_from_slice(data);
-    out.extend_from_slice(b"\nendstream");
-    out
-}
+pub use parley_testkit::pdf::{pdf, stream};
 
 /// `data` compressed as a PDF's `/FlateDecode` holds it (zlib).
 pub fn zlib(data: &[u8]) -> Vec<u8> {
@@ -208,7 +169,7 @@ pub fn broken_xref() -> Vec<u8> {
         HELVETICA.to_vec(),
         stream("", &text_content(&["Offsets are wrong."])),
     ];
-    pdf_with_offsets(&objects, |o| o + 7)
+    parley_testkit::pdf::pdf_with(&objects, "", |o| o + 7)
 }
 
 /// A PDF whose page tree loops: the root's kid is a node whose kid is the root again, and no

@@ -269,8 +269,10 @@ async fn try_begin(
 }
 
 /// Per transaction: `lock_timeout`, and `synchronous_commit` off (see [`begin`]).
-const SETTINGS: &str = "SELECT set_config('lock_timeout', $1, true),
-       set_config('synchronous_commit', 'off', true)";
+/// Made by the function migration 0023 installs: nothing sent per request may `SET` or call
+/// `set_config` (docs/rds-proxy.md).
+const SETTINGS: &str =
+    "SELECT parley.set_local(ARRAY['lock_timeout', $1::text, 'synchronous_commit', 'off'])";
 
 /// Claims an owned conversation whose lease is free or expired, and counts `$5` questions in
 /// (1, or 0 for a turn that resumes after its approvals were answered). One row unless the

@@ -243,6 +243,15 @@ pub struct StoredMessage {
     pub approvals: Vec<Approval>,
 }
 
+impl StoredMessage {
+    /// Some of this message's calls still wait for the user's answer.
+    pub fn has_waiting_calls(&self) -> bool {
+        self.approvals
+            .iter()
+            .any(|a| a.decision == crate::approval::Decision::Pending)
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct ConversationSummary {
     pub id: ConversationId,

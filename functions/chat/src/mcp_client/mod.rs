@@ -36,7 +36,7 @@ use serde_json::{Map, Value};
 use tokio::sync::Mutex;
 use uuid::Uuid;
 
-pub use catalog::{ArgumentSchema, Catalog, ServerGuidance, ToolTraits};
+pub use catalog::{Catalog, ServerGuidance, ToolTraits};
 pub use parley_wire::IdempotencyKey;
 
 use crate::auth::User;
@@ -118,14 +118,6 @@ pub struct ToolOutcome {
 }
 
 impl ToolOutcome {
-    pub fn ok(output: Value) -> Self {
-        Self {
-            output,
-            is_error: false,
-            unsettled: false,
-        }
-    }
-
     pub fn error(message: impl Into<String>) -> Self {
         Self {
             output: Value::String(message.into()),

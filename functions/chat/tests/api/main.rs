@@ -15,6 +15,7 @@ mod metrics;
 mod openai;
 mod openai_approvals;
 mod page;
+mod pins;
 mod pooler;
 mod secrets;
 mod sign_in;

@@ -1,11 +1,15 @@
 //! Ad-hoc SQL: `run_sql`, `list_tables`, `describe_table` and `explain_sql`, for the questions
 //! no declared tool foresaw. Off unless a tools file has a `[sql]` table (see `spec`).
 //!
-//! The guarantees come from Postgres, not from reading the SQL: the statements run as a
-//! dedicated login role (`SQL_DATABASE_URL`) that `role` checks at start-up can only read the
-//! allowed schemas, one statement at a time through the extended protocol, in a read-only
-//! transaction that is always rolled back, on a session reset after every call (`run`).
+//! The guarantees come from Postgres: the statements run as a dedicated login role
+//! (`SQL_DATABASE_URL`) that `role` checks at start-up can only read the allowed schemas, one
+//! statement at a time through the extended protocol, in a read-only transaction that is
+//! always rolled back (`run`). Where Postgres' privileges could not be narrowed (a managed
+//! server's master is no superuser) and for what a transaction does not undo, `guard` reads
+//! the names a statement and its plan use, and refuses the ones that reach past the call.
 
+pub mod guard;
+pub mod lexer;
 pub mod role;
 pub mod run;
 pub mod spec;
@@ -24,7 +28,8 @@ pub use spec::{Kind, SqlSpec};
 
 use crate::audit::Marker;
 use crate::output::{ToolOutput, output_schema};
-use run::{Session, Statement};
+use guard::Guard;
+use run::{Check, Session, Statement};
 
 /// The SQL tools of one deployment: their settings, the SQL role's pool, their descriptions.
 pub struct SqlTools {
@@ -32,8 +37,9 @@ pub struct SqlTools {
     pool: Pool,
     listed: Vec<Tool>,
     /// The role check's verdict, once it could run (at start-up, or before the first call when
-    /// the database was unreachable then). Calls are refused until it says the role is safe.
-    verdict: OnceCell<Result<(), String>>,
+    /// the database was unreachable then): the guard the calls go through, or why the role is
+    /// unsafe. Calls are refused until it says the role is safe.
+    verdict: OnceCell<Result<Guard, String>>,
 }
 
 impl std::fmt::Debug for SqlTools {
@@ -96,10 +102,13 @@ impl SqlTools {
         let _ = client.batch_execute("ROLLBACK").await;
         match checked {
             Ok(verdict) => {
+                if let Ok(guard) = &verdict {
+                    tracing::info!(plans_checked = guard.check_plans, "SQL tools' guard ready");
+                }
                 let _ = self
                     .verdict
-                    .set(verdict.as_ref().map(drop).map_err(ToString::to_string));
-                Some(verdict)
+                    .set(verdict.as_ref().cloned().map_err(ToString::to_string));
+                Some(verdict.map(drop))
             }
             Err(e) => {
                 tracing::warn!(error = %parley_core::db::pg_message(&e), "SQL role check failed to run");
@@ -108,13 +117,13 @@ impl SqlTools {
         }
     }
 
-    /// Refuses every call while the role is unchecked or unsafe.
-    async fn ensure_checked(&self) -> Result<(), SqlError> {
+    /// Refuses every call while the role is unchecked or unsafe; else the guard to go through.
+    async fn ensure_checked(&self) -> Result<&Guard, SqlError> {
         if self.verdict.get().is_none() && self.run_check().await.is_none() {
             return Err(SqlError::Unavailable);
         }
         match self.verdict.get() {
-            Some(Ok(())) => Ok(()),
+            Some(Ok(guard)) => Ok(guard),
             Some(Err(problem)) => {
                 tracing::error!(%problem, "SQL tools refused: the role is unsafe");
                 Err(SqlError::Refused(
@@ -152,13 +161,16 @@ impl SqlTools {
                     }
                     Some(n) => n.min(self.spec.max_rows),
                 };
-                self.ensure_checked().await?;
-                self.run_sql(&session, sql, limit).await
+                let guard = self.ensure_checked().await?;
+                guard.screen(sql)?;
+                self.run_sql(&session, guard, sql, limit).await
             }
             Kind::ExplainSql => {
                 let args: SqlArgs = parse_args(arguments)?;
                 let sql = run::accept(&args.sql, self.spec.max_statement_bytes)?;
-                self.ensure_checked().await?;
+                // EXPLAIN runs nothing, but its text reaches the server (and a proxy): the
+                // same words are refused as for run_sql.
+                self.ensure_checked().await?.screen(sql)?;
                 self.explain(&session, sql).await
             }
             Kind::ListTables => {
@@ -195,6 +207,7 @@ impl SqlTools {
     async fn run_sql(
         &self,
         session: &Session<'_>,
+        guard: &Guard,
         sql: &str,
         limit: u64,
     ) -> Result<ToolOutput, SqlError> {
@@ -202,16 +215,22 @@ impl SqlTools {
         // stored), cuts it at the byte cap before sending it, and stops at one row past the
         // limit. The newlines keep a trailing `--` comment from swallowing the rest. So that
         // unbalanced parentheses cannot end the subquery early and add to Parley's query
-        // (`SELECT 1) AS q UNION ALL SELECT ...`), the text is first declared as a cursor on
-        // its own, in the same transaction, with nothing after it: only a complete query
-        // passes, and then the subquery is exactly that query.
+        // (`SELECT 1) AS q UNION ALL SELECT ...`), the text is first planned on its own with
+        // EXPLAIN, in the same transaction, with nothing after it: only a complete statement
+        // passes, and then the subquery is exactly that statement (or a syntax error, for one
+        // that is not a query). When the guard checks plans, that EXPLAIN is VERBOSE JSON and
+        // is judged before the statement is sent.
         let comment = session.marker.comment();
-        let declare = format!("{comment} DECLARE parley_check NO SCROLL CURSOR FOR ");
+        let explain = if guard.check_plans {
+            format!("{comment} EXPLAIN (VERBOSE, FORMAT JSON) ")
+        } else {
+            format!("{comment} EXPLAIN (COSTS OFF) ")
+        };
         let check = Statement {
-            text: format!("{declare}{sql}"),
+            text: format!("{explain}{sql}"),
             params: Vec::new(),
             original: sql,
-            offset: declare.chars().count(),
+            offset: explain.chars().count(),
         };
         let prefix = format!(
             "{comment} SELECT pg_catalog.substr(pg_catalog.to_json(q)::text, 1, {}) FROM (\n",
@@ -223,16 +242,21 @@ impl SqlTools {
             original: sql,
             offset: prefix.chars().count(),
         };
+        let judge = |plan: &Value| guard.check_plan(plan);
+        let check = if guard.check_plans {
+            Check::Judged(&check, &judge)
+        } else {
+            Check::Pipelined(&check)
+        };
         run::rows(
             &self.pool,
             session,
-            Some(&check),
+            Some(check),
             &statement,
             limit,
             self.spec.max_bytes,
         )
         .await
-        .map_err(|e| explain_non_query(e, sql))
     }
 
     async fn explain(&self, session: &Session<'_>, sql: &str) -> Result<ToolOutput, SqlError> {
@@ -353,33 +377,6 @@ impl SqlTools {
             }
         }
         Ok(object_output(described.to_string()))
-    }
-}
-
-/// The words a query can start with; anything else is a syntax error inside the subquery,
-/// which says where but not why.
-const QUERY_STARTS: [&str; 5] = ["select", "with", "values", "table", "("];
-
-/// A syntax error of a statement that is not a query, with Postgres' hint replaced by what
-/// the model needs to know.
-fn explain_non_query(e: SqlError, sql: &str) -> SqlError {
-    match e {
-        SqlError::Postgres(mut failure) if failure.code == "42601" => {
-            let first = sql
-                .trim_start()
-                .split(|c: char| c.is_whitespace() || c == ';')
-                .next()
-                .unwrap_or("")
-                .to_ascii_lowercase();
-            if !QUERY_STARTS.iter().any(|q| first.starts_with(q)) {
-                failure.hint = Some(format!(
-                    "run_sql runs one read-only query (SELECT, WITH ... SELECT, VALUES or \
-                     TABLE); `{first}` statements are not run"
-                ));
-            }
-            SqlError::Postgres(failure)
-        }
-        other => other,
     }
 }
 

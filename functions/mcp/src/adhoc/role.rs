@@ -1,55 +1,66 @@
 //! The start-up check of the role the SQL tools connect as (`SQL_DATABASE_URL`). What a model's
 //! SQL can do is what this role can do inside a read-only transaction, so the function refuses
 //! to serve the tools until Postgres itself confirms the role can read the allowed schemas and
-//! nothing else.
+//! nothing else, or the guard (`guard`) stands in where a managed server's master could not
+//! take a right away. Every statement is unnamed (`query_typed`): nothing named is left on a
+//! server connection that a proxy hands on.
 
 use tokio_postgres::Client;
+use tokio_postgres::types::{ToSql, Type};
+
+use super::guard::{self, Guard, Reason};
 
 /// The group migration 0007 creates; membership is what makes `parley.caller()` ignore a
 /// forged caller in the role's sessions.
 pub const READER_GROUP: &str = "parley_sql_reader";
 
-/// Functions the role must not be able to run, with why, as the refusal says it. Each acts
-/// past the read-only transaction and its ROLLBACK, or on other sessions: the SQL callers share
-/// one login role, so "its own sessions" are every other caller's. Migration 0008 takes the
-/// ones PostgreSQL 16 gives PUBLIC away from it and explains what it leaves (nextval, advisory
-/// locks, pg_notify...); the others only superusers have by default.
-const DENIED_FUNCTIONS: &[(&str, &str)] = &[
-    ("pg_logical_emit_message(boolean,text,text)", WAL),
-    ("pg_logical_emit_message(boolean,text,bytea)", WAL),
-    ("txid_current()", XID),
-    ("pg_current_xact_id()", XID),
-    ("pg_cancel_backend(integer)", SIGNAL),
-    ("pg_terminate_backend(integer,bigint)", SIGNAL),
-    ("pg_stat_get_activity(integer)", ACTIVITY),
-    ("pg_stat_get_backend_activity(integer)", ACTIVITY),
-    ("pg_switch_wal()", SERVER),
-    ("pg_create_restore_point(text)", SERVER),
-    ("pg_backup_start(text,boolean)", SERVER),
-    ("pg_backup_stop(boolean)", SERVER),
-    ("pg_promote(boolean,integer)", SERVER),
-    ("pg_stat_reset()", SERVER),
-    ("pg_stat_reset_shared(text)", SERVER),
-    ("pg_stat_reset_single_table_counters(oid)", SERVER),
-    ("pg_stat_reset_single_function_counters(oid)", SERVER),
-    ("pg_stat_reset_slru(text)", SERVER),
-    ("pg_stat_reset_replication_slot(text)", SERVER),
-    ("pg_reload_conf()", SERVER),
-    ("pg_rotate_logfile()", SERVER),
-    ("pg_log_backend_memory_contexts(integer)", SERVER),
-    ("pg_read_file(text)", FILES),
-    ("pg_read_binary_file(text)", FILES),
-    ("pg_ls_dir(text)", FILES),
-    ("pg_stat_file(text)", FILES),
-    ("lo_import(text)", FILES),
-    ("lo_export(oid,text)", FILES),
+/// Functions the role must not be able to run, with why. Each acts past the read-only
+/// transaction and its ROLLBACK, or on other sessions: the SQL callers share one login role, so
+/// "its own sessions" are every other caller's. Migration 0008 takes the ones PostgreSQL 16
+/// gives PUBLIC away from it when a superuser runs it (those whose [`Reason`] is
+/// [`Reason::closed_by_revokes`]); without a superuser the guard's plan check stands in for
+/// them. The others only superusers have by default, and nothing stands in for a grant of them.
+const DENIED_FUNCTIONS: &[(&str, Reason)] = &[
+    ("pg_logical_emit_message(boolean,text,text)", Reason::Wal),
+    ("pg_logical_emit_message(boolean,text,bytea)", Reason::Wal),
+    ("txid_current()", Reason::Xid),
+    ("pg_current_xact_id()", Reason::Xid),
+    ("pg_cancel_backend(integer)", Reason::Signal),
+    ("pg_terminate_backend(integer,bigint)", Reason::Signal),
+    ("pg_stat_get_activity(integer)", Reason::Activity),
+    ("pg_stat_get_backend_activity(integer)", Reason::Activity),
+    ("pg_switch_wal()", Reason::Server),
+    ("pg_create_restore_point(text)", Reason::Server),
+    ("pg_backup_start(text,boolean)", Reason::Server),
+    ("pg_backup_stop(boolean)", Reason::Server),
+    ("pg_promote(boolean,integer)", Reason::Server),
+    ("pg_stat_reset()", Reason::Server),
+    ("pg_stat_reset_shared(text)", Reason::Server),
+    ("pg_stat_reset_single_table_counters(oid)", Reason::Server),
+    (
+        "pg_stat_reset_single_function_counters(oid)",
+        Reason::Server,
+    ),
+    ("pg_stat_reset_slru(text)", Reason::Server),
+    ("pg_stat_reset_replication_slot(text)", Reason::Server),
+    ("pg_reload_conf()", Reason::Server),
+    ("pg_rotate_logfile()", Reason::Server),
+    ("pg_log_backend_memory_contexts(integer)", Reason::Server),
+    ("pg_read_file(text)", Reason::Files),
+    ("pg_read_binary_file(text)", Reason::Files),
+    ("pg_ls_dir(text)", Reason::Files),
+    ("pg_stat_file(text)", Reason::Files),
+    ("lo_import(text)", Reason::Files),
+    ("lo_export(oid,text)", Reason::Files),
 ];
-const WAL: &str = "it writes WAL that ROLLBACK does not take back";
-const XID: &str = "it assigns a transaction id, which ROLLBACK records in the WAL";
-const SIGNAL: &str = "it cancels or ends other sessions of the role, i.e. other callers'";
-const ACTIVITY: &str = "it shows other sessions' statements, i.e. other callers' questions";
-const SERVER: &str = "its effect on the server outlives the transaction";
-const FILES: &str = "it reads or writes the server's files";
+
+/// The most `temp_file_limit` (in kB, as Postgres reports it) the role may have: 1 GB. Each of
+/// its sessions, and each parallel worker of one, may fill this much disk before Postgres stops
+/// the statement; docs/sql.md recommends 256MB.
+pub const MAX_TEMP_FILE_KB: i64 = 1024 * 1024;
+
+/// What the per-call settings are made with (migration 0024).
+const BEGIN_SQL: &str = "parley.begin_sql(integer,integer,text[],text)";
 
 /// The role may do more than read the allowed schemas, or cannot read them: each entry is one
 /// thing an admin must change, worded as the fix.
@@ -61,20 +72,23 @@ pub struct UnsafeRole {
 }
 
 /// Runs every check as the role itself (so `has_*_privilege` answers for it, memberships and
-/// PUBLIC grants included). `Ok(Err(..))`: the role is unsafe; `Err`: the check could not run.
+/// PUBLIC grants included, and settings are the ones its sessions get: the server's, the
+/// database's or the role's). `Ok(Ok(guard))`: the role is safe with this guard; `Ok(Err(..))`:
+/// the role is unsafe; `Err`: the check could not run.
 pub async fn check(
     client: &Client,
     schemas: &[String],
-) -> Result<Result<(), UnsafeRole>, tokio_postgres::Error> {
-    let row = client
-        .query_one(
-            "SELECT current_user::text, session_user = current_user, r.rolsuper, r.rolbypassrls, \
-                    r.rolcreaterole, r.rolcreatedb, r.rolreplication, r.rolconnlimit, \
-                    (SELECT setting::bigint FROM pg_catalog.pg_settings WHERE name = 'temp_file_limit') \
-             FROM pg_catalog.pg_roles r WHERE r.rolname = current_user",
-            &[],
-        )
-        .await?;
+) -> Result<Result<Guard, UnsafeRole>, tokio_postgres::Error> {
+    let row = one(
+        client,
+        "SELECT current_user::text, session_user = current_user, r.rolsuper, r.rolbypassrls, \
+                r.rolcreaterole, r.rolcreatedb, r.rolreplication, r.rolconnlimit, \
+                (SELECT setting::bigint FROM pg_catalog.pg_settings WHERE name = 'temp_file_limit'), \
+                (SELECT source FROM pg_catalog.pg_settings WHERE name = 'temp_file_limit') \
+         FROM pg_catalog.pg_roles r WHERE r.rolname = current_user",
+        &[],
+    )
+    .await?;
     let role: String = row.get(0);
     let mut problems = Vec::new();
     if !row.get::<_, bool>(1) {
@@ -101,20 +115,34 @@ pub async fn check(
     }
     // A sort or hash of a cross join spills to disk without bound otherwise (the statement
     // timeout bounds the time, not the bytes). Only a superuser can set it, so a statement
-    // cannot lift it.
-    if row.get::<_, Option<i64>>(8).is_none_or(|kb| kb < 0) {
-        problems.push(format!(
-            "ALTER ROLE {role} SET temp_file_limit = '256MB': without it a statement may fill \
+    // cannot lift it. The value is the one the role's sessions get, wherever it comes from: a
+    // managed server's master cannot set it on the role, but a parameter group can set it for
+    // the server, and a superuser for the database.
+    let temp_file_kb: Option<i64> = row.get(8);
+    let source: Option<String> = row.get(9);
+    let fix = format!(
+        "as a superuser ALTER ROLE {role} SET temp_file_limit = '256MB', or on RDS and Aurora \
+         set temp_file_limit = 262144 (kB) in the DB cluster parameter group"
+    );
+    match temp_file_kb {
+        None | Some(..0) => problems.push(format!(
+            "temp_file_limit is unlimited for {role}: {fix}; without it a statement may fill \
              the server's disk with temporary files"
-        ));
+        )),
+        Some(kb) if kb > MAX_TEMP_FILE_KB => problems.push(format!(
+            "temp_file_limit is {kb} kB for {role} (from the {}), more than the 1GB the SQL \
+             tools accept: {fix}",
+            source.as_deref().unwrap_or("server")
+        )),
+        Some(kb) => tracing::debug!(kb, source, "SQL role's temp_file_limit"),
     }
-    let member_of_reader: bool = client
-        .query_one(
-            "SELECT pg_catalog.pg_has_role(current_user, $1, 'MEMBER')",
-            &[&READER_GROUP],
-        )
-        .await?
-        .get(0);
+    let member_of_reader: bool = one(
+        client,
+        "SELECT pg_catalog.pg_has_role(current_user, $1, 'MEMBER')",
+        &[(&READER_GROUP, Type::TEXT)],
+    )
+    .await?
+    .get(0);
     if !member_of_reader {
         problems.push(format!("GRANT {READER_GROUP} TO {role}"));
     }
@@ -125,7 +153,7 @@ pub async fn check(
         "SELECT r.rolname::text FROM pg_catalog.pg_roles r \
          WHERE r.rolname NOT IN (current_user, $1) \
            AND pg_catalog.pg_has_role(current_user, r.oid, 'MEMBER') ORDER BY 1",
-        &[&READER_GROUP],
+        &[(&READER_GROUP, Type::TEXT)],
     )
     .await?
     {
@@ -150,15 +178,15 @@ pub async fn check(
         problems.push(format!("give {owned} another owner: {role} owns it"));
     }
     for schema in schemas {
-        let usable: Option<bool> = client
-            .query_one(
-                "SELECT pg_catalog.has_schema_privilege(n.oid, 'USAGE') \
-                 FROM (SELECT $1::text AS name) s \
-                 LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = s.name",
-                &[schema],
-            )
-            .await?
-            .get(0);
+        let usable: Option<bool> = one(
+            client,
+            "SELECT pg_catalog.has_schema_privilege(n.oid, 'USAGE') \
+             FROM (SELECT $1::text AS name) s \
+             LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = s.name",
+            &[(schema, Type::TEXT)],
+        )
+        .await?
+        .get(0);
         match usable {
             None => problems.push(format!("schema `{schema}` does not exist")),
             Some(false) => {
@@ -198,7 +226,7 @@ pub async fn check(
                       OR pg_catalog.has_table_privilege(c.oid, 'DELETE, TRUNCATE, TRIGGER') \
                END \
          ORDER BY 1 LIMIT 10",
-        &[&schemas],
+        &[(&schemas, Type::TEXT_ARRAY)],
     )
     .await?
     {
@@ -224,7 +252,7 @@ pub async fn check(
            AND NOT n.nspname::text = ANY($1) \
            AND pg_catalog.has_function_privilege(p.oid, 'EXECUTE') \
          ORDER BY 1 LIMIT 5",
-        &[&schemas],
+        &[(&schemas, Type::TEXT_ARRAY)],
     )
     .await?
     {
@@ -233,42 +261,66 @@ pub async fn check(
              its owner, outside the allowed schemas"
         ));
     }
+    // The per-call settings (migration 0024): without them no call can run.
+    let begins: bool = one(
+        client,
+        "SELECT coalesce(pg_catalog.has_function_privilege(pg_catalog.to_regprocedure($1), \
+                'EXECUTE'), false)",
+        &[(&BEGIN_SQL, Type::TEXT)],
+    )
+    .await?
+    .get(0);
+    if !begins {
+        problems.push(format!(
+            "run `parley migrate` (migration 0024 makes {BEGIN_SQL} for {READER_GROUP})"
+        ));
+    }
     // Functions that act outside the transaction or on other sessions (DENIED_FUNCTIONS): some
     // PUBLIC has unless migration 0008 ran as a superuser, the rest an admin may have granted.
+    // The first kind the guard's plan check stands in for; the second nothing does.
     let signatures: Vec<&str> = DENIED_FUNCTIONS.iter().map(|(f, _)| *f).collect();
+    let mut unrevoked = Vec::new();
     for (function,) in rows1(
         client,
         "SELECT f FROM unnest($1::text[]) WITH ORDINALITY AS d(f, n) \
          WHERE pg_catalog.to_regprocedure('pg_catalog.' || f) IS NOT NULL \
            AND pg_catalog.has_function_privilege(pg_catalog.to_regprocedure('pg_catalog.' || f), 'EXECUTE') \
          ORDER BY n",
-        &[&signatures],
+        &[(&signatures, Type::TEXT_ARRAY)],
     )
     .await?
     {
-        let why = DENIED_FUNCTIONS
+        let reason = DENIED_FUNCTIONS
             .iter()
             .find(|(f, _)| *f == function)
-            .map_or("", |(_, why)| why);
-        problems.push(format!(
+            .map(|(_, reason)| *reason)
+            .unwrap_or(Reason::Server);
+        let fix = format!(
             "REVOKE EXECUTE ON FUNCTION pg_catalog.{function} FROM PUBLIC, {role} and \
-             {READER_GROUP}: {why}"
-        ));
+             {READER_GROUP}: {}",
+            reason.says()
+        );
+        if reason.closed_by_revokes() {
+            unrevoked.push(fix);
+        } else {
+            problems.push(fix);
+        }
     }
     // The view: PUBLIC may SELECT it by default, and it shows the `query` of every session of
     // the querying role. (It calls pg_stat_get_activity, whose EXECUTE is checked for the
     // querying role too, but the view's own privilege is what an admin will look at.)
-    let reads_activity: bool = client
-        .query_one(
-            "SELECT pg_catalog.has_table_privilege('pg_catalog.pg_stat_activity', 'SELECT')",
-            &[],
-        )
-        .await?
-        .get(0);
+    let reads_activity: bool = one(
+        client,
+        "SELECT pg_catalog.has_table_privilege('pg_catalog.pg_stat_activity', 'SELECT')",
+        &[],
+    )
+    .await?
+    .get(0);
     if reads_activity {
-        problems.push(format!(
+        unrevoked.push(format!(
             "REVOKE SELECT ON pg_catalog.pg_stat_activity FROM PUBLIC, {role} and \
-             {READER_GROUP}: {ACTIVITY}"
+             {READER_GROUP}: {}",
+            Reason::Activity.says()
         ));
     }
     // A function that opens a connection elsewhere runs there outside this transaction;
@@ -289,33 +341,63 @@ pub async fn check(
         let why = if connects {
             "it connects to other servers"
         } else {
-            ACTIVITY
+            Reason::Activity.says()
         };
-        problems.push(format!(
-            "REVOKE EXECUTE ON FUNCTION {function} FROM PUBLIC: {why}"
-        ));
+        let fix = format!("REVOKE EXECUTE ON FUNCTION {function} FROM PUBLIC: {why}");
+        if connects {
+            problems.push(fix);
+        } else {
+            unrevoked.push(fix);
+        }
+    }
+    // What the guard knows of the database's own functions and views; with the revokes
+    // missing, its plan check stands in for them, and what it cannot see must not be in reach.
+    let classified = guard::classify(client).await?;
+    let check_plans = !unrevoked.is_empty();
+    if check_plans {
+        tracing::info!(
+            missing = %unrevoked.join("; "),
+            "migration 0008's revokes are missing (it needs a superuser); the SQL tools' guard \
+             checks each statement's plan instead"
+        );
+        problems.extend(guard::startup_problems(client, &classified, &role).await?);
     }
     if problems.is_empty() {
-        Ok(Ok(()))
+        Ok(Ok(Guard {
+            opaque: classified.opaque(),
+            check_plans,
+        }))
     } else {
         Ok(Err(UnsafeRole { role, problems }))
     }
 }
 
+type Params<'a> = [(&'a (dyn ToSql + Sync), Type)];
+
+async fn one(
+    client: &Client,
+    sql: &str,
+    params: &Params<'_>,
+) -> Result<tokio_postgres::Row, tokio_postgres::Error> {
+    let mut rows = client.query_typed(sql, params).await?;
+    // Each of these statements returns exactly one row by construction.
+    Ok(rows.swap_remove(0))
+}
+
 async fn rows1(
     client: &Client,
     sql: &str,
-    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    params: &Params<'_>,
 ) -> Result<Vec<(String,)>, tokio_postgres::Error> {
-    let rows = client.query(sql, params).await?;
+    let rows = client.query_typed(sql, params).await?;
     Ok(rows.iter().map(|r| (r.get(0),)).collect())
 }
 
 async fn rows2(
     client: &Client,
     sql: &str,
-    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    params: &Params<'_>,
 ) -> Result<Vec<(String, bool)>, tokio_postgres::Error> {
-    let rows = client.query(sql, params).await?;
+    let rows = client.query_typed(sql, params).await?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }

@@ -1,11 +1,16 @@
 //! One ad-hoc statement on a connection of the SQL role: the transaction around it, the
 //! statement as sent, and its errors as the model should read them.
 //!
-//! Every call is one pipelined round trip: `BEGIN READ ONLY` with a local statement timeout and
-//! `search_path`, the statement through the extended query protocol (which refuses more than
-//! one command), `ROLLBACK` (never `COMMIT`), then `DISCARD ALL`, which drops whatever a
-//! statement can leave on the session past its transaction (advisory locks, prepared
-//! statements, settings, `LISTEN`s). A connection whose clean-up failed is closed, not pooled.
+//! A call is one pipelined round trip: `BEGIN READ ONLY`, `parley.begin_sql(...)` (migration
+//! 0024: the statement timeout, `search_path` and `application_name`, each local to the
+//! transaction), the statement through the extended query protocol (which refuses more than
+//! one command), then `ROLLBACK` (never `COMMIT`), which undoes every setting made in the
+//! transaction. When the guard checks plans, the check's answer is read first, so a call is
+//! two round trips. Nothing is sent that RDS Proxy documents as pinning a session (`SET`,
+//! `RESET`, `DISCARD`, `set_config`, SQL-level prepared statements, cursors, session advisory
+//! locks): what a statement could still leave on the session (session advisory locks, SQL
+//! `PREPARE`, `LISTEN`, holdable cursors) the guard refuses before it is sent
+//! (`guard::Guard::screen`). A connection whose `ROLLBACK` failed is closed, not pooled.
 
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -16,6 +21,7 @@ use futures_util::TryStreamExt;
 use parley_core::db::DbError;
 use serde::Deserializer;
 use serde::de::{MapAccess, Visitor};
+use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
@@ -108,26 +114,48 @@ pub struct Session<'a> {
     pub marker: Marker<'a>,
 }
 
+/// The call's settings as `parley.begin_sql` (migration 0024) takes them.
+struct Settings {
+    text: String,
+    timeout_ms: i32,
+    idle_ms: i32,
+    schemas: Vec<String>,
+    application_name: String,
+}
+
 impl Session<'_> {
-    fn begin(&self) -> String {
-        let path = self
-            .schemas
-            .iter()
-            .map(|s| format!("\"{s}\""))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let ms = self.timeout.as_millis();
-        // idle_in_transaction: a connection lost mid-pipeline must not hold a snapshot long.
-        format!(
-            "{} BEGIN READ ONLY; SET LOCAL statement_timeout = {ms}; \
-             SET LOCAL idle_in_transaction_session_timeout = {}; \
-             SET LOCAL search_path = {path}; \
-             SET LOCAL application_name = '{}'",
-            self.marker.comment(),
-            ms + 1000,
-            self.marker.application_name(),
-        )
+    fn settings(&self) -> Settings {
+        let ms = i32::try_from(self.timeout.as_millis()).unwrap_or(i32::MAX);
+        Settings {
+            // The comment names the call to a DBA reading the server's log.
+            text: format!(
+                "{} SELECT parley.begin_sql($1, $2, $3, $4)",
+                self.marker.comment()
+            ),
+            timeout_ms: ms,
+            // A connection lost mid-pipeline, or a call between its two round trips, must not
+            // hold a snapshot long.
+            idle_ms: ms.saturating_add(1000),
+            schemas: self.schemas.to_vec(),
+            application_name: self.marker.application_name(),
+        }
     }
+}
+
+/// `BEGIN READ ONLY` and the call's settings, both sent when this is first polled, in order,
+/// so that whatever is polled after it runs inside the transaction.
+async fn begin(client: &Object, settings: &Settings) -> Result<(), tokio_postgres::Error> {
+    let params: [(&(dyn ToSql + Sync), Type); 4] = [
+        (&settings.timeout_ms, Type::INT4),
+        (&settings.idle_ms, Type::INT4),
+        (&settings.schemas, Type::TEXT_ARRAY),
+        (&settings.application_name, Type::TEXT),
+    ];
+    let (begun, set) = tokio::join!(
+        client.batch_execute("BEGIN READ ONLY"),
+        client.query_typed(&settings.text, &params),
+    );
+    begun.and(set.map(drop))
 }
 
 /// A statement as sent, and where the caller's text sits in it.
@@ -141,66 +169,119 @@ pub struct Statement<'a> {
     pub offset: usize,
 }
 
-/// Runs `statement`, whose rows are each one JSON text in the first column, and renders them
-/// with the caps. `check`, when given, goes first in the same transaction: if it fails, the
-/// transaction is aborted, `statement` cannot run, and the error reported is the check's.
+/// What must hold before the statement runs, checked in its transaction.
+pub enum Check<'a> {
+    /// Sent before it in the same pipeline; if it fails, the transaction is aborted, the
+    /// statement cannot run, and the error reported is the check's. Its rows are not read.
+    Pipelined(&'a Statement<'a>),
+    /// Sent and answered first: its one JSON value (a plan) must pass the judge, else the
+    /// statement is never sent. A round trip more than [`Check::Pipelined`].
+    Judged(&'a Statement<'a>, &'a Judge<'a>),
+}
+
+/// Decides on a plan; `Err` is the refusal the model reads.
+pub type Judge<'a> = dyn Fn(&Value) -> Result<(), SqlError> + Sync + 'a;
+
+/// Runs `statement`, whose rows are each one JSON text in the first column, after `check`, and
+/// renders them with the caps.
 pub async fn rows(
     pool: &Pool,
     session: &Session<'_>,
-    check: Option<&Statement<'_>>,
+    check: Option<Check<'_>>,
     statement: &Statement<'_>,
     row_limit: u64,
     max_bytes: u64,
 ) -> Result<ToolOutput, SqlError> {
     let client = connection(pool).await?;
     let started = std::time::Instant::now();
-    let checked = async {
+    let settings = session.settings();
+    let fail = |e, s: &Statement<'_>| failure(e, session, s, started);
+    let rollback = || client.batch_execute("ROLLBACK");
+    let call = async {
         match check {
-            Some(check) => client
-                .query_typed(&check.text, &check.params)
-                .await
-                .map(drop),
-            None => Ok(()),
-        }
-    };
-    let read = async {
-        let stream = client
-            .query_typed_raw(&statement.text, statement.params.iter().cloned())
-            .await?;
-        let mut stream = std::pin::pin!(stream);
-        let mut out = Render::new(row_limit, max_bytes);
-        // Every row has the same columns, so the first one tells whether two share a name
-        // (`SELECT 1 AS a, 2 AS a`, `SELECT min(x), min(y)`): objects with a key twice parse
-        // differently in every client (most keep the last value), so those rows are rebuilt
-        // with the later columns renamed.
-        let mut renamed: Option<Option<Vec<String>>> = None;
-        while let Some(row) = stream.try_next().await? {
-            // The wrapper makes every value a JSON text; anything else is shown as null
-            // rather than trusted.
-            let text = row.try_get::<_, Option<&str>>(0).ok().flatten();
-            let text = text.unwrap_or("null");
-            let names = renamed.get_or_insert_with(|| distinct_names(text));
-            let rebuilt = names.as_deref().and_then(|names| rename_keys(text, names));
-            if !out.push(rebuilt.as_deref().unwrap_or(text)) {
-                break;
+            None => {
+                let (begun, read, rolled_back) = tokio::join!(
+                    begin(&client, &settings),
+                    read(&client, statement, row_limit, max_bytes),
+                    rollback(),
+                );
+                let outcome = begun.and(read).map_err(|e| fail(e, statement));
+                (outcome, rolled_back.is_ok())
+            }
+            Some(Check::Pipelined(check)) => {
+                // All sent before any answer is read; the first error is the one that explains.
+                let (begun, checked, read, rolled_back) = tokio::join!(
+                    begin(&client, &settings),
+                    client.query_typed(&check.text, &check.params),
+                    read(&client, statement, row_limit, max_bytes),
+                    rollback(),
+                );
+                let outcome = match (begun, checked) {
+                    (Err(e), _) => Err(fail(e, statement)),
+                    (Ok(()), Err(e)) => Err(fail(e, check)),
+                    (Ok(()), Ok(_)) => read.map_err(|e| fail(e, statement)),
+                };
+                (outcome, rolled_back.is_ok())
+            }
+            Some(Check::Judged(check, judge)) => {
+                let (begun, planned) = tokio::join!(
+                    begin(&client, &settings),
+                    client.query_typed(&check.text, &check.params),
+                );
+                let verdict = match (begun, planned) {
+                    (Err(e), _) => Err(fail(e, statement)),
+                    (Ok(()), Err(e)) => Err(fail(e, check)),
+                    (Ok(()), Ok(rows)) => {
+                        let plan: Option<Value> = rows.first().and_then(|r| r.try_get(0).ok());
+                        judge(&plan.unwrap_or(Value::Null))
+                    }
+                };
+                if let Err(refused) = verdict {
+                    return (Err(refused), rollback().await.is_ok());
+                }
+                let (read, rolled_back) =
+                    tokio::join!(read(&client, statement, row_limit, max_bytes), rollback(),);
+                (read.map_err(|e| fail(e, statement)), rolled_back.is_ok())
             }
         }
-        Ok::<_, tokio_postgres::Error>(out.finish())
     };
-    // Both sent before either answer is read; the check's error is the one that explains.
-    let work = async {
-        let (checked, read) = tokio::join!(checked, read);
-        Ok(checked.map(|()| read))
-    };
-    let Some((outcome, clean)) = transaction(&client, session, work).await else {
+    let Ok((outcome, clean)) = tokio::time::timeout(session.timeout + DEADLINE_GRACE, call).await
+    else {
         return Err(overdue(client, session));
     };
     release(client, clean);
-    match outcome {
-        Err(e) => Err(failure(e, session, statement, started)),
-        Ok(Err(e)) => Err(failure(e, session, check.unwrap_or(statement), started)),
-        Ok(Ok(read)) => read.map_err(|e| failure(e, session, statement, started)),
+    outcome
+}
+
+/// The statement's rows rendered with the caps.
+async fn read(
+    client: &Object,
+    statement: &Statement<'_>,
+    row_limit: u64,
+    max_bytes: u64,
+) -> Result<ToolOutput, tokio_postgres::Error> {
+    let stream = client
+        .query_typed_raw(&statement.text, statement.params.iter().cloned())
+        .await?;
+    let mut stream = std::pin::pin!(stream);
+    let mut out = Render::new(row_limit, max_bytes);
+    // Every row has the same columns, so the first one tells whether two share a name
+    // (`SELECT 1 AS a, 2 AS a`, `SELECT min(x), min(y)`): objects with a key twice parse
+    // differently in every client (most keep the last value), so those rows are rebuilt with
+    // the later columns renamed.
+    let mut renamed: Option<Option<Vec<String>>> = None;
+    while let Some(row) = stream.try_next().await? {
+        // The wrapper makes every value a JSON text; anything else is shown as null rather
+        // than trusted.
+        let text = row.try_get::<_, Option<&str>>(0).ok().flatten();
+        let text = text.unwrap_or("null");
+        let names = renamed.get_or_insert_with(|| distinct_names(text));
+        let rebuilt = names.as_deref().and_then(|names| rename_keys(text, names));
+        if !out.push(rebuilt.as_deref().unwrap_or(text)) {
+            break;
+        }
     }
+    Ok(out.finish())
 }
 
 /// One row object's members in order, values as the exact JSON text Postgres wrote.
@@ -283,16 +364,22 @@ pub async fn texts(
 ) -> Result<Vec<String>, SqlError> {
     let client = connection(pool).await?;
     let started = std::time::Instant::now();
-    let work = async {
-        let rows = client
-            .query_typed(&statement.text, &statement.params)
-            .await?;
-        Ok(rows
-            .iter()
-            .map(|r| r.get::<_, Option<String>>(0).unwrap_or_default())
-            .collect())
+    let settings = session.settings();
+    let call = async {
+        let (begun, rows, rolled_back) = tokio::join!(
+            begin(&client, &settings),
+            client.query_typed(&statement.text, &statement.params),
+            client.batch_execute("ROLLBACK"),
+        );
+        let outcome = begun.and(rows).map(|rows| {
+            rows.iter()
+                .map(|r| r.get::<_, Option<String>>(0).unwrap_or_default())
+                .collect()
+        });
+        (outcome, rolled_back.is_ok())
     };
-    let Some((outcome, clean)) = transaction(&client, session, work).await else {
+    let Ok((outcome, clean)) = tokio::time::timeout(session.timeout + DEADLINE_GRACE, call).await
+    else {
         return Err(overdue(client, session));
     };
     release(client, clean);
@@ -312,32 +399,6 @@ async fn connection(pool: &Pool) -> Result<Object, SqlError> {
 /// this closes its connection instead (the backend stops when it next writes to it).
 pub const DEADLINE_GRACE: Duration = Duration::from_secs(2);
 
-/// The pipeline around `work`. Postgres answers in order, so `work`'s statement runs inside
-/// the transaction `begin` opened, and the clean-up runs whatever `work` did. The flag is
-/// false when the clean-up failed; `None` when no answer came within the statement timeout
-/// and [`DEADLINE_GRACE`].
-async fn transaction<T>(
-    client: &Object,
-    session: &Session<'_>,
-    work: impl Future<Output = Result<T, tokio_postgres::Error>>,
-) -> Option<(Result<T, tokio_postgres::Error>, bool)> {
-    let begin = session.begin();
-    let pipeline = async {
-        tokio::join!(
-            client.batch_execute(&begin),
-            work,
-            client.batch_execute("ROLLBACK"),
-            client.batch_execute("DISCARD ALL"),
-        )
-    };
-    let (begun, output, rolled_back, discarded) =
-        tokio::time::timeout(session.timeout + DEADLINE_GRACE, pipeline)
-            .await
-            .ok()?;
-    let clean = rolled_back.is_ok() && discarded.is_ok();
-    Some((begun.and(output), clean))
-}
-
 /// A call that outlived its deadline: its connection, mid-answer, is closed, not pooled.
 fn overdue(client: Object, session: &Session<'_>) -> SqlError {
     tracing::warn!(
@@ -350,8 +411,8 @@ fn overdue(client: Object, session: &Session<'_>) -> SqlError {
     }
 }
 
-/// Back to the pool, unless the clean-up failed: then whatever the statement left on the
-/// session may still be there, and the connection is closed instead.
+/// Back to the pool, unless the `ROLLBACK` failed: then the transaction, and whatever the
+/// statement set in it, may still be open, and the connection is closed instead.
 fn release(client: Object, clean: bool) {
     if !clean {
         drop(Object::take(client));

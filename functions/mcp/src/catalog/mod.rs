@@ -201,7 +201,7 @@ impl Catalog {
             }
         };
         if let Err(e) = client.batch_execute("BEGIN READ ONLY").await {
-            tracing::warn!(error = %parley_core::db::pg_message(&e), "database connection lost while checking tools");
+            connection_lost(&e);
             return Ok(false);
         }
         let checked = self.check_each(&client).await;
@@ -221,7 +221,7 @@ impl Catalog {
     ) -> Result<bool, CatalogError> {
         let started = std::time::Instant::now();
         if let Err(e) = client.batch_execute("BEGIN READ ONLY").await {
-            tracing::warn!(error = %parley_core::db::pg_message(&e), "database connection lost while checking tools");
+            connection_lost(&e);
             return Ok(false);
         }
         let found = tools::privileges::check_all(client, &self.specs).await;
@@ -236,7 +236,7 @@ impl Catalog {
             }
             Ok(Some(missing)) => Err(CatalogError::Privileges(missing)),
             Err(e) if parley_core::db::is_connection_error(&e) => {
-                tracing::warn!(error = %parley_core::db::pg_message(&e), "database connection lost while checking tools");
+                connection_lost(&e);
                 Ok(false)
             }
             // The check's own queries failed: not the tools' fault, so not a reason to refuse
@@ -250,12 +250,8 @@ impl Catalog {
 
     async fn check_each(&self, client: &deadpool_postgres::Object) -> Result<bool, CatalogError> {
         for tool in &self.specs {
-            let mut statements = vec![(tool.wrapped_sql.as_str(), tool.placeholder_types.clone())];
-            if let Some(keyed) = &tool.keyed_sql {
-                statements.push((keyed.as_str(), tools::exec::keyed_types(tool)));
-            }
             let mut refused = false;
-            for (sql, types) in statements {
+            for (sql, types) in tools::exec::statements(tool) {
                 match check_statement(client, tool, sql, &types).await? {
                     Prepared::Yes => {}
                     Prepared::Lost => return Ok(false),
@@ -269,7 +265,7 @@ impl Catalog {
                 // The failed statement aborted the transaction; the other tools go on in a
                 // new one, so every tool's problems are found in this one start-up.
                 if let Err(e) = client.batch_execute("ROLLBACK; BEGIN READ ONLY").await {
-                    tracing::warn!(error = %parley_core::db::pg_message(&e), "database connection lost while checking tools");
+                    connection_lost(&e);
                     return Ok(false);
                 }
                 continue;
@@ -314,7 +310,7 @@ async fn check_statement(
     match client.prepare_typed(sql, types).await {
         Ok(_) => Ok(Prepared::Yes),
         Err(e) if parley_core::db::is_connection_error(&e) => {
-            tracing::warn!(error = %parley_core::db::pg_message(&e), "database connection lost while checking tools");
+            connection_lost(&e);
             Ok(Prepared::Lost)
         }
         Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) => {
@@ -336,16 +332,26 @@ async fn check_settings(
     if tool.settings.is_empty() {
         return Ok(true);
     }
-    let sets = tool.settings.join("; ");
-    let outcome = client
-        .batch_execute(&format!(
-            "SAVEPOINT settings; {sets}; ROLLBACK TO SAVEPOINT settings"
-        ))
-        .await;
+    let settings: Vec<&str> = tool
+        .settings
+        .iter()
+        .flat_map(|(name, value)| [name.as_str(), value.as_str()])
+        .collect();
+    let outcome = async {
+        client.batch_execute("SAVEPOINT settings").await?;
+        client
+            .execute_typed(
+                "SELECT parley.set_local($1)",
+                &[(&settings, tokio_postgres::types::Type::TEXT_ARRAY)],
+            )
+            .await?;
+        client.batch_execute("ROLLBACK TO SAVEPOINT settings").await
+    }
+    .await;
     match outcome {
         Ok(()) => Ok(true),
         Err(e) if parley_core::db::is_connection_error(&e) => {
-            tracing::warn!(error = %parley_core::db::pg_message(&e), "database connection lost while checking tools");
+            connection_lost(&e);
             Ok(false)
         }
         Err(e) => {
@@ -421,4 +427,9 @@ async fn check_columns(
             ),
         }),
     }
+}
+
+/// The log line of a check that lost its database connection (start-up goes on without it).
+fn connection_lost(e: &tokio_postgres::Error) {
+    tracing::warn!(error = %parley_core::db::pg_message(e), "database connection lost while checking tools");
 }

@@ -1,12 +1,15 @@
 //! Runs one checked tool call against Postgres and renders the rows as JSON.
 //!
 //! A call is one pipelined transaction (no extra round trips): `BEGIN READ ONLY` (or `READ
-//! WRITE` for a declared write) with a local statement timeout and the tool's role, the
-//! caller's verified claims in `parley.caller` (for a user), the statement, the reset of what
-//! it could leave on the session, `COMMIT`. Statements are unnamed (parsed, bound and run in
-//! one message each, nothing kept on the connection), so the connection is the same after a
-//! call as before it and a transaction-mode pooler (PgBouncer, RDS Proxy) can hand the server
-//! connection to anyone once the call commits. A write
+//! WRITE` for a declared write), `parley.begin_call(...)` with the call's time limit, the
+//! tool's settings, the caller's verified claims (`parley.caller`) and the tool's role, the
+//! statement, `parley.end_call()` to undo what it could leave on the session, `COMMIT`.
+//! Every setting is local to the transaction and made inside a function that migration 0023
+//! installs, so no statement RDS Proxy documents as pinning a session (`SET`, `RESET`,
+//! `set_config`, advisory locks) is sent (docs/rds-proxy.md). Statements are unnamed (parsed,
+//! bound and run in one message each, nothing kept on the connection), so the connection is
+//! the same after a call as before it and a transaction-mode pooler (PgBouncer, RDS Proxy) can
+//! hand the server connection to anyone once the call commits. A write
 //! called with an idempotency key records its rows in the same statement; the same key again
 //! fails on `idempotency_pkey`, writes nothing and gets the recorded rows back. Postgres
 //! renders every row (`row_to_json`), so numeric, timestamp and uuid values arrive exactly as
@@ -82,8 +85,16 @@ impl From<DbError> for ExecError {
     }
 }
 
-/// Sets `parley.caller` for the rest of the transaction (`is_local = true`).
-const SET_CALLER: &str = "SELECT set_config('parley.caller', $1, true)";
+/// Opens a call's transaction (migration 0023): time limit, `application_name`, the tool's
+/// settings, `parley.caller`, role; each for this transaction only.
+pub const BEGIN_CALL: &str = "SELECT parley.begin_call($1, $2, $3, $4, $5)";
+const BEGIN_CALL_TYPES: [Type; 5] = [
+    Type::INT4,
+    Type::TEXT,
+    Type::TEXT_ARRAY,
+    Type::TEXT,
+    Type::TEXT,
+];
 
 /// Reads back what a keyed write recorded; RLS on the table adds the caller.
 const RECORDED_ROWS: &str = "SELECT rows FROM parley.idempotency \
@@ -102,6 +113,16 @@ pub fn keyed_types(tool: &ToolSpec) -> Vec<Type> {
         .chain(&KEY_TYPES)
         .cloned()
         .collect()
+}
+
+/// Every statement a call of `tool` may send, with its placeholders' types: its own and, for
+/// a write, the one that records its idempotency key. What start-up checks.
+pub fn statements(tool: &ToolSpec) -> Vec<(&str, Vec<Type>)> {
+    let mut statements = vec![(tool.wrapped_sql.as_str(), tool.placeholder_types.clone())];
+    if let Some(keyed) = &tool.keyed_sql {
+        statements.push((keyed.as_str(), keyed_types(tool)));
+    }
+    statements
 }
 
 /// Who a call runs for and under which key, as the statements need them.
@@ -225,63 +246,76 @@ fn key_was_used(e: &DbError) -> bool {
 }
 
 /// What a tool's statement can change on its session and take past COMMIT (`set_config(..,
-/// false)`, a session advisory lock), undone inside the call's transaction, so nothing of it
-/// reaches the server connection a pooler hands on at COMMIT. (`DISCARD ALL` cannot run in a
-/// transaction.) Deferred constraints are checked first, while the tool's settings and
-/// `parley.caller` are still set: `RESET ALL` undoes them, and they would otherwise be checked
-/// at COMMIT without them.
-pub const RESET_SESSION: &str =
-    "SET CONSTRAINTS ALL IMMEDIATE; RESET ALL; SELECT pg_advisory_unlock_all()";
+/// false)`, a session advisory lock), undone inside the call's transaction by
+/// `parley.end_call()`, so nothing of it reaches the server connection a pooler hands on at
+/// COMMIT. (`DISCARD ALL` cannot run in a transaction.) Deferred constraints are checked
+/// first, while the tool's role and `parley.caller` still hold.
+pub const END_CALL: &str = "SELECT parley.end_call()";
 
 /// After a failed call: a session advisory lock taken before the failure survives the
 /// rollback (settings do not), so it is released on the connection that took it.
-const UNLOCK_AFTER_FAILURE: &str = "SELECT pg_advisory_unlock_all()";
+const UNLOCK_AFTER_FAILURE: &str = "SELECT parley.release_session_locks()";
 
-/// The statements that open a call's transaction (the bench's floor sends the same).
-pub fn begin_sql(tool: &ToolSpec) -> String {
-    begin_with(tool, tool.writes, None)
+/// The statement that opens a call's transaction: `BEGIN` with the access mode. `marker`
+/// (see [`Call`]) goes in a comment, shown while it runs.
+pub fn begin_sql(read_write: bool, marker: Option<Marker<'_>>) -> String {
+    let begin = if read_write {
+        "BEGIN READ WRITE"
+    } else {
+        "BEGIN READ ONLY"
+    };
+    match marker {
+        Some(marker) => format!("{} {begin}", marker.comment()),
+        None => begin.to_owned(),
+    }
 }
 
-/// `marker` (see [`Call`]) goes in a comment, shown while the batch runs, and in
-/// `application_name` for the rest of the transaction (pg_stat_activity, the log's `%a`);
-/// before the tool's own settings, so a tool that sets `application_name` keeps its value.
-fn begin_with(tool: &ToolSpec, read_write: bool, marker: Option<Marker<'_>>) -> String {
-    // Tools with nullable filters are planned per call (see `ToolSpec::custom_plans`): at 1M
-    // rows a generic plan made a search with one optional filter given 345 ms instead of
-    // 23 ms, while planning a primary-key lookup every time costs more than the lookup. The others leave the choice
-    // to Postgres, which after five calls on a connection uses the cached generic plan when it
-    // is not costlier than planning each call.
-    let mut begin = format!(
-        "BEGIN {}; SET LOCAL statement_timeout = {}",
-        if read_write {
-            "READ WRITE"
-        } else {
-            "READ ONLY"
-        },
-        tool.timeout.as_millis(),
-    );
-    if let Some(marker) = marker {
-        begin = format!(
-            "{} {begin}; SET LOCAL application_name = '{}'",
-            marker.comment(),
-            marker.application_name()
-        );
+/// The arguments of [`BEGIN_CALL`] for a call of `tool`, without the caller.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallSettings {
+    pub timeout_ms: i32,
+    /// `application_name` for the transaction (pg_stat_activity, the log's `%a`); made before
+    /// the tool's own settings, so a tool that sets it keeps its value.
+    pub application_name: Option<String>,
+    /// Name, value, name, value...
+    pub settings: Vec<String>,
+    pub role: Option<String>,
+}
+
+impl CallSettings {
+    pub fn new(tool: &ToolSpec, marker: Option<Marker<'_>>) -> Self {
+        let mut settings = Vec::with_capacity(2 * tool.settings.len() + 2);
+        // Tools with nullable filters are planned per call (see `ToolSpec::custom_plans`): at
+        // 1M rows a generic plan made a search with one optional filter given 345 ms instead
+        // of 23 ms, while planning a primary-key lookup every time costs more than the lookup.
+        // The others leave the choice to Postgres, which after five calls on a connection uses
+        // the cached generic plan when it is not costlier than planning each call.
+        if tool.custom_plans {
+            settings.extend(["plan_cache_mode".to_owned(), "force_custom_plan".to_owned()]);
+        }
+        // Set by the login role, as the tools file's author tried them.
+        for (name, value) in &tool.settings {
+            settings.extend([name.clone(), value.clone()]);
+        }
+        CallSettings {
+            timeout_ms: i32::try_from(tool.timeout.as_millis()).unwrap_or(i32::MAX),
+            application_name: marker.map(|m| m.application_name()),
+            settings,
+            role: tool.role.clone(),
+        }
     }
-    if tool.custom_plans {
-        begin.push_str("; SET LOCAL plan_cache_mode = force_custom_plan");
+
+    /// [`BEGIN_CALL`]'s parameters with their types, the caller's claims (JSON text) given.
+    pub fn params<'a>(&'a self, caller: &'a Option<String>) -> [(&'a (dyn ToSql + Sync), Type); 5] {
+        let [t0, t1, t2, t3, t4] = BEGIN_CALL_TYPES;
+        [
+            (&self.timeout_ms, t0),
+            (&self.application_name, t1),
+            (&self.settings, t2),
+            (caller, t3),
+            (&self.role, t4),
+        ]
     }
-    // Before the role: set by the login role, as the tools file's author tried them.
-    for set in &tool.settings {
-        begin.push_str("; ");
-        begin.push_str(set);
-    }
-    // A lower-case identifier (checked at load), so quoting names exactly that role.
-    if let Some(role) = &tool.role {
-        begin.push_str("; SET LOCAL ROLE \"");
-        begin.push_str(role);
-        begin.push('"');
-    }
-    begin
 }
 
 async fn query(
@@ -331,8 +365,9 @@ async fn query(
         }
         Ok::<_, tokio_postgres::Error>(out.finish())
     };
-    let begin = begin_with(tool, tool.writes, Some(call.marker));
-    transaction(client, &begin, call, rows).await
+    let begin = begin_sql(tool.writes, Some(call.marker));
+    let settings = CallSettings::new(tool, Some(call.marker));
+    transaction(client, (&begin, &settings), call, rows).await
 }
 
 /// The rows a keyed write recorded, rendered with the same caps as the first time; `None`
@@ -362,48 +397,47 @@ async fn replay(
             output
         }))
     };
-    let begin = begin_with(tool, false, Some(call.marker));
-    transaction(client, &begin, call, read).await
+    let begin = begin_sql(false, Some(call.marker));
+    let settings = CallSettings::new(tool, Some(call.marker));
+    transaction(client, (&begin, &settings), call, read).await
 }
 
 /// Runs `work` inside the call's transaction, every message pipelined: all go out before the
-/// first answer comes back. If a statement fails the transaction is aborted, the reset fails
-/// with it (a rollback undoes settings anyway) and COMMIT only rolls it back; then, and only
-/// then, one more message releases a session advisory lock the failed statement may have
+/// first answer comes back. If a statement fails the transaction is aborted, the clean-up
+/// fails with it (a rollback undoes settings anyway) and COMMIT only rolls it back; then, and
+/// only then, one more message releases a session advisory lock the failed statement may have
 /// taken.
 async fn transaction<T>(
     client: &Object,
-    begin: &str,
+    (begin, settings): (&str, &CallSettings),
     call: &Call<'_>,
     work: impl Future<Output = Result<T, tokio_postgres::Error>>,
 ) -> Result<T, tokio_postgres::Error> {
-    let caller = async {
-        match (&call.caller, call.statements) {
-            (Some(claims), Statements::Unnamed) => client
-                .execute_typed(SET_CALLER, &[(claims, Type::TEXT)])
-                .await
-                .map(drop),
-            (Some(claims), Statements::Cached) => {
+    let params = settings.params(&call.caller);
+    let configured = async {
+        match call.statements {
+            Statements::Unnamed => client.execute_typed(BEGIN_CALL, &params).await.map(drop),
+            Statements::Cached => {
                 let statement = client
-                    .prepare_typed_cached(SET_CALLER, &[Type::TEXT])
+                    .prepare_typed_cached(BEGIN_CALL, &BEGIN_CALL_TYPES)
                     .await?;
-                client.execute(&statement, &[claims]).await.map(drop)
+                let values: Vec<_> = params.iter().map(|(value, _)| *value).collect();
+                client.execute(&statement, &values).await.map(drop)
             }
-            (None, _) => Ok(()),
         }
     };
-    let (begun, identified, output, reset, committed) = tokio::join!(
+    let (begun, configured, output, ended, committed) = tokio::join!(
         client.batch_execute(begin),
-        caller,
+        configured,
         work,
-        client.batch_execute(RESET_SESSION),
+        client.batch_execute(END_CALL),
         client.batch_execute("COMMIT"),
     );
     let outcome = (|| {
         begun?;
-        identified?;
+        configured?;
         let output = output?;
-        reset?;
+        ended?;
         committed?;
         Ok(output)
     })();
@@ -420,7 +454,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn settings_go_in_the_begin_batch_before_the_role() {
+    fn a_call_sets_its_plan_mode_and_settings_by_function_not_by_statement() {
         let raw = toml::from_str(
             "name = \"t\"\ndescription = \"d\"\nsql = \"SELECT 1\"\n\
              role = \"reader\"\nsettings = { \"hnsw.ef_search\" = 100 }\n",
@@ -428,10 +462,15 @@ mod tests {
         .unwrap();
         let tools =
             super::super::spec::parse_tools(vec![raw], crate::output::Limits::default()).unwrap();
+        assert_eq!(begin_sql(false, None), "BEGIN READ ONLY");
         assert_eq!(
-            begin_sql(&tools[0]),
-            "BEGIN READ ONLY; SET LOCAL statement_timeout = 5000; \
-             SET LOCAL hnsw.ef_search = '100'; SET LOCAL ROLE \"reader\""
+            CallSettings::new(&tools[0], None),
+            CallSettings {
+                timeout_ms: 5000,
+                application_name: None,
+                settings: vec!["hnsw.ef_search".into(), "100".into()],
+                role: Some("reader".into()),
+            }
         );
     }
 }

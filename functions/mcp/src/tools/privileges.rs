@@ -12,7 +12,7 @@ use tokio_postgres::Client;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 
-use super::exec::keyed_types;
+use super::exec::statements;
 use super::params::SqlValue;
 use super::spec::ToolSpec;
 use super::sql;
@@ -307,12 +307,8 @@ impl Checker {
                 },
             },
         };
-        let mut statements = vec![(tool.wrapped_sql.as_str(), tool.placeholder_types.clone())];
-        if let Some(keyed) = &tool.keyed_sql {
-            statements.push((keyed.as_str(), keyed_types(tool)));
-        }
         let mut missing: Vec<Missing> = Vec::new();
-        for (sql, types) in statements {
+        for (sql, types) in statements(tool) {
             let statement = Statement {
                 tool,
                 role: &role,
@@ -356,17 +352,29 @@ impl Checker {
             "EXPLAIN ({}FORMAT JSON) {sql}",
             if tool.writes { "VERBOSE, " } else { "" }
         );
-        let mut begin = "SAVEPOINT parley_privileges".to_owned();
-        if tool.role.is_some() {
-            begin = format!("{begin}; SET LOCAL ROLE \"{}\"", role.name);
-        }
-        // One round trip: all three go out before the first answer comes back. When the role
-        // is refused, the EXPLAIN fails with the aborted savepoint and the rollback ends it.
-        let (begun, explained, rolled_back) = tokio::join!(
-            client.batch_execute(&begin),
+        // The role is taken as a call takes it (`exec::BEGIN_CALL`), so this check sends
+        // nothing a proxy would pin the connection for either.
+        let role_name = tool.role.is_some().then(|| role.name.clone());
+        let no_text: Option<String> = None;
+        let no_settings: Vec<String> = Vec::new();
+        let no_timeout: Option<i32> = None;
+        let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 5] = [
+            (&no_timeout, Type::INT4),
+            (&no_text, Type::TEXT),
+            (&no_settings, Type::TEXT_ARRAY),
+            (&no_text, Type::TEXT),
+            (&role_name, Type::TEXT),
+        ];
+        // One round trip: all go out before the first answer comes back, in this order. When
+        // the role is refused, the EXPLAIN fails with the aborted savepoint and the rollback
+        // ends it.
+        let (saved, begun, explained, rolled_back) = tokio::join!(
+            client.batch_execute("SAVEPOINT parley_privileges"),
+            client.execute_typed(super::exec::BEGIN_CALL, &params),
             client.query_typed(&explain, &nulls),
             rollback(client),
         );
+        let begun = saved.and(begun.map(drop));
         if let Err(e) = begun {
             rolled_back?;
             return match e.code() {

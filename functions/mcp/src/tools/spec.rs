@@ -49,16 +49,17 @@ pub struct ToolSpec {
     /// default): such SQL is written `(:x IS NULL OR col = :x)`, and a cached generic plan
     /// cannot use the index a given filter allows. Other tools keep Postgres' plan cache.
     pub custom_plans: bool,
-    /// `SET LOCAL ROLE` for the tool's transaction: a lower-case SQL identifier, so it can be
-    /// quoted as is. Required for writes, so no write runs as the login role.
+    /// The role the tool's transaction runs as (`parley.begin_call` takes it, as `SET LOCAL
+    /// ROLE` would): a lower-case SQL identifier. Required for writes, so no write runs as the
+    /// login role.
     pub role: Option<String>,
     /// Appended to the timeout message: how to narrow this tool's query.
     pub timeout_hint: Option<String>,
     /// UI context key -> the parameter that resolves it (tool `_meta` `parley/context`).
     pub context: IndexMap<String, String>,
-    /// `SET LOCAL` settings for the tool's transaction, already rendered as statements
-    /// (`SET LOCAL name = 'value'`); each names a different setting, so order is moot.
-    pub settings: Vec<String>,
+    /// Settings for the tool's transaction as `(name, value)`, made with `parley.begin_call`
+    /// (`exec`); each names a different setting, so order is moot.
+    pub settings: Vec<(String, String)>,
     /// Which output columns make a source the chat can cite (tool `_meta` `parley/citation`).
     pub citation: Option<Citation>,
     /// The statement's rows as columns (placeholders as in [`ToolSpec::wrapped_sql`]),
@@ -341,7 +342,7 @@ fn tool(raw: RawTool, limits: Limits) -> Result<ToolSpec, String> {
     let settings = raw
         .settings
         .iter()
-        .map(|(name, value)| set_local(name, value))
+        .map(|(name, value)| setting(name, value))
         .collect::<Result<Vec<_>, _>>()?;
     if let Some(citation) = &raw.citation {
         for (key, column) in citation.columns() {
@@ -491,10 +492,9 @@ fn is_role_name(name: &str) -> bool {
 const RESERVED_SETTINGS: [&str; 3] = ["role", "session_authorization", "statement_timeout"];
 const RESERVED_SETTING_PREFIXES: [&str; 3] = ["parley.", "transaction_", "default_transaction_"];
 
-/// One `[tool.settings]` entry as the statement that applies it for the transaction. The name
-/// is a (possibly dotted) identifier, so it is written as is; the value is a string literal
-/// Postgres reads the same whatever `standard_conforming_strings` says.
-fn set_local(name: &str, value: &toml::Value) -> Result<String, String> {
+/// One `[tool.settings]` entry as the `(name, value)` that `set_config` takes: the name a
+/// (possibly dotted) lower-case identifier, the value as text.
+fn setting(name: &str, value: &toml::Value) -> Result<(String, String), String> {
     let well_formed = match name.split_once('.') {
         Some((prefix, rest)) => is_role_name(prefix) && is_role_name(rest),
         None => is_role_name(name),
@@ -534,19 +534,7 @@ fn set_local(name: &str, value: &toml::Value) -> Result<String, String> {
     if text.contains('\0') {
         return Err(format!("setting `{name}` must not contain NUL characters"));
     }
-    Ok(format!("SET LOCAL {name} = {}", quote_literal(&text)))
-}
-
-/// A SQL string literal for `text`, as Postgres' own `quote_literal` writes it: quotes
-/// doubled, and with a backslash the `E''` form, whose backslashes are escapes whatever
-/// `standard_conforming_strings` says.
-fn quote_literal(text: &str) -> String {
-    let quoted = text.replace('\'', "''");
-    if quoted.contains('\\') {
-        format!("E'{}'", quoted.replace('\\', "\\\\"))
-    } else {
-        format!("'{quoted}'")
-    }
+    Ok((name.to_owned(), text))
 }
 
 /// An output column's name as `row_to_json` writes it for an unquoted alias.
@@ -1225,7 +1213,7 @@ mod tests {
                           sql = \"SELECT 1 AS id, 'a' AS title\"\n";
 
     #[test]
-    fn settings_become_set_local_statements_with_quoted_values() {
+    fn settings_become_names_and_values_as_text() {
         let t = parse_one(&format!(
             "{SEARCH}settings = {{ \"hnsw.ef_search\" = \"100\", work_mem = 8192, \
              enable_seqscan = false, application_name = \"it's a \\\\ test\" }}\n"
@@ -1234,11 +1222,12 @@ mod tests {
         assert_eq!(
             t.settings,
             [
-                "SET LOCAL application_name = E'it''s a \\\\ test'",
-                "SET LOCAL enable_seqscan = 'false'",
-                "SET LOCAL hnsw.ef_search = '100'",
-                "SET LOCAL work_mem = '8192'",
+                ("application_name", "it's a \\ test"),
+                ("enable_seqscan", "false"),
+                ("hnsw.ef_search", "100"),
+                ("work_mem", "8192"),
             ]
+            .map(|(n, v)| (n.to_owned(), v.to_owned()))
         );
         assert!(parse_one(SEARCH).unwrap().settings.is_empty());
     }

@@ -3,11 +3,14 @@
 //! row-level-security table and Parley's own tables. Every escape peers have suffered is tried
 //! through `run_sql`; each must be refused or harmless, and the database is checked afterwards:
 //! nothing written, nothing forbidden read, nothing left on the session, every attempt audited.
+//! The suite runs twice: on a database a superuser migrated (migration 0008's revokes in
+//! place) and on one a managed server's master migrated (`parley_testkit::managed`: no
+//! revokes, the guard checks plans instead).
 
 use std::time::{Duration, Instant};
 
-use parley_testkit::SQL_READER_USER;
-use parley_testkit::TestDb;
+use parley_testkit::managed::{self, ManagedDb};
+use parley_testkit::{SQL_READER_USER, TestDb, connect};
 use serde_json::{Value, json};
 
 use crate::helpers::{FEEDBACK_ROWS, Options, TestApp, client_call, env, run_sql, spawn_on};
@@ -42,7 +45,19 @@ CREATE FUNCTION public.note(what text) RETURNS int LANGUAGE sql SECURITY DEFINER
 -- with libxml, and ts_stat on every server).
 CREATE FUNCTION public.count_rows(q text) RETURNS bigint LANGUAGE plpgsql
     AS $$ DECLARE n bigint; BEGIN EXECUTE 'SELECT count(*) FROM (' || q || ') s' INTO n; RETURN n; END $$;
-INSERT INTO tasks (owner, title) VALUES ('alice', 'alice''s secret plan'), ('bob', 'bob''s');
+-- An SQL helper whose body the guard can read: a model may call it.
+CREATE FUNCTION public.net(amount numeric) RETURNS numeric LANGUAGE sql IMMUTABLE
+    RETURN round(amount / 1.2, 2);
+-- The same, calling what the guard refuses: its name is refused as the function's own.
+CREATE FUNCTION public.peek_activity() RETURNS bigint LANGUAGE sql
+    RETURN (SELECT count(*) FROM pg_stat_activity);
+-- Row-level security holds the table's owner too (FORCE), so each row goes in as its owner
+-- (a superuser would not need it; a managed server's master does).
+SELECT set_config('parley.caller', '{\"sub\": \"alice\"}', false);
+INSERT INTO tasks (owner, title) VALUES ('alice', 'alice''s secret plan');
+SELECT set_config('parley.caller', '{\"sub\": \"bob\"}', false);
+INSERT INTO tasks (owner, title) VALUES ('bob', 'bob''s');
+SELECT set_config('parley.caller', '', false);
 ANALYZE;
 ";
 
@@ -66,6 +81,55 @@ notes = "Amounts are in pounds."
 /// anything a statement left on its session would show in the next call.
 async fn spawn_sql(extra: &[(&str, &str)]) -> TestApp {
     spawn_sql_with(SQL_TOOLS, extra).await
+}
+
+/// Where an attack suite runs: the app, and the SQL role's name and URL.
+pub struct Target {
+    pub app: TestApp,
+    pub sql_user: &'static str,
+    pub sql_url: String,
+}
+
+/// [`spawn_sql`] on a database a superuser (`managed == false`) or a managed server's master
+/// (`managed == true`, see `parley_testkit::managed`) created, migrated, filled and granted.
+pub async fn spawn_target(managed: bool, extra: &[(&str, &str)]) -> Target {
+    let (db, sql_user, sql_url) = if managed {
+        let managed_db = ManagedDb::with_demo_data(FEEDBACK_ROWS).await;
+        managed_db
+            .master_client()
+            .await
+            .batch_execute(SETUP)
+            .await
+            .expect("the master's set-up");
+        let url = managed_db.sql_reader_url(GRANTS).await;
+        (managed_db.db, managed::SQL_LOGIN, url)
+    } else {
+        let db = TestDb::with_demo_data(FEEDBACK_ROWS).await;
+        db.client()
+            .await
+            .batch_execute(SETUP)
+            .await
+            .expect("set-up");
+        let url = db.sql_reader_url(GRANTS).await;
+        (db, SQL_READER_USER, url)
+    };
+    let mut extra_env = env(&[("SQL_DATABASE_URL", &sql_url), ("SQL_POOL_MAX_SIZE", "1")]);
+    extra_env.extend(env(extra));
+    let app = spawn_on(
+        db,
+        Options {
+            tools_toml: Some(SQL_TOOLS.into()),
+            extra_env,
+            ..Options::default()
+        },
+    )
+    .await
+    .expect("the MCP function starts with the SQL tools");
+    Target {
+        app,
+        sql_user,
+        sql_url,
+    }
 }
 
 /// [`spawn_sql`] with another `[sql]` table.
@@ -97,7 +161,7 @@ async fn count(app: &TestApp, sql: &str) -> i64 {
 
 /// What the database holds that no attack may change, and the session state no attack may
 /// leave behind, read after every attack.
-async fn assert_untouched(app: &TestApp, attack: &str, tasks: i64) {
+async fn assert_untouched(app: &TestApp, sql_user: &str, attack: &str, tasks: i64) {
     assert_eq!(
         count(app, "SELECT count(*) FROM analytics.regions").await,
         3,
@@ -132,7 +196,7 @@ async fn assert_untouched(app: &TestApp, attack: &str, tasks: i64) {
             app,
             &format!(
                 "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) \
-                 WHERE a.usename = '{SQL_READER_USER}' AND l.locktype = 'advisory'"
+                 WHERE a.usename = '{sql_user}' AND l.locktype = 'advisory'"
             )
         )
         .await,
@@ -156,8 +220,8 @@ async fn assert_untouched(app: &TestApp, attack: &str, tasks: i64) {
     .await
     .unwrap_or_else(|e| panic!("{attack}: session check failed: {e}"));
     let row = &session["rows"][0];
-    assert_eq!(row["user_now"], SQL_READER_USER, "{attack}: {row}");
-    assert_eq!(row["session_user_now"], SQL_READER_USER, "{attack}: {row}");
+    assert_eq!(row["user_now"], sql_user, "{attack}: {row}");
+    assert_eq!(row["session_user_now"], sql_user, "{attack}: {row}");
     assert!(
         row["caller"].is_null() || row["caller"] == "",
         "{attack}: parley.caller survived: {row}"
@@ -187,8 +251,21 @@ enum Expect {
 
 #[tokio::test]
 async fn every_known_escape_is_refused_or_harmless_and_audited() {
+    every_known_escape(false).await;
+}
+
+#[tokio::test]
+async fn every_known_escape_is_refused_or_harmless_and_audited_on_a_managed_server() {
+    every_known_escape(true).await;
+}
+
+async fn every_known_escape(managed: bool) {
     // Bodies up to 4 MiB, so the 1 MB statement reaches the tool.
-    let app = spawn_sql(&[("MCP_MAX_BODY_BYTES", "4194304")]).await;
+    let Target {
+        app,
+        sql_user,
+        sql_url,
+    } = spawn_target(managed, &[("MCP_MAX_BODY_BYTES", "4194304")]).await;
     let attacks: &[(&str, Expect)] = &[
         // Ending the read-only transaction, then anything.
         (
@@ -242,10 +319,11 @@ async fn every_known_escape_is_refused_or_harmless_and_audited() {
         // A volatile function that writes (SECURITY DEFINER, owned by a superuser).
         ("SELECT note('pwned')", Expect::Refused),
         ("SELECT nextval('analytics.sales_id_seq')", Expect::Refused),
-        // Settings and identity.
+        // Settings and identity (set_config is refused by name; a session-level setting would
+        // pin an RDS Proxy session even though ROLLBACK undoes it).
         (
             "SELECT set_config('default_transaction_read_only', 'off', false), set_config('work_mem', '1GB', false), set_config('search_path', 'secret', false)",
-            Expect::Harmless,
+            Expect::Refused,
         ),
         (
             "SELECT set_config('transaction_read_only', 'off', true)",
@@ -310,15 +388,21 @@ async fn every_known_escape_is_refused_or_harmless_and_audited() {
         ),
         (
             "SELECT pg_advisory_lock(42), pg_advisory_lock_shared(43)",
-            Expect::Harmless,
+            Expect::Refused,
         ),
+        ("SELECT pg_try_advisory_xact_lock(44)", Expect::Refused),
         ("LISTEN parley", Expect::Refused),
         // Allowed, and delivered only at commit: the transaction is always rolled back.
         ("SELECT pg_notify('parley', 'hello')", Expect::Harmless),
         ("NOTIFY parley", Expect::Refused),
         ("PREPARE p AS SELECT 1", Expect::Refused),
         ("EXECUTE p", Expect::Refused),
+        ("DEALLOCATE ALL", Expect::Refused),
         ("DECLARE c CURSOR WITH HOLD FOR SELECT 1", Expect::Refused),
+        ("DISCARD ALL", Expect::Refused),
+        ("RESET ALL", Expect::Refused),
+        ("UNLISTEN *", Expect::Refused),
+        ("SELECT 1 AS one; LISTEN parley", Expect::Refused),
         (
             "DO $$ BEGIN DELETE FROM analytics.sales; END $$",
             Expect::Refused,
@@ -343,6 +427,19 @@ async fn every_known_escape_is_refused_or_harmless_and_audited() {
             "SELECT parley.searchable_collections('handbook', NULL)",
             Expect::Refused,
         ),
+        // The call settings (migration 0024) and the declared tools' (0023): PL/pgSQL, so a
+        // statement may not call them to lift its own timeout.
+        (
+            "SELECT parley.begin_sql(600000, 600000, ARRAY['secret'], 'x'), pg_sleep(2)",
+            Expect::Refused,
+        ),
+        (
+            "SELECT parley.set_local(ARRAY['statement_timeout', '0']), pg_sleep(2)",
+            Expect::Refused,
+        ),
+        // A function whose body the guard cannot read, and one whose body calls what it refuses.
+        ("SELECT count_rows('SELECT 1')", Expect::Refused),
+        ("SELECT peek_activity()", Expect::Refused),
     ];
     let tasks = count(&app, "SELECT count(*) FROM tasks").await;
     let mut audited = Vec::new();
@@ -365,37 +462,48 @@ async fn every_known_escape_is_refused_or_harmless_and_audited() {
                 && !format!("{outcome:?}").contains("1000000"),
             "{sql} read a forbidden value: {outcome:?}"
         );
-        assert_untouched(&app, sql, tasks).await;
+        assert_untouched(&app, sql_user, sql, tasks).await;
         audited.push((sql, expect));
     }
     assert!(!std::path::Path::new("/tmp/parley-pwned").exists());
-    // Refused by the extended protocol itself, not by a parser of Parley's.
+    // Several statements are refused before anything is sent (the extended protocol would
+    // refuse them too, but a proxy would have seen the text).
     let message = run_sql(&app, "SELECT 1; DELETE FROM analytics.sales")
         .await
         .unwrap_err();
-    assert!(
-        message.contains("cannot insert multiple commands into a prepared statement"),
-        "{message}"
-    );
+    assert!(message.contains("one query per call"), "{message}");
 
-    // The row-level-security table: the role may read it, and sees no user's rows, even with
-    // a forged caller set by the statement itself.
+    // The row-level-security table: the role may read it and sees no user's rows. A statement
+    // may not set a caller (set_config is refused), and the role's own sessions, which may,
+    // see none either: parley.caller() ignores a caller in a session of the SQL role.
     for sql in [
         "SELECT * FROM tasks",
         "SELECT set_config('parley.caller', '{\"sub\":\"alice\"}', true) AS forged, \
-         count_rows('SELECT * FROM tasks') AS seen",
-        "SELECT set_config('parley.caller', '{\"sub\":\"alice\"}', true) AS forged, \
-         (SELECT count(*) FROM ts_stat('SELECT to_tsvector(title) FROM tasks')) AS seen",
+         (SELECT count(*) FROM tasks) AS seen",
     ] {
-        let out = run_sql(&app, sql).await.expect(sql);
-        let text = out.to_string();
+        let outcome = run_sql(&app, sql).await;
+        let text = format!("{outcome:?}");
         assert!(!text.contains("secret plan"), "{sql}: {text}");
         if sql.contains("forged") {
-            assert_eq!(out["rows"][0]["seen"], 0, "{sql}: {text}");
+            assert!(outcome.unwrap_err().contains("set_config"), "{sql}: {text}");
+            audited.push((sql, Expect::Refused));
         } else {
-            assert_eq!(out["row_count"], 0, "{sql}: {text}");
+            assert_eq!(outcome.unwrap()["row_count"], 0, "{sql}: {text}");
+            audited.push((sql, Expect::Harmless));
         }
-        audited.push((sql, Expect::Harmless));
+    }
+    let own_session = connect(&sql_url).await;
+    own_session
+        .batch_execute("SELECT set_config('parley.caller', '{\"sub\":\"alice\"}', false)")
+        .await
+        .unwrap();
+    for sql in [
+        "SELECT count(*) FROM tasks",
+        "SELECT count_rows('SELECT * FROM tasks')",
+        "SELECT count(*) FROM ts_stat('SELECT to_tsvector(title) FROM tasks')",
+    ] {
+        let seen: i64 = own_session.query_one(sql, &[]).await.unwrap().get(0);
+        assert_eq!(seen, 0, "{sql}");
     }
     // The forgery itself works (any role may set a custom setting); the owner sees alice's
     // task through the same function, so the zero above is row-level security, not a typo.
@@ -421,9 +529,9 @@ async fn every_known_escape_is_refused_or_harmless_and_audited() {
     assert!(message.contains("NUL"), "{message}");
 
     // Every attempt is in the audit with its outcome (written just after each answer).
-    // Each attack, its session check, three row-level-security reads, the caller check, the
+    // Each attack, its session check, two row-level-security reads, the caller check, the
     // 1 MB statement, NUL and the two statements: exactly one record each.
-    let calls = 2 * attacks.len() + 3 + 1 + 2 + 1;
+    let calls = 2 * attacks.len() + 2 + 1 + 2 + 1;
     let audit = wait_for_audit(&app, calls).await;
     assert_eq!(audit.len(), calls, "one record per call, no more");
     for (sql, expect) in audited {
@@ -463,6 +571,245 @@ async fn every_known_escape_is_refused_or_harmless_and_audited() {
         .expect("the 1 MB statement is audited, cut");
     assert_eq!(huge["outcome"], "refused");
 }
+
+#[tokio::test]
+async fn on_a_managed_server_the_guard_refuses_by_name_and_by_plan_and_queries_still_answer() {
+    let Target { app, sql_url, .. } = spawn_target(true, &[]).await;
+    // Start-up accepted the role although the revokes are missing, and its disk limit is the
+    // database's (the parameter group's stand-in), not its own.
+    let sql_session = connect(&sql_url).await;
+    let row = sql_session
+        .query_one(
+            "SELECT has_function_privilege('pg_logical_emit_message(boolean,text,text)', 'EXECUTE'), \
+                    has_function_privilege('pg_terminate_backend(integer,bigint)', 'EXECUTE'), \
+                    (SELECT setting || ' ' || source FROM pg_settings WHERE name = 'temp_file_limit')",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(row.get::<_, bool>(0) && row.get::<_, bool>(1));
+    assert_eq!(row.get::<_, String>(2), "262144 database");
+
+    // Each group the guard refuses, however the name is written; the refusal says why.
+    for (sql, why) in [
+        (
+            "SELECT pg_logical_emit_message(false, 'p', 'x')",
+            "writes WAL",
+        ),
+        ("SELECT txid_current()", "transaction id"),
+        ("SELECT pg_current_xact_id()", "transaction id"),
+        (
+            "SELECT pg_terminate_backend(pg_backend_pid())",
+            "other callers'",
+        ),
+        ("SELECT pg_cancel_backend(1)", "other callers'"),
+        (
+            "SELECT query FROM pg_stat_activity",
+            "other callers' questions",
+        ),
+        (
+            "SELECT * FROM pg_stat_get_activity(NULL)",
+            "other callers' questions",
+        ),
+        (
+            "SELECT pg_stat_get_backend_activity(1)",
+            "other callers' questions",
+        ),
+        ("SELECT * FROM pg_stat_gssapi", "other callers' questions"),
+        (
+            "SELECT * FROM pg_stat_replication",
+            "other callers' questions",
+        ),
+        (
+            "SELECT query_to_xml('SELECT 1', false, false, '')",
+            "SQL given as text",
+        ),
+        (
+            "SELECT table_to_xml('analytics.regions', false, false, '')",
+            "SQL given as text",
+        ),
+        (
+            "SELECT * FROM ts_stat('SELECT to_tsvector(name) FROM analytics.regions')",
+            "SQL given as text",
+        ),
+        (
+            "SELECT set_config('work_mem', '1GB', true)",
+            "session state",
+        ),
+        ("SELECT pg_advisory_lock(7)", "session state"),
+        ("SELECT pg_try_advisory_lock_shared(7)", "session state"),
+        ("SELECT \"pg_cancel_backend\"(1)", "other callers'"),
+        ("SELECT PG_Terminate_Backend(1)", "other callers'"),
+        (
+            "SELECT pg_catalog /* c */ . \"pg_terminate_backend\" (1)",
+            "other callers'",
+        ),
+        (
+            "SELECT U&\"pg\\005fcancel\\005fbackend\"(1)",
+            "other callers'",
+        ),
+        (
+            "SELECT U&\"!0070g_stat_activity\" UESCAPE '!' FROM x",
+            "other callers' questions",
+        ),
+        // Where a plan prints no expression: LIMIT, OFFSET, a VALUES list.
+        (
+            "SELECT 1 AS one LIMIT pg_cancel_backend(1)::int",
+            "other callers'",
+        ),
+        (
+            "SELECT * FROM (VALUES (txid_current())) v",
+            "transaction id",
+        ),
+    ] {
+        let message = run_sql(&app, sql).await.unwrap_err();
+        assert!(
+            message.contains("do not run") && message.contains(why),
+            "{sql}: {message}"
+        );
+    }
+    // A function the guard cannot read, and an SQL one whose body it refuses.
+    for sql in ["SELECT count_rows('SELECT 1')", "SELECT peek_activity()"] {
+        let message = run_sql(&app, sql).await.unwrap_err();
+        assert!(message.contains("cannot check"), "{sql}: {message}");
+    }
+
+    // What a plan shows: views made after start-up (so start-up did not read them) that reach
+    // a refused function, directly, through another view, or through an opaque function.
+    app.db
+        .client()
+        .await
+        .batch_execute(
+            "CREATE VIEW analytics.sessions AS SELECT pid, query FROM pg_stat_activity;
+             CREATE VIEW analytics.sessions_again AS SELECT * FROM analytics.sessions;
+             CREATE VIEW analytics.counted AS SELECT count_rows('SELECT 1') AS n;
+             CREATE VIEW analytics.region_names AS SELECT upper(name) AS name FROM analytics.regions;
+             GRANT SELECT ON analytics.sessions, analytics.sessions_again, analytics.counted,
+                 analytics.region_names TO parley_sql_reader;",
+        )
+        .await
+        .unwrap();
+    for (sql, what) in [
+        (
+            "SELECT * FROM analytics.sessions",
+            "plan calls `pg_stat_get_activity`",
+        ),
+        (
+            "SELECT count(*) FROM sessions_again",
+            "plan calls `pg_stat_get_activity`",
+        ),
+        ("SELECT n FROM counted", "plan calls `count_rows`"),
+    ] {
+        let message = run_sql(&app, sql).await.unwrap_err();
+        assert!(message.contains(what), "{sql}: {message}");
+    }
+
+    // Ordinary questions answer: joins, an SQL helper the guard read, a harmless new view,
+    // names that only look like refused ones (a string, a column alias in quotes).
+    let out = run_sql(
+        &app,
+        "SELECT r.name, sum(s.amount) AS total, net(sum(s.amount)) AS net, \
+                'pg_cancel_backend(1)' AS text \
+         FROM analytics.sales s JOIN regions r ON r.id = s.region_id \
+         WHERE s.sold_on < date '2026-01-05' GROUP BY r.name ORDER BY r.name",
+    )
+    .await
+    .unwrap();
+    assert_eq!(out["row_count"], 3, "{out}");
+    assert_eq!(out["rows"][0]["text"], "pg_cancel_backend(1)");
+    let out = run_sql(&app, "SELECT name FROM region_names ORDER BY name")
+        .await
+        .unwrap();
+    assert_eq!(
+        out["rows"],
+        json!([{"name": "EAST"}, {"name": "NORTH"}, {"name": "SOUTH"}])
+    );
+    // explain_sql reads the same names, and explains what passes.
+    let message = app
+        .tool_error("explain_sql", json!({"sql": "SELECT pg_cancel_backend(1)"}))
+        .await;
+    assert!(message.contains("do not run"), "{message}");
+    let plan = app
+        .call(
+            "explain_sql",
+            json!({"sql": "SELECT * FROM analytics.regions"}),
+        )
+        .await;
+    assert_eq!(plan["isError"], false, "{plan}");
+
+    // The refusals are audited as refusals.
+    let audit = wait_for_audit(&app, 1).await;
+    let refused = audit
+        .iter()
+        .find(|r| r["statement"] == "SELECT txid_current()")
+        .unwrap();
+    assert_eq!(refused["outcome"], "refused", "{refused}");
+}
+
+#[tokio::test]
+async fn neither_path_of_the_sql_tools_sends_what_a_proxy_pins_on() {
+    // A private server that logs every statement; a database a superuser migrated (the
+    // statement's EXPLAIN pipelined) and one its master migrated (the plan read first).
+    let log = parley_testkit::pin_lint::StatementLog::start();
+    let revoked = TestDb::with_demo_data_on(&log.url(), FEEDBACK_ROWS).await;
+    let revoked_url = revoked.sql_reader_url(GRANTS_PUBLIC).await;
+    let guarded = ManagedDb::with_demo_data_on(&log.url(), FEEDBACK_ROWS).await;
+    let guarded_url = guarded.sql_reader_url(GRANTS_PUBLIC).await;
+    for (db, url) in [(revoked, revoked_url), (guarded.db, guarded_url)] {
+        let app = spawn_on(
+            db,
+            Options {
+                tools_toml: Some("[sql]\nschemas = [\"public\"]\n".into()),
+                extra_env: env(&[("SQL_DATABASE_URL", &url)]),
+                ..Options::default()
+            },
+        )
+        .await
+        .expect("the SQL tools start");
+        run_sql(&app, "SELECT count(*) AS n FROM feedback")
+            .await
+            .unwrap();
+        // Refused before anything is sent, so the proxy never sees them.
+        for sql in [
+            "SET work_mem = '1GB'",
+            "SELECT set_config('work_mem', '1GB', false)",
+        ] {
+            run_sql(&app, sql).await.unwrap_err();
+        }
+        app.rows("list_tables", json!({})).await;
+        app.call("describe_table", json!({"name": "feedback"}))
+            .await;
+        app.call("explain_sql", json!({"sql": "SELECT * FROM feedback"}))
+            .await;
+    }
+    // The SQL pool's connections (`parley-mcp`), and a call's transaction once its
+    // `application_name` is set (`parley request=`).
+    let tools = ["parley-mcp", "parley request="];
+    let seen = log.statements(&tools).await;
+    for what in [
+        "parley.begin_sql",
+        "EXPLAIN (COSTS OFF)",
+        "EXPLAIN (VERBOSE, FORMAT JSON)",
+    ] {
+        assert!(
+            seen.iter().any(|s| s.statement.contains(what)),
+            "the log has no `{what}`: the lint would pass by seeing nothing"
+        );
+    }
+    let findings = log.findings(&tools).await;
+    assert!(
+        findings.is_empty(),
+        "{}",
+        findings
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// The demo's feedback tables, for tests that need no more.
+const GRANTS_PUBLIC: &str = "GRANT SELECT ON public.feedback, public.lads TO parley_sql_reader;";
 
 /// Rows of `parley.audit` once at least `n` have been written (the writer runs after each
 /// answer, so the last ones may take a moment).
@@ -727,8 +1074,12 @@ async fn the_schema_tools_show_what_the_role_may_read_and_nothing_else() {
         "(ANALYZE) SELECT note('x')",
         "SELECT 1; EXPLAIN ANALYZE SELECT note('x')",
     ] {
+        // Refused before anything is sent: not a query, or more than one.
         let message = app.tool_error("explain_sql", json!({ "sql": sql })).await;
-        assert!(message.contains("ERROR"), "{sql}: {message}");
+        assert!(
+            message.contains("statements are not run") || message.contains("one query per call"),
+            "{sql}: {message}"
+        );
     }
     assert_eq!(count(&app, "SELECT count(*) FROM secret.log").await, 0);
 }
@@ -966,4 +1317,48 @@ async fn bodies_that_are_not_utf8_are_refused_before_any_tool() {
     let response = app.post_mcp(raw.to_owned(), &headers).await;
     let text = response.text().await.unwrap();
     assert!(!text.contains("\"result\""), "{text}");
+}
+
+/// What the guard's plan check costs a call: `run_sql` of a light statement and of a join,
+/// alternately on a database a superuser migrated (revokes in place: the statement's EXPLAIN
+/// goes in the same round trip) and on one a managed server's master migrated (the plan
+/// check: EXPLAIN (VERBOSE, FORMAT JSON) answered and read first, one round trip more). Prints
+/// the medians; run with `--run-ignored only --no-capture`.
+#[tokio::test]
+#[ignore = "a measurement, not a check"]
+async fn guard_cost() {
+    let revoked = spawn_target(false, &[]).await;
+    let guarded = spawn_target(true, &[]).await;
+    const CALLS: usize = 300;
+    for sql in [
+        "SELECT 1 AS one",
+        "SELECT r.name, count(*) AS n FROM analytics.sales s JOIN regions r ON r.id = s.region_id \
+         WHERE s.sold_on = date '2026-02-01' GROUP BY r.name",
+    ] {
+        let mut times = [Vec::with_capacity(CALLS), Vec::with_capacity(CALLS)];
+        // Warm both (connections, plans of the catalog queries).
+        for target in [&revoked, &guarded] {
+            for _ in 0..20 {
+                run_sql(&target.app, sql).await.unwrap();
+            }
+        }
+        for _ in 0..CALLS {
+            for (i, target) in [&revoked, &guarded].into_iter().enumerate() {
+                let started = Instant::now();
+                run_sql(&target.app, sql).await.unwrap();
+                times[i].push(started.elapsed());
+            }
+        }
+        let median = |t: &mut Vec<Duration>| {
+            t.sort();
+            t[t.len() / 2]
+        };
+        let (r, g) = (median(&mut times[0]), median(&mut times[1]));
+        println!(
+            "{sql:.40}: revoked {:.3} ms, guarded {:.3} ms, guard +{:.3} ms (median of {CALLS})",
+            r.as_secs_f64() * 1e3,
+            g.as_secs_f64() * 1e3,
+            (g.as_secs_f64() - r.as_secs_f64()) * 1e3
+        );
+    }
 }

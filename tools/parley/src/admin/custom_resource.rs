@@ -1,7 +1,8 @@
 //! The CloudFormation custom resource `Custom::ParleyDatabase`: on Create and Update, `parley
 //! migrate`, the demo domains `DemoData` asks for, then the login roles of `McpSecretArn`,
-//! `ChatSecretArn` and `SqlSecretArn`; on Delete, nothing. Whatever happens, CloudFormation is
-//! answered by a PUT to `ResponseURL`: a stack left unanswered waits an hour.
+//! `ChatSecretArn`, `SqlSecretArn`, `IngestSecretArn` and `AdminSecretArn`, all as the owner
+//! (`SECRET_IDS`); on Delete, nothing. Whatever happens, CloudFormation is answered by a PUT to
+//! `ResponseURL`: a stack left unanswered waits an hour.
 
 use std::time::Duration;
 
@@ -72,6 +73,11 @@ pub struct Properties {
     pub mcp_secret: Option<String>,
     pub chat_secret: Option<String>,
     pub sql_secret: Option<String>,
+    /// The ingest function's login (`parley_ingest_writer`).
+    pub ingest_secret: Option<String>,
+    /// The admin function's own routine login (`parley_admin_ops`), the secret its
+    /// `ADMIN_ROUTINE_SECRET_ID` names.
+    pub admin_secret: Option<String>,
     pub demo_data: DemoData,
 }
 
@@ -185,6 +191,8 @@ pub fn parse(event: &Value) -> Result<(RequestType, Properties), String> {
             mcp_secret: secret("McpSecretArn")?,
             chat_secret: secret("ChatSecretArn")?,
             sql_secret: secret("SqlSecretArn")?,
+            ingest_secret: secret("IngestSecretArn")?,
+            admin_secret: secret("AdminSecretArn")?,
             demo_data,
         },
     ))
@@ -278,8 +286,8 @@ async fn act(admin: &Admin, event: &Value) -> Outcome {
             physical_id: None,
         };
     }
-    let env = match parley_core::secrets::load(&admin.base).await {
-        Ok((env, _)) => env,
+    let env = match admin.owner_env().await {
+        Ok(env) => env,
         Err(e) => {
             return Outcome {
                 result: Err(e.to_string()),
@@ -304,6 +312,8 @@ async fn provision(env: &Env, props: &Properties) -> Result<Map<String, Value>, 
             mcp_secret: props.mcp_secret.clone(),
             chat_secret: props.chat_secret.clone(),
             sql_secret: props.sql_secret.clone(),
+            ingest_secret: props.ingest_secret.clone(),
+            admin_secret: props.admin_secret.clone(),
             ..logins::Args::default()
         },
         env,
@@ -530,11 +540,12 @@ mod tests {
     }
 
     #[test]
-    fn a_create_event_gives_its_secrets_and_demo_data_and_empty_arns_skip_a_login() {
+    fn a_create_event_gives_its_secrets_and_demo_data_and_empty_or_absent_arns_skip_a_login() {
         let e = event(
             "Create",
             json!({"ServiceToken": "arn:x", "McpSecretArn": "arn:mcp",
-            "ChatSecretArn": "", "SqlSecretArn": "arn:sql", "DemoData": "demo", "Version": "7"}),
+            "ChatSecretArn": "", "SqlSecretArn": "arn:sql", "IngestSecretArn": "arn:ingest",
+            "DemoData": "demo", "Version": "7"}),
         );
         let (kind, props) = parse(&e).unwrap();
         assert_eq!(kind, RequestType::Create);
@@ -544,6 +555,8 @@ mod tests {
                 mcp_secret: Some("arn:mcp".into()),
                 chat_secret: None,
                 sql_secret: Some("arn:sql".into()),
+                ingest_secret: Some("arn:ingest".into()),
+                admin_secret: None,
                 demo_data: DemoData::Demo,
             }
         );

@@ -1,6 +1,7 @@
 //! Direct invocation (`aws lambda invoke --payload '{"command": ["audit", "--since", "1h"]}'`):
 //! the argv is parsed by the `parley` command's own parser, run if its subcommand is on the
 //! allow-list, and answered as `{"ok", "output", "error"}`: a refusal is an answer, not a crash.
+//! Migrations and roles run as the owner, everything else as the routine login.
 
 use clap::Parser;
 use clap::error::ErrorKind;
@@ -26,6 +27,11 @@ pub const ALLOWED: [&str; 7] = [
     "logins",
     "sync",
 ];
+
+/// The subcommands that change the schema or the roles, and so run as the database's owner
+/// (`SECRET_IDS`); the rest of [`ALLOWED`] is routine work and runs as the
+/// `ADMIN_ROUTINE_SECRET_ID` login (`parley_admin_ops`, migration 0025).
+pub const AS_OWNER: [&str; 3] = ["migrate", "demo-data", "logins"];
 
 pub fn is_command(event: &Value) -> bool {
     event.get("command").is_some()
@@ -92,10 +98,15 @@ pub async fn handle(admin: &Admin, event: &Value) -> Value {
         Err(refusal) => return refusal,
     };
     let name = command.name();
-    tracing::info!(command = name, "running a parley command");
+    let as_owner = AS_OWNER.contains(&name);
+    tracing::info!(command = name, as_owner, "running a parley command");
     let mut output = Vec::new();
     let result = async {
-        let (env, _) = parley_core::secrets::load(&admin.base).await?;
+        let env = if as_owner {
+            admin.owner_env().await?
+        } else {
+            admin.routine_env().await?
+        };
         cmd::run(command, &env, &mut output).await
     }
     .await;
@@ -147,6 +158,16 @@ mod tests {
             }
             other => panic!("parsed as {other:?}"),
         }
+    }
+
+    #[test]
+    fn only_migrations_and_roles_run_as_the_owner() {
+        assert!(AS_OWNER.iter().all(|name| ALLOWED.contains(name)));
+        let routine: Vec<&str> = ALLOWED
+            .into_iter()
+            .filter(|name| !AS_OWNER.contains(name))
+            .collect();
+        assert_eq!(routine, ["collections", "enroll", "audit", "sync"]);
     }
 
     #[test]

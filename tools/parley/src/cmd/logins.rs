@@ -10,24 +10,28 @@ use serde_json::Value;
 use super::{CmdError, Out};
 use crate::logins::{self, Kind, Login};
 
-/// Where `--mcp-user`'s password is read from (and likewise for chat and sql): a password on
+/// Where `--mcp-user`'s password is read from (and likewise for the others): a password on
 /// the command line would sit in the shell's history and the process list.
 pub const MCP_PASSWORD: &str = "PARLEY_MCP_PASSWORD";
 pub const CHAT_PASSWORD: &str = "PARLEY_CHAT_PASSWORD";
 pub const SQL_PASSWORD: &str = "PARLEY_SQL_PASSWORD";
+pub const INGEST_PASSWORD: &str = "PARLEY_INGEST_PASSWORD";
+pub const ADMIN_PASSWORD: &str = "PARLEY_ADMIN_PASSWORD";
 
 #[derive(Debug, Default, clap::Args)]
 #[command(after_help = "\
 Each login comes from a secret (--X-secret: its `username` and `password`) or from --X-user with
-the password in PARLEY_MCP_PASSWORD, PARLEY_CHAT_PASSWORD or PARLEY_SQL_PASSWORD. A role that
-exists gets the new password and its grants; one that is a superuser, may create roles or is the
-role running this is refused. mcp: in parley_readonly, default_transaction_read_only on, and
-every domain write role (a NOLOGIN member of parley_tool_writer with a table grant in this
-database) WITH INHERIT FALSE, SET TRUE,
-so run it again after loading a domain. chat: in parley_chat_writer. sql: in parley_sql_reader,
-read-only by default, CONNECTION LIMIT 10, temp_file_limit 256MB (a superuser setting: without
-the right, a warning names the statement to run). The SQL tools' schema grants are the
-domain's (see docs/sql.md).")]
+the password in PARLEY_MCP_PASSWORD, PARLEY_CHAT_PASSWORD, PARLEY_SQL_PASSWORD,
+PARLEY_INGEST_PASSWORD or PARLEY_ADMIN_PASSWORD. A role that exists gets the new password and its
+grants; one that is a superuser, may create roles or is the role running this is refused. mcp: in
+parley_readonly, default_transaction_read_only on, and every domain write role (a NOLOGIN member
+of parley_tool_writer with a table grant in this database) WITH INHERIT FALSE, SET TRUE, so run
+it again after loading a domain. chat: in parley_chat_writer. sql: in parley_sql_reader,
+read-only by default, CONNECTION LIMIT 40, temp_file_limit 256MB (a superuser setting: run by a
+role that is not one, as on RDS and Aurora, it is left to the server's parameter group, saying
+so). The SQL tools' schema grants are the domain's (see docs/sql.md). ingest: the ingest
+function's, in parley_ingest_writer (the documents tables only). admin: the admin function's
+routine work (sync, collections, enroll, audit), in parley_admin_ops.")]
 #[command(group = clap::ArgGroup::new("logins").required(true).multiple(true))]
 pub struct Args {
     /// The mcp function's login, from this secret (name or ARN).
@@ -44,6 +48,23 @@ pub struct Args {
     /// The SQL tools' login (SQL_DATABASE_URL), from this secret (name or ARN).
     #[arg(long, value_name = "ID", group = "logins", conflicts_with = "sql_user")]
     pub sql_secret: Option<String>,
+    /// The ingest function's login, from this secret (name or ARN).
+    #[arg(
+        long,
+        value_name = "ID",
+        group = "logins",
+        conflicts_with = "ingest_user"
+    )]
+    pub ingest_secret: Option<String>,
+    /// The admin function's routine login (ADMIN_ROUTINE_SECRET_ID), from this secret (name or
+    /// ARN).
+    #[arg(
+        long,
+        value_name = "ID",
+        group = "logins",
+        conflicts_with = "admin_user"
+    )]
+    pub admin_secret: Option<String>,
     /// The mcp function's login, this user with the password in PARLEY_MCP_PASSWORD.
     #[arg(long, value_name = "NAME", group = "logins")]
     pub mcp_user: Option<String>,
@@ -53,6 +74,13 @@ pub struct Args {
     /// The SQL tools' login, this user with the password in PARLEY_SQL_PASSWORD.
     #[arg(long, value_name = "NAME", group = "logins")]
     pub sql_user: Option<String>,
+    /// The ingest function's login, this user with the password in PARLEY_INGEST_PASSWORD.
+    #[arg(long, value_name = "NAME", group = "logins")]
+    pub ingest_user: Option<String>,
+    /// The admin function's routine login, this user with the password in
+    /// PARLEY_ADMIN_PASSWORD.
+    #[arg(long, value_name = "NAME", group = "logins")]
+    pub admin_user: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -92,6 +120,18 @@ pub async fn resolve(args: &Args, env: &Env) -> Result<Vec<Login>, CmdError> {
             CHAT_PASSWORD,
         ),
         (Kind::Sql, &args.sql_secret, &args.sql_user, SQL_PASSWORD),
+        (
+            Kind::Ingest,
+            &args.ingest_secret,
+            &args.ingest_user,
+            INGEST_PASSWORD,
+        ),
+        (
+            Kind::Admin,
+            &args.admin_secret,
+            &args.admin_user,
+            ADMIN_PASSWORD,
+        ),
     ];
     for (kind, secret, user, var) in sources {
         if let Some(id) = secret.as_deref().filter(|id| !id.is_empty()) {

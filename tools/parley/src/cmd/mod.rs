@@ -3,6 +3,7 @@
 //! `parley-admin` function (which runs an allow-listed few) share every subcommand's code.
 
 pub mod audit;
+pub mod check;
 pub mod collections;
 pub mod demo_data;
 pub mod enroll;
@@ -60,9 +61,11 @@ pub enum Command {
     Enroll(enroll::Args),
     /// Print the audit trail of tool calls: who called which tool, with what, and how it went.
     Audit(audit::Args),
-    /// Create or update the functions' login roles (mcp, chat, SQL tools) with their grants.
+    /// Create or update the functions' login roles (mcp, chat, SQL tools, ingest, admin) with
+    /// their grants.
     Logins(logins::Args),
     Eval(eval::Args),
+    Check(check::Args),
 }
 
 impl Command {
@@ -79,6 +82,7 @@ impl Command {
             Command::Audit(_) => "audit",
             Command::Logins(_) => "logins",
             Command::Eval(_) => "eval",
+            Command::Check(_) => "check",
         }
     }
 }
@@ -99,6 +103,7 @@ pub async fn run(command: Command, env: &Env, out: &mut Out) -> Result<(), CmdEr
         Command::Audit(args) => Box::pin(audit::run(args, env, out)).await,
         Command::Logins(args) => Box::pin(logins::run(args, env, out)).await,
         Command::Eval(args) => Box::pin(eval::run(args, env, out)).await,
+        Command::Check(args) => Box::pin(check::run(args, env, out)).await,
     }
 }
 
@@ -134,6 +139,9 @@ pub enum CmdError {
     Settings(parley_core::config::ConfigError),
     #[error(transparent)]
     Secrets(#[from] parley_core::secrets::SecretsError),
+    /// `parley check` ran, and some checks failed (each said why on its line).
+    #[error(transparent)]
+    Check(#[from] check::ChecksFailed),
     /// Arguments that do not go together, said in a sentence.
     #[error("{0}")]
     Usage(String),

@@ -16,9 +16,6 @@ use tokio_postgres::types::{ToSql, Type};
 
 use super::Question;
 
-/// As `tools::exec` sets the caller for the transaction (local to it).
-const SET_CALLER: &str = "SELECT set_config('parley.caller', $1, true)";
-
 #[derive(Debug, thiserror::Error)]
 pub enum SearchError {
     /// The question's arguments do not fit the tool's parameters (e.g. a `--k` above its
@@ -197,16 +194,17 @@ pub async fn rows(
     }
     // The row limit, the last placeholder.
     params.push((&fetch, Type::INT8));
-    db.batch_execute(&exec::begin_sql(spec)).await?;
-    let rows = match user {
-        Some(sub) => {
-            let caller = json!({ "sub": sub }).to_string();
-            match db.execute_typed(SET_CALLER, &[(&caller, Type::TEXT)]).await {
-                Ok(_) => db.query_typed(sql, &params).await,
-                Err(e) => Err(e),
-            }
-        }
-        None => db.query_typed(sql, &params).await,
+    // As the mcp function opens a call (`tools::exec`), rolled back at the end.
+    db.batch_execute(&exec::begin_sql(spec.writes, None))
+        .await?;
+    let caller = user.map(|sub| json!({ "sub": sub }).to_string());
+    let settings = exec::CallSettings::new(spec, None);
+    let rows = match db
+        .execute_typed(exec::BEGIN_CALL, &settings.params(&caller))
+        .await
+    {
+        Ok(_) => db.query_typed(sql, &params).await,
+        Err(e) => Err(e),
     };
     db.batch_execute("ROLLBACK").await?;
     rows?

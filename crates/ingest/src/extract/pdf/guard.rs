@@ -13,7 +13,7 @@
 //!   inflates none of them again at each use; images, which it would inflate and parse as
 //!   content, are emptied;
 //! - each page's content is decoded within the limit and counted, its tokens against
-//!   [`Caps::tokens`] and its bytes with the forms it draws, each time drawn, against the
+//!   `max_page_tokens` and its bytes with the forms it draws, each time drawn, against the
 //!   limit, then left for lopdf to decode when its page comes (one page at a time); a form
 //!   that draws itself, or forms nested past [`MAX_FORM_DEPTH`], are refused.
 
@@ -25,24 +25,6 @@ use pdf_extract::{Dictionary, Document, LoadOptions, Object, ObjectId};
 use super::decode::{self, Decoded, OverLimit};
 use super::lexer::{Lexer, Token};
 use crate::extract::{Budget, ExtractError};
-
-/// The per-page bounds of one PDF (from [`crate::ExtractLimits`], where they are explained).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Caps {
-    /// `max_page_tokens`: operators and operands one page's content may hold.
-    pub tokens: usize,
-    /// `max_page_chars`: characters one page may show.
-    pub page_chars: usize,
-}
-
-impl Caps {
-    pub(super) fn of(limits: &crate::ExtractLimits) -> Caps {
-        Caps {
-            tokens: limits.max_page_tokens,
-            page_chars: limits.max_page_chars,
-        }
-    }
-}
 
 fn broken(reason: impl Into<String>) -> ExtractError {
     ExtractError::Broken("PDF", reason.into())
@@ -334,7 +316,6 @@ impl Cost {
 /// Counts what each page costs and makes its shared streams plain. See the module doc.
 pub(super) struct Prepare<'b> {
     budget: &'b Budget,
-    caps: Caps,
     meter: &'b mut Meter,
     /// Streams decoded in place, emptied, or checked and left to lopdf.
     decoded: HashSet<ObjectId>,
@@ -347,10 +328,9 @@ pub(super) struct Prepare<'b> {
 }
 
 impl<'b> Prepare<'b> {
-    pub(super) fn new(budget: &'b Budget, caps: Caps, meter: &'b mut Meter) -> Prepare<'b> {
+    pub(super) fn new(budget: &'b Budget, meter: &'b mut Meter) -> Prepare<'b> {
         Prepare {
             budget,
-            caps,
             meter,
             decoded: HashSet::new(),
             costs: HashMap::new(),
@@ -359,7 +339,7 @@ impl<'b> Prepare<'b> {
         }
     }
 
-    /// Every page pdf-extract will read, in its order: each within [`Caps::tokens`], and its
+    /// Every page pdf-extract will read, in its order: each within `max_page_tokens`, and its
     /// content with the forms it draws within the byte limit.
     pub(super) fn pages(&mut self, doc: &mut Document) -> Result<(), ExtractError> {
         let pages: Vec<ObjectId> = doc.get_pages().into_values().collect();
@@ -370,11 +350,9 @@ impl<'b> Prepare<'b> {
             for content in doc.get_page_contents(page) {
                 cost = cost.plus(self.run(doc, content, holder, false)?, 1);
             }
-            if cost.tokens > self.caps.tokens as u64 {
-                return Err(ExtractError::TooManyTokens {
-                    page: n + 1,
-                    limit: self.caps.tokens,
-                });
+            let limit = self.budget.limits.max_page_tokens;
+            if cost.tokens > limit as u64 {
+                return Err(ExtractError::TooManyTokens { page: n + 1, limit });
             }
             if cost.bytes > self.meter.limit {
                 return Err(ExtractError::TooLarge(self.meter.limit));
@@ -480,7 +458,7 @@ impl<'b> Prepare<'b> {
             if tokens.is_multiple_of(1 << 16) {
                 self.budget.check_time()?;
             }
-            if tokens > self.caps.tokens as u64 {
+            if tokens > self.budget.limits.max_page_tokens as u64 {
                 break;
             }
             match token {
