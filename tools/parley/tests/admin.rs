@@ -840,5 +840,5 @@ async fn as_a_master_that_is_not_a_superuser_the_logins_are_made_and_what_it_can
         .await
         .unwrap()
         .get(0);
-    assert_eq!(limit, 10, "CONNECTION LIMIT needs only CREATEROLE");
+    assert_eq!(limit, 40, "CONNECTION LIMIT needs only CREATEROLE");
 }

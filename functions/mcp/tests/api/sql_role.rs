@@ -384,9 +384,22 @@ async fn a_rotated_sql_login_is_read_again_from_its_secret_and_run_sql_keeps_wor
         .unwrap()
         .get(0);
     assert!(terminated >= 1, "the SQL tools held a connection");
-    let out = run_sql(&app, "SELECT 2 AS two").await;
-    assert_eq!(
-        out.expect("run_sql works after the rotation")["rows"][0]["two"],
-        2
+    // The SQL tools do not repeat a call whose pooled connection turns out dead (the pool may
+    // hand it out before it has seen the server close it): that call answers "unavailable"
+    // and drops it. The next one opens a connection, is refused the old password, reads the
+    // secret again and gets in. Without the secret read again, every later call is refused.
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        let out = run_sql(&app, "SELECT 2 AS two").await;
+        let done = out.as_ref().is_ok_and(|o| o["rows"][0]["two"] == 2);
+        answers.push(out);
+        if done {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        answers.last().is_some_and(|a| a.is_ok()) && answers.len() <= 2,
+        "run_sql after the rotation: {answers:?}"
     );
 }
