@@ -12,7 +12,7 @@ use tokio_postgres::Client;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 
-use super::exec::statements;
+use super::exec::{CallSettings, statements};
 use super::params::SqlValue;
 use super::spec::ToolSpec;
 use super::sql;
@@ -352,19 +352,11 @@ impl Checker {
             "EXPLAIN ({}FORMAT JSON) {sql}",
             if tool.writes { "VERBOSE, " } else { "" }
         );
-        // The role is taken as a call takes it (`exec::BEGIN_CALL`), so this check sends
-        // nothing a proxy would pin the connection for either.
-        let role_name = tool.role.is_some().then(|| role.name.clone());
-        let no_text: Option<String> = None;
-        let no_settings: Vec<String> = Vec::new();
-        let no_timeout: Option<i32> = None;
-        let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 5] = [
-            (&no_timeout, Type::INT4),
-            (&no_text, Type::TEXT),
-            (&no_settings, Type::TEXT_ARRAY),
-            (&no_text, Type::TEXT),
-            (&role_name, Type::TEXT),
-        ];
+        // Opened as a call of the tool opens (`exec::CallSettings`): its time limit, settings
+        // and role, so this check sends nothing a proxy would pin the connection for either.
+        let settings = CallSettings::new(tool, None);
+        let no_caller = None;
+        let params = settings.params(&no_caller);
         // One round trip: all go out before the first answer comes back, in this order. When
         // the role is refused, the EXPLAIN fails with the aborted savepoint and the rollback
         // ends it.
