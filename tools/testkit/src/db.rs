@@ -2,7 +2,12 @@
 //! (feedback and tasks, or a slice of the manual), plus a LOGIN role in `parley_readonly` so
 //! tests can connect exactly as the MCP function does (and, with the demo domains, may switch
 //! to their write roles as the MCP function's does).
-//! Databases are left behind on purpose (async Drop is not a thing); `scripts/test` drops them.
+//! A database is dropped when the last clone of its `TestDb` goes (`PARLEY_KEEP_TEST_DBS=1`
+//! keeps them for a post-mortem); `scripts/test` drops any a killed test left behind. A full
+//! run makes about a thousand: kept, they would fill a small CI disk and take the server down.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use tokio_postgres::{Client, NoTls};
 use url::Url;
@@ -34,6 +39,8 @@ pub struct TestDb {
     pub url: String,
     /// URL for this database as [`READONLY_USER`], a member of `parley_readonly`.
     pub readonly_url: String,
+    /// Shared by the clones; the last one to go drops the database.
+    _dropper: Arc<Dropper>,
 }
 
 impl TestDb {
@@ -61,7 +68,17 @@ impl TestDb {
             .unwrap_or_else(|e| panic!("migrating test database {name} failed: {e}"));
         ensure_login(&admin, READONLY_USER, READONLY_PASSWORD, "parley_readonly").await;
 
+        TestDb::new(name, url, readonly_url, admin_url)
+    }
+
+    /// A `TestDb` for the database `name` that `admin_url`'s server holds, dropped when the
+    /// last clone goes.
+    pub(crate) fn new(name: String, url: String, readonly_url: String, admin_url: &str) -> TestDb {
         TestDb {
+            _dropper: Arc::new(Dropper {
+                admin_url: admin_url.to_owned(),
+                name: name.clone(),
+            }),
             name,
             url,
             readonly_url,
@@ -198,6 +215,53 @@ impl TestDb {
     /// A connection to this database as [`READONLY_USER`].
     pub async fn readonly_client(&self) -> Client {
         connect(&self.readonly_url).await
+    }
+}
+
+/// Drops its database on `Drop`: `WITH (FORCE)`, since a test's servers may still hold pooled
+/// connections to it. Best effort and bounded: a server a test already stopped is skipped.
+#[derive(Debug)]
+struct Dropper {
+    admin_url: String,
+    name: String,
+}
+
+/// How long a drop may wait to connect; a stopped server refuses at once.
+const DROP_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Drop for Dropper {
+    fn drop(&mut self) {
+        if std::env::var_os("PARLEY_KEEP_TEST_DBS").is_some_and(|v| v == "1") {
+            return;
+        }
+        let (url, name) = (self.admin_url.clone(), self.name.clone());
+        // A thread with a runtime of its own: this may run on the test's runtime thread, which
+        // cannot block on a future. Joined, so the test process never exits mid-drop.
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            runtime.block_on(async {
+                let (client, connection) = tokio::time::timeout(
+                    DROP_CONNECT_TIMEOUT,
+                    tokio_postgres::connect(&url, NoTls),
+                )
+                .await
+                .map_err(|_| "timed out connecting".to_owned())?
+                .map_err(|e| e.to_string())?;
+                tokio::spawn(connection);
+                client
+                    .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .await
+                    .map_err(|e| pg_message(&e))
+            })
+        })
+        .join();
+        if let Ok(Err(e)) = dropped {
+            // Not a failure of the test: scripts/test drops what is left at the end.
+            eprintln!("testkit: could not drop test database {}: {e}", self.name);
+        }
     }
 }
 

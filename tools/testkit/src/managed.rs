@@ -98,11 +98,7 @@ impl ManagedDb {
         let master = connect(&master_url).await;
         ensure_login(&master, &admin, MCP_LOGIN, "parley_readonly", "").await;
         ManagedDb {
-            db: TestDb {
-                name,
-                readonly_url: with_user(&url, MCP_LOGIN),
-                url,
-            },
+            db: TestDb::new(name, url.clone(), with_user(&url, MCP_LOGIN), &admin_url),
             master_url,
             admin_url,
         }

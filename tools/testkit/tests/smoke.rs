@@ -1,5 +1,5 @@
 //! The fixtures themselves: a TestDb whose read-only URL can read but not write, and a
-//! TestCluster that survives stop/restart and cleans up after itself.
+//! TestCluster that survives stop/restart and cleans up after itself; both go with their test.
 //! Needs DATABASE_URL (run via `scripts/test`).
 
 use parley_testkit::{READONLY_USER, TestCluster, TestDb, connect};
@@ -59,6 +59,31 @@ async fn parallel_migrated_dbs_do_not_race_on_roles() {
     let dbs = migrated_in_parallel(4).await;
     let names: std::collections::HashSet<_> = dbs.iter().map(|d| d.name.clone()).collect();
     assert_eq!(names.len(), 4);
+}
+
+/// A full run makes about a thousand databases: each must go with its test, or a small CI
+/// disk fills and takes the shared server down with it.
+#[tokio::test]
+async fn a_test_database_is_dropped_when_its_last_clone_goes() {
+    let db = TestDb::migrated().await;
+    let name = db.name.clone();
+    let admin = connect(&std::env::var("DATABASE_URL").expect("DATABASE_URL")).await;
+    let exists = || async {
+        admin
+            .query_one("SELECT count(*) FROM pg_database WHERE datname = $1", &[&name])
+            .await
+            .expect("reading pg_database")
+            .get::<_, i64>(0)
+            == 1
+    };
+    // A connection still open to it (as a test's pool would be) does not keep it.
+    let open = db.client().await;
+    let clone = db.clone();
+    drop(db);
+    assert!(exists().await, "a clone still holds it");
+    drop(clone);
+    assert!(!exists().await, "the last clone dropped it");
+    assert!(open.query_one("SELECT 1", &[]).await.is_err());
 }
 
 async fn migrated_in_parallel(n: usize) -> Vec<TestDb> {

@@ -41,6 +41,8 @@ pub struct TestChat {
     /// The metrics documents the chat wrote (`METRICS=emf` unless a test sets `METRICS`).
     pub metrics: Recorded,
     http: reqwest::Client,
+    /// Keeps the chat's database alive as long as the chat (the last clone drops it).
+    _db: Option<TestDb>,
 }
 
 /// The mcp function the chat talks to, how many HTTP requests reached it, and what each POST
@@ -169,6 +171,7 @@ pub async fn spawn(options: Options) -> TestChat {
         db_url: Some(db.url.clone()),
         metrics,
         http: reqwest::Client::new(),
+        _db: Some(db),
     }
 }
 
@@ -278,6 +281,7 @@ pub async fn spawn_chat_with_settings(
     .overlay(chat_settings.iter().copied());
     let mut chat = spawn_chat_from(env, llm, Some(mcp)).await;
     chat.db_url = Some(db.url.clone());
+    chat._db = Some(db.clone());
     chat
 }
 
@@ -348,6 +352,7 @@ pub async fn spawn_chat_from(env: Env, llm: ScriptedLlm, mcp: Option<McpHandle>)
         db_url: None,
         metrics,
         http: reqwest::Client::new(),
+        _db: None,
     }
 }
 
