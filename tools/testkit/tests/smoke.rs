@@ -70,7 +70,10 @@ async fn a_test_database_is_dropped_when_its_last_clone_goes() {
     let admin = connect(&std::env::var("DATABASE_URL").expect("DATABASE_URL")).await;
     let exists = || async {
         admin
-            .query_one("SELECT count(*) FROM pg_database WHERE datname = $1", &[&name])
+            .query_one(
+                "SELECT count(*) FROM pg_database WHERE datname = $1",
+                &[&name],
+            )
             .await
             .expect("reading pg_database")
             .get::<_, i64>(0)
