@@ -154,18 +154,9 @@ async fn apply_next(
     embedded: &[Migration],
 ) -> Result<Option<String>, MigrateError> {
     let bookkeeping = |step| move |source| MigrateError::Bookkeeping { step, source };
-    let tx = client
-        .transaction()
+    let tx = crate::db::locked_transaction(client, LOCK_KEY)
         .await
-        .map_err(bookkeeping("starting a transaction"))?;
-    // Released by COMMIT or ROLLBACK, or with the session if the connection dies: a session
-    // lock would need its unlock to reach the same server session, which a pooler may not give.
-    tx.execute_typed(
-        "SELECT pg_advisory_xact_lock($1)",
-        &[(&LOCK_KEY, Type::INT8)],
-    )
-    .await
-    .map_err(bookkeeping("taking the migration lock"))?;
+        .map_err(|e| bookkeeping(e.step)(e.source))?;
     tx.batch_execute(CREATE_BOOKKEEPING)
         .await
         .map_err(bookkeeping("creating schema_migrations"))?;

@@ -43,6 +43,77 @@ pub struct RetryPolicy {
     pub base_backoff: Duration,
 }
 
+/// One remote service's timeout and retries as a deployment sets them: `{PREFIX}_TIMEOUT_MS`,
+/// `{PREFIX}_MAX_RETRIES` (0 to 10) and `{PREFIX}_RETRY_BUDGET_MS`, read the same way for the
+/// LLM, the embeddings server and the reranker, each from its own [`RetryDefaults`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetrySettings {
+    /// One attempt, start to end of body.
+    pub timeout: Duration,
+    /// Retries after the first attempt.
+    pub max_retries: u32,
+    /// Waiting between one call's retries, in all.
+    pub retry_budget: Duration,
+}
+
+/// Where a service's [`RetrySettings`] start, and how far a deployment may move them.
+#[derive(Debug, Clone)]
+pub struct RetryDefaults {
+    pub timeout: Duration,
+    pub timeout_ms: std::ops::RangeInclusive<u64>,
+    pub max_retries: u32,
+    pub retry_budget: Duration,
+    pub retry_budget_ms: std::ops::RangeInclusive<u64>,
+}
+
+/// The most retries any service may be set to make.
+const MAX_RETRIES: u64 = 10;
+
+impl RetrySettings {
+    /// `prefix`'s three settings, or the first one out of its range.
+    pub fn from_env(
+        env: &crate::config::Env,
+        prefix: &str,
+        defaults: RetryDefaults,
+    ) -> Result<Self, crate::config::ConfigError> {
+        Ok(Self {
+            timeout: env.millis(
+                &format!("{prefix}_TIMEOUT_MS"),
+                defaults.timeout,
+                defaults.timeout_ms,
+            )?,
+            max_retries: env.limit(
+                &format!("{prefix}_MAX_RETRIES"),
+                u64::from(defaults.max_retries),
+                0..=MAX_RETRIES,
+            )? as u32,
+            retry_budget: env.millis(
+                &format!("{prefix}_RETRY_BUDGET_MS"),
+                defaults.retry_budget,
+                defaults.retry_budget_ms,
+            )?,
+        })
+    }
+
+    /// The policy of `service`'s POSTs with these settings, bodies capped at
+    /// `max_response_bytes`, backing off from [`BASE_BACKOFF`].
+    pub fn policy(&self, service: &'static str, max_response_bytes: usize) -> RetryPolicy {
+        RetryPolicy {
+            service,
+            timeout: self.timeout,
+            max_retries: self.max_retries,
+            retry_budget: self.retry_budget,
+            max_response_bytes,
+            base_backoff: BASE_BACKOFF,
+        }
+    }
+
+    /// The longest one call can take: every attempt's timeout and the budget between them.
+    pub fn worst_case(&self) -> Duration {
+        self.timeout.saturating_mul(self.max_retries + 1) + self.retry_budget
+    }
+}
+
 /// Why a POST failed, after the retries allowed. `detail`s are excerpts of the server's own
 /// message with the API key (and anything that looks like one) blanked out.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -444,6 +515,60 @@ pub fn excerpt(text: &str, key: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn defaults() -> RetryDefaults {
+        RetryDefaults {
+            timeout: Duration::from_secs(3),
+            timeout_ms: 10..=60_000,
+            max_retries: 1,
+            retry_budget: Duration::from_millis(500),
+            retry_budget_ms: 0..=60_000,
+        }
+    }
+
+    #[test]
+    fn retry_settings_are_read_under_the_services_prefix_within_its_ranges() {
+        let env = |pairs: &[(&str, &str)]| crate::config::Env::from_pairs(pairs.iter().copied());
+        let unset = RetrySettings::from_env(&env(&[]), "RERANK", defaults()).unwrap();
+        assert_eq!(
+            unset,
+            RetrySettings {
+                timeout: Duration::from_secs(3),
+                max_retries: 1,
+                retry_budget: Duration::from_millis(500),
+            }
+        );
+        assert_eq!(unset.worst_case(), Duration::from_millis(6_500));
+        let set = RetrySettings::from_env(
+            &env(&[
+                ("RERANK_TIMEOUT_MS", "250"),
+                ("RERANK_MAX_RETRIES", "0"),
+                ("RERANK_RETRY_BUDGET_MS", "0"),
+                ("LLM_TIMEOUT_MS", "9"),
+            ]),
+            "RERANK",
+            defaults(),
+        )
+        .unwrap();
+        assert_eq!(set.timeout, Duration::from_millis(250));
+        assert_eq!((set.max_retries, set.retry_budget), (0, Duration::ZERO));
+        let policy = set.policy("reranker", 1024);
+        assert_eq!(
+            (policy.service, policy.max_response_bytes),
+            ("reranker", 1024)
+        );
+        assert_eq!(policy.base_backoff, BASE_BACKOFF);
+
+        for (var, value) in [
+            ("RERANK_TIMEOUT_MS", "9"),
+            ("RERANK_MAX_RETRIES", "11"),
+            ("RERANK_RETRY_BUDGET_MS", "60001"),
+        ] {
+            let err =
+                RetrySettings::from_env(&env(&[(var, value)]), "RERANK", defaults()).unwrap_err();
+            assert_eq!(err.var, var);
+        }
+    }
 
     #[test]
     fn retry_after_is_read_as_seconds_an_http_date_or_milliseconds() {

@@ -58,14 +58,7 @@ impl HttpEmbedder {
             .url
             .join("embeddings")
             .expect("a base URL that ends in '/' joins a relative path");
-        let policy = RetryPolicy {
-            service: "embeddings",
-            timeout: settings.timeout,
-            max_retries: settings.max_retries,
-            retry_budget: settings.retry_budget,
-            max_response_bytes: MAX_RESPONSE_BYTES,
-            base_backoff: retry::BASE_BACKOFF,
-        };
+        let policy = settings.retry.policy("embeddings", MAX_RESPONSE_BYTES);
         Self {
             inner: Arc::new(Inner {
                 model_id: format!("{}@{}", settings.model, settings.dimensions),
@@ -107,9 +100,7 @@ impl HttpEmbedder {
         })
         .map_err(|e| EmbedError::BadResponse(format!("the request cannot be written: {e}")))?;
         // Every attempt's timeout, and the retry budget between them: the bound of one batch.
-        let attempts = settings.max_retries.saturating_add(1);
-        let deadline =
-            Instant::now() + settings.timeout.saturating_mul(attempts) + settings.retry_budget;
+        let deadline = Instant::now() + settings.retry.worst_case();
         let key = settings.api_key.as_ref();
         let bytes = retry::post_json(
             &inner.http,

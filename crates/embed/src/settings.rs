@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use parley_core::config::{ConfigError, Env, SecretString};
+use parley_core::retry::{RetryDefaults, RetrySettings};
 
 /// Texts per forward pass (built-in) or per request (http) unless `EMBEDDINGS_BATCH` says.
 pub const DEFAULT_BATCH: usize = 32;
@@ -37,13 +38,20 @@ pub struct HttpSettings {
     pub api_key: Option<SecretString>,
     /// `EMBEDDINGS_DIMENSIONS`: sent as `dimensions`; every vector must have this many.
     pub dimensions: usize,
-    /// `EMBEDDINGS_TIMEOUT_MS`: one request (default 10000).
-    pub timeout: Duration,
-    /// `EMBEDDINGS_MAX_RETRIES`: retries after a 429, a 5xx or a transport failure (default 2).
-    pub max_retries: u32,
-    /// `EMBEDDINGS_RETRY_BUDGET_MS`: waiting between one request's retries (default 2000).
-    pub retry_budget: Duration,
+    /// `EMBEDDINGS_TIMEOUT_MS`: one request (default 10000); `EMBEDDINGS_MAX_RETRIES`: retries
+    /// after a 429, a 5xx or a transport failure (default 2); `EMBEDDINGS_RETRY_BUDGET_MS`:
+    /// waiting between one request's retries (default 2000).
+    pub retry: RetrySettings,
 }
+
+/// The embeddings server's [`RetrySettings`] before a deployment sets them.
+const RETRY_DEFAULTS: RetryDefaults = RetryDefaults {
+    timeout: Duration::from_secs(10),
+    timeout_ms: 100..=900_000,
+    max_retries: 2,
+    retry_budget: Duration::from_secs(2),
+    retry_budget_ms: 0..=300_000,
+};
 
 impl EmbedSettings {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
@@ -95,17 +103,7 @@ impl HttpSettings {
                         )
                     }
                 })? as usize,
-            timeout: env.millis(
-                "EMBEDDINGS_TIMEOUT_MS",
-                Duration::from_secs(10),
-                100..=900_000,
-            )?,
-            max_retries: env.limit("EMBEDDINGS_MAX_RETRIES", 2, 0..=10)? as u32,
-            retry_budget: env.millis(
-                "EMBEDDINGS_RETRY_BUDGET_MS",
-                Duration::from_secs(2),
-                0..=300_000,
-            )?,
+            retry: RetrySettings::from_env(env, "EMBEDDINGS", RETRY_DEFAULTS)?,
         })
     }
 }
@@ -151,9 +149,9 @@ mod tests {
         };
         assert_eq!(http.url.as_str(), "http://localhost:8080/v1/");
         assert_eq!(http.dimensions, 512);
-        assert_eq!(http.timeout, Duration::from_secs(10));
-        assert_eq!(http.max_retries, 2);
-        assert_eq!(http.retry_budget, Duration::from_secs(2));
+        assert_eq!(http.retry.timeout, Duration::from_secs(10));
+        assert_eq!(http.retry.max_retries, 2);
+        assert_eq!(http.retry.retry_budget, Duration::from_secs(2));
         for missing in [
             "EMBEDDINGS_URL",
             "EMBEDDINGS_MODEL",

@@ -12,7 +12,6 @@ use parley_domain_documents as documents;
 use parley_domain_feedback as feedback;
 use parley_domain_tasks as tasks;
 use parley_embed::Embedder;
-use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Transaction};
 
 /// Serialises concurrent `demo-data` runs on one database. ASCII "parleydm".
@@ -199,16 +198,9 @@ async fn begin(client: &mut Client, domain: Domain) -> Result<Transaction<'_>, D
             source,
         }
     };
-    let tx = client
-        .transaction()
+    let tx = parley_core::db::locked_transaction(client, LOCK_KEY)
         .await
-        .map_err(pg("starting the transaction"))?;
-    tx.execute_typed(
-        "SELECT pg_advisory_xact_lock($1)",
-        &[(&LOCK_KEY, Type::INT8)],
-    )
-    .await
-    .map_err(pg("taking the demo-data lock"))?;
+        .map_err(|e| pg(e.step)(e.source))?;
     if let Some(schema) = domain.schema() {
         tx.batch_execute(schema)
             .await

@@ -189,16 +189,9 @@ async fn apply_one(client: &mut Client, login: &Login) -> Result<Done, LoginErro
             source,
         }
     };
-    let tx = client
-        .transaction()
+    let tx = parley_core::db::locked_transaction(client, LOCK_KEY)
         .await
-        .map_err(pg("starting the transaction"))?;
-    tx.execute_typed(
-        "SELECT pg_advisory_xact_lock($1)",
-        &[(&LOCK_KEY, Type::INT8)],
-    )
-    .await
-    .map_err(pg("taking the role lock"))?;
+        .map_err(|e| pg(e.step)(e.source))?;
     let group_exists: bool = tx
         .query_typed_one(
             "SELECT to_regrole($1) IS NOT NULL",

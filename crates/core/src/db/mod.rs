@@ -9,6 +9,7 @@
 //! Each connection the pool fails to open counts once in the `DbConnectFailures` metric.
 
 mod bounded;
+mod locked;
 mod tls;
 
 use std::fmt;
@@ -29,6 +30,7 @@ use crate::metrics::{Document, Metrics};
 use crate::secrets::{RotatingSecret, Secrets};
 
 pub use deadpool_postgres::{Object, Pool};
+pub use locked::{LockedError, locked_transaction};
 
 /// Runs work on a connection from a pool and, when that connection turns out to have been dead
 /// already (it died while the Lambda instance was frozen, or Postgres restarted: checkout does
