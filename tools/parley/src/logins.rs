@@ -1,5 +1,6 @@
-//! The functions' login roles, made as docs/deploy.md ("The roles"), docs/sql.md and migration
-//! 0025 describe: created when missing, else given the new password, then granted their group.
+//! The functions' login roles, made as docs/deploy-reference.md ("The roles"), docs/sql.md and
+//! migration 0025 describe: created when missing, else given the new password, then granted
+//! their group.
 //! Passwords are sent as SCRAM verifiers, never as text, and never reach an error or the output.
 
 use std::fmt;

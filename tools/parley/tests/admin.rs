@@ -295,7 +295,7 @@ async fn create_migrates_loads_the_demo_and_makes_logins_that_log_in_with_their_
         .await;
     assert_eq!(recorded as usize, migrations);
 
-    // Each login logs in with its secret's password, and holds what docs/deploy.md says.
+    // Each login logs in with its secret's password, and holds what docs/deploy-reference.md says.
     let mcp = stack
         .login(&users[0], MCP_PASSWORD)
         .await

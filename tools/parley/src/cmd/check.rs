@@ -328,8 +328,8 @@ pub async fn check_stack(target: &Target) -> Vec<Outcome> {
                 ),
                 "The first requests after a deploy include cold starts and a paused database \
                  resuming (up to 20 s, docs/deploy.md \"7. Ask\"): run parley check again; if it \
-                 still times out, raise --timeout or follow docs/deploy.md \"When something is \
-                 wrong\" with the function's log.",
+                 still times out, raise --timeout or follow docs/deploy-reference.md \"When \
+                 something is wrong\" with the function's log.",
             ),
         };
         outcomes.push(outcome);

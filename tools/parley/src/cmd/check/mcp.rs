@@ -148,7 +148,7 @@ pub async fn tools(probe: &Probe, seen: &mut Seen) -> Outcome {
                 Check::Tools,
                 format!(
                     "the mcp function asks for a token: pass the app secret's MCP_AUTH_TOKEN \
-                     with --mcp-token or {} (docs/deploy.md \"7. Ask\" reads it)",
+                     with --mcp-token or {} (docs/deploy.md \"When it fails\" reads it)",
                     super::MCP_TOKEN_SETTING
                 ),
             );
@@ -161,7 +161,8 @@ pub async fn tools(probe: &Probe, seen: &mut Seen) -> Outcome {
                 answer.summary()
             ),
             "Pass the mcp function's current service token, the app secret's MCP_AUTH_TOKEN \
-             (--mcp-token or MCP_AUTH_TOKEN; docs/deploy.md \"7. Ask\" reads it); a user's \
+             (--mcp-token or MCP_AUTH_TOKEN; docs/deploy.md \"When it fails\" reads it); a \
+             user's \
              token counts only when the mcp function has JWT_* settings (docs/settings.md \
              \"mcp\").",
         );
@@ -414,8 +415,8 @@ fn mcp_url_fix(probe: &Probe) -> String {
         )
     } else {
         "Pass the mcp function's URL with --mcp: the stack's McpUrl output (aws cloudformation \
-         describe-stacks --stack-name <stack> --query 'Stacks[0].Outputs'; docs/deploy.md \
-         \"7. Ask\")."
+         describe-stacks --stack-name <stack> --query 'Stacks[0].Outputs'; \
+         docs/deploy-reference.md \"Asking\")."
             .to_owned()
     }
 }
@@ -428,7 +429,7 @@ fn open_fix(probe: &Probe) -> &'static str {
          scripts/dev and run parley check with the same MCP_AUTH_TOKEN (docs/settings.md \"mcp\")."
     } else {
         "Set MCP_AUTH_TOKEN for the mcp function (template.yaml puts a generated one in the app \
-         secret; docs/deploy.md \"5. The model's key\") and, for users' tokens, its JWT_* \
+         secret; docs/deploy.md \"4. The model's key\") and, for users' tokens, its JWT_* \
          settings: with neither, auth is off (docs/settings.md \"mcp\")."
     }
 }

@@ -168,12 +168,12 @@ async fn settings(probe: &Probe) -> Result<PageConfig, Outcome> {
 /// What to do when the URL is not the stack's page.
 const NOT_THE_PAGE_FIX: &str = "Pass the stack's page URL, the ApiUrl output with its trailing / \
 (aws cloudformation describe-stacks --stack-name <stack> --query 'Stacks[0].Outputs'; \
-docs/deploy.md \"The two URLs\"), or nothing for scripts/dev's http://127.0.0.1:3000/.";
+docs/deploy-reference.md \"The two URLs\"), or nothing for scripts/dev's http://127.0.0.1:3000/.";
 
 /// What to do when the chat function answers 5xx.
 const FUNCTION_FAILING_FIX: &str = "The chat function is failing: its log names the cause (deployed: \
-/aws/lambda/<stack>-chat, and docs/deploy.md \"When something is wrong\"; locally: scripts/dev's \
-terminal).";
+/aws/lambda/<stack>-chat, and docs/deploy-reference.md \"When something is wrong\"; locally: \
+scripts/dev's terminal).";
 
 /// `GET api/page`'s body, or what is wrong with it.
 fn read_config(answer: &Answer) -> Result<PageConfig, String> {
@@ -315,8 +315,8 @@ pub async fn sign_in(probe: &Probe, seen: &Seen) -> Outcome {
             ),
             format!(
                 "Set the chat's OIDC_ISSUER (and JWT_ISSUER, when set) to exactly {found:?}, the \
-                 issuer the provider names: tokens carry it (docs/deploy.md \"Another sign-in \
-                 provider\")."
+                 issuer the provider names: tokens carry it (docs/deploy-reference.md \"Another \
+                 sign-in provider\")."
             ),
         );
     }
@@ -335,7 +335,8 @@ pub async fn sign_in(probe: &Probe, seen: &Seen) -> Outcome {
             Check::SignIn,
             "the provider does not offer PKCE with S256 (code_challenge_methods_supported)",
             "Turn on PKCE (S256) for the page's client at the provider: the page signs in with \
-             the authorization code and PKCE (docs/deploy.md \"Another sign-in provider\").",
+             the authorization code and PKCE (docs/deploy-reference.md \"Another sign-in \
+             provider\").",
         );
     }
     if let Some(why) = &sign_in.unavailable {
@@ -343,8 +344,8 @@ pub async fn sign_in(probe: &Probe, seen: &Seen) -> Outcome {
             Check::SignIn,
             format!("the document answers here, but the chat function could not use it: {why}"),
             "The chat function fetches the document itself (JWKS_TIMEOUT_MS): give its subnets a \
-             way out to the provider (docs/deploy.md \"2. The network\", InternetEgress), then \
-             start fresh instances (docs/deploy.md \"Secrets after a change\").",
+             way out to the provider (docs/deploy-reference.md \"The network\", InternetEgress), \
+             then start fresh instances (docs/deploy-reference.md \"Secrets after a change\").",
         );
     }
     Outcome::ok(
@@ -356,7 +357,7 @@ pub async fn sign_in(probe: &Probe, seen: &Seen) -> Outcome {
 /// What to do when the issuer's discovery document cannot be read.
 const ISSUER_FIX: &str = "Set the chat's OIDC_ISSUER to the provider's issuer, whose \
 /.well-known/openid-configuration answers (with Cognito the template sets it from the user pool; \
-another provider: docs/deploy.md \"Another sign-in provider\").";
+another provider: docs/deploy-reference.md \"Another sign-in provider\").";
 
 #[cfg(test)]
 mod tests {

@@ -299,14 +299,14 @@ fn stream_fix(config: &super::page::PageConfig) -> String {
         None => "The page streams its turns through its own origin, which hands each answer on \
                  whole (API Gateway's HTTP API does): set the chat's PAGE_STREAM_URL to a front \
                  door that streams, the stack's ChatStreamUrl output (ChatStreamingUrl true; \
-                 docs/deploy.md \"Streaming chat turns\")."
+                 docs/deploy-reference.md \"Streaming chat turns\")."
             .to_owned(),
         Some(url) => format!(
             "The page's stream_url {url} (the chat's PAGE_STREAM_URL) does not stream: it must \
              reach a chat function answering in streaming mode (LAMBDA_RESPONSE_STREAMING=true) \
              through a front door that streams, a Function URL with InvokeMode RESPONSE_STREAM \
-             or a REST API with responseTransferMode STREAM (docs/deploy.md \"Streaming chat \
-             turns\")."
+             or a REST API with responseTransferMode STREAM (docs/deploy-reference.md \
+             \"Streaming chat turns\")."
         ),
     }
 }
@@ -354,8 +354,8 @@ async fn delete_conversation(probe: &Probe, id: Option<&str>) {
 
 /// What to do when `POST api/chat` does not reach the chat.
 const NOT_ROUTED_FIX: &str = "POST api/chat beside the page must reach the chat function: pass the \
-stack's ApiUrl output with its trailing / (docs/deploy.md \"The two URLs\"), or nothing for \
-scripts/dev's http://127.0.0.1:3000/.";
+stack's ApiUrl output with its trailing / (docs/deploy-reference.md \"The two URLs\"), or nothing \
+for scripts/dev's http://127.0.0.1:3000/.";
 
 /// A turn the chat did not answer: the chat's error `code` (or the front door's `status`)
 /// said as what it means, with the fix.
@@ -383,25 +383,25 @@ fn refused(
             } else {
                 "Add LLM_API_KEY to the app secret (or set LlmBaseUrl to an OpenAI-compatible \
                  server), then start fresh instances of chat and chat-stream (docs/deploy.md \
-                 \"5. The model's key\")."
+                 \"4. The model's key\")."
             },
         ),
         (_, "llm_key_rejected") => fail(
             seen,
             "The model API refuses LLM_API_KEY: put a valid key in the app secret (locally, \
-             LLM_API_KEY) and start fresh instances (docs/deploy.md \"5. The model's key\").",
+             LLM_API_KEY) and start fresh instances (docs/deploy.md \"4. The model's key\").",
         ),
         (_, "llm_unavailable" | "llm_timeout" | "llm_rate_limited") => fail(
             seen,
             "The chat function gets no answer from the model at LLM_BASE_URL: check that \
-             address and the function's way out to it (docs/deploy.md \"2. The network\", \
+             address and the function's way out to it (docs/deploy-reference.md \"The network\", \
              InternetEgress); a rate limit passes by itself.",
         ),
         (_, "database_unavailable" | "database_pool_exhausted") => fail(
             seen,
             "The chat function cannot reach its database: check its subnets and security groups \
-             (docs/deploy.md \"When something is wrong\"); a paused Aurora answers at the next \
-             try, so run parley check again first.",
+             (docs/deploy-reference.md \"When something is wrong\"); a paused Aurora answers at \
+             the next try, so run parley check again first.",
         ),
         (_, "host_not_allowed") => fail(
             seen,
@@ -420,14 +420,15 @@ fn refused(
             seen,
             "Sign in on the page again and pass a fresh access token (--token or \
              PARLEY_USER_TOKEN); if fresh tokens are refused too, the chat's JWT_ISSUER, \
-             JWT_AUDIENCE or JWT_JWKS_URL do not match the provider (docs/deploy.md \"When \
-             something is wrong\").",
+             JWT_AUDIENCE or JWT_JWKS_URL do not match the provider (docs/deploy-reference.md \
+             \"When something is wrong\").",
         ),
         (404 | 405, _) => fail(seen, NOT_ROUTED_FIX),
         (500.., _) => fail(
             seen,
             "The chat function failed: its log has the cause (deployed: /aws/lambda/<stack>-chat, \
-             docs/deploy.md \"When something is wrong\"; locally: scripts/dev's terminal).",
+             docs/deploy-reference.md \"When something is wrong\"; locally: scripts/dev's \
+             terminal).",
         ),
         _ => fail(
             seen,
