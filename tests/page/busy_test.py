@@ -142,7 +142,7 @@ def main() -> None:
         def words() -> str:
             got = page.evaluate(
                 """async () => {
-                    const m = await import(new URL("assets/app.js", document.baseURI).href);
+                    const m = await import(new URL("assets/busy.js", document.baseURI).href);
                     const now = Date.parse("2026-11-29T10:00:00Z");
                     const cases = [
                         [429, "http_error", false, "Rate Exceeded."],

@@ -63,7 +63,7 @@ MARKDOWN_CASES = [
 def markdown_renderer(page: Page) -> str:
     results = page.evaluate(
         """async (cases) => {
-            const { renderMarkdown } = await import(new URL("assets/app.js", document.baseURI).href);
+            const { renderMarkdown } = await import(new URL("assets/markdown.js", document.baseURI).href);
             return cases.map((md) => {
                 const div = document.createElement("div");
                 div.append(renderMarkdown(md));

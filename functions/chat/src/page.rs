@@ -1,6 +1,7 @@
-//! The chat page for people: `GET /` and its two assets, compiled into the binary from `page/`
-//! (no files on disk, no server of its own, no request leaves for another host), and
-//! `GET /api/page`, what the page must know before its first API call.
+//! The chat page for people: `GET /` and its assets (a stylesheet and the ES modules of its
+//! script, listed in [`FILES`]), compiled into the binary from `page/` (no files on disk, no
+//! build step, no server of its own, no request leaves for another host), and `GET /api/page`,
+//! what the page must know before its first API call.
 //!
 //! Nothing here reads a token: the page is the same for everyone, and what `/api/page` tells
 //! (the assistant's name, whether to ask for a token or how to sign in, the picker's options,
@@ -67,8 +68,7 @@ pub struct PageSettings<'a> {
     pub sign_in: Option<Arc<Discovery>>,
 }
 
-/// The routes: `GET /`, `GET /assets/app.js`, `GET /assets/app.css` (HEAD too) and
-/// `GET /api/page`.
+/// The routes: `GET /` and each asset of [`FILES`] (HEAD too), and `GET /api/page`.
 pub fn router(settings: &PageSettings<'_>) -> Router {
     let info = json!({
         "assistant": settings.assistant,
@@ -82,16 +82,11 @@ pub fn router(settings: &PageSettings<'_>) -> Router {
         "stream_url": settings.stream_url.map(StreamUrl::as_str),
         "sign_in": null,
     });
-    let files = [
-        ("/", INDEX_HTML, "text/html; charset=utf-8"),
-        ("/assets/app.js", APP_JS, "text/javascript; charset=utf-8"),
-        ("/assets/app.css", APP_CSS, "text/css; charset=utf-8"),
-    ];
     let Some(discovery) = settings.sign_in.clone() else {
         // Nothing to discover: every response is fixed.
         let csp = csp_header(settings.stream_url, None);
         let mut router = Router::new();
-        for (path, body, content_type) in files {
+        for &(path, body, content_type) in FILES {
             let asset = Asset::new(Bytes::from_static(body.as_bytes()), content_type);
             router = router.route(path, asset.route(csp.clone()));
         }
@@ -106,7 +101,7 @@ pub fn router(settings: &PageSettings<'_>) -> Router {
         stream_url: settings.stream_url.cloned(),
     });
     let mut router = Router::new();
-    for (path, body, content_type) in files {
+    for &(path, body, content_type) in FILES {
         let asset = Arc::new(Asset::new(
             Bytes::from_static(body.as_bytes()),
             content_type,
@@ -159,9 +154,47 @@ impl SignInPage {
     }
 }
 
-const INDEX_HTML: &str = include_str!("../page/index.html");
-const APP_JS: &str = include_str!("../page/app.js");
-const APP_CSS: &str = include_str!("../page/app.css");
+/// `/assets/<file>`, served from `page/<file>` as `content_type`.
+macro_rules! asset {
+    ($file:literal, $content_type:expr) => {
+        (
+            concat!("/assets/", $file),
+            include_str!(concat!("../page/", $file)),
+            $content_type,
+        )
+    };
+}
+
+/// The page's files: (path, body, content type). A new module of the page is one `asset!` line
+/// here, and a module imports only those listed below it (app.js's header says what each is for;
+/// `modules_import_only_the_modules_below_them` keeps the order true). Assets stay flat under
+/// `/assets/`: template.yaml's HTTP API routes `GET /assets/{asset}`, one path segment.
+const FILES: &[(&str, &str, &str)] = &[
+    ("/", include_str!("../page/index.html"), HTML),
+    asset!("app.css", CSS),
+    asset!("app.js", JS),
+    asset!("sign-in.js", JS),
+    asset!("composer.js", JS),
+    asset!("approvals.js", JS),
+    asset!("turn.js", JS),
+    asset!("conversations.js", JS),
+    asset!("context.js", JS),
+    asset!("reply.js", JS),
+    asset!("approval-card.js", JS),
+    asset!("http.js", JS),
+    asset!("session.js", JS),
+    asset!("problems.js", JS),
+    asset!("busy.js", JS),
+    asset!("stream.js", JS),
+    asset!("markdown.js", JS),
+    asset!("state.js", JS),
+    asset!("dom.js", JS),
+];
+
+const HTML: &str = "text/html; charset=utf-8";
+const CSS: &str = "text/css; charset=utf-8";
+/// What browsers require of a module script (they refuse one served as anything else).
+const JS: &str = "text/javascript; charset=utf-8";
 
 /// One fixed response body, with the validator browsers revalidate it by.
 #[derive(Clone)]
@@ -569,6 +602,66 @@ mod tests {
             let e = Examples::parse(raw, max).unwrap_err();
             assert_eq!(e.var, "PAGE_EXAMPLES");
             assert!(e.problem.contains(says), "{raw}: {}", e.problem);
+        }
+    }
+
+    /// The relative specifiers a module imports (`import ... from "./x.js"`, `import "./x.js"`).
+    fn imports(module: &str) -> Vec<&str> {
+        let mut found = Vec::new();
+        for opener in ["from \"", "import \""] {
+            for (at, _) in module.match_indices(opener) {
+                let rest = &module[at + opener.len()..];
+                found.push(&rest[..rest.find('"').unwrap_or(rest.len())]);
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn every_file_of_the_page_is_served() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("page");
+        let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .map(|name| match name.as_str() {
+                "index.html" => "/".to_owned(),
+                _ => format!("/assets/{name}"),
+            })
+            .collect();
+        on_disk.sort();
+        let mut served: Vec<String> = FILES.iter().map(|f| f.0.to_owned()).collect();
+        served.sort();
+        assert_eq!(
+            on_disk, served,
+            "a file in page/ not in FILES, or the other way round"
+        );
+        for &(path, _, content_type) in FILES {
+            if path.ends_with(".js") {
+                assert_eq!(content_type, JS, "{path}");
+            }
+        }
+    }
+
+    #[test]
+    fn modules_import_only_the_modules_below_them() {
+        let modules: Vec<(&str, &str)> = FILES
+            .iter()
+            .filter(|f| f.0.ends_with(".js"))
+            .map(|f| (f.0.trim_start_matches("/assets/"), f.1))
+            .collect();
+        assert_eq!(modules[0].0, "app.js", "the entry module comes first");
+        for (i, (name, body)) in modules.iter().enumerate() {
+            assert!(!body.contains("import("), "{name} imports at run time");
+            for specifier in imports(body) {
+                let target = specifier.strip_prefix("./").unwrap_or_else(|| {
+                    panic!("{name} imports {specifier:?}: only the page's own modules, as ./<file>")
+                });
+                let below = modules[i + 1..].iter().any(|(other, _)| *other == target);
+                assert!(
+                    below,
+                    "{name} imports {target}, which is not listed below it in FILES"
+                );
+            }
         }
     }
 

@@ -22,35 +22,51 @@ fn header<'a>(response: &'a reqwest::Response, name: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no {name} header"))
 }
 
+/// The page's files as they are in `functions/chat/page/`: (path served at, content type,
+/// content). Every ES module there, so one the server forgets to serve fails here.
+fn page_files() -> Vec<(String, &'static str, String)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("page");
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        let content = std::fs::read_to_string(dir.join(&name)).unwrap();
+        let (path, content_type) = match (name.as_str(), name.rsplit_once('.')) {
+            ("index.html", _) => ("/".to_owned(), "text/html; charset=utf-8"),
+            (_, Some((_, "js"))) => (format!("/assets/{name}"), "text/javascript; charset=utf-8"),
+            (_, Some((_, "css"))) => (format!("/assets/{name}"), "text/css; charset=utf-8"),
+            _ => panic!("page/{name}: a file of a kind this test does not know"),
+        };
+        files.push((path, content_type, content));
+    }
+    files.sort();
+    files
+}
+
 #[tokio::test]
 async fn the_page_and_its_assets_are_served_without_a_token_under_a_strict_policy() {
     let app = chat(vec![]).await;
     let http = reqwest::Client::new();
-    for (path, content_type, holds) in [
-        ("/", "text/html; charset=utf-8", "assets/app.js"),
-        (
-            "/assets/app.js",
-            "text/javascript; charset=utf-8",
-            "renderMarkdown",
-        ),
-        ("/assets/app.css", "text/css; charset=utf-8", ".messages"),
-    ] {
+    let files = page_files();
+    // The page, its stylesheet, its entry module and the modules that one imports.
+    let modules = files.iter().filter(|f| f.0.ends_with(".js")).count();
+    assert!(modules > 10, "{modules} modules");
+    for (path, content_type, content) in &files {
         let response = http
             .get(format!("{}{path}", app.base))
             .send()
             .await
             .unwrap();
         assert_eq!(response.status(), 200, "{path}");
-        assert_eq!(header(&response, "content-type"), content_type);
+        assert_eq!(header(&response, "content-type"), *content_type, "{path}");
         let csp = header(&response, "content-security-policy");
         assert!(csp.starts_with("default-src 'self';"), "{csp}");
         assert!(csp.contains("script-src 'self';"), "{csp}");
-        assert!(!csp.contains("unsafe-inline"), "{csp}");
+        assert!(!csp.contains("unsafe-"), "{csp}");
         assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
         assert_eq!(header(&response, "x-content-type-options"), "nosniff");
         assert_eq!(header(&response, "cache-control"), "no-cache");
         let etag = header(&response, "etag").to_owned();
-        assert!(response.text().await.unwrap().contains(holds), "{path}");
+        assert_eq!(&response.text().await.unwrap(), content, "{path}");
 
         // The browser's copy is still good: 304, no body.
         let again = http
@@ -69,11 +85,37 @@ async fn the_page_and_its_assets_are_served_without_a_token_under_a_strict_polic
             .await
             .unwrap();
         assert_eq!(stale.status(), 200, "{path}");
-    }
-    let head = http.head(format!("{}/", app.base)).send().await.unwrap();
-    assert_eq!(head.status(), 200);
 
-    // The page's script is loaded from this origin only, never inline.
+        // HEAD: the same headers, no body.
+        let head = http
+            .head(format!("{}{path}", app.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(head.status(), 200, "{path}");
+        assert_eq!(header(&head, "content-type"), *content_type, "{path}");
+        assert_eq!(header(&head, "etag"), etag, "{path}");
+        assert!(header(&head, "content-security-policy").contains("script-src 'self';"));
+        assert!(head.text().await.unwrap().is_empty(), "{path}");
+    }
+
+    // Only the page's own files: anything else under /assets/ is not found.
+    for path in [
+        "/assets/missing.js",
+        "/assets/index.html",
+        "/assets/",
+        "/assets/..%2Fsrc%2Fpage.rs",
+    ] {
+        let response = http
+            .get(format!("{}{path}", app.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 404, "{path}");
+    }
+
+    // The page's script is loaded from this origin only, never inline: one entry module, which
+    // imports the others by relative paths.
     let html = http
         .get(format!("{}/", app.base))
         .send()
