@@ -1,6 +1,6 @@
 //! One chat turn: reload the history, ask the model, run every tool call it makes (several
 //! at once when it asks for several), loop up to the step limit, and record the outcome with
-//! the sources the tools returned (see [`crate::turn::sources`]), cited ones first.
+//! the sources the tools returned (see [`sources`]), cited ones first.
 //!
 //! The user's message is stored before the first LLM call and the rest in one transaction
 //! after, so a failed turn still leaves the question and the error on record. A turn that
@@ -12,8 +12,8 @@
 //! client goes away, the turn stops calling the model and tools and stores what it has, marked
 //! interrupted.
 //!
-//! A call of a tool whose calls wait for the user's approval ([`crate::turn::approval`]) is not run:
-//! the step's other calls are, and the turn stores its message with the waiting calls and ends
+//! A call of a tool whose calls wait for the user's approval ([`approval`]) is not run: the
+//! step's other calls are, and the turn stores its message with the waiting calls and ends
 //! (`awaiting_approval`). A request answering them takes the conversation's lease again,
 //! decides each once, runs the approved ones under their stored keys, and the loop goes on.
 //!
