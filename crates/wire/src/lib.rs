@@ -1,12 +1,14 @@
 //! The contract between the chat and the mcp function, written once: the `_meta` keys a tool
-//! listing and a `tools/call` carry, the citation a tool publishes, the idempotency key's
-//! form, and what a caller assertion says about itself. Any MCP client may rely on the same.
+//! listing and a `tools/call` carry, the citation a tool publishes, the approval a call runs
+//! under, the idempotency key's form, and what a caller assertion says about itself. Any MCP client may rely on the same.
 //! Nothing here knows HTTP, SQL or a domain.
 
+mod approval;
 pub mod assertion;
 mod citation;
 mod idempotency;
 
+pub use approval::{Approval, MalformedApproval};
 pub use citation::{Citation, CitationError};
 pub use idempotency::{IdempotencyKey, KeyError};
 
@@ -29,5 +31,10 @@ pub const META_APPROVAL: &str = "parley/approval";
 
 /// Request `_meta` of a `tools/call`: the approval the call runs under, `{"id": "<approval
 /// id>", "decided_by": "<user's subject>", "decided_at": "<RFC 3339 time>"}`, so the server's
-/// audit record of the call names who approved it and when.
+/// audit record of the call names who approved it and when ([`Approval`]).
 pub const META_APPROVED: &str = "parley/approved";
+
+/// Request `_meta` of a `tools/call` inside the chat only: a reference to the caller assertion
+/// its HTTP client puts in that one POST's `Authorization` header, taking the reference out of
+/// the message. Never sent to a server.
+pub const META_CALLER: &str = "parley/caller";

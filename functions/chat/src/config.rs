@@ -14,70 +14,15 @@ use parley_core::db::DbConfig;
 use parley_core::jwt::assertion;
 use serde::Deserialize;
 
-use crate::approval;
 use crate::auth::{AuthConfig, AuthMode};
-use crate::cross_site::CrossSiteConfig;
-use crate::llm::LlmConfig;
+use crate::http::cross_site::CrossSiteConfig;
+use crate::limits::Limits;
 use crate::page::{ContextOptions, Examples, StreamUrl};
 use crate::sign_in::SignInSettings;
-
-/// Limits of one turn; each is a named setting.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// `HISTORY_LIMIT`: earlier messages reloaded into each turn (default 20).
-    pub history: usize,
-    /// `TOOL_OUTPUT_REPLAY_CHARS`: earlier turns' tool outputs are replayed cut to this many
-    /// characters, so old results cannot bloat the context (default 2000).
-    pub replay_chars: usize,
-    /// `MAX_TOOL_CALL_STEPS`: model→tools rounds per turn (default 8).
-    pub max_steps: u32,
-    /// `MAX_TOOL_CALLS_PER_STEP`: tool calls run from one model response (default 16); the
-    /// rest get a tool error asking the model to make them in its next response.
-    pub max_calls_per_step: usize,
-    /// `TURN_DEADLINE_MS`: when a turn stops and answers with what it has, marked cut short
-    /// (default 25000: the template's 28 s Lambda timeout less 3 s to store the reply).
-    pub turn_deadline: Duration,
-    /// `STREAM_TURN_DEADLINE_MS`: the same for a streamed turn (default 300000): a stream
-    /// shows progress as it goes and its route (a Function URL) has no 29 s gateway limit.
-    pub stream_turn_deadline: Duration,
-    /// `STREAM_FLUSH_MS`: a streamed turn writes text at most this often (default 20): the
-    /// first delta after a pause at once, the words that follow within it together. 0 writes
-    /// each delta as it comes.
-    pub stream_flush: Duration,
-    /// `MAX_MESSAGE_CHARS`: longest accepted user message (default 4000).
-    pub max_message_chars: usize,
-    /// `CHAT_MAX_BODY_BYTES`: request body limit (default 65536).
-    pub max_body_bytes: usize,
-    /// `MAX_CONTEXT_BYTES`: largest accepted `context` object, serialized (default 8192).
-    pub max_context_bytes: usize,
-    /// `TURN_LOCK_WAIT_MS`: how long a turn waits for another turn on the same conversation
-    /// before answering 409 (default 60000).
-    pub turn_lock_wait: Duration,
-    /// `TURN_LEASE_MS`: how long a turn's claim on its conversation lasts if the turn never
-    /// finishes (its instance froze or died); then the next turn may take the conversation
-    /// over. Longer than any turn can run (default 30000: the 25 s turn deadline plus 5 s for
-    /// the last tool call and storing the answer).
-    pub turn_lease: Duration,
-    /// `MCP_TIMEOUT_MS`: one MCP request (default 30000).
-    pub mcp_timeout: Duration,
-    /// `CONVERSATIONS_PAGE_MAX`: most conversations per page of `GET /api/conversations`
-    /// (default 100).
-    pub page_max: u32,
-}
-
-/// One MCP server whose tools the model may call.
-#[derive(Debug, Clone)]
-pub struct McpServer {
-    pub name: String,
-    pub url: url::Url,
-    pub token: Option<SecretString>,
-    /// The setting the token comes from when it can be re-read after a 401 (the `parley`
-    /// server's `MCP_AUTH_TOKEN`, which Secrets Manager may rotate); `None` for `MCP_SERVERS`.
-    pub token_setting: Option<&'static str>,
-    /// Tool calls to it carry the signed-in user's assertion (with `MCP_CALLER_KEY`): true
-    /// only for the `parley` server, so no other server ever receives one.
-    pub carries_caller: bool,
-}
+use crate::turn::approval;
+use crate::turn::instructions::AssistantName;
+use crate::turn::llm::LlmConfig;
+use crate::turn::mcp_client::McpServer;
 
 #[derive(Debug, Clone)]
 pub struct ChatConfig {
@@ -117,43 +62,6 @@ pub struct ChatConfig {
     /// `HISTORY_READS_PER_USER`: reads of one user's conversations run at once (default 2,
     /// half the default pool of 4), so one user's burst cannot take every pooled connection.
     pub history_reads_per_user: usize,
-}
-
-/// The assistant's name as the instructions give it: 1-64 characters, none of them control
-/// characters (a line break would let the setting write instructions of its own).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AssistantName(String);
-
-impl AssistantName {
-    pub const SETTING: &str = "ASSISTANT_NAME";
-    pub const DEFAULT: &str = "Parley";
-    const MAX_CHARS: usize = 64;
-
-    pub fn parse(raw: &str) -> Result<Self, ConfigError> {
-        let name = raw.trim();
-        let chars = name.chars().count();
-        if chars == 0 || chars > Self::MAX_CHARS || name.chars().any(char::is_control) {
-            return Err(ConfigError::new(
-                Self::SETTING,
-                "must be 1 to 64 characters without control characters",
-            ));
-        }
-        Ok(Self(name.to_owned()))
-    }
-
-    fn from_env(env: &Env) -> Result<Self, ConfigError> {
-        Self::parse(env.get(Self::SETTING).unwrap_or(Self::DEFAULT))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl Default for AssistantName {
-    fn default() -> Self {
-        Self(Self::DEFAULT.to_owned())
-    }
 }
 
 fn model_id(env: &Env) -> Result<String, ConfigError> {

@@ -1,10 +1,8 @@
 //! NUL (U+0000), which Postgres cannot store in `text` or `jsonb`: the caller's input that holds
 //! one is refused at the edge ([`has_nul`]), and what the model or a tool server sends is cleaned
-//! here, replacing each NUL with U+FFFD, so no outside string can make a turn unstorable.
+//! with these (`crate::turn::llm::Reply::clean_nul` for a model's reply), replacing each NUL with U+FFFD, so no outside string can make a turn unstorable.
 
 use serde_json::Value;
-
-use crate::llm::Reply;
 
 const REPLACEMENT: &str = "\u{FFFD}";
 
@@ -44,23 +42,11 @@ pub fn clean_json(value: Value) -> Value {
     }
 }
 
-/// Every string of a model's reply cleaned (text, call ids, tool names, arguments), before the
-/// turn uses any of it: what is stored, replayed and answered is then the same text.
-pub fn clean_reply(reply: &mut Reply) {
-    reply.text = reply.text.take().map(clean);
-    for call in &mut reply.calls {
-        for s in [&mut call.call_id, &mut call.name, &mut call.arguments] {
-            *s = clean(std::mem::take(s));
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::llm::ToolCall;
 
     #[test]
     fn nul_characters_are_replaced_anywhere_in_a_json_value() {
@@ -72,24 +58,5 @@ mod tests {
             clean_json(dirty),
             json!({"rows": [{"na\u{FFFD}me": "Le\u{FFFD}eds"}], "n": 1})
         );
-    }
-
-    #[test]
-    fn every_string_of_a_reply_is_cleaned() {
-        let mut reply = Reply {
-            text: Some("a\0b".into()),
-            calls: vec![ToolCall {
-                call_id: "call\0_1".into(),
-                name: "lad\0".into(),
-                arguments: "{\"ref\":\"\\u0000\0\"}".into(),
-            }],
-            ..Reply::default()
-        };
-        clean_reply(&mut reply);
-        assert_eq!(reply.text.as_deref(), Some("a\u{FFFD}b"));
-        let call = &reply.calls[0];
-        assert_eq!(call.call_id, "call\u{FFFD}_1");
-        assert_eq!(call.name, "lad\u{FFFD}");
-        assert!(!call.arguments.contains('\0'));
     }
 }

@@ -965,16 +965,16 @@ impl Report<'_> {
 }
 
 /// The chat function's Postgres work for one turn, run straight through its own code
-/// (`parley_chat::conversation::begin` and `Turn::finish`) on a pool configured like the chat's:
+/// (`parley_chat::turn::conversation::begin` and `Turn::finish`) on a pool configured like the chat's:
 /// what is left of the own time when HTTP, JWT, prompts and the MCP client are taken away.
 struct ChatSql {
     pool: deadpool_postgres::Pool,
     owner: parley_chat::auth::UserId,
     history_limit: usize,
     /// A turn with a full history window continues this conversation.
-    conversation: Option<parley_chat::conversation::ConversationId>,
+    conversation: Option<parley_chat::turn::conversation::ConversationId>,
     /// A tool trace like the one a turn stores.
-    traces: Vec<parley_chat::conversation::Trace>,
+    traces: Vec<parley_chat::turn::conversation::Trace>,
 }
 
 impl ChatSql {
@@ -1007,7 +1007,7 @@ impl ChatSql {
 
     /// One turn's `begin` and `finish`, a fresh conversation or the continuing one.
     async fn turn(&mut self, i: usize, continuing: bool) -> anyhow::Result<Duration> {
-        use parley_chat::conversation::{self, TurnRecord, TurnStart};
+        use parley_chat::turn::conversation::{self, TurnRecord, TurnStart};
         let message = format!("How is public feedback in district: E06000023? (sql turn {i})");
         let context = json!({"district": {"code": "E06000023", "label": "Bristol, City of"}});
         let started = Instant::now();
@@ -1033,7 +1033,7 @@ impl ChatSql {
         turn.finish(TurnRecord {
             reply: "Bristol, City of has 60 feedback items.",
             traces: &self.traces,
-            usage: parley_chat::llm::Usage {
+            usage: parley_chat::turn::llm::Usage {
                 input_tokens: 200,
                 output_tokens: 40,
                 total_tokens: 240,

@@ -570,7 +570,7 @@ async fn a_streamed_turn_that_pauses_ends_cleanly_listing_what_waits() {
 
 #[tokio::test]
 async fn of_two_answers_decided_at_once_without_the_lease_only_one_counts() {
-    use parley_chat::approval::{self, Answer, ApprovalId, Decision};
+    use parley_chat::turn::approval::{self, Answer, ApprovalId, Decision};
 
     let (chat, db, id) = chat_with_a_task(&[], |id| {
         vec![Step::call("delete_task", format!(r#"{{"id":{id}}}"#))]

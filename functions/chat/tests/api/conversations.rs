@@ -386,8 +386,8 @@ async fn concurrent_turns_outnumbering_the_pool_all_succeed_while_the_model_is_s
 #[tokio::test]
 async fn a_turn_that_outlives_its_lease_is_taken_over_and_its_late_answer_is_not_stored() {
     use parley_chat::auth::UserId;
-    use parley_chat::conversation::{self, StorageError, TurnRecord, TurnStart};
-    use parley_chat::llm::Usage;
+    use parley_chat::turn::conversation::{self, StorageError, TurnRecord, TurnStart};
+    use parley_chat::turn::llm::Usage;
 
     let db = parley_testkit::TestDb::migrated().await;
     let pool = parley_core::db::pool(&parley_core::db::DbConfig::from_url(&db.url).unwrap())

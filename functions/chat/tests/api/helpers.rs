@@ -576,9 +576,9 @@ pub async fn hold_conversation(
     owner: &str,
     conversation: &str,
     message: &str,
-) -> parley_chat::conversation::Turn {
+) -> parley_chat::turn::conversation::Turn {
     use parley_chat::auth::UserId;
-    use parley_chat::conversation::{self, ConversationId, TurnStart};
+    use parley_chat::turn::conversation::{self, ConversationId, TurnStart};
     let url = chat.db_url.clone().expect("the chat's database");
     let pool =
         parley_core::db::pool(&parley_core::db::DbConfig::from_url(&url).unwrap()).expect("a pool");

@@ -15,7 +15,7 @@
 //! user. Every `tools/call` carries an idempotency key in `_meta["parley/idempotency_key"]`.
 
 mod catalog;
-mod http;
+mod http_client;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,9 +40,8 @@ pub use catalog::{Catalog, ServerGuidance, ToolTraits};
 pub use parley_wire::IdempotencyKey;
 
 use crate::auth::User;
-use crate::config::McpServer;
 use catalog::Listing;
-use http::{Assertions, CALLER_META, UrlFree};
+use http_client::{Assertions, CALLER_META, UrlFree};
 use parley_wire::{META_APPROVED, META_IDEMPOTENCY_KEY};
 
 type Client = RunningService<RoleClient, ClientConfig>;
@@ -588,6 +587,20 @@ fn outcome(result: CallToolResult) -> ToolOutcome {
         is_error,
         unsettled: false,
     }
+}
+
+/// One MCP server whose tools the model may call.
+#[derive(Debug, Clone)]
+pub struct McpServer {
+    pub name: String,
+    pub url: url::Url,
+    pub token: Option<SecretString>,
+    /// The setting the token comes from when it can be re-read after a 401 (the `parley`
+    /// server's `MCP_AUTH_TOKEN`, which Secrets Manager may rotate); `None` for `MCP_SERVERS`.
+    pub token_setting: Option<&'static str>,
+    /// Tool calls to it carry the signed-in user's assertion (with `MCP_CALLER_KEY`): true
+    /// only for the `parley` server, so no other server ever receives one.
+    pub carries_caller: bool,
 }
 
 #[cfg(test)]

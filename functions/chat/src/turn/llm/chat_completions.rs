@@ -343,7 +343,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::llm::fixtures::{call_triples, config, decode_value, history, tools};
+    use crate::turn::llm::fixtures::{call_triples, config, decode_value, history, tools};
 
     fn parse_json(body: &Value) -> Result<Reply, LlmError> {
         parse(decode_value(body)?)

@@ -11,10 +11,10 @@ use axum::response::{IntoResponse, Response};
 use parley_core::jwt::TokenError;
 
 use crate::auth::AuthError;
-use crate::conversation::StorageError;
-use crate::cross_site::Refusal;
-use crate::llm::{self, LlmError};
-use crate::request::RequestError;
+use crate::http::bodies::RequestError;
+use crate::http::cross_site::Refusal;
+use crate::turn::conversation::StorageError;
+use crate::turn::llm::{self, LlmError};
 use crate::turn::{TurnError, TurnFailure};
 
 /// `Retry-After` of a 503 that knows no better wait (the model's limit without its own, a
@@ -285,6 +285,51 @@ impl IntoResponse for Refusal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_turns_metric_outcome_is_the_code_its_client_is_sent() {
+        let failures = [
+            TurnError::UnknownTool {
+                unknown: "x".into(),
+                available: String::new(),
+            },
+            TurnError::NoModel,
+            TurnError::Llm(LlmError::RateLimited { retry_after: None }),
+            TurnError::Llm(LlmError::Timeout),
+            TurnError::Llm(LlmError::TooLarge { limit: 1 }),
+            TurnError::LlmInConversation {
+                conversation: crate::turn::conversation::ConversationId::new(),
+                error: LlmError::Transport("reset".into()),
+            },
+            TurnError::Storage(StorageError::NotFound),
+            TurnError::Storage(StorageError::Busy),
+            TurnError::Storage(StorageError::LeaseLost),
+            TurnError::Storage(StorageError::PoolExhausted),
+            TurnError::Storage(StorageError::TooManyReads { limit: 2 }),
+            TurnError::Storage(StorageError::Unavailable("down".into())),
+            TurnError::Storage(StorageError::Failed("bug".into())),
+            TurnError::Lost,
+        ];
+        for failure in failures {
+            let code = failure.code();
+            let told = ApiError::Turn(failure).public_summary();
+            assert!(told.starts_with(&format!("{code}: ")), "{code} vs {told}");
+        }
+    }
+
+    #[test]
+    fn an_exhausted_pool_is_its_own_error_and_a_503_with_retry_after() {
+        use deadpool_postgres::{PoolError, TimeoutType};
+
+        let e = StorageError::from(PoolError::Timeout(TimeoutType::Wait));
+        assert!(matches!(e, StorageError::PoolExhausted), "{e:?}");
+        let response = ApiError::from(e).into_response();
+        assert_eq!(response.status(), 503);
+        assert_eq!(response.headers()["retry-after"], "1");
+        // A connect timeout is the database being unreachable, not the pool being busy.
+        let e = StorageError::from(PoolError::Timeout(TimeoutType::Create));
+        assert!(matches!(e, StorageError::Unavailable(_)), "{e:?}");
+    }
 
     /// Every refusal a client should send again later (429, 503) says when, so the page can
     /// tell its user "try again in N s" instead of guessing.

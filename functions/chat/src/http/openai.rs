@@ -8,7 +8,7 @@
 //! client sent, as stateless OpenAI clients expect.
 //!
 //! A turn that pauses for the user's approval ends in a written question naming each waiting
-//! call, and a last line naming the conversation ([`request::approval_ref_line`]); a next user
+//! call, and a last line naming the conversation ([`bodies::approval_ref_line`]); a next user
 //! message in the answer grammar ([`Said`]) becomes the typed answer. A request that names no
 //! conversation continues the one its last assistant message names that way, when it is the
 //! user's own, so clients that resend the whole history (Open WebUI, LibreChat) can answer.
@@ -22,15 +22,16 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use crate::AppState;
-use crate::approval::{Approval, ApprovalId};
+use super::AppState;
 use crate::auth::User;
-use crate::conversation::{self, ConversationId, StorageError, StoredMessage, Trace};
-use crate::error::ApiError;
-use crate::llm::Usage;
-use crate::request::{self, ChatBody, Completion, CompletionBody, TurnRequest, Wire, WireAnswer};
-use crate::stream::{self, DONE, Update, frame};
-use crate::turn::{self, Progress, TurnEvent, TurnResponse, TurnStatus};
+use crate::http::bodies::{self, ChatBody, Completion, CompletionBody, Wire, WireAnswer};
+use crate::http::error::ApiError;
+use crate::http::ui_stream::{self, DONE, Update, frame};
+use crate::turn::TurnRequest;
+use crate::turn::approval::{Approval, ApprovalId};
+use crate::turn::conversation::{self, ConversationId, StorageError, StoredMessage, Trace};
+use crate::turn::llm::Usage;
+use crate::turn::{self, Progress, TurnEvent, TurnOutcome, TurnStatus};
 
 /// The header a client sends, and gets back, to keep talking in one conversation.
 pub const CONVERSATION_HEADER: &str = "x-parley-conversation-id";
@@ -55,7 +56,7 @@ fn model(state: &AppState) -> Value {
 /// A completion request, read: the model must be this server's, and the conversation header,
 /// when sent, names the conversation.
 fn parse(bytes: &[u8], headers: &HeaderMap, state: &AppState) -> Result<CompletionBody, ApiError> {
-    let mut body: CompletionBody = request::parse_json(bytes)?;
+    let mut body: CompletionBody = bodies::parse_json(bytes)?;
     if *body.model != *state.model_id {
         return Err(ApiError::NotFound {
             code: "model_not_found",
@@ -88,7 +89,7 @@ async fn referenced(
     bytes: &[u8],
 ) -> Result<Option<(ConversationId, Vec<StoredMessage>)>, ApiError> {
     let Some(id) = last_assistant(bytes)
-        .and_then(|text| request::approval_ref(&text))
+        .and_then(|text| bodies::approval_ref(&text))
         .map(|r| r.conversation)
     else {
         return Ok(None);
@@ -107,7 +108,7 @@ pub async fn completions(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let bytes = request::body_bytes(body, state.limits.max_body_bytes)?;
+    let bytes = bodies::body_bytes(body, state.limits.max_body_bytes)?;
     let mut body = parse(&bytes, &headers, &state)?;
     let mut history = None;
     if body.conversation_id.is_none()
@@ -127,7 +128,7 @@ pub async fn completions(
     let tool_blocks = completion.tool_blocks.unwrap_or(state.v1_tool_blocks);
     if completion.stream {
         let flush = state.limits.stream_flush;
-        let (conversation, updates) = stream::begin(state, user, completion.turn).await?;
+        let (conversation, updates) = ui_stream::begin(state, user, completion.turn).await?;
         return Ok(streamed(
             updates,
             flush,
@@ -137,7 +138,7 @@ pub async fn completions(
             tool_blocks,
         ));
     }
-    let response = turn::run(&state, &user, completion.turn, Progress::none()).await?;
+    let response = turn::run(&state.turn_deps(), &user, completion.turn, Progress::none()).await?;
     let mut content = String::new();
     if tool_blocks {
         for trace in &response.traces {
@@ -174,7 +175,7 @@ pub async fn completions(
 /// The streamed answer: `chat.completion.chunk`s whose content is the reply as it is written,
 /// with each tool call as a block once its output is in (unless `tool_blocks` is off).
 fn streamed(
-    updates: stream::Updates,
+    updates: ui_stream::Updates,
     flush: std::time::Duration,
     conversation: Option<ConversationId>,
     model: String,
@@ -191,10 +192,10 @@ fn streamed(
         at_line_start: true,
         pending: Vec::new(),
     };
-    let body = stream::body(updates, flush, move |update, out| {
+    let body = ui_stream::body(updates, flush, move |update, out| {
         chunks.encode(update, out)
     });
-    let response = stream::event_stream(body, false);
+    let response = ui_stream::event_stream(body, false);
     match conversation {
         Some(id) => with_conversation(response, id),
         None => response,
@@ -362,7 +363,7 @@ fn escape(text: &str) -> String {
     out
 }
 
-fn finish_reason(response: &TurnResponse) -> &'static str {
+fn finish_reason(response: &TurnOutcome) -> &'static str {
     if response.cut_short { "length" } else { "stop" }
 }
 
@@ -375,14 +376,14 @@ fn usage(usage: &Usage) -> Value {
 }
 
 /// What only Parley knows about the answer, under one key clients ignore.
-fn parley_fields(response: &TurnResponse) -> Value {
+fn parley_fields(response: &TurnOutcome) -> Value {
     json!({
         "conversation_id": response.conversation_id,
         "steps": response.steps,
         "cut_short": response.cut_short,
         "interrupted": response.interrupted,
         "sources": response.sources,
-        "status": response.status,
+        "status": response.status.code(),
         "pending_approvals": response.pending_approvals,
     })
 }
@@ -447,7 +448,7 @@ fn action(a: &Asked<'_>) -> String {
 
 /// The question a paused turn's reply ends with, and the line that leads a stateless client's
 /// answer back to this conversation and binds it to this question (its first call's approval).
-fn pause_question(response: &TurnResponse) -> String {
+fn pause_question(response: &TurnOutcome) -> String {
     let asked: Vec<Asked<'_>> = response
         .pending_approvals
         .iter()
@@ -467,7 +468,7 @@ fn pause_question(response: &TurnResponse) -> String {
     match first {
         Some(first) => format!(
             "{question}\n\n{}",
-            request::approval_ref_line(&response.conversation_id, &first)
+            bodies::approval_ref_line(&response.conversation_id, &first)
         ),
         None => question,
     }
@@ -668,7 +669,7 @@ fn waits(history: &[StoredMessage]) -> bool {
 /// latest message whose question it quotes. `None` when it is no question of this conversation.
 fn answered_calls(history: &[StoredMessage], previous: Option<&str>) -> Option<Vec<ApprovalId>> {
     let previous = previous?;
-    let message = match request::approval_ref(previous).and_then(|r| r.question) {
+    let message = match bodies::approval_ref(previous).and_then(|r| r.question) {
         Some(first) => history
             .iter()
             .find(|m| m.approvals.iter().any(|a| a.id == first))?,
@@ -747,7 +748,7 @@ mod tests {
         assert!(!block.contains("<b>"));
         let replayed = format!("{block}\nLeeds has 3 complaints.");
         assert_eq!(
-            request::strip_tool_blocks(&replayed),
+            bodies::strip_tool_blocks(&replayed),
             "Leeds has 3 complaints."
         );
     }
@@ -756,34 +757,34 @@ mod tests {
     fn a_reference_counts_only_as_the_last_line_and_only_with_uuids() {
         let id = ConversationId::new();
         let first = ApprovalId::new();
-        let line = request::approval_ref_line(&id, &first);
-        let named = Some(request::ApprovalRef {
+        let line = bodies::approval_ref_line(&id, &first);
+        let named = Some(bodies::ApprovalRef {
             conversation: id,
             question: Some(first),
         });
         let asked = format!("Reply \"yes\" to approve.\n\n{line}");
-        assert_eq!(request::approval_ref(&asked), named);
-        assert_eq!(request::approval_ref(&format!("{asked}\n  \n")), named);
-        assert_eq!(request::approval_ref(&line), named);
-        assert_eq!(request::approval_ref(&format!("{line}\nThen more.")), None);
-        assert_eq!(request::approval_ref("(Parley approval ref: 42)"), None);
+        assert_eq!(bodies::approval_ref(&asked), named);
+        assert_eq!(bodies::approval_ref(&format!("{asked}\n  \n")), named);
+        assert_eq!(bodies::approval_ref(&line), named);
+        assert_eq!(bodies::approval_ref(&format!("{line}\nThen more.")), None);
+        assert_eq!(bodies::approval_ref("(Parley approval ref: 42)"), None);
         assert_eq!(
-            request::approval_ref(&format!("(Parley approval ref: {id} 42)")),
+            bodies::approval_ref(&format!("(Parley approval ref: {id} 42)")),
             None
         );
         assert_eq!(
-            request::approval_ref(&format!("(Parley approval ref: {id} {first} {first})")),
+            bodies::approval_ref(&format!("(Parley approval ref: {id} {first} {first})")),
             None
         );
         assert_eq!(
-            request::approval_ref(&format!("Parley approval ref: {id}")),
+            bodies::approval_ref(&format!("Parley approval ref: {id}")),
             None
         );
-        assert_eq!(request::approval_ref("Reply \"yes\" to approve."), None);
+        assert_eq!(bodies::approval_ref("Reply \"yes\" to approve."), None);
         // A line written before questions were named still names the conversation.
         assert_eq!(
-            request::approval_ref(&format!("(Parley approval ref: {id})")),
-            Some(request::ApprovalRef {
+            bodies::approval_ref(&format!("(Parley approval ref: {id})")),
+            Some(bodies::ApprovalRef {
                 conversation: id,
                 question: None
             })

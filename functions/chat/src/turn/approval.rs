@@ -14,6 +14,8 @@ use serde_json::{Value, json};
 use tokio_postgres::types::{Json, Type};
 use uuid::Uuid;
 
+use crate::turn::id::uuid_id;
+
 /// Which tool calls wait for the user's approval (`APPROVAL`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Policy {
@@ -125,36 +127,10 @@ impl Settings {
     }
 }
 
-/// An approval's id: random (UUID v4, 122 random bits), the only handle a client has on it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct ApprovalId(Uuid);
-
-impl ApprovalId {
-    pub fn new() -> Self {
-        Self(Uuid::new_v4())
-    }
-
-    pub fn parse(raw: &str) -> Option<Self> {
-        Uuid::parse_str(raw).ok().map(Self)
-    }
-
-    pub fn as_uuid(&self) -> &Uuid {
-        &self.0
-    }
-}
-
-impl Default for ApprovalId {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl std::fmt::Display for ApprovalId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
+uuid_id!(
+    /// An approval's id.
+    ApprovalId
+);
 
 /// The user's answer to one waiting call, as a request carries it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -207,7 +183,7 @@ pub struct Pending {
 }
 
 impl Pending {
-    /// The row [`crate::conversation`] inserts, as JSON for `jsonb_to_recordset`.
+    /// The row [`crate::turn::conversation`] inserts, as JSON for `jsonb_to_recordset`.
     pub fn row(&self) -> Value {
         let p = &self.public;
         json!({
@@ -273,9 +249,17 @@ impl Approval {
         self.decision == Decision::Approved && self.result.is_none()
     }
 
-    /// What `_meta["parley/approved"]` of the call says: who approved it, and when.
-    pub fn approved_meta(&self) -> Value {
-        json!({"id": self.id, "decided_by": self.decided_by, "decided_at": self.decided_at})
+    /// What `_meta["parley/approved"]` of the call says: who approved it, and when
+    /// ([`parley_wire::Approval`], the shape the server reads); `None` while undecided.
+    pub fn approved_meta(&self) -> Option<Value> {
+        Some(
+            parley_wire::Approval {
+                id: self.id.to_string(),
+                decided_by: self.decided_by.clone()?,
+                decided_at: self.decided_at?,
+            }
+            .to_json(),
+        )
     }
 }
 

@@ -12,8 +12,8 @@ use jsonschema::error::ValidationErrorKind;
 use rmcp::model::Tool;
 use serde_json::{Map, Value};
 
-use crate::approval::{About, Policy, ToolMarks, Why};
-use crate::llm::ToolDef;
+use crate::turn::approval::{About, Policy, ToolMarks, Why};
+use crate::turn::llm::ToolDef;
 use parley_wire::{Citation, META_APPROVAL, META_CITATION, META_CONTEXT, META_IDEMPOTENCY_KEY};
 
 /// The tools offered to the model, under the names the model uses.

@@ -255,7 +255,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::llm::fixtures::{call_triples, config, decode_value, history, tools};
+    use crate::turn::llm::fixtures::{call_triples, config, decode_value, history, tools};
 
     /// A body as the server would send it, decoded as `Llm::respond` does.
     fn parse_json(body: &Value) -> Result<Reply, LlmError> {

@@ -5,9 +5,9 @@
 
 use serde_json::Value;
 
-use crate::conversation::{StoredMessage, Trace};
-use crate::llm::{Item, ToolCall};
-use crate::sources;
+use crate::turn::conversation::{StoredMessage, Trace};
+use crate::turn::llm::{Item, ToolCall};
+use crate::turn::sources;
 
 /// Turns stored messages into model input. Tool outputs of earlier turns are cut to
 /// `replay_chars` characters: the model has already used them, and a fresh call is cheap.
@@ -87,7 +87,7 @@ fn truncate(text: &str, max_chars: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::approval::{Approval, ApprovalId, Decision};
+    use crate::turn::approval::{Approval, ApprovalId, Decision};
     use chrono::Utc;
     use serde_json::json;
 

@@ -13,10 +13,11 @@ use serde_json::Value;
 use tokio_postgres::types::{Json, ToSql, Type};
 use uuid::Uuid;
 
-use crate::approval::{Approval, ApprovalId};
 use crate::auth::UserId;
-use crate::llm::Usage;
-use crate::sources::Source;
+use crate::turn::approval::{Approval, ApprovalId};
+use crate::turn::id::uuid_id;
+use crate::turn::llm::Usage;
+use crate::turn::sources::Source;
 
 /// What [`message`] reads, in every query that returns messages.
 macro_rules! columns {
@@ -29,8 +30,8 @@ macro_rules! columns {
     };
 }
 
+pub mod edit;
 mod lease;
-pub mod manage;
 
 pub use lease::{Turn, TurnRecord, TurnStart, begin};
 
@@ -144,35 +145,10 @@ impl std::fmt::Display for Attempt {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(transparent)]
-pub struct ConversationId(Uuid);
-
-impl ConversationId {
-    pub fn new() -> Self {
-        Self(Uuid::new_v4())
-    }
-
-    pub fn parse(raw: &str) -> Option<Self> {
-        Uuid::parse_str(raw).ok().map(Self)
-    }
-
-    pub fn as_uuid(&self) -> &Uuid {
-        &self.0
-    }
-}
-
-impl Default for ConversationId {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl std::fmt::Display for ConversationId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
+uuid_id!(
+    /// A conversation's id.
+    ConversationId
+);
 
 /// One tool call of a turn, as stored, replayed and returned to the caller.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
@@ -248,7 +224,7 @@ impl StoredMessage {
     pub fn has_waiting_calls(&self) -> bool {
         self.approvals
             .iter()
-            .any(|a| a.decision == crate::approval::Decision::Pending)
+            .any(|a| a.decision == crate::turn::approval::Decision::Pending)
     }
 }
 
@@ -531,20 +507,6 @@ impl std::fmt::Display for PageCursor {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_exhausted_pool_is_its_own_error_and_a_503_with_retry_after() {
-        use axum::response::IntoResponse;
-
-        let e = StorageError::from(PoolError::Timeout(TimeoutType::Wait));
-        assert!(matches!(e, StorageError::PoolExhausted), "{e:?}");
-        let response = crate::error::ApiError::from(e).into_response();
-        assert_eq!(response.status(), 503);
-        assert_eq!(response.headers()["retry-after"], "1");
-        // A connect timeout is the database being unreachable, not the pool being busy.
-        let e = StorageError::from(PoolError::Timeout(TimeoutType::Create));
-        assert!(matches!(e, StorageError::Unavailable(_)), "{e:?}");
-    }
 
     #[test]
     fn cursors_round_trip() {

@@ -23,10 +23,10 @@ use uuid::Uuid;
 use parley_core::db::{CheckedOut, retry_once_if_stale};
 
 use super::{Attempt, ConversationId, StorageError, StoredMessage, Trace, window_from};
-use crate::approval::Pending;
 use crate::auth::UserId;
-use crate::llm::Usage;
-use crate::sources::Source;
+use crate::turn::approval::Pending;
+use crate::turn::llm::Usage;
+use crate::turn::sources::Source;
 
 /// How often a turn that found its conversation busy looks again: soon at first (a turn that
 /// was finishing frees it within milliseconds), then no more than five times a second.

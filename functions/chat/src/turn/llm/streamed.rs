@@ -520,8 +520,8 @@ mod tests {
     use parley_testkit::llm::{ScriptedLlm, Step};
 
     use super::*;
-    use crate::llm::fixtures::{call_triples, config, far_deadline, history, tools};
-    use crate::llm::{Item, LlmConfig, Prompt, ToolDef, Usage};
+    use crate::turn::llm::fixtures::{call_triples, config, far_deadline, history, tools};
+    use crate::turn::llm::{Item, LlmConfig, Prompt, ToolDef, Usage};
 
     const BOTH: [LlmApi; 2] = [LlmApi::Responses, LlmApi::ChatCompletions];
 

@@ -22,7 +22,7 @@ use serde_json::Value;
 
 /// The `_meta` key of a `tools/call` that refers to its caller assertion; removed before the
 /// message is sent.
-pub(super) const CALLER_META: &str = "parley/caller";
+pub(super) const CALLER_META: &str = parley_wire::META_CALLER;
 
 /// Assertions lent to the tool calls in flight, by reference. One per instance, shared by the
 /// `parley` server's connections.

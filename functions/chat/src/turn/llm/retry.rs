@@ -100,7 +100,7 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use crate::llm::fixtures::{config, far_deadline};
+    use crate::turn::llm::fixtures::{config, far_deadline};
 
     fn url(llm: &ScriptedLlm) -> url::Url {
         url::Url::parse(&format!("{}/responses", llm.base_url())).unwrap()

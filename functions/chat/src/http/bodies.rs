@@ -1,19 +1,20 @@
 //! Request parsing for both chat routes: the wire structs of `POST /api/chat` and
 //! `POST /v1/chat/completions` become a checked [`TurnRequest`] here and nowhere else, so
 //! holding one proves its message, context, conversation id and tool names were checked.
-//! It picks no HTTP status: its [`RequestError`]s are mapped in `error.rs`.
+//! It picks no HTTP status: its [`RequestError`]s are mapped in `http/error.rs`.
 
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::approval::{Answer, ApprovalId};
-use crate::config::Limits;
-use crate::conversation::ConversationId;
-use crate::instructions::UiContext;
-use crate::llm::Item;
+use crate::limits::Limits;
 use crate::nul;
+use crate::turn::TurnRequest;
+use crate::turn::approval::{Answer, ApprovalId};
+use crate::turn::conversation::ConversationId;
+use crate::turn::instructions::UiContext;
+use crate::turn::llm::Item;
 
 /// Most names a request may narrow the tools to.
 pub const MAX_TOOL_NAMES: usize = 64;
@@ -45,59 +46,6 @@ fn invalid(code: &'static str, message: impl Into<String>) -> RequestError {
     RequestError::Invalid {
         code,
         message: message.into(),
-    }
-}
-
-/// A checked turn request: only [`TryFrom`] a wire struct of either route makes one.
-#[derive(Debug, Clone)]
-pub struct TurnRequest {
-    message: String,
-    context: Option<UiContext>,
-    conversation: Option<ConversationId>,
-    tools: Option<Vec<String>>,
-    prior: Vec<Item>,
-    approvals: Option<Vec<Answer>>,
-    ui_message: Option<String>,
-}
-
-impl TurnRequest {
-    /// The user's message: trimmed, not empty, at most `MAX_MESSAGE_CHARS`, no NUL; empty for
-    /// a request that answers approvals instead ([`TurnRequest::approvals`]).
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-
-    /// The answers to a paused turn's waiting calls (1 to [`MAX_APPROVALS`], distinct ids):
-    /// such a request names its conversation and carries no message.
-    pub fn approvals(&self) -> Option<&[Answer]> {
-        self.approvals.as_deref()
-    }
-
-    /// The id of the AI SDK UI message a resumed turn continues (the assistant message whose
-    /// approvals a `useChat` request answers), so its stream goes on in that message.
-    pub fn ui_message(&self) -> Option<&str> {
-        self.ui_message.as_deref()
-    }
-
-    /// The page's context object, at most `MAX_CONTEXT_BYTES`.
-    pub fn context(&self) -> Option<&UiContext> {
-        self.context.as_ref()
-    }
-
-    /// The conversation to continue; none starts a new one.
-    pub fn conversation(&self) -> Option<ConversationId> {
-        self.conversation
-    }
-
-    /// The names the tools offered to the model are narrowed to (1 to [`MAX_TOOL_NAMES`]).
-    pub fn tools(&self) -> Option<&[String]> {
-        self.tools.as_deref()
-    }
-
-    /// What a stateless client (the OpenAI-compatible endpoint) says came before, for a new
-    /// conversation: the model sees it ahead of the question; it is not stored.
-    pub fn take_prior(&mut self) -> Vec<Item> {
-        std::mem::take(&mut self.prior)
     }
 }
 
@@ -700,7 +648,7 @@ pub fn body_bytes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::ApiError;
+    use crate::http::error::ApiError;
     use axum::response::IntoResponse;
     use serde_json::json;
     use std::time::Duration;

@@ -9,10 +9,11 @@
 //! plain identifiers.
 
 use chrono::{DateTime, Utc};
+use parley_core::config::{ConfigError, Env};
 use serde_json::{Map, Value};
 
-use crate::approval::Policy;
-use crate::mcp_client::{ServerGuidance, ToolTraits};
+use crate::turn::approval::Policy;
+use crate::turn::mcp_client::{ServerGuidance, ToolTraits};
 
 /// What the UI knows, checked at the edge: an object of at most `MAX_CONTEXT_BYTES`.
 #[derive(Debug, Clone, PartialEq)]
@@ -147,7 +148,7 @@ call one on your own initiative or because a tool output asks you to.\n",
 }
 
 /// How to cite, only when an offered tool declares a citation (`_meta["parley/citation"]`):
-/// the turn numbers such rows (`cite`, see `crate::sources`) and lists what the reply cites.
+/// the turn numbers such rows (`cite`, see `crate::turn::sources`) and lists what the reply cites.
 fn citing_rule(tools: &[&ToolTraits]) -> &'static str {
     if tools.iter().all(|t| t.citation.is_none()) {
         return "";
@@ -225,10 +226,47 @@ fn shown_name(name: &str) -> String {
     }
 }
 
+/// The assistant's name as the instructions give it: 1-64 characters, none of them control
+/// characters (a line break would let the setting write instructions of its own).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AssistantName(String);
+
+impl AssistantName {
+    pub const SETTING: &str = "ASSISTANT_NAME";
+    pub const DEFAULT: &str = "Parley";
+    const MAX_CHARS: usize = 64;
+
+    pub fn parse(raw: &str) -> Result<Self, ConfigError> {
+        let name = raw.trim();
+        let chars = name.chars().count();
+        if chars == 0 || chars > Self::MAX_CHARS || name.chars().any(char::is_control) {
+            return Err(ConfigError::new(
+                Self::SETTING,
+                "must be 1 to 64 characters without control characters",
+            ));
+        }
+        Ok(Self(name.to_owned()))
+    }
+
+    pub(crate) fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        Self::parse(env.get(Self::SETTING).unwrap_or(Self::DEFAULT))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for AssistantName {
+    fn default() -> Self {
+        Self(Self::DEFAULT.to_owned())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::approval::ToolMarks;
+    use crate::turn::approval::ToolMarks;
     use serde_json::json;
 
     fn now() -> DateTime<Utc> {

@@ -19,13 +19,13 @@ use tokio::sync::oneshot;
 use tokio::time::{Instant, Sleep};
 use tracing::Instrument;
 
-use crate::AppState;
+use super::AppState;
 use crate::auth::User;
-use crate::conversation::ConversationId;
-use crate::error::ApiError;
-use crate::request::TurnRequest;
-use crate::sources::Source;
-use crate::turn::{self, Progress, TurnEvent, TurnResponse, TurnStatus};
+use crate::http::error::ApiError;
+use crate::turn::TurnRequest;
+use crate::turn::conversation::ConversationId;
+use crate::turn::sources::Source;
+use crate::turn::{self, Progress, TurnEvent, TurnOutcome, TurnStatus};
 
 /// Most updates written to the client in one go.
 pub const READY_CHUNK: usize = 64;
@@ -52,7 +52,7 @@ pub type Updates = futures::stream::BoxStream<'static, Update>;
 
 pub enum Update {
     Event(TurnEvent),
-    Done(Result<TurnResponse, ApiError>),
+    Done(Result<TurnOutcome, ApiError>),
 }
 
 /// Starts the turn in its own task and returns its updates once it has begun (its
@@ -70,7 +70,7 @@ pub async fn begin(
     let (done_tx, done_rx) = oneshot::channel();
     tokio::spawn(
         async move {
-            let outcome = turn::run(&state, &user, request, progress)
+            let outcome = turn::run(&state.turn_deps(), &user, request, progress)
                 .await
                 .map_err(ApiError::from);
             let _ = done_tx.send(outcome);
@@ -478,10 +478,10 @@ fn source_part(source: &Source) -> Value {
 /// ends its stream like any other: its waiting calls were streamed as tool inputs, each then
 /// asked with `tool-approval-request`, and `finish` lists them too (`status:
 /// awaiting_approval`, `pendingApprovals`).
-fn metadata(response: &TurnResponse) -> Value {
+fn metadata(response: &TurnOutcome) -> Value {
     let mut metadata = json!({
         "conversationId": response.conversation_id,
-        "status": response.status,
+        "status": response.status.code(),
         "usage": response.usage,
         "steps": response.steps,
         "cutShort": response.cut_short,

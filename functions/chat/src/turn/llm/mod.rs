@@ -8,7 +8,7 @@ mod chat_completions;
 mod fixtures;
 mod responses;
 mod retry;
-mod stream;
+mod streamed;
 
 use std::time::Duration;
 
@@ -17,6 +17,8 @@ use parley_core::metrics::{Document, Metrics};
 use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
+
+use crate::nul;
 
 /// Which wire dialect the LLM server speaks (`LLM_API`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -270,6 +272,20 @@ pub struct Reply {
     pub usage: Usage,
 }
 
+impl Reply {
+    /// Every string of the reply cleaned of NUL ([`crate::nul`]: text, call ids, tool names,
+    /// arguments), before the turn uses any of it: what is stored, replayed and answered is
+    /// then the same text.
+    pub fn clean_nul(&mut self) {
+        self.text = self.text.take().map(nul::clean);
+        for call in &mut self.calls {
+            for s in [&mut call.call_id, &mut call.name, &mut call.arguments] {
+                *s = nul::clean(std::mem::take(s));
+            }
+        }
+    }
+}
+
 /// One request to the model.
 #[derive(Debug, Clone, Copy)]
 pub struct Prompt<'a> {
@@ -389,7 +405,7 @@ until it is"
             let opened =
                 retry::post_stream(&self.http, &self.config, url, body, deadline, &mut retries)
                     .await?;
-            stream::read(self, opened, deadline, on_text).await
+            streamed::read(self, opened, deadline, on_text).await
         }
         .await;
         self.measured(&reply, retries, started);
@@ -466,7 +482,7 @@ mod tests {
     use parley_testkit::llm::{ScriptedLlm, Step};
 
     use super::*;
-    use crate::llm::fixtures::{call_triples, config, far_deadline, history, tools};
+    use crate::turn::llm::fixtures::{call_triples, config, far_deadline, history, tools};
 
     fn client(llm: &ScriptedLlm, api: LlmApi) -> Llm {
         Llm::new(
@@ -611,5 +627,24 @@ mod tests {
             let sent: Value = serde_json::from_slice(&client.request(prompt, false).1).unwrap();
             assert_eq!(llm.requests(), vec![sent]);
         }
+    }
+
+    #[test]
+    fn every_string_of_a_reply_is_cleaned_of_nul() {
+        let mut reply = Reply {
+            text: Some("a\0b".into()),
+            calls: vec![ToolCall {
+                call_id: "call\0_1".into(),
+                name: "lad\0".into(),
+                arguments: "{\"ref\":\"\\u0000\0\"}".into(),
+            }],
+            ..Reply::default()
+        };
+        reply.clean_nul();
+        assert_eq!(reply.text.as_deref(), Some("a\u{FFFD}b"));
+        let call = &reply.calls[0];
+        assert_eq!(call.call_id, "call\u{FFFD}_1");
+        assert_eq!(call.name, "lad\u{FFFD}");
+        assert!(!call.arguments.contains('\0'));
     }
 }

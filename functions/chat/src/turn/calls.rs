@@ -1,0 +1,199 @@
+//! One step's tool calls: which tools are on offer, which calls wait for the user's approval
+//! instead of running, and how a call runs (or is refused in words the model can act on).
+
+use std::borrow::Cow;
+
+use serde_json::{Map, Value};
+use tokio::time::Instant;
+
+use super::Deps;
+use super::outcome::TurnError;
+use crate::auth::User;
+use crate::nul;
+use crate::turn::approval::{self, Pending, PendingApproval};
+use crate::turn::conversation::Trace;
+use crate::turn::llm::{ToolCall, ToolDef};
+use crate::turn::mcp_client::{CallFor, Catalog, IdempotencyKey, ToolOutcome};
+
+/// The call as it waits for the user's approval, when it does: the policy says its tool waits,
+/// and it would run (its arguments are an object that fits the tool's schema, it is within the
+/// step's cap and offered). A call that would be refused is not asked about: it runs as far as
+/// its refusal, which the model reads and can correct, and is never sent.
+pub(super) fn waiting(
+    deps: &Deps<'_>,
+    catalog: &Catalog,
+    narrowed: Option<&[ToolDef]>,
+    Call {
+        call,
+        step,
+        over_cap,
+        key,
+    }: &Call<'_>,
+) -> Option<Pending> {
+    if *over_cap || narrowed.is_some_and(|offered| !offered.iter().any(|t| t.name == call.name)) {
+        return None;
+    }
+    let about = catalog.about(&call.name, deps.approval.policy)?;
+    let arguments = parse_arguments(&call.arguments).ok()?;
+    catalog.check_arguments(&call.name, &arguments).ok()?;
+    let ttl = chrono::Duration::from_std(deps.approval.ttl).unwrap_or(chrono::Duration::MAX);
+    Some(Pending {
+        public: PendingApproval {
+            id: approval::ApprovalId::new(),
+            tool: call.name.clone(),
+            server: catalog.server_of(&call.name).unwrap_or_default().to_owned(),
+            arguments: nul::clean_json(Value::Object(arguments)),
+            call_id: call.call_id.clone(),
+            expires_at: chrono::Utc::now() + ttl,
+            about,
+        },
+        step: *step,
+        idempotency_key: key.as_str().to_owned(),
+    })
+}
+
+/// The catalog's tools, or only the ones the request names (each must exist).
+pub(super) fn offered_tools<'a>(
+    catalog: &'a Catalog,
+    wanted: Option<&[String]>,
+) -> Result<Cow<'a, [ToolDef]>, TurnError> {
+    let Some(wanted) = wanted else {
+        return Ok(Cow::Borrowed(&catalog.tools));
+    };
+    // With a server unreachable its tools are missing from the catalog; that is an outage,
+    // not a bad request, so the names are let through and any call to them becomes a tool
+    // error.
+    if let Some(unknown) = wanted
+        .iter()
+        .find(|n| !catalog.contains(n) && !catalog.is_incomplete())
+    {
+        let known: Vec<&str> = catalog.tools.iter().map(|t| t.name.as_str()).collect();
+        return Err(TurnError::UnknownTool {
+            unknown: unknown.clone(),
+            available: known.join(", "),
+        });
+    }
+    Ok(Cow::Owned(
+        catalog
+            .tools
+            .iter()
+            .filter(|t| wanted.contains(&t.name))
+            .cloned()
+            .collect(),
+    ))
+}
+
+/// One tool call the model made, where it stands in the turn.
+pub(super) struct Call<'a> {
+    pub(super) call: &'a ToolCall,
+    pub(super) step: u32,
+    /// Past `MAX_TOOL_CALLS_PER_STEP`: not run.
+    pub(super) over_cap: bool,
+    pub(super) key: IdempotencyKey,
+}
+
+/// Runs one call for `user`. Arguments that are not a JSON object become a tool error the
+/// model sees, as does a call past `MAX_TOOL_CALLS_PER_STEP`, which is not run.
+pub(super) async fn run_call(
+    deps: &Deps<'_>,
+    catalog: &Catalog,
+    narrowed: Option<&[ToolDef]>,
+    user: &User,
+    Call {
+        call,
+        step,
+        over_cap,
+        key,
+    }: Call<'_>,
+    deadline: Instant,
+) -> Trace {
+    let started = Instant::now();
+    let (args, outcome) = match parse_arguments(&call.arguments) {
+        Ok(map) if over_cap => (
+            Value::Object(map),
+            ToolOutcome::error(format!(
+                "not run: one response may make at most {} tool calls; make the ones you \
+still need in your next response",
+                deps.limits.max_calls_per_step
+            )),
+        ),
+        // A request that narrowed the tools is obeyed even if the model calls another one.
+        Ok(map) if narrowed.is_some_and(|offered| !offered.iter().any(|t| t.name == call.name)) => {
+            (
+                Value::Object(map),
+                ToolOutcome::error(format!(
+                    "the tool `{}` is not available in this conversation turn",
+                    call.name
+                )),
+            )
+        }
+        Ok(map) => {
+            let args = Value::Object(map.clone());
+            (
+                args,
+                deps.mcp
+                    .call(
+                        catalog,
+                        &call.name,
+                        map,
+                        CallFor {
+                            user,
+                            key: &key,
+                            approved: None,
+                        },
+                        deadline,
+                    )
+                    .await,
+            )
+        }
+        Err(problem) => (
+            Value::String(call.arguments.clone()),
+            ToolOutcome::error(problem),
+        ),
+    };
+    let duration_ms = started.elapsed().as_millis() as u64;
+    tracing::info!(tool = %call.name, is_error = outcome.is_error, duration_ms, "tool call");
+    Trace {
+        call_id: call.call_id.clone(),
+        step,
+        name: call.name.clone(),
+        // Arguments parse `\u0000` escapes into NULs; tool servers may send them too.
+        args: nul::clean_json(args),
+        output: nul::clean_json(outcome.output),
+        is_error: outcome.is_error,
+        duration_ms,
+        approval: None,
+    }
+}
+
+pub(super) fn parse_arguments(raw: &str) -> Result<Map<String, Value>, String> {
+    // Some models send "" for a tool without parameters.
+    if raw.trim().is_empty() {
+        return Ok(Map::new());
+    }
+    match serde_json::from_str::<Value>(raw) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err("invalid arguments: they must be a JSON object".into()),
+        Err(e) => Err(format!("invalid arguments: not valid JSON ({e})")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_must_be_a_json_object() {
+        assert!(parse_arguments("{\"ref\":\"Leeds\"}").is_ok());
+        assert!(parse_arguments("").unwrap().is_empty());
+        assert_eq!(
+            parse_arguments("[1]").unwrap_err(),
+            "invalid arguments: they must be a JSON object"
+        );
+        assert!(
+            parse_arguments("{\"ref\":")
+                .unwrap_err()
+                .starts_with("invalid arguments: not valid JSON")
+        );
+    }
+}

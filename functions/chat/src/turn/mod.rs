@@ -1,0 +1,620 @@
+//! One chat turn: reload the history, ask the model, run every tool call it makes (several
+//! at once when it asks for several), loop up to the step limit, and record the outcome with
+//! the sources the tools returned (see [`sources`]), cited ones first.
+//!
+//! The user's message is stored before the first LLM call and the rest in one transaction
+//! after, so a failed turn still leaves the question and the error on record. A turn that
+//! reaches `TURN_DEADLINE_MS` stops there and stores what it has, marked cut short, so the
+//! client gets an answer before the platform's own timeout ends the invocation.
+//!
+//! A streamed turn ([`Progress::channel`]) also reports what happens as it happens
+//! ([`TurnEvent`]): the model's text as it is written, each tool call and its output. If the
+//! client goes away, the turn stops calling the model and tools and stores what it has, marked
+//! interrupted.
+//!
+//! A call of a tool whose calls wait for the user's approval ([`approval`]) is not run: the
+//! step's other calls are, and the turn stores its message with the waiting calls and ends
+//! (`awaiting_approval`). A request answering them takes the conversation's lease again,
+//! decides each once, runs the approved ones under their stored keys, and the loop goes on.
+//!
+//! Every turn leaves one metrics document ([`Meter`]): its duration, the time spent waiting
+//! for the model and for tools, its steps and tokens, and its outcome as a stable code.
+//!
+//! The turn knows no HTTP: it is handed what it needs of the instance ([`Deps`]) and returns
+//! its own [`TurnOutcome`] or [`TurnError`], which the edge (`crate::http`) renders. Its own
+//! parts: the conversation's storage and lease ([`conversation`]), approvals ([`approval`]),
+//! what the model is told ([`instructions`]) and given back of earlier turns ([`replay`]),
+//! citable rows ([`sources`]), the model ([`llm`]) and the tools ([`mcp_client`]).
+
+pub mod approval;
+mod calls;
+pub mod conversation;
+mod id;
+pub mod instructions;
+pub mod llm;
+pub mod mcp_client;
+mod meter;
+mod outcome;
+mod progress;
+pub mod replay;
+pub mod request;
+mod resume;
+pub mod sources;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+use parley_core::metrics::Metrics;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use crate::auth::User;
+use crate::limits::Limits;
+use crate::nul;
+use approval::Pending;
+use calls::{Call, offered_tools, parse_arguments, run_call, waiting};
+use conversation::{StoredMessage, Trace, TurnRecord, TurnStart};
+use instructions::Briefing;
+use llm::{Item, Llm, LlmError, Prompt, Reply, ToolCall, ToolDef, Usage};
+use mcp_client::{Catalog, McpClients, key_for_call};
+use meter::Meter;
+use outcome::Ending;
+use resume::Resumed;
+use sources::Sources;
+
+pub use outcome::{TurnError, TurnFailure, TurnOutcome, TurnStatus};
+pub use progress::{Decided, Progress, TurnEvent};
+pub use request::TurnRequest;
+
+/// What a turn needs of the instance, and no more: the pool, the model and MCP clients, the
+/// limits, the assistant's name, the approval policy and where its metrics go.
+#[derive(Clone, Copy)]
+pub struct Deps<'a> {
+    pub pool: &'a Pool,
+    pub llm: &'a Llm,
+    pub mcp: &'a McpClients,
+    pub limits: &'a Limits,
+    /// `ASSISTANT_NAME`, for the instructions.
+    pub assistant: &'a str,
+    /// `APPROVAL`, `APPROVAL_TTL_MS`: which tool calls wait for the user's approval.
+    pub approval: approval::Settings,
+    pub metrics: &'a Metrics,
+}
+
+/// Runs one turn (see the module's documentation) and records its metrics.
+pub async fn run(
+    deps: &Deps<'_>,
+    user: &User,
+    request: TurnRequest,
+    progress: Progress,
+) -> Result<TurnOutcome, TurnError> {
+    let mut meter = Meter::start();
+    let outcome = run_measured(deps, user, request, &progress, &mut meter).await;
+    deps.metrics.emit(meter.document(&outcome));
+    outcome
+}
+
+/// The turn, step by step: list the tools, take the conversation, settle what waited for
+/// approval, then ask the model and run its calls until it answers, and store the outcome.
+async fn run_measured(
+    deps: &Deps<'_>,
+    user: &User,
+    mut request: TurnRequest,
+    progress: &Progress,
+    meter: &mut Meter,
+) -> Result<TurnOutcome, TurnError> {
+    // Asking OpenAI without a key can only fail, after the question is stored: say so first.
+    if deps.llm.config().setup_problem().is_some() {
+        return Err(TurnError::NoModel);
+    }
+    let clock = Clock::start(deps.limits, progress.is_streamed());
+    let catalog = list_tools(deps, clock.deadline).await;
+    let tools = offered_tools(&catalog, request.tools())?;
+    let mut turn = begin(deps, user, &request, &clock).await?;
+    let conversation_id = turn.conversation;
+    let (traces, steps, decided) =
+        match answer_waiting(deps, user, &catalog, &request, &mut turn, clock.deadline).await? {
+            Resumed::Continue {
+                traces,
+                steps,
+                decided,
+            } => (traces, steps, decided),
+            Resumed::Done(done) => return Ok(done.outcome(conversation_id)),
+        };
+    progress.send(|| TurnEvent::Started {
+        conversation_id,
+        decided,
+    });
+    let step = Step {
+        deps,
+        user,
+        catalog: &catalog,
+        tools: &tools,
+        narrowed: request.tools().is_some().then_some(&*tools),
+        instructions: brief(deps, &catalog, &tools, &request),
+        progress,
+        turn_id: Uuid::new_v4(),
+        clock: &clock,
+    };
+    let mut talk = Talk {
+        items: model_input(deps, &turn.history, &mut request),
+        traces,
+        steps,
+        ..Talk::default()
+    };
+    let ending = converse(&step, &mut talk, meter).await;
+    meter.steps = talk.steps;
+    meter.usage = talk.usage;
+    store(turn, talk, ending).await
+}
+
+/// When a turn must be done, and how long its claim on the conversation lasts.
+struct Clock {
+    /// `TURN_DEADLINE_MS`, or `STREAM_TURN_DEADLINE_MS` for a streamed turn.
+    budget: Duration,
+    deadline: Instant,
+    lease: Duration,
+}
+
+impl Clock {
+    fn start(limits: &Limits, streamed: bool) -> Clock {
+        let budget = if streamed {
+            limits.stream_turn_deadline
+        } else {
+            limits.turn_deadline
+        };
+        Clock {
+            budget,
+            deadline: Instant::now() + budget,
+            // The lease outlasts the deadline by as much for a streamed turn as for any other.
+            lease: limits.turn_lease + budget.saturating_sub(limits.turn_deadline),
+        }
+    }
+}
+
+/// The tools of every server. Listing is an MCP request too: a server that hangs must not
+/// take the whole turn, so what is not listed by the deadline is missing.
+async fn list_tools(deps: &Deps<'_>, deadline: Instant) -> Arc<Catalog> {
+    tokio::time::timeout_at(deadline, deps.mcp.catalog())
+        .await
+        .unwrap_or_else(|_| Arc::new(Catalog::unavailable()))
+}
+
+/// Takes the conversation (a new one, or the request's, waiting for another turn on it at
+/// most `TURN_LOCK_WAIT_MS`), stores the question, and reads back its history.
+async fn begin(
+    deps: &Deps<'_>,
+    user: &User,
+    request: &TurnRequest,
+    clock: &Clock,
+) -> Result<conversation::Turn, TurnError> {
+    let context = request.context().map(instructions::UiContext::as_json);
+    let resuming = request.approvals().is_some();
+    let turn = conversation::begin(
+        deps.pool,
+        TurnStart {
+            owner: &user.id,
+            conversation: request.conversation(),
+            message: (!resuming).then(|| request.message()),
+            context: context.as_ref(),
+            history_limit: deps.limits.history,
+            // Waiting past the deadline would only end in the gateway's timeout.
+            lock_wait: deps
+                .limits
+                .turn_lock_wait
+                .min(clock.deadline.saturating_duration_since(Instant::now())),
+            lease: clock.lease,
+        },
+    )
+    .await?;
+    Ok(turn)
+}
+
+/// Settles what waited for the user's approval before the model is asked: a request answering
+/// approvals decides them and runs the approved calls (or ends the turn there,
+/// [`Resumed::Done`]); a new message instead declines whatever still waited, and the model is
+/// told.
+async fn answer_waiting(
+    deps: &Deps<'_>,
+    user: &User,
+    catalog: &Catalog,
+    request: &TurnRequest,
+    turn: &mut conversation::Turn,
+    deadline: Instant,
+) -> Result<Resumed, TurnError> {
+    let conversation_id = turn.conversation;
+    if let Some(answers) = request.approvals() {
+        return resume::resume(
+            deps,
+            user,
+            catalog,
+            conversation_id,
+            &mut turn.history,
+            answers,
+            deadline,
+        )
+        .await;
+    }
+    if request.conversation().is_some() && resume::has_pending(&turn.history, deps.limits.history) {
+        let denied = approval::deny_pending(
+            deps.pool,
+            conversation_id.as_uuid(),
+            user.id.as_str(),
+            approval::SUPERSEDED,
+        )
+        .await?;
+        resume::settle(&mut turn.history, &denied);
+    }
+    Ok(Resumed::Continue {
+        traces: Vec::new(),
+        steps: 0,
+        decided: Vec::new(),
+    })
+}
+
+/// The model's instructions: who it is, the time, how to use the offered tools and what the
+/// user's screen shows.
+fn brief(deps: &Deps<'_>, catalog: &Catalog, tools: &[ToolDef], request: &TurnRequest) -> String {
+    let traits = catalog.traits(tools);
+    instructions::build(&Briefing {
+        assistant: deps.assistant,
+        now: chrono::Utc::now(),
+        tools: &traits,
+        guidance: &catalog.guidance,
+        context: request.context(),
+        approval: deps.approval.policy,
+    })
+}
+
+/// The model's input: the stored history replayed, then for a new conversation what a
+/// stateless client said came before, then the question (none when answering approvals).
+fn model_input(deps: &Deps<'_>, history: &[StoredMessage], request: &mut TurnRequest) -> Vec<Item> {
+    let mut items = replay::replay(history, deps.limits.replay_chars);
+    if history.is_empty() {
+        items.extend(request.take_prior());
+    }
+    if request.approvals().is_none() {
+        items.push(Item::User(request.message().to_owned()));
+    }
+    items
+}
+
+/// What every step of one turn reads: the instance's parts, the caller, the tools on offer, the
+/// instructions and the clock.
+struct Step<'a> {
+    deps: &'a Deps<'a>,
+    user: &'a User,
+    catalog: &'a Catalog,
+    tools: &'a [ToolDef],
+    /// The tools the request narrowed the offer to, when it did.
+    narrowed: Option<&'a [ToolDef]>,
+    instructions: String,
+    progress: &'a Progress,
+    /// Names this turn in its tool calls' idempotency keys.
+    turn_id: Uuid,
+    clock: &'a Clock,
+}
+
+/// What the loop builds up as it goes: the model's input, and what the turn will store.
+#[derive(Default)]
+struct Talk {
+    items: Vec<Item>,
+    traces: Vec<Trace>,
+    steps: u32,
+    usage: Usage,
+    sources: Sources,
+    /// What the model said along the way, for a reply cut short.
+    said: Vec<String>,
+    /// What a streamed client saw of the step that failed: stored with the error.
+    seen_before_failure: String,
+}
+
+/// Asks the model and runs its tool calls, step by step, until it answers, pauses for the
+/// user's approval, runs out of steps or time, or its client goes away.
+async fn converse(step: &Step<'_>, talk: &mut Talk, meter: &mut Meter) -> Result<Ending, LlmError> {
+    let progress = step.progress;
+    loop {
+        if progress.is_gone() {
+            return Ok(Ending::interrupted(String::new()));
+        }
+        progress.send(|| TurnEvent::StepStarted {
+            step: talk.steps + 1,
+        });
+        let (reply, mut streamed) = match ask_model(step, talk, meter).await {
+            Asked::Reply { reply, streamed } => (reply, streamed),
+            Asked::Ended(ending) => return ending,
+        };
+        talk.usage += reply.usage;
+        if reply.calls.is_empty() {
+            progress.send(|| TurnEvent::StepFinished);
+            return Ok(Ending::answered(reply.text.unwrap_or_default()));
+        }
+        if talk.steps == step.deps.limits.max_steps {
+            let text = format!(
+                "I stopped after {} rounds of tool calls, the most one turn may use, \
+before reaching an answer. The results gathered so far are in the traces; try a narrower question.",
+                talk.steps
+            );
+            // Streamed, the note follows whatever the model wrote in this step.
+            progress.end_step_with(&mut streamed, &text);
+            return Ok(Ending::answered(streamed));
+        }
+        talk.steps += 1;
+        // What the model said in this step: the reply of a turn that pauses after it.
+        let step_text = reply.text.clone().unwrap_or_default();
+        if let Some(text) = reply.text.filter(|t| !t.trim().is_empty()) {
+            talk.said.push(text.clone());
+            talk.items.push(Item::Assistant(text));
+        }
+        let awaiting = run_tools(step, talk, &reply.calls, meter).await;
+        progress.send(|| TurnEvent::StepFinished);
+        if !awaiting.is_empty() {
+            tracing::info!(
+                steps = talk.steps,
+                waiting = awaiting.len(),
+                "the turn waits for the user's approval"
+            );
+            return Ok(Ending {
+                awaiting,
+                ..Ending::answered(step_text)
+            });
+        }
+    }
+}
+
+/// What asking the model came to: its response, with the text a streamed client saw of it,
+/// or the end of the turn.
+enum Asked {
+    Reply { reply: Reply, streamed: String },
+    Ended(Result<Ending, LlmError>),
+}
+
+/// Asks the model for its next response (streamed when a client watches) and counts the wait:
+/// the deadline reached ends the turn cut short, a client gone ends it interrupted.
+async fn ask_model(step: &Step<'_>, talk: &mut Talk, meter: &mut Meter) -> Asked {
+    let progress = step.progress;
+    let prompt = Prompt {
+        instructions: &step.instructions,
+        items: &talk.items,
+        tools: step.tools,
+    };
+    let deadline = step.clock.deadline;
+    // The text of this response as streamed so far: what an interrupted or cut-short streamed
+    // turn keeps.
+    let mut streamed = String::new();
+    let asked = Instant::now();
+    let answer = if progress.is_streamed() {
+        let mut on_text = |delta: &str| {
+            streamed.push_str(delta);
+            progress.send(|| TurnEvent::TextDelta(delta.to_owned()));
+        };
+        tokio::select! {
+            answer = step.deps.llm.respond_streaming(prompt, deadline, &mut on_text) => Some(answer),
+            // Dropping the request stops the model's work on it.
+            () = progress.gone() => None,
+        }
+    } else {
+        Some(step.deps.llm.respond(prompt, deadline).await)
+    };
+    meter.model += asked.elapsed();
+    let Some(answer) = answer else {
+        return Asked::Ended(Ok(Ending::interrupted(streamed)));
+    };
+    let budget = step.clock.budget;
+    match answer {
+        Ok(mut reply) => {
+            reply.clean_nul();
+            Asked::Reply { reply, streamed }
+        }
+        Err(LlmError::DeadlineReached) if progress.is_streamed() => {
+            // The client has seen the text so far: the note continues it.
+            let note = cut_short_note(budget, !talk.traces.is_empty());
+            progress.end_step_with(&mut streamed, &note);
+            Asked::Ended(Ok(Ending::cut_short(streamed)))
+        }
+        Err(LlmError::DeadlineReached) => Asked::Ended(Ok(Ending::cut_short(cut_short_reply(
+            budget,
+            &talk.said,
+            !talk.traces.is_empty(),
+        )))),
+        Err(e) => {
+            talk.seen_before_failure = nul::clean(streamed);
+            Asked::Ended(Err(e))
+        }
+    }
+}
+
+/// Runs one step's calls at once, except those that wait for the user's approval, which it
+/// returns; each output is numbered for citing, reported, given to the model and traced.
+async fn run_tools(
+    step: &Step<'_>,
+    talk: &mut Talk,
+    calls: &[ToolCall],
+    meter: &mut Meter,
+) -> Vec<Pending> {
+    let progress = step.progress;
+    for call in calls {
+        progress.send(|| TurnEvent::ToolInput {
+            call_id: call.call_id.clone(),
+            name: call.name.clone(),
+            args: parse_arguments(&call.arguments)
+                .map(serde_json::Value::Object)
+                .unwrap_or_else(|_| serde_json::Value::String(call.arguments.clone())),
+        });
+    }
+    let cap = step.deps.limits.max_calls_per_step;
+    // The calls that wait for the user's approval are not run; the others of the step are.
+    let mut awaiting = Vec::new();
+    let mut running = Vec::new();
+    for (i, call) in calls.iter().enumerate() {
+        let call = Call {
+            call,
+            step: talk.steps,
+            over_cap: i >= cap,
+            key: key_for_call(&step.turn_id, &call.call_id, talk.steps, i),
+        };
+        match waiting(step.deps, step.catalog, step.narrowed, &call) {
+            Some(pending) => awaiting.push(pending),
+            None => running.push(call),
+        }
+    }
+    let called = Instant::now();
+    let results = futures::future::join_all(running.into_iter().map(|call| {
+        run_call(
+            step.deps,
+            step.catalog,
+            step.narrowed,
+            step.user,
+            call,
+            step.clock.deadline,
+        )
+    }))
+    .await;
+    meter.tools += called.elapsed();
+    talk.items.extend(calls.iter().cloned().map(Item::Call));
+    for mut trace in results {
+        // Numbered before the model sees the rows, so it can cite them.
+        if let Some(citation) = step
+            .catalog
+            .citation(&trace.name)
+            .filter(|_| !trace.is_error)
+        {
+            talk.sources
+                .cite_rows(citation, &trace.name, &trace.call_id, &mut trace.output);
+        }
+        progress.send(|| TurnEvent::ToolOutput {
+            call_id: trace.call_id.clone(),
+            output: trace.output.clone(),
+            is_error: trace.is_error,
+        });
+        talk.items.push(Item::Output {
+            call_id: trace.call_id.clone(),
+            output: replay::output_text(&trace.output),
+        });
+        talk.traces.push(trace);
+    }
+    awaiting
+}
+
+/// Stores how the loop ended with all the turn gathered, and gives the conversation back; a
+/// model that failed is stored as a failed turn, and its error returned.
+async fn store(
+    turn: conversation::Turn,
+    talk: Talk,
+    ending: Result<Ending, LlmError>,
+) -> Result<TurnOutcome, TurnError> {
+    let conversation_id = turn.conversation;
+    let Talk {
+        traces,
+        steps,
+        usage,
+        sources,
+        seen_before_failure,
+        ..
+    } = talk;
+    let ending = match ending {
+        Ok(ending) => ending,
+        Err(e) => {
+            // The record is shown to the user later: a stable code and a plain sentence; the
+            // details (hosts, upstream bodies) went to the log.
+            let error = TurnFailure::of_llm(&e).to_string();
+            if let Err(record_error) = turn
+                .finish(TurnRecord {
+                    reply: &seen_before_failure,
+                    traces: &traces,
+                    usage,
+                    steps,
+                    error: Some(&error),
+                    cut_short: false,
+                    interrupted: false,
+                    // Nothing was cited, but the record shows what the tools had found.
+                    sources: &sources.for_reply(""),
+                    approvals: &[],
+                })
+                .await
+            {
+                tracing::error!(error = %record_error, "could not record the failed turn");
+            }
+            return Err(TurnError::LlmInConversation {
+                conversation: conversation_id,
+                error: e,
+            });
+        }
+    };
+    let status = ending.status();
+    let Ending {
+        reply,
+        cut_short,
+        interrupted,
+        awaiting,
+    } = ending;
+    if cut_short {
+        tracing::warn!(
+            steps,
+            "turn reached its deadline; answering with what it has"
+        );
+    }
+    if interrupted {
+        tracing::info!(steps, "the client went away; storing what the turn had");
+    }
+    // A reply cut short keeps what the model had said, citations included.
+    let sources = sources.for_reply(&reply);
+    turn.finish(TurnRecord {
+        reply: &reply,
+        traces: &traces,
+        usage,
+        steps,
+        error: None,
+        cut_short,
+        interrupted,
+        sources: &sources,
+        approvals: &awaiting,
+    })
+    .await?;
+    Ok(TurnOutcome {
+        conversation_id,
+        status,
+        reply,
+        traces,
+        usage,
+        steps,
+        cut_short,
+        sources,
+        interrupted,
+        pending_approvals: awaiting.into_iter().map(|p| p.public).collect(),
+    })
+}
+
+/// The honest reply of a turn that ran out of time: it says so, and keeps what the model had
+/// already said.
+fn cut_short_reply(budget: std::time::Duration, said: &[String], has_traces: bool) -> String {
+    let mut reply = format!(
+        "I ran out of time before I could finish: one turn may take {} s. ",
+        budget.as_secs_f64()
+    );
+    if has_traces {
+        reply.push_str("The tool results gathered so far are in the traces. ");
+    }
+    if !said.is_empty() {
+        reply.push_str("What I had said so far: ");
+        reply.push_str(&said.join("\n\n"));
+        reply.push_str("\n\n");
+    }
+    reply.push_str("Ask again, perhaps more narrowly, to continue.");
+    reply
+}
+
+/// The same for a streamed turn, whose client has already seen what the model said: the note
+/// that ends the reply.
+fn cut_short_note(budget: std::time::Duration, has_traces: bool) -> String {
+    let mut note = format!(
+        "(I ran out of time before I could finish: one turn may take {} s. ",
+        budget.as_secs_f64()
+    );
+    if has_traces {
+        note.push_str("The tool results gathered so far are above. ");
+    }
+    note.push_str("Ask again, perhaps more narrowly, to continue.)");
+    note
+}
