@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use parley_core::config::{ConfigError, Env, ExposeSecret, SecretString};
 use parley_core::metrics::{Document, Metrics};
+use parley_core::retry::{RetryDefaults, RetrySettings};
 use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -58,6 +59,16 @@ pub struct LlmConfig {
     pub max_response_bytes: usize,
 }
 
+/// The LLM's `LLM_TIMEOUT_MS`, `LLM_MAX_RETRIES` and `LLM_RETRY_BUDGET_MS` before a
+/// deployment sets them: a model may think for a minute.
+const RETRY_DEFAULTS: RetryDefaults = RetryDefaults {
+    timeout: Duration::from_secs(60),
+    timeout_ms: 100..=900_000,
+    max_retries: 3,
+    retry_budget: Duration::from_secs(20),
+    retry_budget_ms: 0..=300_000,
+};
+
 impl LlmConfig {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let api = match env.get("LLM_API").map(str::to_ascii_lowercase).as_deref() {
@@ -74,6 +85,7 @@ impl LlmConfig {
             .get("LLM_BASE_URL")
             .unwrap_or("https://api.openai.com/v1");
         let base_url = parley_core::config::api_base_url("LLM_BASE_URL", raw_base)?;
+        let retry = RetrySettings::from_env(env, "LLM", RETRY_DEFAULTS)?;
         Ok(Self {
             api,
             base_url,
@@ -81,13 +93,9 @@ impl LlmConfig {
             api_key: env
                 .secret("LLM_API_KEY")
                 .or_else(|| env.secret("OPENAI_API_KEY")),
-            timeout: env.millis("LLM_TIMEOUT_MS", Duration::from_secs(60), 100..=900_000)?,
-            max_retries: env.limit("LLM_MAX_RETRIES", 3, 0..=10)? as u32,
-            retry_budget: env.millis(
-                "LLM_RETRY_BUDGET_MS",
-                Duration::from_secs(20),
-                0..=300_000,
-            )?,
+            timeout: retry.timeout,
+            max_retries: retry.max_retries,
+            retry_budget: retry.retry_budget,
             max_output_tokens: env
                 .optional::<u32>("LLM_MAX_OUTPUT_TOKENS")?
                 .filter(|n| *n > 0),
