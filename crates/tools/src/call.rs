@@ -337,14 +337,13 @@ impl Engine {
         let key = IdempotencyKey::from_meta(meta)?;
         tools::embedding::bind(&tool.params, &mut args, self.embedder.as_ref()).await?;
         let (Some(declared), Some(reranker)) = (&tool.rerank, &self.reranker) else {
-            return Ok(exec::run_capped(
+            return Ok(exec::run(
                 (&self.pool, self.statements),
                 tool,
                 &args,
                 user,
                 key.as_ref(),
                 marker,
-                (row_limit, tool.max_bytes),
             )
             .await?);
         };
