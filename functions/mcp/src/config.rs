@@ -12,7 +12,7 @@ use parley_core::db::DbConfig;
 use parley_core::jwt::JwtConfig;
 use parley_embed::EmbedSettings;
 
-use crate::output::{HARD_MAX_ROWS, Limits};
+use parley_tools::output::{HARD_MAX_ROWS, Limits};
 
 pub use tools_source::{S3ReadLimits, ToolsSource};
 
@@ -64,12 +64,12 @@ pub struct McpConfig {
     pub embeddings: EmbedSettings,
     /// `RERANK` and `RERANK_*`: the reranker of the tools that declare `rerank`; `None` when
     /// off (the default).
-    pub rerank: Option<crate::rerank::RerankSettings>,
+    pub rerank: Option<parley_tools::rerank::RerankSettings>,
     /// `SQL_DATABASE_URL` and `SQL_POOL_MAX_SIZE`: the login role the ad-hoc SQL tools run as
     /// and its pool; used only when a tools file has `[sql]`.
     pub sql_db: Option<DbConfig>,
     /// `AUDIT`, `AUDIT_QUEUE`
-    pub audit: crate::audit::AuditConfig,
+    pub audit: parley_tools::audit::AuditConfig,
     /// `MCP_STATEMENTS`: `unnamed` (default; safe behind a pooler) or `cached` (direct
     /// connections only).
     pub statements: parley_core::db::Statements,
@@ -145,9 +145,9 @@ impl McpConfig {
                 timeout: env.millis("TOOL_TIMEOUT_MS", defaults.timeout, 10..=300_000)?,
             },
             embeddings: EmbedSettings::from_env(env)?,
-            rerank: crate::rerank::RerankSettings::from_env(env)?,
+            rerank: parley_tools::rerank::RerankSettings::from_env(env)?,
             sql_db: sql_db(env)?,
-            audit: crate::audit::AuditConfig::from_env(env)?,
+            audit: parley_tools::audit::AuditConfig::from_env(env)?,
             statements: match env.get("MCP_STATEMENTS") {
                 None => parley_core::db::Statements::default(),
                 Some(v) => parley_core::db::Statements::parse(v.trim()).ok_or_else(|| {

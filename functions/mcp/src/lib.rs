@@ -1,25 +1,18 @@
-//! Parley's MCP function: Postgres tools (read-only unless declared `writes = true`), declared
-//! in the TOML files `TOOLS_FILE` names, served over stateless Streamable HTTP at `/mcp` behind
-//! bearer auth; each call runs for its verified caller (see `auth` and `tools::exec`).
+//! Parley's MCP function: the tool engine (`parley_tools`: Postgres tools, read-only unless
+//! declared `writes = true`, declared in the TOML files `TOOLS_FILE` names) served over
+//! stateless Streamable HTTP at `/mcp` behind bearer auth; each call runs for its verified
+//! caller (see `auth` and `parley_tools::call`).
 //!
 //! Modules, each importing only those after it: `server` (rmcp handler, the direct path for
-//! `tools/call` and `tools/list`, rmcp's transport, what a caller sees of a call), `auth` (the
-//! verified caller: service token or user JWT; the protected resource metadata), `error` (HTTP
-//! error responses), `catalog` (the tools files: declared tools, prompts, `[sql]`), `tools`
-//! (declared tools: checked, published, run), `adhoc` (the ad-hoc SQL tools), `config`
-//! (settings), `audit` (the audit trail), `output` (the result envelope and its limits).
+//! `tools/call` and `tools/list`, rmcp's transport, what an MCP client sees of a call), `auth`
+//! (the verified caller: service token or user JWT; the protected resource metadata), `error`
+//! (HTTP error responses), `config` (settings, and where the tools files are read from).
 //! Start-up ([`Application`]) is here.
 
-pub mod adhoc;
-pub mod audit;
 pub mod auth;
-pub mod catalog;
 pub mod config;
 pub mod error;
-pub mod output;
-pub mod rerank;
 pub mod server;
-pub mod tools;
 
 use std::sync::Arc;
 
@@ -33,9 +26,11 @@ use parley_core::secrets::Secrets;
 use parley_core::serve::{Bound, Listener, StartupFailure};
 use serde_json::json;
 
-use crate::catalog::{Catalog, CatalogError};
 use crate::config::McpConfig;
 use crate::error::HttpError;
+use parley_tools::call::Engine;
+use parley_tools::catalog::{self, Catalog, CatalogError};
+use parley_tools::{adhoc, audit, rerank};
 
 /// Where the function listens outside Lambda when `LISTEN_ADDR` is not set.
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:3001";
@@ -69,10 +64,9 @@ impl StartupFailure for SetupError {
     }
 }
 
-impl From<CatalogError> for StartupError {
-    fn from(e: CatalogError) -> Self {
-        StartupError::Function(SetupError::Catalog(e))
-    }
+/// The tools files could not be served: the engine's error, as this function's start-up failure.
+fn catalog_failed(e: CatalogError) -> StartupError {
+    StartupError::Function(SetupError::Catalog(e))
 }
 
 /// The function's start-up, as `main`, the tests and the bench run it.
@@ -106,7 +100,7 @@ async fn router(
     secrets: Option<Secrets>,
     metrics: Metrics,
 ) -> Result<Router, StartupError> {
-    let catalog = Arc::new(load_catalog(env, config).await?);
+    let catalog = Arc::new(load_catalog(env, config).await.map_err(catalog_failed)?);
     // The model loads on a blocking thread while the statements are checked, so a cold start
     // pays for the longer of the two, not both.
     let embedder = catalog.needs_embedder().then(|| {
@@ -116,7 +110,7 @@ async fn router(
     let db = config.db.clone().named("parley-mcp");
     let pool = parley_core::db::pool_with_secrets(&db, secrets.as_ref(), &metrics)?;
     let checking = std::time::Instant::now();
-    if catalog.check_against(&pool).await? {
+    if catalog.check_against(&pool).await.map_err(catalog_failed)? {
         tracing::info!(
             tools = catalog.specs().len(),
             elapsed_ms = checking.elapsed().as_millis() as u64,
@@ -170,12 +164,13 @@ async fn router(
     if reranker.is_some() && !catalog.specs().iter().any(|t| t.rerank.is_some()) {
         tracing::warn!("RERANK is set but no tool declares `rerank`: nothing is reranked");
     }
-    let handler = server::ParleyMcp::new(catalog, pool.clone(), embedder)
+    let engine = Engine::new(catalog, pool.clone(), embedder)
         .with_statements(config.statements)
         .with_reranker(reranker)
         .with_sql(sql)
         .with_audit(audit)
         .with_metrics(metrics);
+    let handler = server::ParleyMcp::new(engine);
     Ok(routes(config, handler, pool, secrets))
 }
 

@@ -19,11 +19,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use deadpool_postgres::Pool;
-use parley_core::jwt::VerifiedClaims;
-use parley_mcp::catalog::Catalog;
-use parley_mcp::output::Limits;
-use parley_mcp::tools::params::SqlValue;
-use parley_mcp::tools::{ToolSpec, exec};
+use parley_tools::call::{self, Bound, Caller};
+use parley_tools::catalog::Catalog;
+use parley_tools::output::Limits;
+use parley_tools::tools::params::SqlValue;
+use parley_tools::tools::{ToolSpec, exec};
 use serde_json::{Map, Value, json};
 use tokio_postgres::types::{ToSql, Type};
 
@@ -622,17 +622,18 @@ async fn scenarios(bench_url: &str, args: &Args) -> anyhow::Result<Vec<Scenario>
 }
 
 /// A call's checked arguments (the caller-bound ones from `user`), the row-limit placeholder
-/// and the row limit, computed exactly as the server and `tools::exec::run` do.
+/// and the row limit, bound by the engine's own `call::bind`, as the server binds them.
 pub(crate) fn bound_values(
     spec: &ToolSpec,
     args: &Map<String, Value>,
     user: Option<&User>,
 ) -> anyhow::Result<FloorCall> {
-    let mut values = parley_mcp::tools::params::parse_arguments(&spec.params, Some(args))
+    let caller = match user {
+        Some(u) => Caller::User(u.claims.clone()),
+        None => Caller::Service,
+    };
+    let Bound { values, row_limit } = call::bind(spec, Some(args), &caller)
         .map_err(|e| anyhow::anyhow!("{}: arguments {args:?} refused: {e}", spec.name))?;
-    let claims: Option<&VerifiedClaims> = user.map(|u| &u.claims);
-    parley_mcp::tools::params::bind_caller(&spec.name, &spec.params, &mut values, claims)?;
-    let row_limit = parley_mcp::tools::exec::row_limit(spec, &values);
     Ok(FloorCall {
         values,
         fetch: i64::try_from(row_limit + 1)?,

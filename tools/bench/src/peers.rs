@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use parley_mcp::tools::ToolSpec;
+use parley_tools::tools::ToolSpec;
 use serde_json::{Value, json};
 
 /// What the comparison runs and where its tools are.

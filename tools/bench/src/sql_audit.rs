@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use parley_mcp::adhoc::role::READER_GROUP;
+use parley_tools::adhoc::role::READER_GROUP;
 use serde_json::{Map, Value, json};
 use tokio_postgres::error::SqlState;
 

@@ -19,7 +19,7 @@ use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::Response;
 use parley_core::config::{ExposeSecret, SecretString};
-use parley_core::jwt::{TokenError, VerifiedClaims, Verifier};
+use parley_core::jwt::{TokenError, Verifier};
 use parley_core::secrets::{RotatingSecret, Secrets};
 use subtle::ConstantTimeEq;
 
@@ -29,25 +29,18 @@ use crate::error::{Challenge, HttpError};
 /// The setting (and secret key) holding the service token.
 const TOKEN_SETTING: &str = "MCP_AUTH_TOKEN";
 
-/// The verified caller of one request, in its extensions.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Caller {
-    /// The service token (or auth off): a trusted caller that carries no user.
-    Service,
-    /// A user JWT whose signature and registered claims were verified.
-    User(VerifiedClaims),
-}
+/// The verified caller of one request, in its extensions: the engine's own type, which it
+/// runs a call for.
+pub use parley_tools::call::Caller;
 
-impl Caller {
-    /// The caller [`authenticate`] recorded in a request's extensions; the service when none
-    /// is there (auth off).
-    pub fn of(request: &axum::http::request::Parts) -> Caller {
-        request
-            .extensions
-            .get::<Caller>()
-            .cloned()
-            .unwrap_or(Caller::Service)
-    }
+/// The caller [`authenticate`] recorded in a request's extensions; the service when none is
+/// there (auth off).
+pub fn caller_of(request: &axum::http::request::Parts) -> Caller {
+    request
+        .extensions
+        .get::<Caller>()
+        .cloned()
+        .unwrap_or(Caller::Service)
 }
 
 /// The service token requests may present.
@@ -225,6 +218,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use parley_core::jwt::VerifiedClaims;
 
     const SECRET: &str = "a-test-secret-that-is-at-least-32-bytes-long";
 

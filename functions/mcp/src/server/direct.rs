@@ -21,7 +21,7 @@ use rmcp::transport::streamable_http_server::StreamableHttpService;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 
 use super::ParleyMcp;
-use crate::auth::Caller;
+use crate::auth;
 use crate::config::McpConfig;
 use parley_core::http::is_json_media_type;
 
@@ -98,8 +98,8 @@ impl Inner {
         };
         match direct_request(&bytes) {
             Some((id, direct)) => {
-                let request_id = crate::audit::request_id(&parts);
-                self.answer(id, direct, &Caller::of(&parts), &request_id)
+                let request_id = super::request_id(&parts);
+                self.answer(id, direct, &auth::caller_of(&parts), &request_id)
                     .await
             }
             None => {
@@ -152,7 +152,7 @@ impl Inner {
         &self,
         id: RequestId,
         direct: Direct,
-        caller: &Caller,
+        caller: &auth::Caller,
         request_id: &str,
     ) -> axum::response::Response {
         let result = match direct {

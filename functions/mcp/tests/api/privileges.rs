@@ -3,10 +3,10 @@
 //! naming the tool, the table and the `GRANT` to run, every problem at once; after the grants
 //! it starts. A privilege revoked after start-up refuses the call, and the same check names it.
 
-use parley_mcp::catalog::file;
-use parley_mcp::output::Limits;
-use parley_mcp::tools::privileges;
 use parley_testkit::{READONLY_USER, TestDb};
+use parley_tools::catalog::file;
+use parley_tools::output::Limits;
+use parley_tools::tools::privileges;
 use serde_json::json;
 
 use crate::helpers::{Options, TestApp, spawn_on};

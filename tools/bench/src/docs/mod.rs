@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use parley_cli::eval::{Branch, branches, search};
 use parley_embed::{EmbedSettings, Embedder};
-use parley_mcp::catalog::Catalog;
-use parley_mcp::output::Limits;
-use parley_mcp::tools::ToolSpec;
+use parley_tools::catalog::Catalog;
+use parley_tools::output::Limits;
+use parley_tools::tools::ToolSpec;
 use serde_json::{Map, Value, json};
 
 use crate::mcp_client::{Mcp, http_client, tools_file_setting};

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use parley_embed::Embedder;
-use parley_mcp::tools::ToolSpec;
+use parley_tools::tools::ToolSpec;
 use serde_json::json;
 
 use super::arguments;

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use parley_core::config::Env;
 use parley_embed::{EmbedSettings, Embedder};
-use parley_mcp::tools::ToolSpec;
+use parley_tools::tools::ToolSpec;
 use serde_json::{Value, json};
 
 use super::{CmdError, Out};

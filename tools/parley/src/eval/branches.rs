@@ -310,9 +310,9 @@ GROUP BY id ORDER BY score DESC";
 
     #[test]
     fn the_shipped_search_documents_has_all_four_branches() {
-        let catalog = parley_mcp::catalog::Catalog::load(
+        let catalog = parley_tools::catalog::Catalog::load(
             &[parley_domain_documents::tools_path()],
-            parley_mcp::output::Limits::default(),
+            parley_tools::output::Limits::default(),
         )
         .unwrap();
         let spec = catalog.get("search_documents").unwrap();

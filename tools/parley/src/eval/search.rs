@@ -7,10 +7,11 @@ use std::collections::HashMap;
 
 use parley_core::config::{ConfigError, Env};
 use parley_embed::{EmbedError, Embedder};
-use parley_mcp::rerank::{self, RerankError, RerankSettings, Reranker};
-use parley_mcp::tools::params::{Source, parse_arguments};
-use parley_mcp::tools::spec::Rerank;
-use parley_mcp::tools::{ToolSpec, exec};
+use parley_tools::call::{self, Bound, Caller};
+use parley_tools::rerank::{self, RerankError, RerankSettings, Reranker};
+use parley_tools::tools::params::Source;
+use parley_tools::tools::spec::Rerank;
+use parley_tools::tools::{ToolSpec, embedding, exec};
 use serde_json::{Map, Value, json};
 use tokio_postgres::types::{ToSql, Type};
 
@@ -94,12 +95,10 @@ pub fn call_arguments(
     m
 }
 
-/// The values the tool's parameters take from `args`, or why it refuses them (before anything
-/// is embedded or run, so a bad file or option stops at once).
-pub fn check_arguments(
-    spec: &ToolSpec,
-    args: &Map<String, Value>,
-) -> Result<Vec<parley_mcp::tools::params::SqlValue>, SearchError> {
+/// The values the tool's parameters take from `args` and the rows they ask for, bound by the
+/// engine (`call::bind`) as for a call, or why it refuses them (before anything is embedded
+/// or run, so a bad file or option stops at once).
+pub fn check_arguments(spec: &ToolSpec, args: &Map<String, Value>) -> Result<Bound, SearchError> {
     if spec
         .params
         .iter()
@@ -107,10 +106,15 @@ pub fn check_arguments(
     {
         return Err(SearchError::NeedsCaller(spec.name.clone()));
     }
-    parse_arguments(&spec.params, Some(args)).map_err(|e| SearchError::Arguments {
+    // No caller-bound parameter is left, so the service binds as any caller would.
+    call::bind(spec, Some(args), &Caller::Service).map_err(|e| SearchError::Arguments {
         tool: spec.name.clone(),
         arguments: Value::Object(args.clone()).to_string(),
-        problem: e.to_string(),
+        // The parameter's own words, without the tool result's "invalid arguments:".
+        problem: match e {
+            call::ToolError::Arguments(e) => e.to_string(),
+            other => other.to_string(),
+        },
     })
 }
 
@@ -169,29 +173,28 @@ pub async fn rows(
     model: &str,
     user: Option<&str>,
 ) -> Result<Vec<Value>, SearchError> {
-    let values = check_arguments(spec, args)?;
-    let row_limit = exec::row_limit(spec, &values);
+    let Bound {
+        mut values,
+        row_limit,
+    } = check_arguments(spec, args)?;
+    // The question's embeddings, computed once for every variant of the SQL, bound as the
+    // engine binds a call's own.
+    embedding::fill(
+        &spec.params,
+        &mut values,
+        |argument| embeddings.get(argument).cloned(),
+        model,
+    );
     // One more than is kept, as the server fetches to tell a truncated answer.
     let fetch = i64::try_from(row_limit + 1).unwrap_or(i64::MAX);
-    let model = model.to_owned();
-    let none: Option<Vec<f32>> = None;
     // Unnamed, each value with its placeholder's type, as the mcp function sends a call: one
     // round trip, and nothing kept on the session.
-    let mut params: Vec<(&(dyn ToSql + Sync), Type)> =
-        Vec::with_capacity(spec.placeholder_types.len());
-    for (&p, ty) in spec.placeholder_params.iter().zip(&spec.placeholder_types) {
-        let param = &spec.params[p];
-        let value: &(dyn ToSql + Sync) = match &param.source {
-            Source::Embedding(argument) => match embeddings.get(argument) {
-                Some(v) => v,
-                None => &none,
-            },
-            Source::EmbedderModel => &model,
-            Source::Argument => values[p].as_sql(),
-            Source::Caller(_) => return Err(SearchError::NeedsCaller(spec.name.clone())),
-        };
-        params.push((value, ty.clone()));
-    }
+    let mut params: Vec<(&(dyn ToSql + Sync), Type)> = spec
+        .placeholder_params
+        .iter()
+        .zip(&spec.placeholder_types)
+        .map(|(&p, ty)| (values[p].as_sql(), ty.clone()))
+        .collect();
     // The row limit, the last placeholder.
     params.push((&fetch, Type::INT8));
     // As the mcp function opens a call (`tools::exec`), rolled back at the end.
@@ -244,7 +247,7 @@ pub async fn as_served(
         let rows = rows(db, spec, &spec.wrapped_sql, args, embeddings, model, user).await?;
         return Ok((rows, None));
     };
-    let limit = exec::row_limit(spec, &check_arguments(spec, args)?);
+    let limit = check_arguments(spec, args)?.row_limit;
     let depth = rerank::fetch_depth(declared.depth, limit).min(spec.max_rows);
     let mut deep = args.clone();
     if let Some(i) = spec.limit_param {
@@ -281,8 +284,8 @@ pub async fn as_served(
 mod tests {
     use std::path::PathBuf;
 
-    use parley_mcp::catalog::Catalog;
-    use parley_mcp::output::Limits;
+    use parley_tools::catalog::Catalog;
+    use parley_tools::output::Limits;
 
     use super::*;
 

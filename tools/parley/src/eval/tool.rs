@@ -5,9 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use parley_core::config::Env;
-use parley_mcp::catalog::{Catalog, CatalogError};
-use parley_mcp::output::Limits;
-use parley_mcp::tools::ToolSpec;
+use parley_tools::catalog::{Catalog, CatalogError};
+use parley_tools::output::Limits;
+use parley_tools::tools::ToolSpec;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ToolError {

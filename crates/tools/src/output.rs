@@ -4,8 +4,7 @@
 
 use std::time::Duration;
 
-use rmcp::model::JsonObject;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 /// Most rows any tool may return, whatever its file says: a guard against a typo of `max_rows`.
 pub const HARD_MAX_ROWS: u64 = 10_000;
@@ -49,7 +48,7 @@ pub enum Truncation {
 
 /// Every tool returns the same envelope (the SQL tools' `run_sql` and `list_tables` too); its
 /// rows are described by the tool's description.
-pub fn output_schema() -> JsonObject {
+pub fn output_schema() -> Map<String, Value> {
     let schema = json!({
         "type": "object",
         "properties": {
@@ -63,7 +62,7 @@ pub fn output_schema() -> JsonObject {
     });
     match schema {
         Value::Object(map) => map,
-        _ => JsonObject::new(),
+        _ => Map::new(),
     }
 }
 

@@ -12,23 +12,22 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use deadpool_postgres::Pool;
-use rmcp::model::{Prompt, Tool};
 
 pub use file::{FileError, ToolsFile};
 pub use prompt::PromptSpec;
 
 use crate::adhoc;
+use crate::listing::Listing;
 use crate::output::Limits;
 use crate::tools::{self, ToolSpec};
 
-/// All declared tools and prompts, with their MCP descriptions built once at start-up.
+/// All declared tools and prompts; how each tool is published is built once at start-up.
 #[derive(Debug)]
 pub struct Catalog {
     specs: Vec<ToolSpec>,
-    listed: Vec<Tool>,
+    listed: Vec<Listing>,
     by_name: HashMap<String, usize>,
     prompts: Vec<PromptSpec>,
-    listed_prompts: Vec<Prompt>,
     instructions: Vec<String>,
     /// The ad-hoc SQL tools, when a file turned them on.
     sql: Option<adhoc::SqlSpec>,
@@ -123,7 +122,6 @@ impl Catalog {
         }
         let mut catalog = Self::new(specs);
         catalog.sql = sql.map(|(_, spec)| spec);
-        catalog.listed_prompts = prompts.iter().map(prompt::describe).collect();
         catalog.prompts = prompts;
         catalog.instructions = instructions;
         Ok(catalog)
@@ -142,7 +140,6 @@ impl Catalog {
             listed,
             by_name,
             prompts: Vec::new(),
-            listed_prompts: Vec::new(),
             instructions: Vec::new(),
             sql: None,
         }
@@ -166,7 +163,8 @@ impl Catalog {
         tools::embedding::needed_by(&self.specs)
     }
 
-    pub fn listed(&self) -> &[Tool] {
+    /// How each declared tool is published, in declaration order.
+    pub fn listed(&self) -> &[Listing] {
         &self.listed
     }
 
@@ -174,8 +172,9 @@ impl Catalog {
         self.prompts.iter().find(|p| p.name == name)
     }
 
-    pub fn listed_prompts(&self) -> &[Prompt] {
-        &self.listed_prompts
+    /// The declared prompts, in declaration order.
+    pub fn prompts(&self) -> &[PromptSpec] {
+        &self.prompts
     }
 
     /// Each file's top-level `instructions`, in file order.

@@ -4,6 +4,8 @@
 //! A call embeds once, before its transaction, so no pooled connection waits on the model; it
 //! never embeds the same text twice. It knows no SQL: the vectors are bound as `float4[]`.
 
+use std::collections::HashMap;
+
 use parley_embed::{EmbedError, Embedder};
 
 use super::params::{ParamSpec, Source, SqlValue};
@@ -59,25 +61,44 @@ pub async fn bind(
         .embed(&texts)
         .await
         .map_err(EmbeddingError::Failed)?;
-    let computed: Vec<Option<SqlValue>> = params
+    let by_argument: HashMap<&str, &Vec<f32>> = params
         .iter()
-        .map(|p| match &p.source {
-            Source::Embedding(argument) => Some(
-                text_of(argument)
-                    .and_then(|text| texts.iter().position(|t| *t == text))
-                    .and_then(|i| vectors.get(i).cloned())
-                    .map_or(SqlValue::Null, SqlValue::Vector),
-            ),
-            Source::EmbedderModel => Some(SqlValue::Text(embedder.model_id().to_owned())),
+        .filter_map(|p| match &p.source {
+            Source::Embedding(argument) => text_of(argument)
+                .and_then(|text| texts.iter().position(|t| *t == text))
+                .and_then(|i| vectors.get(i))
+                .map(|vector| (argument.as_str(), vector)),
             _ => None,
         })
         .collect();
-    for (value, computed) in values.iter_mut().zip(computed) {
-        if let Some(computed) = computed {
-            *value = computed;
+    fill(
+        params,
+        values,
+        |argument| by_argument.get(argument).map(|v| (*v).clone()),
+        embedder.model_id(),
+    );
+    Ok(())
+}
+
+/// Sets the computed parameters in `values` (in the order of `params`): each embedding to
+/// `vector_of(argument)`, NULL for a text left out, and the model id to `model`. The one place
+/// computed values are bound: for a call's own embeddings ([`bind`]) and for `parley eval`'s,
+/// which embeds a question once for every variant of the SQL it runs.
+pub fn fill(
+    params: &[ParamSpec],
+    values: &mut [SqlValue],
+    vector_of: impl Fn(&str) -> Option<Vec<f32>>,
+    model: &str,
+) {
+    for (p, value) in params.iter().zip(values.iter_mut()) {
+        match &p.source {
+            Source::Embedding(argument) => {
+                *value = vector_of(argument).map_or(SqlValue::Null, SqlValue::Vector);
+            }
+            Source::EmbedderModel => *value = SqlValue::Text(model.to_owned()),
+            _ => {}
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]

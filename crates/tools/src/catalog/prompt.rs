@@ -1,9 +1,8 @@
 //! A tools file's `[[prompt]]` tables: MCP prompts, message texts with `{{argument}}` slots,
-//! checked at start-up (every slot a declared argument, every argument used) and published in
-//! `prompts/list`.
+//! checked at start-up (every slot a declared argument, every argument used) and rendered with
+//! their arguments; the MCP edge publishes them in `prompts/list`.
 
 use indexmap::IndexMap;
-use rmcp::model::{Prompt, PromptArgument};
 use serde::Deserialize;
 
 use crate::tools::spec::{valid_name, valid_param_name};
@@ -130,28 +129,4 @@ impl PromptSpec {
         out.push_str(rest);
         out
     }
-}
-
-/// How a prompt is published in `prompts/list`.
-pub fn describe(spec: &PromptSpec) -> Prompt {
-    let arguments = spec
-        .arguments
-        .iter()
-        .map(|a| {
-            let mut argument = PromptArgument::new(a.name.clone()).with_required(a.required);
-            if let Some(d) = &a.description {
-                argument = argument.with_description(d.clone());
-            }
-            argument
-        })
-        .collect::<Vec<_>>();
-    let mut prompt = Prompt::new(
-        spec.name.clone(),
-        spec.description.clone(),
-        (!arguments.is_empty()).then_some(arguments),
-    );
-    if let Some(title) = &spec.title {
-        prompt = prompt.with_title(title.clone());
-    }
-    prompt
 }

@@ -14,12 +14,9 @@ pub mod role;
 pub mod run;
 pub mod spec;
 
-use std::sync::Arc;
-
 use deadpool_postgres::Pool;
-use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use tokio::sync::OnceCell;
 use tokio_postgres::types::Type;
 
@@ -27,6 +24,7 @@ pub use run::SqlError;
 pub use spec::{Kind, SqlSpec};
 
 use crate::audit::Marker;
+use crate::listing::{Hints, Listing};
 use crate::output::{ToolOutput, output_schema};
 use guard::Guard;
 use run::{Check, Session, Statement};
@@ -35,7 +33,7 @@ use run::{Check, Session, Statement};
 pub struct SqlTools {
     spec: SqlSpec,
     pool: Pool,
-    listed: Vec<Tool>,
+    listed: Vec<Listing>,
     /// The role check's verdict, once it could run (at start-up, or before the first call when
     /// the database was unreachable then): the guard the calls go through, or why the role is
     /// unsafe. Calls are refused until it says the role is safe.
@@ -65,7 +63,7 @@ impl SqlTools {
         &self.spec
     }
 
-    pub fn listed(&self) -> &[Tool] {
+    pub fn listed(&self) -> &[Listing] {
         &self.listed
     }
 
@@ -140,7 +138,7 @@ impl SqlTools {
     pub async fn call(
         &self,
         kind: Kind,
-        arguments: Option<&JsonObject>,
+        arguments: Option<&Map<String, Value>>,
         marker: Marker<'_>,
     ) -> Result<ToolOutput, SqlError> {
         let arguments = Value::Object(arguments.cloned().unwrap_or_default());
@@ -390,7 +388,7 @@ pub fn max_message_bytes(spec: &SqlSpec) -> usize {
 
 /// The statement a call of `run_sql` or `explain_sql` sent (their `sql` argument), as the
 /// audit stores it; `None` for the other tools or a call without one.
-pub fn statement_of(arguments: Option<&JsonObject>) -> Option<&str> {
+pub fn statement_of(arguments: Option<&Map<String, Value>>) -> Option<&str> {
     arguments?.get("sql")?.as_str()
 }
 
@@ -561,7 +559,7 @@ SELECT json_build_object(\
 FROM t";
 
 /// How a SQL tool is published in `tools/list`.
-fn describe(kind: Kind, spec: &SqlSpec) -> Tool {
+fn describe(kind: Kind, spec: &SqlSpec) -> Listing {
     let schemas = spec.schemas.join(", ");
     let (description, input, output) = match kind {
         Kind::RunSql => {
@@ -653,21 +651,25 @@ fn describe(kind: Kind, spec: &SqlSpec) -> Tool {
             json!({"type": "object", "properties": {"plan": {"type": "string"}}, "required": ["plan"]}),
         ),
     };
-    Tool::new(kind.name(), description, Arc::new(object(input)))
-        .with_raw_output_schema(Arc::new(object(output)))
-        .with_annotations(
-            ToolAnnotations::new()
-                .read_only(true)
-                .destructive(false)
-                .idempotent(true)
-                .open_world(false),
-        )
+    Listing {
+        name: kind.name().to_owned(),
+        title: None,
+        description,
+        input_schema: object(input),
+        output_schema: object(output),
+        hints: Hints {
+            read_only: true,
+            destructive: false,
+            idempotent: true,
+        },
+        meta: Map::new(),
+    }
 }
 
-fn object(value: Value) -> JsonObject {
+fn object(value: Value) -> Map<String, Value> {
     match value {
         Value::Object(map) => map,
-        _ => JsonObject::new(),
+        _ => Map::new(),
     }
 }
 

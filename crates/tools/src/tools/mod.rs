@@ -1,6 +1,6 @@
-//! Declared tools: each `[[tool]]` of a tools file checked into a [`ToolSpec`], published to
-//! MCP clients ([`describe`]) and run for a caller. Which files, and what else they declare, is
-//! the catalog's; what a caller sees of a call is the server's.
+//! Declared tools: each `[[tool]]` of a tools file checked into a [`ToolSpec`], described for
+//! clients ([`describe`], a `Listing` the MCP edge publishes) and run for a caller. Which files,
+//! and what else they declare, is the catalog's; one call's pipeline and errors are `call`'s.
 //!
 //! Submodules: `spec` (`[[tool]]` → [`ToolSpec`]), `sql` (named parameters), `params` (argument
 //! checking and JSON Schema), `embedding` (the values the server computes: embeddings and the
@@ -15,38 +15,20 @@ pub mod privileges;
 pub mod spec;
 pub mod sql;
 
-use std::sync::Arc;
-
 use parley_wire::{META_APPROVAL, META_CITATION, META_CONTEXT, META_IDEMPOTENCY_KEY};
-use rmcp::model::{JsonObject, Tool, ToolAnnotations};
-use serde_json::json;
+use serde_json::{Map, json};
 
 pub use embedding::EmbeddingError;
 pub use exec::ExecError;
 pub use params::{ArgumentError, CallerError};
 pub use spec::{Approval, DeclarationError, ToolSpec};
 
+use crate::listing::{Hints, Listing};
 use crate::output::output_schema;
 
 /// How a tool is published in `tools/list`.
-pub fn describe(spec: &ToolSpec) -> Tool {
-    let mut tool = Tool::new(
-        spec.name.clone(),
-        spec.description.clone(),
-        Arc::new(params::input_schema(&spec.params)),
-    )
-    .with_raw_output_schema(Arc::new(output_schema()))
-    .with_annotations(
-        ToolAnnotations::new()
-            .read_only(!spec.writes)
-            .destructive(spec.destructive)
-            .idempotent(spec.idempotent)
-            .open_world(false),
-    );
-    if let Some(title) = &spec.title {
-        tool = tool.with_title(title.clone());
-    }
-    let mut meta = JsonObject::new();
+pub fn describe(spec: &ToolSpec) -> Listing {
+    let mut meta = Map::new();
     if !spec.context.is_empty() {
         meta.insert(META_CONTEXT.into(), json!(spec.context));
     }
@@ -61,8 +43,17 @@ pub fn describe(spec: &ToolSpec) -> Tool {
     if spec.approval == Approval::Always {
         meta.insert(META_APPROVAL.into(), json!("always"));
     }
-    if !meta.is_empty() {
-        tool.meta = Some(meta.into());
+    Listing {
+        name: spec.name.clone(),
+        title: spec.title.clone(),
+        description: spec.description.clone(),
+        input_schema: params::input_schema(&spec.params),
+        output_schema: output_schema(),
+        hints: Hints {
+            read_only: !spec.writes,
+            destructive: spec.destructive,
+            idempotent: spec.idempotent,
+        },
+        meta,
     }
-    tool
 }
