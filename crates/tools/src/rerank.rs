@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parley_core::config::{ConfigError, Env, SecretString};
-use parley_core::retry::{self, PostError, RetryPolicy};
+use parley_core::retry::{self, PostError, RetryDefaults, RetryPolicy, RetrySettings};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use tokio::time::Instant;
@@ -51,6 +51,16 @@ pub enum Backend {
     Bedrock,
 }
 
+/// `RERANK_TIMEOUT_MS`, `RERANK_MAX_RETRIES` and `RERANK_RETRY_BUDGET_MS` before a deployment
+/// sets them: a search waits for the reranker, so a few seconds, not the embeddings' ten.
+const RETRY_DEFAULTS: RetryDefaults = RetryDefaults {
+    timeout: Duration::from_secs(3),
+    timeout_ms: 10..=60_000,
+    max_retries: 1,
+    retry_budget: Duration::from_millis(500),
+    retry_budget_ms: 0..=60_000,
+};
+
 impl RerankSettings {
     pub fn from_env(env: &Env) -> Result<Option<Self>, ConfigError> {
         let backend = match env.get("RERANK").unwrap_or("off") {
@@ -85,17 +95,13 @@ impl RerankSettings {
                 ));
             }
         };
+        let retry = RetrySettings::from_env(env, "RERANK", RETRY_DEFAULTS)?;
         Ok(Some(Self {
             backend,
             model: env.get("RERANK_MODEL").map(str::to_owned),
-            // A search waits for it: a few seconds, not the embeddings' ten.
-            timeout: env.millis("RERANK_TIMEOUT_MS", Duration::from_secs(3), 10..=60_000)?,
-            max_retries: env.limit("RERANK_MAX_RETRIES", 1, 0..=10)? as u32,
-            retry_budget: env.millis(
-                "RERANK_RETRY_BUDGET_MS",
-                Duration::from_millis(500),
-                0..=60_000,
-            )?,
+            timeout: retry.timeout,
+            max_retries: retry.max_retries,
+            retry_budget: retry.retry_budget,
         }))
     }
 }

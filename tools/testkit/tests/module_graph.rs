@@ -542,3 +542,102 @@ fn every_test_the_map_names_as_a_check_exists() {
             .join("\n  ")
     );
 }
+
+/// `word` in `line` as a whole path or identifier: not inside a longer name.
+fn has_word(line: &str, word: &str) -> bool {
+    let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    line.match_indices(word).any(|(at, _)| {
+        let before = line[..at].chars().next_back();
+        let after = line[at + word.len()..].chars().next();
+        // A path prefix such as `params::` goes on into a name of its own.
+        !before.is_some_and(is_ident) && (word.ends_with("::") || !after.is_some_and(is_ident))
+    })
+}
+
+/// `file:line: word` for each of `words` that the code of the `.rs` files under `dirs` (outside
+/// comments, strings and test modules) names.
+fn code_naming(root: &Path, dirs: &[PathBuf], words: &[&str]) -> Vec<String> {
+    let mut files = Vec::new();
+    for dir in dirs {
+        rust_files(dir, &mut files);
+    }
+    files.sort();
+    let mut found = Vec::new();
+    for file in files {
+        let code = without_tests(&code_only(&read(&file)));
+        let rel = file
+            .strip_prefix(root)
+            .unwrap_or(&file)
+            .display()
+            .to_string();
+        for (n, line) in code.lines().enumerate() {
+            for word in words.iter().filter(|w| has_word(line, w)) {
+                found.push(format!("{rel}:{}: {word}", n + 1));
+            }
+        }
+    }
+    found
+}
+
+/// What belongs to the chat's HTTP edge: the turn core takes narrow dependencies and returns its
+/// own result, so the JSON answer, the page's stream and `/v1` all render the same turn.
+const EDGE_WORDS: &[&str] = &["axum", "lambda_http", "AppState", "crate::http"];
+
+#[test]
+fn the_chats_turn_core_imports_neither_axum_nor_app_state() {
+    let root = repo();
+    let turn = root.join("functions/chat/src/turn");
+    assert!(
+        turn.is_dir(),
+        "functions/chat/src/turn/ is the chat's core (ARCHITECTURE.md)"
+    );
+    let found = code_naming(&root, &[turn], EDGE_WORDS);
+    assert!(
+        found.is_empty(),
+        "the chat's turn/ core must not know the HTTP edge (axum, AppState, crate::http); give \
+         it what it needs as a narrow argument instead:\n  {}",
+        found.join("\n  ")
+    );
+}
+
+/// The tool engine's binding of a call's arguments and caller to a statement's parameters
+/// (`pub(crate)` in parley-tools, so the compiler refuses a call from outside; this names the
+/// paths too): everything else calls `parley_tools::call::bind` or the engine's pipeline.
+const BINDING_WORDS: &[&str] = &[
+    "params::parse_arguments",
+    "params::bind_caller",
+    "bind_caller",
+];
+
+#[test]
+fn only_the_tool_engine_binds_parameters() {
+    let root = repo();
+    assert!(
+        root.join("crates/tools/src").is_dir(),
+        "crates/tools is the tool engine"
+    );
+    let mut dirs = Vec::new();
+    for m in members(&root) {
+        if m.dir != "crates/tools" {
+            dirs.push(root.join(&m.dir));
+        }
+    }
+    let found = code_naming(&root, &dirs, BINDING_WORDS);
+    assert!(
+        found.is_empty(),
+        "only crates/tools binds a tool call's arguments and caller; call its pipeline \
+         instead:\n  {}",
+        found.join("\n  ")
+    );
+}
+
+#[test]
+fn a_word_is_found_whole_and_never_inside_a_longer_name() {
+    assert!(has_word("use axum::Router;", "axum"));
+    assert!(!has_word("let axum_like = 1;", "axum"));
+    assert!(has_word("fn f(s: &AppState)", "AppState"));
+    assert!(!has_word("use crate::http_client;", "crate::http"));
+    assert!(has_word("use crate::http::bodies;", "crate::http"));
+    assert!(has_word("let v = params::SqlValue::Null;", "params::"));
+    assert!(!has_word("let v = my_params::x;", "params::"));
+}

@@ -458,7 +458,7 @@ impl SqlValue {
 /// Checks a whole `arguments` object: unknown names are refused rather than ignored, because a
 /// misspelt filter silently dropped would give a wrong answer that looks right. Caller-bound
 /// parameters are refused as arguments and come back as `Null`, for [`bind_caller`] to fill.
-pub fn parse_arguments(
+pub(crate) fn parse_arguments(
     params: &[ParamSpec],
     arguments: Option<&Map<String, Value>>,
 ) -> Result<Vec<SqlValue>, ArgumentError> {
@@ -504,7 +504,7 @@ pub fn parse_arguments(
 /// Fills in the caller-bound parameters of `tool` from the verified `user` (`None` for the
 /// service). A tool that needs a user, called without one or without the claim, is refused:
 /// its statement never runs with NULL in place of the caller.
-pub fn bind_caller(
+pub(crate) fn bind_caller(
     tool: &str,
     params: &[ParamSpec],
     values: &mut [SqlValue],
