@@ -696,7 +696,7 @@ def rest_api_checks(checks: Checks, api: RuntimeApi, user: dict[str, str], work:
     checks.check(
         f"{where}: GET / (the page, stage chat)", lambda: api.invoke(rest_v1_event("GET", "/"), 60),
         lambda i: streamed(i) and i.status == 200 and i.headers.get("content-type", "").startswith("text/html")
-        and "assets/app.js" in i.text and "content-security-policy" in i.headers
+        and "assets/page.js" in i.text and "content-security-policy" in i.headers
         and not prelude_problems(i.prelude_split()[0]),
         lambda i: f"200 {i.headers['content-type']}, {len(i.body)} bytes, prelude as API Gateway reads it")
     # No stream_url: the page posts its turns to its own origin, which streams.

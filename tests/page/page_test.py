@@ -103,6 +103,10 @@ def main() -> None:
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        # The scripts the page fetches: one, the modules bundled (each request is a Lambda
+        # invocation deployed, so one per module would be throttled).
+        scripts: list[str] = []
+        page.on("request", lambda r: scripts.append(r.url) if r.url.endswith(".js") else None)
         chat_types: list[str] = []
         page.on(
             "response",
@@ -129,7 +133,8 @@ def main() -> None:
             page.get_by_role("button", name="Sign in").click()
             expect(page.get_by_label("Message", exact=True)).to_be_visible()
             expect(page.get_by_label("Message", exact=True)).to_be_focused()
-            return "a bad token is refused, the good one opens the chat with the message box focused"
+            assert scripts == [BASE + "assets/page.js"], f"the page fetched these scripts: {scripts}"
+            return "one script fetched; a bad token is refused, the good one opens the chat with the message box focused"
 
         check("sign in with a token", sign_in)
 

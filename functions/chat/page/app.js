@@ -1,7 +1,11 @@
 // Parley's chat page (served by functions/chat/src/page.rs; no framework, no build step). This is
 // its entry module: it reads the page's settings, signs in and wires the controls. The rest are
 // ES modules it imports, one concern each, each importing only those listed below it (page.rs
-// serves them in this order, and a test there keeps the imports pointing down):
+// lists them in this order, and a test there keeps the imports pointing down). The browser loads
+// them as one script, assets/page.js, which page.rs concatenates at start-up (one request, each
+// a Lambda invocation, not one per module): import only `{ names }` from the modules here,
+// export only declarations, and give each top-level name to one module (page.rs refuses the
+// rest):
 //   sign-in.js        signing in and out: token mode's form, or an OpenID provider
 //   composer.js       the message box: sending a question; Send held after a busy refusal
 //   approvals.js      answering a call that waits for approval

@@ -1,13 +1,15 @@
 //! The chat page for people: `GET /` and its assets (a stylesheet and the ES modules of its
-//! script, listed in [`FILES`]), compiled into the binary from `page/` (no files on disk, no
-//! build step, no server of its own, no request leaves for another host), and `GET /api/page`,
-//! what the page must know before its first API call.
+//! script, listed in [`FILES`], and [`PAGE_SCRIPT`], those modules as the one script the page
+//! loads), compiled into the binary from `page/` (no files on disk, no build step, no server of
+//! its own, no request leaves for another host), and `GET /api/page`, what the page must know
+//! before its first API call.
 //!
 //! Nothing here reads a token: the page is the same for everyone, and what `/api/page` tells
 //! (the assistant's name, whether to ask for a token or how to sign in, the picker's options,
 //! the example questions) is settings, not data. The page itself then calls the API with the caller's token like any other client.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
 
 use axum::Router;
 use axum::http::StatusCode;
@@ -68,7 +70,8 @@ pub struct PageSettings<'a> {
     pub sign_in: Option<Arc<Discovery>>,
 }
 
-/// The routes: `GET /` and each asset of [`FILES`] (HEAD too), and `GET /api/page`.
+/// The routes: `GET /`, each asset of [`FILES`] and the page's script (HEAD too), and
+/// `GET /api/page`.
 pub fn router(settings: &PageSettings<'_>) -> Router {
     let info = json!({
         "assistant": settings.assistant,
@@ -86,7 +89,7 @@ pub fn router(settings: &PageSettings<'_>) -> Router {
         // Nothing to discover: every response is fixed.
         let csp = csp_header(settings.stream_url, None);
         let mut router = Router::new();
-        for &(path, body, content_type) in FILES {
+        for (path, body, content_type) in served() {
             let asset = Asset::new(Bytes::from_static(body.as_bytes()), content_type);
             router = router.route(path, asset.route(csp.clone()));
         }
@@ -101,7 +104,7 @@ pub fn router(settings: &PageSettings<'_>) -> Router {
         stream_url: settings.stream_url.cloned(),
     });
     let mut router = Router::new();
-    for &(path, body, content_type) in FILES {
+    for (path, body, content_type) in served() {
         let asset = Arc::new(Asset::new(
             Bytes::from_static(body.as_bytes()),
             content_type,
@@ -195,6 +198,286 @@ const HTML: &str = "text/html; charset=utf-8";
 const CSS: &str = "text/css; charset=utf-8";
 /// What browsers require of a module script (they refuse one served as anything else).
 const JS: &str = "text/javascript; charset=utf-8";
+
+/// Where the page's script is served: flat under `/assets/`, like every asset.
+const PAGE_SCRIPT_PATH: &str = "/assets/page.js";
+
+/// The one script `index.html` loads: the ES modules of [`FILES`] bundled by [`bundle`], built
+/// once per process (the router asks for it at start-up). Deployed, each asset request is a
+/// Lambda invocation and the chat's reserved concurrency is 5 (demo) to 25 (team): the page's
+/// 18 modules, fetched and revalidated at once on every load, were throttled. The modules stay
+/// the source, one concern each, and are still served, for tests and people debugging.
+static PAGE_SCRIPT: LazyLock<String> = LazyLock::new(|| {
+    bundle(&modules_bottom_up()).unwrap_or_else(|refusals| {
+        // The modules are compiled in, and `the_page_script_bundles_every_module_once_in_order`
+        // bundles the same text: a binary that gets here never passed its tests.
+        let refusals: Vec<String> = refusals.iter().map(Refusal::to_string).collect();
+        panic!("the page's modules do not bundle:\n{}", refusals.join("\n"))
+    })
+});
+
+/// Every file served, as (path, body, content type): [`FILES`], then the page's script.
+fn served() -> impl Iterator<Item = (&'static str, &'static str, &'static str)> {
+    let script: &'static str = PAGE_SCRIPT.as_str();
+    FILES
+        .iter()
+        .copied()
+        .chain([(PAGE_SCRIPT_PATH, script, JS)])
+}
+
+/// The page's ES modules as (file, text), each after the modules it imports: [`FILES`] lists
+/// each above those it imports, so this is [`FILES`] read bottom-up.
+fn modules_bottom_up() -> Vec<(&'static str, &'static str)> {
+    FILES
+        .iter()
+        .rev()
+        .filter_map(|&(path, body, _)| {
+            let file = path.strip_prefix("/assets/")?;
+            file.ends_with(".js").then_some((file, body))
+        })
+        .collect()
+}
+
+/// Something in a module [`bundle`] cannot keep equivalent, and where.
+#[derive(Debug, PartialEq, Eq)]
+struct Refusal {
+    file: String,
+    /// 1-based, as an editor counts.
+    line: usize,
+    why: String,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}: {}", self.file, self.line, self.why)
+    }
+}
+
+/// `modules` (file, text), each after the modules it imports, as one module script. A browser
+/// links ES modules and evaluates each after its imports, every module with its own scope; here
+/// they are concatenated in that order into one scope, each without its
+/// `import { a, b } from "./x.js";` statements (the names are then in scope already) and with
+/// `export` dropped before its declarations. That runs as the modules did as long as nothing
+/// needs a module of its own, so anything else is refused: other kinds of import and export, a
+/// dynamic `import(`, an import of a name the module named does not export, and a top-level name
+/// declared in two modules (a second `function` would silently replace the first). Top-level
+/// declarations are read from lines at column 0, one name each (no destructuring), which is how
+/// the page's modules are written. Each module starts with a `// --- <file> ---` line and keeps
+/// its lines where they were (a dropped import leaves blank lines): line n of a module is the
+/// n-th line after its marker, so a stack trace points at the source. No parser, on purpose: a
+/// few line rules the page's code keeps, checked by the tests below.
+fn bundle(modules: &[(&str, &str)]) -> Result<String, Vec<Refusal>> {
+    let mut script = String::new();
+    let mut refusals = Vec::new();
+    // Each top-level name: the module declaring it, and whether that module exports it.
+    let mut declared: HashMap<String, (String, bool)> = HashMap::new();
+    for (i, &(file, text)) in modules.iter().enumerate() {
+        let evaluated_before = &modules[..i];
+        let mut refuse = |line: usize, why: String| {
+            refusals.push(Refusal {
+                file: file.to_owned(),
+                line,
+                why,
+            });
+        };
+        script.push_str(&format!("// --- {file} ---\n"));
+        // An import statement read so far: its first line and its text.
+        let mut import: Option<(usize, String)> = None;
+        for (n, line) in text.lines().enumerate() {
+            let n = n + 1;
+            if line.contains("import(") {
+                refuse(
+                    n,
+                    "a dynamic `import(`: it would load a second copy of a module".into(),
+                );
+            }
+            let statement = match import.take() {
+                Some((start, so_far)) => Some((start, format!("{so_far} {}", line.trim()))),
+                None if import_statement_starts(line) => Some((n, line.to_owned())),
+                None => None,
+            };
+            if let Some((start, statement)) = statement {
+                script.push('\n');
+                match import_statement(&statement) {
+                    None => import = Some((start, statement)),
+                    Some(Err(why)) => refuse(start, why),
+                    Some(Ok((target, names))) => {
+                        if !evaluated_before.iter().any(|(other, _)| *other == target) {
+                            refuse(
+                                start,
+                                format!(
+                                    "imports {target}, which is not a module evaluated before it (listed below it in FILES)"
+                                ),
+                            );
+                        }
+                        for name in names {
+                            if declared.get(name) != Some(&(target.to_owned(), true)) {
+                                refuse(
+                                    start,
+                                    format!("imports `{name}`, which {target} does not export"),
+                                );
+                            }
+                        }
+                    }
+                }
+                continue;
+            }
+            let code = line.trim_start();
+            if code.len() != line.len()
+                && (import_statement_starts(code) || starts_with_word(code, "export").is_some())
+            {
+                refuse(n, "an import or export not at column 0".into());
+            }
+            let (line, exported) = match starts_with_word(line, "export") {
+                None => (line, false),
+                Some(rest) => match export_declaration(rest) {
+                    Ok(declaration) => (declaration, true),
+                    Err(why) => {
+                        refuse(n, why.into());
+                        (line, false)
+                    }
+                },
+            };
+            match top_level_name(line) {
+                None => {}
+                Some(Err(why)) => refuse(n, why.into()),
+                Some(Ok(name)) => match declared.get(name) {
+                    Some((other, _)) => refuse(
+                        n,
+                        format!(
+                            "declares `{name}` at the top level, as {other} does: in one script one would replace or clash with the other"
+                        ),
+                    ),
+                    None => {
+                        declared.insert(name.to_owned(), (file.to_owned(), exported));
+                    }
+                },
+            }
+            script.push_str(line);
+            script.push('\n');
+        }
+        if let Some((start, _)) = import {
+            refuse(start, "an import statement without an end".into());
+        }
+    }
+    if refusals.is_empty() {
+        Ok(script)
+    } else {
+        Err(refusals)
+    }
+}
+
+/// `text` after `word`, when it starts with that word (not just with its letters).
+fn starts_with_word<'a>(text: &'a str, word: &str) -> Option<&'a str> {
+    let rest = text.strip_prefix(word)?;
+    (!rest.starts_with(is_name_char)).then_some(rest)
+}
+
+fn is_name_char(c: char) -> bool {
+    c.is_alphanumeric() || c == '_' || c == '$'
+}
+
+/// Whether `line` starts a static import statement (`import.meta` and `import(` do not).
+fn import_statement_starts(line: &str) -> bool {
+    starts_with_word(line, "import")
+        .is_some_and(|rest| rest.starts_with(|c: char| c.is_whitespace() || "{*\"'".contains(c)))
+}
+
+/// An import statement read so far: `None` until its specifier's closing quote, then the file
+/// and names of `import { a, b } from "./x.js";` (none for `import "./x.js";`), or why the bundle
+/// cannot keep it.
+fn import_statement(statement: &str) -> Option<Result<(&str, Vec<&str>), String>> {
+    let body = starts_with_word(statement.trim_start(), "import")?;
+    let open = body.find(['"', '\''])?;
+    let quote = &body[open..=open];
+    let close = open + 1 + body[open + 1..].find(quote)?;
+    let (head, specifier) = (body[..open].trim(), &body[open + 1..close]);
+    if !matches!(body[close + 1..].trim(), "" | ";") {
+        return Some(Err("code after an import statement on its line".into()));
+    }
+    let names = if head.is_empty() {
+        Vec::new()
+    } else if head.starts_with('*') {
+        return Some(Err("`import * as`: no module object in one script".into()));
+    } else if let Some(list) = head.strip_prefix('{') {
+        let Some((list, rest)) = list.split_once('}') else {
+            return Some(Err("an import list without its `}`".into()));
+        };
+        if rest.trim() != "from" {
+            return Some(Err(format!(
+                "an import statement of a kind the bundle cannot read: {statement}"
+            )));
+        }
+        let names: Vec<&str> = list
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .collect();
+        if let Some(renamed) = names.iter().find(|n| !n.chars().all(is_name_char)) {
+            return Some(Err(format!(
+                "a renaming import (`{renamed}`): one name per thing in one script"
+            )));
+        }
+        names
+    } else {
+        return Some(Err("a default import (`import x from`)".into()));
+    };
+    let Some(target) = specifier.strip_prefix("./") else {
+        return Some(Err(format!(
+            "imports {specifier:?}: only the page's own modules, as ./<file>"
+        )));
+    };
+    Some(Ok((target, names)))
+}
+
+/// The declaration after `export` (`export function f` gives `function f`), or why the bundle
+/// cannot keep the export.
+fn export_declaration(rest: &str) -> Result<&str, &'static str> {
+    let declaration = rest.trim_start();
+    if starts_with_word(declaration, "default").is_some() {
+        Err("`export default`: no module to be the default of in one script")
+    } else if declaration.starts_with('{') {
+        Err("an `export { ... }` list: export each declaration where it is made")
+    } else if declaration.starts_with('*') {
+        Err("`export *`: no module to re-export in one script")
+    } else if rest.starts_with(' ') && top_level_name(declaration).is_some() {
+        Ok(declaration)
+    } else {
+        Err(
+            "an export of a kind the bundle cannot read: `export` a function, class, const, let or var",
+        )
+    }
+}
+
+/// What a line at column 0 declares at the top level (`function f`, `async function* g`,
+/// `class C`, `const x`, `let x`, `var x`): `None` when it declares nothing, else the name or
+/// why the bundle cannot tell the names apart.
+fn top_level_name(line: &str) -> Option<Result<&str, &'static str>> {
+    let function = starts_with_word(line, "async")
+        .and_then(|rest| starts_with_word(rest.trim_start(), "function"))
+        .or_else(|| starts_with_word(line, "function"))
+        .map(|rest| rest.trim_start().trim_start_matches('*'));
+    let rest = function.or_else(|| {
+        ["class", "const", "let", "var"]
+            .iter()
+            .find_map(|keyword| starts_with_word(line, keyword))
+    })?;
+    let rest = rest.trim_start();
+    let (name, after) = rest.split_at(rest.find(|c| !is_name_char(c)).unwrap_or(rest.len()));
+    if name.is_empty() {
+        return Some(Err(if rest.starts_with(['{', '[']) {
+            "a destructuring declaration at the top level: declare each name on its own"
+        } else {
+            "a top-level declaration whose name is not on its first line"
+        }));
+    }
+    if after.trim_start().starts_with(',') {
+        return Some(Err(
+            "a top-level declaration of several names: one per statement",
+        ));
+    }
+    Some(Ok(name))
+}
 
 /// One fixed response body, with the validator browsers revalidate it by.
 #[derive(Clone)]
@@ -662,6 +945,160 @@ mod tests {
                     "{name} imports {target}, which is not listed below it in FILES"
                 );
             }
+        }
+    }
+
+    /// What `bundle` says about `modules`, one "file:line: why" each.
+    fn refusals(modules: &[(&str, &str)]) -> Vec<String> {
+        match bundle(modules) {
+            Ok(script) => panic!("bundled:\n{script}"),
+            Err(refusals) => refusals.iter().map(Refusal::to_string).collect(),
+        }
+    }
+
+    #[test]
+    fn the_page_script_bundles_every_module_once_in_order() {
+        let modules = modules_bottom_up();
+        let script = bundle(&modules).unwrap_or_else(|refusals| {
+            let refusals: Vec<String> = refusals.iter().map(Refusal::to_string).collect();
+            panic!("{}", refusals.join("\n"))
+        });
+        assert_eq!(script, *PAGE_SCRIPT);
+        let files: Vec<&str> = modules.iter().map(|m| m.0).collect();
+        let js = FILES.iter().filter(|f| f.0.ends_with(".js")).count();
+        assert_eq!(files.len(), js);
+        assert_eq!(files.last(), Some(&"app.js"), "the entry module runs last");
+        let markers: Vec<&str> = script
+            .lines()
+            .filter_map(|l| l.strip_prefix("// --- ")?.strip_suffix(" ---"))
+            .collect();
+        assert_eq!(markers, files, "each module once, each after its imports");
+        // Each module's lines where they were: imports blank, `export ` dropped, nothing else.
+        for (file, text) in &modules {
+            let marker = format!("// --- {file} ---\n");
+            let start = script.find(&marker).unwrap() + marker.len();
+            let bundled = script[start..].lines();
+            for (n, (source, kept)) in text.lines().zip(bundled).enumerate() {
+                let dropped_import = kept.is_empty()
+                    && (source.starts_with("import ") || source.trim_start().starts_with("from "));
+                assert!(
+                    dropped_import || kept == source.strip_prefix("export ").unwrap_or(source),
+                    "{file}:{}: {source:?} became {kept:?}",
+                    n + 1
+                );
+            }
+        }
+        for line in script.lines() {
+            assert!(
+                !line.starts_with("import ") && !line.starts_with("export "),
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_module_keeps_its_lines_under_its_marker_without_imports_or_exports() {
+        let script = bundle(&[
+            (
+                "dom.js",
+                "export const $ = (id) => id;\nexport async function* parts() {}\n",
+            ),
+            (
+                "app.js",
+                "import {\n  $,\n  parts,\n} from \"./dom.js\";\nimport \"./dom.js\";\n\
+                 export class App {}\nconst base = import.meta.url; // $(1)\n",
+            ),
+        ])
+        .unwrap();
+        assert_eq!(
+            script,
+            "// --- dom.js ---\nconst $ = (id) => id;\nasync function* parts() {}\n\
+             // --- app.js ---\n\n\n\n\n\nclass App {}\nconst base = import.meta.url; // $(1)\n"
+        );
+    }
+
+    #[test]
+    fn what_one_script_cannot_keep_equivalent_is_refused_naming_file_and_line() {
+        let dom = (
+            "dom.js",
+            "export const $ = (id) => id;\nexport function el() {}\nfunction own() {}\n",
+        );
+        for (module, says) in [
+            (
+                "import * as dom from \"./dom.js\";",
+                "a.js:1: `import * as`",
+            ),
+            (
+                "// x\nimport dom from \"./dom.js\";",
+                "a.js:2: a default import",
+            ),
+            (
+                "import { $, el as make } from \"./dom.js\";",
+                "a.js:1: a renaming import",
+            ),
+            (
+                "// x\nexport default function f() {}",
+                "a.js:2: `export default`",
+            ),
+            (
+                "const a = 1;\nexport { a };",
+                "a.js:2: an `export { ... }` list",
+            ),
+            ("export * from \"./dom.js\";", "a.js:1: `export *`"),
+            (
+                "f();\nasync function f() {\n  await import(\"./dom.js\");\n}",
+                "a.js:3: a dynamic `import(`",
+            ),
+            (
+                "\nfunction el() {}",
+                "a.js:2: declares `el` at the top level, as dom.js does",
+            ),
+            (
+                "let own = 1;",
+                "a.js:1: declares `own` at the top level, as dom.js does",
+            ),
+            (
+                "const { a, b } = {};",
+                "a.js:1: a destructuring declaration",
+            ),
+            (
+                "export const [a] = [1];",
+                "a.js:1: a destructuring declaration",
+            ),
+            (
+                "let a, b;",
+                "a.js:1: a top-level declaration of several names",
+            ),
+            (
+                "import { own } from \"./dom.js\";",
+                "a.js:1: imports `own`, which dom.js does not export",
+            ),
+            (
+                "import { x } from \"./later.js\";",
+                "a.js:1: imports later.js, which is not a module evaluated before it",
+            ),
+            (
+                "import { el } from \"/dom.js\";",
+                "a.js:1: imports \"/dom.js\": only the page's own modules",
+            ),
+            (
+                "{\n  import { el } from \"./dom.js\";\n}",
+                "a.js:2: an import or export not at column 0",
+            ),
+            (
+                "import {\n  el\n} from \"./dom.js\"; el();",
+                "a.js:1: code after an import statement",
+            ),
+            (
+                "const a = 1;\nimport { el }",
+                "a.js:2: an import statement without an end",
+            ),
+        ] {
+            let refused = refusals(&[dom, ("a.js", module)]);
+            assert!(
+                refused.iter().any(|r| r.starts_with(says)),
+                "{module}: {refused:?}"
+            );
         }
     }
 

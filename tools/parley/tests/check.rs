@@ -448,7 +448,7 @@ async fn a_front_door_that_drops_an_asset_or_the_pages_policy_fails_the_page_che
     let mcp_url = mcp(&db, &sql_url, &[]).await;
     let page = chat(&db, &mcp_url, &llm, &[]).await;
 
-    let door = front_door(page.clone(), Door::Lacks("/assets/app.js")).await;
+    let door = front_door(page.clone(), Door::Lacks("/assets/page.js")).await;
     let report = check(
         &[&door, "--mcp", &mcp_url],
         &[("MCP_AUTH_TOKEN", MCP_TOKEN)],
@@ -457,11 +457,11 @@ async fn a_front_door_that_drops_an_asset_or_the_pages_policy_fails_the_page_che
     assert_eq!(report.code, Some(1));
     let (detail, fix) = report.failed("page");
     assert!(
-        detail.contains("assets/app.js") && detail.contains("404"),
+        detail.contains("assets/page.js") && detail.contains("404"),
         "{detail}"
     );
     assert!(
-        fix.contains("does not pass assets/app.js on to the chat function"),
+        fix.contains("does not pass assets/page.js on to the chat function"),
         "{fix}"
     );
     // The page's settings still load, so the checks that need them run.

@@ -42,14 +42,67 @@ fn page_files() -> Vec<(String, &'static str, String)> {
     files
 }
 
+/// `script` holds every module of `files` once, each under a `// --- <file> ---` line with its
+/// lines where they were (an import dropped leaves a blank line, `export` is dropped), the entry
+/// module (app.js) last, and imports nothing: the browser has nothing more to fetch.
+fn assert_bundles(script: &str, files: &[(String, &'static str, String)]) {
+    let mut modules: Vec<(usize, &str, &str)> = Vec::new();
+    for (path, _, content) in files {
+        let Some(file) = path.strip_prefix("/assets/") else {
+            continue;
+        };
+        if !file.ends_with(".js") || file == "page.js" {
+            continue;
+        }
+        let marker = format!("// --- {file} ---\n");
+        assert_eq!(script.matches(&marker).count(), 1, "{file}");
+        let at = script.find(&marker).unwrap() + marker.len();
+        modules.push((at, file, content));
+    }
+    modules.sort();
+    assert_eq!(
+        modules.last().map(|m| m.1),
+        Some("app.js"),
+        "the entry module runs last"
+    );
+    for (at, file, content) in modules {
+        let kept: Vec<&str> = script[at..]
+            .lines()
+            .take_while(|l| !l.starts_with("// --- "))
+            .collect();
+        assert_eq!(kept.len(), content.lines().count(), "{file}");
+        for (n, (source, kept)) in content.lines().zip(kept).enumerate() {
+            let declaration = source.strip_prefix("export ").unwrap_or(source);
+            assert!(
+                kept == declaration || kept.is_empty(),
+                "{file}:{}: {source:?} became {kept:?}",
+                n + 1
+            );
+        }
+    }
+    for line in script.lines() {
+        assert!(
+            !line.starts_with("import ") && !line.starts_with("export "),
+            "{line}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn the_page_and_its_assets_are_served_without_a_token_under_a_strict_policy() {
     let app = chat(vec![]).await;
     let http = reqwest::Client::new();
-    let files = page_files();
+    let mut files = page_files();
     // The page, its stylesheet, its entry module and the modules that one imports.
     let modules = files.iter().filter(|f| f.0.ends_with(".js")).count();
     assert!(modules > 10, "{modules} modules");
+    // And the one script the page loads, those modules bundled (its content is checked below).
+    let script = "/assets/page.js".to_owned();
+    files.push((
+        script.clone(),
+        "text/javascript; charset=utf-8",
+        String::new(),
+    ));
     for (path, content_type, content) in &files {
         let response = http
             .get(format!("{}{path}", app.base))
@@ -66,7 +119,12 @@ async fn the_page_and_its_assets_are_served_without_a_token_under_a_strict_polic
         assert_eq!(header(&response, "x-content-type-options"), "nosniff");
         assert_eq!(header(&response, "cache-control"), "no-cache");
         let etag = header(&response, "etag").to_owned();
-        assert_eq!(&response.text().await.unwrap(), content, "{path}");
+        let body = response.text().await.unwrap();
+        if *path == script {
+            assert_bundles(&body, &files);
+        } else {
+            assert_eq!(&body, content, "{path}");
+        }
 
         // The browser's copy is still good: 304, no body.
         let again = http
@@ -114,8 +172,8 @@ async fn the_page_and_its_assets_are_served_without_a_token_under_a_strict_polic
         assert_eq!(response.status(), 404, "{path}");
     }
 
-    // The page's script is loaded from this origin only, never inline: one entry module, which
-    // imports the others by relative paths.
+    // The page's script is loaded from this origin only, never inline: one module script, the
+    // page's modules bundled, so a first load is three requests (page, stylesheet, script).
     let html = http
         .get(format!("{}/", app.base))
         .send()
@@ -124,7 +182,7 @@ async fn the_page_and_its_assets_are_served_without_a_token_under_a_strict_polic
         .text()
         .await
         .unwrap();
-    assert!(html.contains(r#"<script type="module" src="assets/app.js"></script>"#));
+    assert!(html.contains(r#"<script type="module" src="assets/page.js"></script>"#));
     assert_eq!(html.matches("<script").count(), 1, "{html}");
     assert!(!html.contains("http://") && !html.contains("https://"));
 }

@@ -98,7 +98,7 @@ async fn api_page_tells_the_page_how_to_sign_in_with_the_discovered_endpoints() 
     );
 
     // The page may post to the token endpoint's origin, and to no other.
-    for path in ["/", "/assets/app.js", "/api/page"] {
+    for path in ["/", "/assets/page.js", "/api/page"] {
         let csp = csp(&app, path).await;
         assert!(
             csp.contains("connect-src 'self' http://127.0.0.2:9;"),

@@ -366,7 +366,7 @@ mod tests {
     #[test]
     fn parleys_page_references_its_stylesheet_and_script() {
         let html = include_str!("../../../../../functions/chat/page/index.html");
-        assert_eq!(assets(html), ["assets/app.css", "assets/app.js"]);
+        assert_eq!(assets(html), ["assets/app.css", "assets/page.js"]);
     }
 
     #[test]
