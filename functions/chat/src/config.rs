@@ -16,9 +16,9 @@ use serde::Deserialize;
 
 use crate::auth::{AuthConfig, AuthMode};
 use crate::http::cross_site::CrossSiteConfig;
+use crate::http::page::{ContextOptions, Examples, StreamUrl};
+use crate::http::sign_in::SignInSettings;
 use crate::limits::Limits;
-use crate::page::{ContextOptions, Examples, StreamUrl};
-use crate::sign_in::SignInSettings;
 use crate::turn::approval;
 use crate::turn::instructions::AssistantName;
 use crate::turn::llm::LlmConfig;

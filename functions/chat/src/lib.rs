@@ -1,20 +1,18 @@
 //! Parley's chat function: `POST /api/chat` runs an LLM tool-calling loop over MCP tools,
 //! keeps the conversation in Postgres and returns the reply with a trace of every tool call;
-//! `page` serves a chat page for people at `GET /`.
+//! `http::page` serves a chat page for people at `GET /`.
 //!
 //! Two rooms: `http` is the edge (routes, extractors, [`AppState`], the dialects and writers,
-//! cross-site checks, the one status mapping) and `turn` the core (the loop, the conversation's
+//! cross-site checks, the one status mapping, the page and its sign-in) and `turn` the core (the loop, the conversation's
 //! storage and lease, approvals, the model and MCP clients), which knows no HTTP and is handed
 //! only what it needs ([`turn::Deps`]). Each module imports only modules below it: `config`
-//! (every setting, read once) → `http` → `page`, `turn` → `auth`, `limits`, `nul`, `sign_in`.
+//! (every setting, read once) → `http` → `turn` → `auth`, `limits`, `nul`.
 
 pub mod auth;
 pub mod config;
 pub mod http;
 pub mod limits;
 pub mod nul;
-pub mod page;
-pub mod sign_in;
 pub mod turn;
 
 use std::sync::Arc;
@@ -87,7 +85,7 @@ fn router(
     let sign_in = config
         .sign_in
         .clone()
-        .map(|settings| Arc::new(sign_in::Discovery::new(settings, client.clone())));
+        .map(|settings| Arc::new(http::sign_in::Discovery::new(settings, client.clone())));
     let db = config.db.clone().named("parley-chat");
     let pool = parley_core::db::pool_with_secrets(&db, secrets.as_ref(), &metrics)?;
     let state = AppState {
@@ -112,7 +110,7 @@ fn router(
         metrics,
     };
     config.approval.warn_if_off();
-    let page = page::router(&page::PageSettings {
+    let page = http::page::router(&http::page::PageSettings {
         assistant: config.assistant_name.as_str(),
         auth: config.auth.mode,
         context_options: config.page_context_options.as_ref(),

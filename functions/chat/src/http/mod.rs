@@ -1,6 +1,7 @@
 //! The chat's HTTP edge: [`AppState`], the router, `POST /api/chat` (JSON, or streamed by
 //! [`ui_stream`]) and `GET /health`; the conversations' routes are in [`conversations`], the
-//! OpenAI-compatible ones in [`openai`]. It runs a turn through [`crate::turn::run`], handing
+//! OpenAI-compatible ones in [`openai`], the page and its sign-in in [`page`] and [`sign_in`].
+//! It runs a turn through [`crate::turn::run`], handing
 //! it only what it needs, and renders the outcome; nothing below this room sees axum.
 //!
 //! Bodies are parsed by [`bodies`] into checked domain values (parse, don't validate), so the
@@ -11,6 +12,8 @@ pub mod conversations;
 pub mod cross_site;
 pub mod error;
 pub mod openai;
+pub mod page;
+pub mod sign_in;
 pub mod turn_body;
 pub mod ui_stream;
 

@@ -21,8 +21,8 @@ use parley_core::config::{ConfigError, Env};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+use super::sign_in::{Discovery, SignInInfo};
 use crate::auth::AuthMode;
-use crate::sign_in::{Discovery, SignInInfo};
 
 /// What the browser may load and run: this origin only (and the streaming URL's, for the
 /// page's streamed turns, and the sign-in provider's token endpoint, which the page posts the
@@ -162,7 +162,7 @@ macro_rules! asset {
     ($file:literal, $content_type:expr) => {
         (
             concat!("/assets/", $file),
-            include_str!(concat!("../page/", $file)),
+            include_str!(concat!("../../page/", $file)),
             $content_type,
         )
     };
@@ -173,7 +173,7 @@ macro_rules! asset {
 /// `modules_import_only_the_modules_below_them` keeps the order true). Assets stay flat under
 /// `/assets/`: template.yaml's HTTP API routes `GET /assets/{asset}`, one path segment.
 const FILES: &[(&str, &str, &str)] = &[
-    ("/", include_str!("../page/index.html"), HTML),
+    ("/", include_str!("../../page/index.html"), HTML),
     asset!("app.css", CSS),
     asset!("app.js", JS),
     asset!("sign-in.js", JS),
