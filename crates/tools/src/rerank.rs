@@ -29,12 +29,10 @@ pub struct RerankSettings {
     pub backend: Backend,
     /// `RERANK_MODEL`: sent as `model` when set (`http`); the model's ARN (`bedrock`).
     pub model: Option<String>,
-    /// `RERANK_TIMEOUT_MS`: one request (default 3000).
-    pub timeout: Duration,
-    /// `RERANK_MAX_RETRIES`: retries after a 429, a 5xx or a transport failure (default 1).
-    pub max_retries: u32,
-    /// `RERANK_RETRY_BUDGET_MS`: waiting between one request's retries (default 500; `http`).
-    pub retry_budget: Duration,
+    /// `RERANK_TIMEOUT_MS`: one request (default 3000); `RERANK_MAX_RETRIES`: retries after a
+    /// 429, a 5xx or a transport failure (default 1); `RERANK_RETRY_BUDGET_MS`: waiting between
+    /// one request's retries (default 500; `http`).
+    pub retry: RetrySettings,
 }
 
 /// `RERANK`: `http` or `bedrock`.
@@ -95,13 +93,10 @@ impl RerankSettings {
                 ));
             }
         };
-        let retry = RetrySettings::from_env(env, "RERANK", RETRY_DEFAULTS)?;
         Ok(Some(Self {
             backend,
             model: env.get("RERANK_MODEL").map(str::to_owned),
-            timeout: retry.timeout,
-            max_retries: retry.max_retries,
-            retry_budget: retry.retry_budget,
+            retry: RetrySettings::from_env(env, "RERANK", RETRY_DEFAULTS)?,
         }))
     }
 }
@@ -171,14 +166,7 @@ impl Reranker {
     pub async fn new(settings: RerankSettings, env: &Env) -> Self {
         let client = match settings.backend.clone() {
             Backend::Http { url, api_key } => Client::Http {
-                policy: RetryPolicy {
-                    service: "reranker",
-                    timeout: settings.timeout,
-                    max_retries: settings.max_retries,
-                    retry_budget: settings.retry_budget,
-                    max_response_bytes: MAX_RESPONSE_BYTES,
-                    base_backoff: retry::BASE_BACKOFF,
-                },
+                policy: settings.retry.policy("reranker", MAX_RESPONSE_BYTES),
                 url,
                 api_key,
                 settings,
@@ -195,12 +183,12 @@ impl Reranker {
                 let config = aws_sdk_bedrockagentruntime::config::Builder::from(&shared)
                     .timeout_config(
                         TimeoutConfig::builder()
-                            .operation_attempt_timeout(settings.timeout)
+                            .operation_attempt_timeout(settings.retry.timeout)
                             .build(),
                     )
                     .retry_config(
                         RetryConfig::standard()
-                            .with_max_attempts(settings.max_retries.saturating_add(1)),
+                            .with_max_attempts(settings.retry.max_retries.saturating_add(1)),
                     )
                     .build();
                 Client::Bedrock {
@@ -235,10 +223,7 @@ impl Reranker {
                 })?;
                 // Every attempt's timeout and the waits between them, as the embeddings
                 // client bounds one batch.
-                let attempts = settings.max_retries.saturating_add(1);
-                let deadline = Instant::now()
-                    + settings.timeout.saturating_mul(attempts)
-                    + settings.retry_budget;
+                let deadline = Instant::now() + settings.retry.worst_case();
                 let bytes =
                     retry::post_json(http, policy, api_key.as_ref(), url.clone(), body, deadline)
                         .await?;
@@ -492,9 +477,9 @@ mod tests {
         assert_eq!(url.as_str(), "https://api.example.com/v2/rerank");
         assert!(api_key.is_some());
         assert_eq!(s.model.as_deref(), Some("rerank-v3.5"));
-        assert_eq!(s.timeout, Duration::from_millis(750));
-        assert_eq!(s.max_retries, 0);
-        assert_eq!(s.retry_budget, Duration::from_millis(500));
+        assert_eq!(s.retry.timeout, Duration::from_millis(750));
+        assert_eq!(s.retry.max_retries, 0);
+        assert_eq!(s.retry.retry_budget, Duration::from_millis(500));
         assert!(
             !format!("{s:?}").contains("sk-secret"),
             "the key is redacted"
@@ -553,7 +538,10 @@ mod tests {
         .unwrap();
         assert!(matches!(s.backend, Backend::Bedrock), "{s:?}");
         assert_eq!(s.model.as_deref(), Some(arn));
-        assert_eq!((s.timeout, s.max_retries), (Duration::from_millis(800), 2));
+        assert_eq!(
+            (s.retry.timeout, s.retry.max_retries),
+            (Duration::from_millis(800), 2)
+        );
     }
 
     #[test]
