@@ -258,6 +258,23 @@ impl Reranker {
         }
     }
 
+    /// The indexes of `texts`, best first for `query`, as a call orders its rows: stable (ties
+    /// keep the SQL's order), and in the SQL's order with why when reranking fails. One text
+    /// has nothing to be ordered against: no request.
+    pub async fn order(&self, query: &str, texts: &[String]) -> (Vec<usize>, Option<RerankError>) {
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        if texts.len() < 2 {
+            return (order, None);
+        }
+        match self.rerank(query, texts).await {
+            Ok(scores) => {
+                order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+                (order, None)
+            }
+            Err(e) => (order, Some(e)),
+        }
+    }
+
     /// `fetched` (the rows of a call run `depth` deep) reordered by their scores for `query`,
     /// the text of each row in its column `text`, then cut to `row_limit` rows and `max_bytes`.
     /// When reranking fails the rows keep their order, and `tool` is named in a warning.
@@ -277,22 +294,17 @@ impl Reranker {
                 return fetched.clone();
             }
         };
-        let mut order: Vec<usize> = (0..rows.len()).collect();
-        // One row has nothing to be ordered against: no request.
-        if rows.len() > 1 {
-            let texts: Vec<String> = rows.iter().map(|row| text_of(row, text)).collect();
-            let started = std::time::Instant::now();
-            match self.rerank(query, &texts).await {
-                // Stable: ties keep the SQL's order.
-                Ok(scores) => order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a])),
-                Err(e) => tracing::warn!(
-                    tool,
-                    rows = rows.len(),
-                    elapsed_ms = started.elapsed().as_millis() as u64,
-                    error = %e,
-                    "reranking failed; the rows keep the search's order"
-                ),
-            }
+        let texts: Vec<String> = rows.iter().map(|row| text_of(row, text)).collect();
+        let started = std::time::Instant::now();
+        let (order, failed) = self.order(query, &texts).await;
+        if let Some(e) = failed {
+            tracing::warn!(
+                tool,
+                rows = rows.len(),
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                error = %e,
+                "reranking failed; the rows keep the search's order"
+            );
         }
         // The call fetched more rows than the limit (see `fetch_depth`), so a result that had
         // more than the limit is marked truncated here as it would have been without reranking.
@@ -430,11 +442,17 @@ fn rows_of(json: &str) -> Result<Vec<&RawValue>, serde_json::Error> {
     serde_json::from_str::<Rows<'_>>(json).map(|r| r.rows)
 }
 
-/// A row's text in `column`: a string as is, another value as JSON, none as empty.
+/// A row's text in `column` (see [`text_in`]).
 fn text_of(row: &RawValue, column: &str) -> String {
     let value: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(row.get()).unwrap_or_default();
-    match value.get(column) {
+    text_in(&value, column)
+}
+
+/// The text a row is reranked by, its `column`: a string as is, another value as JSON, none
+/// as empty.
+pub fn text_in(row: &serde_json::Map<String, serde_json::Value>, column: &str) -> String {
+    match row.get(column) {
         Some(serde_json::Value::String(s)) => s.clone(),
         None | Some(serde_json::Value::Null) => String::new(),
         Some(other) => other.to_string(),

@@ -270,8 +270,9 @@ async fn with_a_reranker_configured_eval_scores_the_hybrid_reranked_too() {
     let v: Value = serde_json::from_str(&stdout_of(&output)).unwrap();
     assert_eq!(
         requests.load(std::sync::atomic::Ordering::SeqCst),
-        3,
-        "one request per question"
+        2,
+        "one request per question with rows to order: the wifi question finds one page at \
+         most, and a call sends no request for a single row"
     );
     assert_eq!(v["reranked"]["method"], "reranked (http)", "{v:#}");
     let branches: Vec<&str> = v["branches"]

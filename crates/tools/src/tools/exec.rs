@@ -426,6 +426,16 @@ async fn transaction<T>(
             }
         }
     };
+    pipelined(client, begin, configured, work).await
+}
+
+/// [`transaction`]'s messages, whichever way `configured` sends `parley.begin_call`.
+async fn pipelined<T>(
+    client: &tokio_postgres::Client,
+    begin: &str,
+    configured: impl Future<Output = Result<(), tokio_postgres::Error>>,
+    work: impl Future<Output = Result<T, tokio_postgres::Error>>,
+) -> Result<T, tokio_postgres::Error> {
     let (begun, configured, output, ended, committed) = tokio::join!(
         client.batch_execute(begin),
         configured,
@@ -447,6 +457,50 @@ async fn transaction<T>(
         let _ = client.batch_execute(UNLOCK_AFTER_FAILURE).await;
     }
     outcome
+}
+
+/// `sql`, a read-only variant of `tool`'s statement (its `wrapped_sql`, or a branch of it
+/// wrapped the same way, with the same placeholders), run on `client` in a call's transaction
+/// for `user` (`None`: the service) with values the engine bound (`crate::call::bind`, the
+/// embeddings filled in): `parley eval` and the bench measure a tool's SQL exactly as calls
+/// run it. Always `READ ONLY`; the rows come back whole, at most `row_limit` of them, without
+/// the byte cap a call's answer has.
+pub async fn read_variant(
+    client: &tokio_postgres::Client,
+    tool: &ToolSpec,
+    sql: &str,
+    args: &[SqlValue],
+    user: Option<&VerifiedClaims>,
+    row_limit: u64,
+) -> Result<Vec<String>, tokio_postgres::Error> {
+    // One more than is kept, as a call fetches to tell a truncated answer.
+    let fetch = i64::try_from(row_limit.saturating_add(1)).unwrap_or(i64::MAX);
+    let mut params: Vec<(&(dyn ToSql + Sync), Type)> = tool
+        .placeholder_params
+        .iter()
+        .zip(&tool.placeholder_types)
+        .map(|(&p, ty)| (args[p].as_sql(), ty.clone()))
+        .collect();
+    params.push((&fetch, Type::INT8));
+    let caller = user.map(|u| serde_json::Value::Object(u.claims.clone()).to_string());
+    let settings = CallSettings::new(tool, None);
+    let settings = settings.params(&caller);
+    let keep = usize::try_from(row_limit).unwrap_or(usize::MAX);
+    let rows = async {
+        let rows = client.query_typed(sql, &params).await?;
+        Ok(rows
+            .iter()
+            .take(keep)
+            .map(|row| row.get::<_, String>(0))
+            .collect())
+    };
+    pipelined(
+        client,
+        &begin_sql(false, None),
+        async { client.execute_typed(BEGIN_CALL, &settings).await.map(drop) },
+        rows,
+    )
+    .await
 }
 
 #[cfg(test)]

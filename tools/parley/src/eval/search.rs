@@ -1,11 +1,13 @@
-//! A search tool's SQL run directly for one question, with the values the mcp function binds:
-//! the call's arguments, the embeddings of the arguments the tool embeds and the embedder's
-//! model id, inside the transaction `tools::exec` opens; and the rows reordered as the
-//! function's reranker would (`RERANK`). It returns the rows, or their uris, best first.
+//! A search tool's SQL run for one question through the tool engine: the values bound as a
+//! call binds them (`call::bind`, the embeddings of the arguments the tool embeds and the
+//! embedder's model id), the statement (or a variant of it) run in a call's transaction
+//! (`exec::read_variant`), and the rows ordered by the call's reranker (`Reranker::order`,
+//! with `RERANK`). It returns the rows, or their uris, best first.
 
 use std::collections::HashMap;
 
 use parley_core::config::{ConfigError, Env};
+use parley_core::jwt::VerifiedClaims;
 use parley_embed::{EmbedError, Embedder};
 use parley_tools::call::{self, Bound, Caller};
 use parley_tools::rerank::{self, RerankError, RerankSettings, Reranker};
@@ -13,7 +15,6 @@ use parley_tools::tools::params::Source;
 use parley_tools::tools::spec::Rerank;
 use parley_tools::tools::{ToolSpec, embedding, exec};
 use serde_json::{Map, Value, json};
-use tokio_postgres::types::{ToSql, Type};
 
 use super::Question;
 
@@ -163,7 +164,8 @@ pub fn uris_of(rows: &[Value]) -> Vec<String> {
         .collect()
 }
 
-/// [`uris`], the whole rows.
+/// [`uris`], the whole rows: bound by the engine (`call::bind`) and run as a call runs
+/// (`exec::read_variant`).
 pub async fn rows(
     db: &tokio_postgres::Client,
     spec: &ToolSpec,
@@ -185,35 +187,15 @@ pub async fn rows(
         |argument| embeddings.get(argument).cloned(),
         model,
     );
-    // One more than is kept, as the server fetches to tell a truncated answer.
-    let fetch = i64::try_from(row_limit + 1).unwrap_or(i64::MAX);
-    // Unnamed, each value with its placeholder's type, as the mcp function sends a call: one
-    // round trip, and nothing kept on the session.
-    let mut params: Vec<(&(dyn ToSql + Sync), Type)> = spec
-        .placeholder_params
+    // A signed-in user's subject alone (no groups).
+    let user = user.map(|sub| VerifiedClaims {
+        subject: sub.to_owned(),
+        claims: Map::from_iter([("sub".to_owned(), json!(sub))]),
+    });
+    exec::read_variant(db, spec, sql, &values, user.as_ref(), row_limit)
+        .await?
         .iter()
-        .zip(&spec.placeholder_types)
-        .map(|(&p, ty)| (values[p].as_sql(), ty.clone()))
-        .collect();
-    // The row limit, the last placeholder.
-    params.push((&fetch, Type::INT8));
-    // As the mcp function opens a call (`tools::exec`), rolled back at the end.
-    db.batch_execute(&exec::begin_sql(spec.writes, None))
-        .await?;
-    let caller = user.map(|sub| json!({ "sub": sub }).to_string());
-    let settings = exec::CallSettings::new(spec, None);
-    let rows = match db
-        .execute_typed(exec::BEGIN_CALL, &settings.params(&caller))
-        .await
-    {
-        Ok(_) => db.query_typed(sql, &params).await,
-        Err(e) => Err(e),
-    };
-    db.batch_execute("ROLLBACK").await?;
-    rows?
-        .iter()
-        .take(usize::try_from(row_limit).unwrap_or(usize::MAX))
-        .map(|r| Ok(serde_json::from_str(r.get::<_, &str>(0))?))
+        .map(|row| Ok(serde_json::from_str(row)?))
         .collect()
 }
 
@@ -254,24 +236,19 @@ pub async fn as_served(
         deep.insert(spec.params[i].name.clone(), json!(depth));
     }
     let rows = rows(db, spec, &spec.wrapped_sql, &deep, embeddings, model, user).await?;
-    let text = |row: &Value| match &row[&declared.text] {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    };
-    let texts: Vec<String> = rows.iter().map(text).collect();
+    let texts: Vec<String> = rows
+        .iter()
+        .map(|row| {
+            row.as_object()
+                .map(|row| rerank::text_in(row, &declared.text))
+                .unwrap_or_default()
+        })
+        .collect();
     let query = deep
         .get(&spec.params[declared.query].name)
         .and_then(Value::as_str)
         .unwrap_or_default();
-    let mut order: Vec<usize> = (0..rows.len()).collect();
-    let failed = match reranker.rerank(query, &texts).await {
-        Ok(scores) => {
-            order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
-            None
-        }
-        Err(e) => Some(e),
-    };
+    let (order, failed) = reranker.order(query, &texts).await;
     let kept = order
         .iter()
         .take(usize::try_from(limit).unwrap_or(usize::MAX))
