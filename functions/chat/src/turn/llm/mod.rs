@@ -40,14 +40,12 @@ pub struct LlmConfig {
     /// `LLM_API_KEY`, else `OPENAI_API_KEY`; sent as `Authorization: Bearer`. Optional because
     /// local servers (Ollama, vLLM) often need none.
     pub api_key: Option<SecretString>,
-    /// `LLM_TIMEOUT_MS`: one HTTP request to the LLM, start to end of body (default 60000). A
+    /// `LLM_TIMEOUT_MS`: one HTTP request to the LLM, start to end of body (default 60000); a
     /// streamed answer has it as the time to its first bytes and as the longest silence after.
-    pub timeout: Duration,
     /// `LLM_MAX_RETRIES`: retries after a 429, a 5xx or a transport failure (default 3).
-    pub max_retries: u32,
     /// `LLM_RETRY_BUDGET_MS`: total time one LLM call may spend waiting between retries
     /// (default 20000); a `Retry-After` longer than what is left ends the retries.
-    pub retry_budget: Duration,
+    pub retry: RetrySettings,
     /// `LLM_MAX_OUTPUT_TOKENS`: optional cap sent with each request.
     pub max_output_tokens: Option<u32>,
     /// `LLM_TEMPERATURE` (0-2) and `LLM_TOP_P` (0-1): sent only when set, so the provider's
@@ -85,7 +83,6 @@ impl LlmConfig {
             .get("LLM_BASE_URL")
             .unwrap_or("https://api.openai.com/v1");
         let base_url = parley_core::config::api_base_url("LLM_BASE_URL", raw_base)?;
-        let retry = RetrySettings::from_env(env, "LLM", RETRY_DEFAULTS)?;
         Ok(Self {
             api,
             base_url,
@@ -93,9 +90,7 @@ impl LlmConfig {
             api_key: env
                 .secret("LLM_API_KEY")
                 .or_else(|| env.secret("OPENAI_API_KEY")),
-            timeout: retry.timeout,
-            max_retries: retry.max_retries,
-            retry_budget: retry.retry_budget,
+            retry: RetrySettings::from_env(env, "LLM", RETRY_DEFAULTS)?,
             max_output_tokens: env
                 .optional::<u32>("LLM_MAX_OUTPUT_TOKENS")?
                 .filter(|n| *n > 0),
@@ -497,8 +492,11 @@ mod tests {
             LlmConfig {
                 api,
                 base_url: url::Url::parse(&format!("{}/", llm.base_url())).unwrap(),
-                max_retries: 3,
-                retry_budget: std::time::Duration::from_secs(10),
+                retry: RetrySettings {
+                    max_retries: 3,
+                    retry_budget: std::time::Duration::from_secs(10),
+                    ..config().retry
+                },
                 ..config()
             },
             reqwest::Client::new(),

@@ -54,12 +54,8 @@ pub(super) async fn post_stream(
 
 fn policy(config: &LlmConfig) -> RetryPolicy {
     RetryPolicy {
-        service: "LLM",
-        timeout: config.timeout,
-        max_retries: config.max_retries,
-        retry_budget: config.retry_budget,
-        max_response_bytes: config.max_response_bytes,
         base_backoff: BASE_BACKOFF,
+        ..config.retry.policy("LLM", config.max_response_bytes)
     }
 }
 
@@ -99,6 +95,8 @@ mod tests {
     use parley_testkit::llm::{ScriptedLlm, Step};
     use serde_json::Value;
 
+    use parley_core::retry::RetrySettings;
+
     use super::*;
     use crate::turn::llm::fixtures::{config, far_deadline};
 
@@ -108,8 +106,11 @@ mod tests {
 
     fn retrying(max_retries: u32) -> LlmConfig {
         LlmConfig {
-            max_retries,
-            retry_budget: Duration::from_secs(10),
+            retry: RetrySettings {
+                max_retries,
+                retry_budget: Duration::from_secs(10),
+                ..config().retry
+            },
             ..config()
         }
     }
@@ -182,10 +183,8 @@ mod tests {
     #[tokio::test]
     async fn a_zero_retry_budget_turns_retries_off() {
         let llm = ScriptedLlm::start(vec![Step::rate_limited(0), Step::text("no")]).await;
-        let config = LlmConfig {
-            retry_budget: Duration::ZERO,
-            ..retrying(3)
-        };
+        let mut config = retrying(3);
+        config.retry.retry_budget = Duration::ZERO;
         let err = post(&llm, &config).await.unwrap_err();
         assert!(matches!(err, LlmError::RateLimited { .. }), "{err:?}");
         assert_eq!(llm.requests().len(), 1);
@@ -206,10 +205,8 @@ mod tests {
     async fn an_answer_slower_than_the_timeout_is_retried_then_reported_as_a_timeout() {
         let slow = || Step::delayed(Duration::from_secs(5), Step::text("late"));
         let llm = ScriptedLlm::start(vec![slow(), slow()]).await;
-        let config = LlmConfig {
-            timeout: Duration::from_millis(100),
-            ..retrying(1)
-        };
+        let mut config = retrying(1);
+        config.retry.timeout = Duration::from_millis(100);
         let err = post(&llm, &config).await.unwrap_err();
         assert!(matches!(err, LlmError::Timeout), "{err:?}");
         assert_eq!(llm.requests().len(), 2);

@@ -35,7 +35,7 @@ pub(super) async fn read(
         .get(reqwest::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/json"));
-    let chunks = chunks(opened, config.timeout, config.max_response_bytes);
+    let chunks = chunks(opened, config.retry.timeout, config.max_response_bytes);
     let mut said = Said::new(on_text);
     let reply = if whole {
         llm.parse(&read_whole(chunks, deadline).await?)?
@@ -568,8 +568,11 @@ mod tests {
         let mut config = LlmConfig {
             api,
             base_url: url::Url::parse(&format!("{}/", llm.base_url())).unwrap(),
-            max_retries: 3,
-            retry_budget: Duration::from_secs(10),
+            retry: parley_core::retry::RetrySettings {
+                max_retries: 3,
+                retry_budget: Duration::from_secs(10),
+                ..config().retry
+            },
             ..config()
         };
         tweak(&mut config);
@@ -736,7 +739,7 @@ mod tests {
     async fn a_silence_longer_than_the_timeout_is_a_timeout_and_not_retried() {
         for api in BOTH {
             let llm = ScriptedLlm::start(vec![Step::stall("Part"), Step::text("no")]).await;
-            let client = client_with(&llm, api, |c| c.timeout = Duration::from_millis(200));
+            let client = client_with(&llm, api, |c| c.retry.timeout = Duration::from_millis(200));
             let streamed = stream(&client, far_deadline()).await;
             assert!(
                 matches!(streamed.result, Err(LlmError::Timeout)),
@@ -787,8 +790,8 @@ mod tests {
         let slow = || Step::delayed(Duration::from_secs(5), Step::text("late"));
         let llm = ScriptedLlm::start(vec![slow(), slow(), slow()]).await;
         let client = client_with(&llm, LlmApi::Responses, |c| {
-            c.timeout = Duration::from_millis(100);
-            c.max_retries = 1;
+            c.retry.timeout = Duration::from_millis(100);
+            c.retry.max_retries = 1;
         });
         let streamed = stream(&client, far_deadline()).await;
         assert!(
@@ -798,7 +801,7 @@ mod tests {
         );
         assert_eq!(llm.requests().len(), 2);
         let client = client_with(&llm, LlmApi::Responses, |c| {
-            c.timeout = Duration::from_secs(1)
+            c.retry.timeout = Duration::from_secs(1)
         });
         let streamed = stream(&client, Instant::now() + Duration::from_millis(200)).await;
         assert!(
