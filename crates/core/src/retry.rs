@@ -156,20 +156,9 @@ struct Failure {
 
 /// The body of a 2xx answer to a POST of `body` (JSON) to `url`, by `deadline`: each
 /// attempt's timeout is cut to the time left, and no retry starts past it. `api_key`, when
-/// given, goes as `Authorization: Bearer`.
+/// given, goes as `Authorization: Bearer`. `retries` ends as the retries made (for a caller's
+/// metrics).
 pub async fn post_json(
-    http: &reqwest::Client,
-    policy: &RetryPolicy,
-    api_key: Option<&SecretString>,
-    url: url::Url,
-    body: Vec<u8>,
-    deadline: Instant,
-) -> Result<bytes::Bytes, PostError> {
-    post_json_counted(http, policy, api_key, url, body, deadline, &mut 0).await
-}
-
-/// [`post_json`], setting `retries` to the retries it made (for a caller's metrics).
-pub async fn post_json_counted(
     http: &reqwest::Client,
     policy: &RetryPolicy,
     api_key: Option<&SecretString>,
@@ -215,18 +204,6 @@ impl Streaming {
 /// with the policy's `timeout` as the time to those bytes; from there on the answer is the
 /// caller's, because a retry would repeat what it has already been given.
 pub async fn post_stream(
-    http: &reqwest::Client,
-    policy: &RetryPolicy,
-    api_key: Option<&SecretString>,
-    url: url::Url,
-    body: Vec<u8>,
-    deadline: Instant,
-) -> Result<Streaming, PostError> {
-    post_stream_counted(http, policy, api_key, url, body, deadline, &mut 0).await
-}
-
-/// [`post_stream`], setting `retries` to the retries it made (for a caller's metrics).
-pub async fn post_stream_counted(
     http: &reqwest::Client,
     policy: &RetryPolicy,
     api_key: Option<&SecretString>,

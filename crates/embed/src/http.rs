@@ -109,6 +109,7 @@ impl HttpEmbedder {
             inner.url.clone(),
             body,
             deadline,
+            &mut 0,
         )
         .await
         .map_err(|error| EmbedError::Request {

@@ -224,8 +224,9 @@ impl Reranker {
                 // Every attempt's timeout and the waits between them, as the embeddings
                 // client bounds one batch.
                 let deadline = Instant::now() + settings.retry.worst_case();
+                let key = api_key.as_ref();
                 let bytes =
-                    retry::post_json(http, policy, api_key.as_ref(), url.clone(), body, deadline)
+                    retry::post_json(http, policy, key, url.clone(), body, deadline, &mut 0)
                         .await?;
                 scores(&bytes, texts.len())
             }

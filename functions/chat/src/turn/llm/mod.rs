@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use parley_core::config::{ConfigError, Env, ExposeSecret, SecretString};
 use parley_core::metrics::{Document, Metrics};
-use parley_core::retry::{RetryDefaults, RetrySettings};
+use parley_core::retry::{RetryDefaults, RetryPolicy, RetrySettings, post_json, post_stream};
 use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -334,6 +334,8 @@ pub enum LlmError {
 #[derive(Debug, Clone)]
 pub struct Llm {
     config: LlmConfig,
+    /// From `config`: how each POST is retried.
+    policy: RetryPolicy,
     http: reqwest::Client,
     metrics: Metrics,
 }
@@ -347,6 +349,7 @@ until it is"
             );
         }
         Self {
+            policy: retry::policy(&config),
             config,
             http,
             metrics: Metrics::off(),
@@ -375,9 +378,8 @@ until it is"
         let (path, body) = self.request(prompt, false);
         let reply = async {
             let url = self.url(path)?;
-            let bytes =
-                retry::post_json(&self.http, &self.config, url, body, deadline, &mut retries)
-                    .await?;
+            let (http, policy, key) = (&self.http, &self.policy, self.config.api_key.as_ref());
+            let bytes = post_json(http, policy, key, url, body, deadline, &mut retries).await?;
             self.parse(&bytes)
         }
         .await;
@@ -405,9 +407,8 @@ until it is"
         let (path, body) = self.request(prompt, true);
         let reply = async {
             let url = self.url(path)?;
-            let opened =
-                retry::post_stream(&self.http, &self.config, url, body, deadline, &mut retries)
-                    .await?;
+            let (http, policy, key) = (&self.http, &self.policy, self.config.api_key.as_ref());
+            let opened = post_stream(http, policy, key, url, body, deadline, &mut retries).await?;
             streamed::read(self, opened, deadline, on_text).await
         }
         .await;

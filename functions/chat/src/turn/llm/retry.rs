@@ -1,4 +1,4 @@
-//! One JSON POST to the LLM server with retries, by `parley_core::retry`'s policy (429, 5xx,
+//! The LLM's POSTs with retries, by `parley_core::retry`'s policy (429, 5xx,
 //! timeouts and transport failures retried with backoff or `Retry-After`), within
 //! `LLM_MAX_RETRIES` and the `LLM_RETRY_BUDGET_MS` of waiting, and never past the turn's
 //! deadline; bodies capped at `LLM_MAX_RESPONSE_BYTES`; a streamed answer retried only until
@@ -7,7 +7,6 @@
 use std::time::Duration;
 
 use parley_core::retry::{self, PostError, RetryPolicy};
-use tokio::time::Instant;
 
 use super::{LlmConfig, LlmError};
 
@@ -18,41 +17,9 @@ const BASE_BACKOFF: Duration = retry::BASE_BACKOFF;
 #[cfg(test)]
 const BASE_BACKOFF: Duration = Duration::from_millis(2);
 
-/// The body of a 2xx answer to one POST, within `deadline`: each attempt's timeout is cut to
-/// the time left, and no retry starts past it.
-pub(super) async fn post_json(
-    http: &reqwest::Client,
-    config: &LlmConfig,
-    url: url::Url,
-    body: Vec<u8>,
-    deadline: Instant,
-    retries: &mut u32,
-) -> Result<bytes::Bytes, LlmError> {
-    let policy = policy(config);
-    let key = config.api_key.as_ref();
-    retry::post_json_counted(http, &policy, key, url, body, deadline, retries)
-        .await
-        .map_err(LlmError::from)
-}
-
-/// A 2xx answer to one POST asking for a stream, its first bytes read: retried as
-/// [`post_json`] is until then, and never after. Both set `retries` to the retries made.
-pub(super) async fn post_stream(
-    http: &reqwest::Client,
-    config: &LlmConfig,
-    url: url::Url,
-    body: Vec<u8>,
-    deadline: Instant,
-    retries: &mut u32,
-) -> Result<retry::Streaming, LlmError> {
-    let policy = policy(config);
-    let key = config.api_key.as_ref();
-    retry::post_stream_counted(http, &policy, key, url, body, deadline, retries)
-        .await
-        .map_err(LlmError::from)
-}
-
-fn policy(config: &LlmConfig) -> RetryPolicy {
+/// The policy of the LLM's POSTs (`parley_core::retry::post_json` and `post_stream`), built
+/// once with the client: the deployment's `LLM_*` settings.
+pub(super) fn policy(config: &LlmConfig) -> RetryPolicy {
     RetryPolicy {
         base_backoff: BASE_BACKOFF,
         ..config.retry.policy("LLM", config.max_response_bytes)
@@ -94,11 +61,25 @@ mod tests {
     use parley_core::config::SecretString;
     use parley_testkit::llm::{ScriptedLlm, Step};
     use serde_json::Value;
+    use tokio::time::Instant;
 
     use parley_core::retry::RetrySettings;
 
     use super::*;
     use crate::turn::llm::fixtures::{config, far_deadline};
+
+    /// One POST as the client sends it, with `config`'s policy.
+    async fn post_json(
+        http: &reqwest::Client,
+        config: &LlmConfig,
+        url: url::Url,
+        body: Vec<u8>,
+        deadline: Instant,
+        retries: &mut u32,
+    ) -> Result<bytes::Bytes, LlmError> {
+        let key = config.api_key.as_ref();
+        Ok(retry::post_json(http, &policy(config), key, url, body, deadline, retries).await?)
+    }
 
     fn url(llm: &ScriptedLlm) -> url::Url {
         url::Url::parse(&format!("{}/responses", llm.base_url())).unwrap()
