@@ -173,7 +173,7 @@ pub async fn run_capped(
 ) -> Result<ToolOutput, ExecError> {
     let started = std::time::Instant::now();
     let call = Call {
-        caller: user.map(|u| serde_json::Value::Object(u.claims.clone()).to_string()),
+        caller: caller_json(user),
         key: key.filter(|_| tool.keyed_sql.is_some()),
         // One row past the limit tells "exactly N" from "more than N".
         fetch: i64::try_from(row_limit + 1).unwrap_or(i64::MAX),
@@ -329,12 +329,7 @@ async fn query(
         _ => (&tool.wrapped_sql, &[]),
     };
     let types = tool.placeholder_types.iter().chain(key_types).cloned();
-    let mut params: Vec<&(dyn ToSql + Sync)> = tool
-        .placeholder_params
-        .iter()
-        .map(|&i| args[i].as_sql())
-        .collect();
-    params.push(&call.fetch);
+    let mut params = statement_params(tool, args, &call.fetch);
     let tool_name = tool.name.as_str();
     let key = call.key.map(IdempotencyKey::as_str);
     if let Some(key) = &key {
@@ -459,6 +454,27 @@ async fn pipelined<T>(
     outcome
 }
 
+/// The values of `tool`'s statement, in placeholder order: each parameter's, then the rows to
+/// fetch (the last placeholder, `placeholder_types` ends with its INT8).
+fn statement_params<'a>(
+    tool: &ToolSpec,
+    args: &'a [SqlValue],
+    fetch: &'a i64,
+) -> Vec<&'a (dyn ToSql + Sync)> {
+    let mut params: Vec<&(dyn ToSql + Sync)> = tool
+        .placeholder_params
+        .iter()
+        .map(|&i| args[i].as_sql())
+        .collect();
+    params.push(fetch);
+    params
+}
+
+/// The verified claims as JSON text for `parley.caller`; `None` for the service.
+fn caller_json(user: Option<&VerifiedClaims>) -> Option<String> {
+    user.map(|u| serde_json::Value::Object(u.claims.clone()).to_string())
+}
+
 /// `sql`, a read-only variant of `tool`'s statement (its `wrapped_sql`, or a branch of it
 /// wrapped the same way, with the same placeholders), run on `client` in a call's transaction
 /// for `user` (`None`: the service) with values the engine bound (`crate::call::bind`, the
@@ -475,14 +491,11 @@ pub async fn read_variant(
 ) -> Result<Vec<String>, tokio_postgres::Error> {
     // One more than is kept, as a call fetches to tell a truncated answer.
     let fetch = i64::try_from(row_limit.saturating_add(1)).unwrap_or(i64::MAX);
-    let mut params: Vec<(&(dyn ToSql + Sync), Type)> = tool
-        .placeholder_params
-        .iter()
-        .zip(&tool.placeholder_types)
-        .map(|(&p, ty)| (args[p].as_sql(), ty.clone()))
+    let params: Vec<(&(dyn ToSql + Sync), Type)> = statement_params(tool, args, &fetch)
+        .into_iter()
+        .zip(tool.placeholder_types.iter().cloned())
         .collect();
-    params.push((&fetch, Type::INT8));
-    let caller = user.map(|u| serde_json::Value::Object(u.claims.clone()).to_string());
+    let caller = caller_json(user);
     let settings = CallSettings::new(tool, None);
     let settings = settings.params(&caller);
     let keep = usize::try_from(row_limit).unwrap_or(usize::MAX);
