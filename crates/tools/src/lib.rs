@@ -17,4 +17,5 @@ pub mod catalog;
 pub mod listing;
 pub mod output;
 pub mod rerank;
+pub mod semantic;
 pub mod tools;
