@@ -11,6 +11,8 @@ use serde::Deserialize;
 /// Whether those tables and columns exist is `parley catalog check`'s business.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CatalogFile {
+    /// The schemas the catalog describes, as `init` was given them (`refresh` reads these).
+    pub schemas: Vec<String>,
     pub instructions: Vec<Instruction>,
     pub tables: Vec<Table>,
     pub relationships: Vec<Relationship>,
@@ -175,6 +177,8 @@ pub enum CatalogFileError {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawFile {
+    #[serde(default)]
+    schemas: Vec<String>,
     #[serde(default, rename = "instruction")]
     instructions: Vec<Instruction>,
     #[serde(default, rename = "table")]
@@ -284,7 +288,14 @@ pub fn parse(text: &str) -> Result<CatalogFile, CatalogFileError> {
             ));
         }
     }
+    if let Some(bad) = raw.schemas.iter().find(|s| !is_name(s)) {
+        return Err(entry(
+            "schemas".into(),
+            format!("`{bad}` is not a schema name"),
+        ));
+    }
     Ok(CatalogFile {
+        schemas: raw.schemas,
         instructions: raw.instructions,
         tables: raw.tables,
         relationships,
@@ -332,6 +343,8 @@ mod tests {
     use super::*;
 
     const FILE: &str = r#"
+schemas = ["shop"]
+
 [[instruction]]
 text = "Fiscal years start in April."
 

@@ -128,6 +128,11 @@ pub async fn snapshot(
                 db: facts,
             });
         }
+        let rows = match row.get::<_, Option<i64>>(2) {
+            Some(rows) => Some(rows),
+            None if kind == "table" => counted_rows(db, &name, bounds).await?,
+            None => None,
+        };
         tables.push(Table {
             name,
             description: None,
@@ -136,7 +141,7 @@ pub async fn snapshot(
             columns,
             db: TableFacts {
                 kind: Some(kind),
-                rows: row.get(2),
+                rows,
                 comment: row.get(3),
                 primary_key: row.get(4),
                 gone: false,
@@ -173,8 +178,10 @@ fn quoted(table: &str, column: &str) -> (String, String) {
     (format!("{}.{}", ident(schema), ident(name)), ident(column))
 }
 
-/// Every distinct non-empty value of `column` in its first `max_scan_rows` rows, when there are
-/// at most `max_values` of them, each at most `max_value_chars` long; none otherwise.
+/// Every distinct non-empty value of `column` in its first `max_scan_rows` rows, when they
+/// are codes rather than identifiers: at most `max_values` of them, each repeated on average
+/// (no more than half as many values as rows holding one), each at most `max_value_chars`
+/// long. None otherwise: a column of names, e-mails or ids has as many values as rows.
 async fn distinct_values(
     db: &Client,
     table: &str,
@@ -183,22 +190,45 @@ async fn distinct_values(
 ) -> Result<Vec<String>, tokio_postgres::Error> {
     let (table, column) = quoted(table, column);
     let sql = format!(
-        "SELECT DISTINCT v FROM (SELECT {column}::text AS v FROM {table} LIMIT $1) s \
-         WHERE v IS NOT NULL AND v <> '' ORDER BY v LIMIT $2"
+        "WITH s AS (SELECT {column}::text AS v FROM {table} LIMIT $1) \
+         SELECT coalesce((SELECT array_agg(v ORDER BY v) FROM \
+                  (SELECT DISTINCT v FROM s WHERE v <> '' LIMIT $2) d), '{{}}'), \
+                (SELECT count(v) FROM s WHERE v <> '')"
     );
     let limit = i64::try_from(bounds.max_values + 1).unwrap_or(i64::MAX);
-    let rows = db
-        .query_typed(
+    let row = db
+        .query_typed_one(
             &sql,
             &[(&bounds.max_scan_rows, Type::INT8), (&limit, Type::INT8)],
         )
         .await?;
-    let values: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    let values: Vec<String> = row.get(0);
+    let filled: i64 = row.get(1);
+    let repeated = i64::try_from(values.len())
+        .unwrap_or(i64::MAX)
+        .saturating_mul(2)
+        <= filled;
     let fits = values.len() <= bounds.max_values
+        && repeated
         && values
             .iter()
             .all(|v| v.chars().count() <= bounds.max_value_chars);
     Ok(if fits { values } else { Vec::new() })
+}
+
+/// Rows in `table`, counted up to `max_scan_rows` when the planner has no estimate yet (a
+/// table never analyzed); `None` past that.
+async fn counted_rows(
+    db: &Client,
+    table: &str,
+    bounds: Bounds,
+) -> Result<Option<i64>, tokio_postgres::Error> {
+    let (table, _) = quoted(table, "");
+    let sql = format!("SELECT count(*) FROM (SELECT FROM {table} LIMIT $1) s");
+    let fetched = bounds.max_scan_rows.saturating_add(1);
+    let row = db.query_typed_one(&sql, &[(&fetched, Type::INT8)]).await?;
+    let counted: i64 = row.get(0);
+    Ok((counted <= bounds.max_scan_rows).then_some(counted))
 }
 
 /// The smallest and largest value of `column` as text, read from its first `max_scan_rows`

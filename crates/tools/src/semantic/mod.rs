@@ -6,6 +6,7 @@
 
 pub mod file;
 pub mod introspect;
+pub mod verified;
 pub mod write;
 
 pub use file::{CatalogFile, CatalogFileError};

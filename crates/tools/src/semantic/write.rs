@@ -26,6 +26,7 @@ fn header(schemas: &[String]) -> String {
 /// A new catalog file for `snapshot` of `schemas`.
 pub fn draft(snapshot: &Snapshot, schemas: &[String]) -> String {
     let mut doc = DocumentMut::new();
+    doc.insert("schemas", value(strings(schemas)));
     let mut tables = ArrayOfTables::new();
     for table in &snapshot.tables {
         tables.push(table_entry(table));
@@ -67,7 +68,8 @@ fn refresh_tables(tables: &mut ArrayOfTables, snapshot: &Snapshot) {
         match snapshot.tables.iter().find(|t| t.name == name) {
             Some(table) => {
                 entry.insert("db", value(table_facts(&table.db)));
-                refresh_columns(entry, &table.columns);
+                let private = flag(entry, "hidden");
+                refresh_columns(entry, &table.columns, private);
                 seen.push(name);
             }
             None if edited(entry, &["name", "db", "column"]) || edited_columns(entry) => {
@@ -84,7 +86,15 @@ fn refresh_tables(tables: &mut ArrayOfTables, snapshot: &Snapshot) {
     }
 }
 
-fn refresh_columns(entry: &mut TomlTable, columns: &[Column]) {
+/// Whether `entry` says `key = true`.
+fn flag(entry: &TomlTable, key: &str) -> bool {
+    entry.get(key).and_then(Item::as_bool) == Some(true)
+}
+
+/// The columns' facts rewritten. A column marked `pii` or `hidden` (or all of them, when the
+/// table is `hidden`) gets no values and no range: a draft's sample of a column the team then
+/// marked personal is taken out at the next refresh, and never written again.
+fn refresh_columns(entry: &mut TomlTable, columns: &[Column], hidden_table: bool) {
     let existing = entry
         .entry("column")
         .or_insert(Item::ArrayOfTables(ArrayOfTables::new()));
@@ -101,7 +111,12 @@ fn refresh_columns(entry: &mut TomlTable, columns: &[Column]) {
             .to_owned();
         match columns.iter().find(|c| c.name == name) {
             Some(found) => {
-                column.insert("db", value(column_facts(&found.db)));
+                let mut facts = found.db.clone();
+                if hidden_table || flag(column, "pii") || flag(column, "hidden") {
+                    facts.values.clear();
+                    (facts.min, facts.max) = (None, None);
+                }
+                column.insert("db", value(column_facts(&facts)));
                 seen.push(name);
             }
             None if edited(column, &["name", "db"]) => {
