@@ -6,7 +6,8 @@
 //!
 //! Modules, each importing only those after it: `call` (one call's pipeline: [`call::Engine`],
 //! [`call::bind`], the errors a caller sees), `catalog` (the tools files merged and checked
-//! against the database), `tools` (declared tools: spec, parameters, execution, privileges),
+//! against the database), `semantic` (the semantic catalog: what a team's tables mean,
+//! docs/catalog.md), `tools` (declared tools: spec, parameters, execution, privileges),
 //! `adhoc` (the ad-hoc SQL tools), `rerank` (the optional reranker), `audit` (the audit trail),
 //! `output` (the result envelope and its limits), `listing` (how a tool is published).
 
@@ -17,4 +18,5 @@ pub mod catalog;
 pub mod listing;
 pub mod output;
 pub mod rerank;
+pub mod semantic;
 pub mod tools;

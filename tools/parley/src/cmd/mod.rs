@@ -3,6 +3,7 @@
 //! `parley-admin` function (which runs an allow-listed few) share every subcommand's code.
 
 pub mod audit;
+pub mod catalog;
 pub mod check;
 pub mod collections;
 pub mod demo_data;
@@ -66,6 +67,8 @@ pub enum Command {
     Logins(logins::Args),
     Eval(eval::Args),
     Check(check::Args),
+    /// Draft, refresh or check the semantic catalog: what the tables of a database mean.
+    Catalog(catalog::Args),
 }
 
 impl Command {
@@ -83,6 +86,7 @@ impl Command {
             Command::Logins(_) => "logins",
             Command::Eval(_) => "eval",
             Command::Check(_) => "check",
+            Command::Catalog(_) => "catalog",
         }
     }
 }
@@ -104,6 +108,7 @@ pub async fn run(command: Command, env: &Env, out: &mut Out) -> Result<(), CmdEr
         Command::Logins(args) => Box::pin(logins::run(args, env, out)).await,
         Command::Eval(args) => Box::pin(eval::run(args, env, out)).await,
         Command::Check(args) => Box::pin(check::run(args, env, out)).await,
+        Command::Catalog(args) => Box::pin(catalog::run(args, env, out)).await,
     }
 }
 
@@ -125,6 +130,8 @@ pub enum CmdError {
     Collections(#[from] collections::CollectionsError),
     #[error(transparent)]
     Audit(#[from] audit::AuditError),
+    #[error(transparent)]
+    Catalog(#[from] catalog::CatalogError),
     #[error(transparent)]
     Eval(#[from] eval::EvalError),
     #[error(transparent)]
@@ -158,6 +165,7 @@ impl CmdError {
             CmdError::Collections(e) if e.is_usage() => ExitCode::from(2),
             CmdError::Logins(e) if e.is_usage() => ExitCode::from(2),
             CmdError::Eval(e) if e.is_usage() => ExitCode::from(2),
+            CmdError::Catalog(e) if e.is_usage() => ExitCode::from(2),
             CmdError::Search(e) if e.is_usage() => ExitCode::from(2),
             CmdError::Tool(_) => ExitCode::from(2),
             CmdError::LoginSource(logins::SourceError::NoPassword { .. }) => ExitCode::from(2),
