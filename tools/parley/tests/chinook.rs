@@ -2,11 +2,8 @@
 //! store with its keys and every row, beside the lahman and nycflights13 distractor schemas;
 //! a second run gives the same database.
 
-mod common;
-
 use std::process::Command;
 
-use common::stdout_of;
 use parley_testkit::TestDb;
 
 /// Chinook's tables and their rows: all of upstream's data.
@@ -24,15 +21,21 @@ const CHINOOK_ROWS: [(&str, i64); 11] = [
     ("track", 3503),
 ];
 
+/// `parley demo-data --domain chinook`'s standard output, after checking it exited 0.
 fn demo_data_chinook(url: &str) -> String {
-    stdout_of(
-        &Command::new(env!("CARGO_BIN_EXE_parley"))
-            .args(["demo-data", "--domain", "chinook"])
-            .env_clear()
-            .env("DATABASE_URL", url)
-            .output()
-            .expect("parley runs"),
-    )
+    let out = Command::new(env!("CARGO_BIN_EXE_parley"))
+        .args(["demo-data", "--domain", "chinook"])
+        .env_clear()
+        .env("DATABASE_URL", url)
+        .output()
+        .expect("parley runs");
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[tokio::test]
