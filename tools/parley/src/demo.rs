@@ -1,6 +1,6 @@
 //! The demo domains `parley demo-data` can load, each a crate under domains/ with its tools and
-//! data. Feedback and tasks have their own schemas: loading one applies its schema, then its
-//! data, in one transaction; Parley's own schema (`parley migrate`) never includes them. The
+//! data. Feedback, tasks and chinook have their own schemas: loading one applies its schema,
+//! then its data, in one transaction; Parley's own schema (`parley migrate`) never includes them. The
 //! documents domain lives in Parley's schema (migration 0004) and is loaded by parley-ingest,
 //! one transaction per document, after the others.
 
@@ -8,6 +8,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use parley_core::db::pg_message;
+use parley_domain_chinook as chinook;
 use parley_domain_documents as documents;
 use parley_domain_feedback as feedback;
 use parley_domain_tasks as tasks;
@@ -24,23 +25,34 @@ pub enum Domain {
     Feedback,
     /// A personal task list per user, with write tools and row-level security.
     Tasks,
+    /// The Chinook music store (schema chinook) beside 32 tables of baseball (lahman) and
+    /// flights (nycflights13): a larger database with no comments, for the semantic catalog
+    /// and ad-hoc SQL.
+    Chinook,
     /// The PostgreSQL manual as courses (one collection per part), with demo enrollments; it
     /// embeds every page, so it needs the manual and the embedding model.
     Documents,
 }
 
 impl Domain {
-    pub const ALL: [Domain; 3] = [Domain::Feedback, Domain::Tasks, Domain::Documents];
+    pub const ALL: [Domain; 4] = [
+        Domain::Feedback,
+        Domain::Tasks,
+        Domain::Chinook,
+        Domain::Documents,
+    ];
 
     /// What `parley demo-data` loads without `--domain`: not documents, which embeds the
     /// whole manual (about 8,800 chunks: tens of minutes with the built-in model here), and
-    /// which scripts/dev and the scratch databases of scripts/lib.sh do not need.
+    /// which scripts/dev and the scratch databases of scripts/lib.sh do not need; nor chinook,
+    /// which neither the tools files nor the tests that load the defaults use.
     pub const DEFAULT: [Domain; 2] = [Domain::Feedback, Domain::Tasks];
 
     pub fn name(self) -> &'static str {
         match self {
             Domain::Feedback => "feedback",
             Domain::Tasks => "tasks",
+            Domain::Chinook => "chinook",
             Domain::Documents => "documents",
         }
     }
@@ -51,6 +63,7 @@ impl Domain {
         match self {
             Domain::Feedback => Some(feedback::SCHEMA),
             Domain::Tasks => Some(tasks::SCHEMA),
+            Domain::Chinook => Some(chinook::SCHEMA),
             Domain::Documents => None,
         }
     }
@@ -96,6 +109,7 @@ impl Default for DemoOptions {
 pub struct DemoSummary {
     pub feedback: Option<feedback::LoadSummary>,
     pub tasks: Option<tasks::LoadSummary>,
+    pub chinook: Option<chinook::LoadSummary>,
     pub documents: Option<documents::LoadSummary>,
     pub elapsed: Duration,
 }
@@ -117,6 +131,8 @@ pub enum DemoError {
     Feedback(#[from] feedback::LoadError),
     #[error("loading the tasks domain: {0}")]
     Tasks(#[from] tasks::LoadError),
+    #[error("loading the chinook domain: {0}")]
+    Chinook(#[from] chinook::LoadError),
     #[error("loading the documents domain: {0}")]
     Documents(#[from] documents::LoadError),
     #[error("loading the documents domain needs an embedder (DemoOptions::embedder)")]
@@ -175,6 +191,14 @@ pub async fn load(client: &mut Client, opts: &DemoOptions) -> Result<DemoSummary
     } else {
         None
     };
+    let chinook = if wanted(Domain::Chinook) {
+        let tx = begin(client, Domain::Chinook).await?;
+        let summary = chinook::load_data(&tx).await?;
+        commit(tx, Domain::Chinook).await?;
+        Some(summary)
+    } else {
+        None
+    };
     let documents = if wanted(Domain::Documents) {
         let embedder = opts.embedder.as_ref().ok_or(DemoError::NoEmbedder)?;
         Some(documents::load(client, embedder, &opts.manual).await?)
@@ -184,6 +208,7 @@ pub async fn load(client: &mut Client, opts: &DemoOptions) -> Result<DemoSummary
     Ok(DemoSummary {
         feedback,
         tasks,
+        chinook,
         documents,
         elapsed: started.elapsed(),
     })

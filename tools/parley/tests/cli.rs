@@ -310,7 +310,7 @@ fn the_command_prepares_nothing_by_name_across_transactions() {
 #[test]
 fn demo_data_before_migrate_says_to_migrate_first() {
     let db = FreshDb::create();
-    for domain in ["feedback", "tasks"] {
+    for domain in ["feedback", "tasks", "chinook"] {
         let out = parley(&["demo-data", "--domain", domain], &db.url);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{domain}: {stderr}");

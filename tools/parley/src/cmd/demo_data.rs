@@ -14,7 +14,8 @@ use crate::demo::{self, DemoError, DemoOptions, Domain};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// A demo domain to load; repeat for several. Default: feedback and tasks (documents embeds
-    /// the whole PostgreSQL manual, which takes tens of minutes; ask for it by name).
+    /// the whole PostgreSQL manual, which takes tens of minutes, and chinook is for the catalog;
+    /// ask for them by name).
     #[arg(long = "domain", value_enum, value_name = "NAME")]
     pub domains: Vec<Domain>,
     /// How many feedback rows to generate (at least 1; feedback domain).
@@ -98,6 +99,16 @@ pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
             parley_domain_tasks::SEED_OWNER,
             t.tasks
         )?;
+    }
+    if let Some(c) = &s.chinook {
+        for schema in &c.schemas {
+            writeln!(
+                out,
+                "{}: {} tables, {} rows",
+                schema.schema, schema.tables, schema.rows
+            )?;
+        }
+        writeln!(out, "chinook: loaded in {}", secs(c.elapsed))?;
     }
     if let Some(d) = &s.documents {
         for (collection, c) in &d.collections {
