@@ -408,6 +408,7 @@ const SUMMARY_WORDS: &[(&str, &[&str])] = &[
     ("logins", &["login roles"]),
     ("eval", &["Score", "questions"]),
     ("check", &["running stack", "fix"]),
+    ("catalog", &["catalog", "tables"]),
     ("help", &["help"]),
 ];
 
