@@ -186,11 +186,26 @@ async fn load_catalog(env: &Env, config: &McpConfig) -> Result<Catalog, CatalogE
             Ok(text) => text,
             Err(source) => return Err(CatalogError::Read { path, source }),
         };
-        let file =
-            catalog::file::parse(&text, config.limits).map_err(|source| CatalogError::File {
-                path: path.clone(),
+        let named = |source| CatalogError::File {
+            path: path.clone(),
+            source,
+        };
+        let mut file = catalog::file::parse(&text, config.limits).map_err(named)?;
+        // A `[catalog]` file is read beside the tools file, from disk or S3 alike.
+        if let Some(spec) = &file.catalog {
+            let beside = source
+                .resolve(&spec.file)
+                .map_err(|problem| named(catalog::file::FileError::Catalog(format!(
+                    "file `{}` {problem}",
+                    spec.file
+                ))))?;
+            let catalog_text = reader.read(&beside).await.map_err(|source| CatalogError::Read {
+                path: beside.to_string(),
                 source,
             })?;
+            parley_tools::semantic::served::serve(&mut file, &catalog_text, config.limits)
+                .map_err(named)?;
+        }
         files.push((path, file));
     }
     Catalog::merge(files)

@@ -7,6 +7,7 @@ use serde::Deserialize;
 use super::prompt::{self, PromptSpec};
 use crate::adhoc;
 use crate::output::Limits;
+use crate::semantic::served::{self, CatalogSpec};
 use crate::tools::{self, DeclarationError, ToolSpec};
 
 /// Everything one tools file declares.
@@ -18,6 +19,8 @@ pub struct ToolsFile {
     pub prompts: Vec<PromptSpec>,
     /// `[sql]`: the ad-hoc SQL tools this file turns on.
     pub sql: Option<adhoc::SqlSpec>,
+    /// `[catalog]`: the semantic catalog whose tools the server adds (`semantic::served`).
+    pub catalog: Option<CatalogSpec>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +35,8 @@ pub enum FileError {
     Prompt { prompt: String, problem: String },
     #[error("[sql]: {0}")]
     Sql(String),
+    #[error("[catalog]: {0}")]
+    Catalog(String),
     #[error("tools file declares no tools, no prompts and no [sql]")]
     Empty,
 }
@@ -42,6 +47,8 @@ struct RawFile {
     instructions: Option<String>,
     /// The ad-hoc SQL tools, off unless present (see `crate::adhoc`).
     sql: Option<adhoc::spec::RawSql>,
+    /// The semantic catalog (see `crate::semantic::served`).
+    catalog: Option<served::RawCatalog>,
     #[serde(default, rename = "tool")]
     tools: Vec<tools::spec::RawTool>,
     #[serde(default, rename = "prompt")]
@@ -54,7 +61,8 @@ pub fn parse(text: &str, limits: Limits) -> Result<ToolsFile, FileError> {
     text.parse::<toml::Table>()
         .map_err(|e| FileError::Toml(e.to_string()))?;
     let raw: RawFile = toml::from_str(text).map_err(|e| FileError::Format(e.to_string()))?;
-    if raw.tools.is_empty() && raw.prompts.is_empty() && raw.sql.is_none() {
+    if raw.tools.is_empty() && raw.prompts.is_empty() && raw.sql.is_none() && raw.catalog.is_none()
+    {
         return Err(FileError::Empty);
     }
     let sql = raw
@@ -62,6 +70,11 @@ pub fn parse(text: &str, limits: Limits) -> Result<ToolsFile, FileError> {
         .map(|sql| adhoc::spec::parse(sql, limits))
         .transpose()
         .map_err(FileError::Sql)?;
+    let catalog = raw
+        .catalog
+        .map(served::parse)
+        .transpose()
+        .map_err(FileError::Catalog)?;
     let instructions = raw
         .instructions
         .map(|i| i.trim().to_owned())
@@ -100,6 +113,7 @@ pub fn parse(text: &str, limits: Limits) -> Result<ToolsFile, FileError> {
         tools,
         prompts,
         sql,
+        catalog,
     })
 }
 

@@ -283,10 +283,21 @@ fn read(path: &Path, limits: Limits) -> Result<ToolsFile, CatalogError> {
         path: path.display().to_string(),
         source,
     })?;
-    file::parse(&text, limits).map_err(|source| CatalogError::File {
+    let named = |source| CatalogError::File {
         path: path.display().to_string(),
         source,
-    })
+    };
+    let mut parsed = file::parse(&text, limits).map_err(named)?;
+    // A `[catalog]` file is found beside the tools file (docs/catalog.md).
+    if let Some(spec) = &parsed.catalog {
+        let at = path.parent().unwrap_or(Path::new("")).join(&spec.file);
+        let catalog_text = std::fs::read_to_string(&at).map_err(|source| CatalogError::Read {
+            path: at.display().to_string(),
+            source,
+        })?;
+        crate::semantic::served::serve(&mut parsed, &catalog_text, limits).map_err(named)?;
+    }
+    Ok(parsed)
 }
 
 /// How preparing one statement went, when it did not show a schema mismatch.

@@ -11,6 +11,8 @@ use parley_core::config::Env;
 use parley_core::db::pg_message;
 use parley_tools::output::Limits;
 use parley_tools::semantic::file::CatalogFile;
+use parley_embed::{EmbedSettings, Embedder};
+use parley_tools::semantic::index::{self, ValueBounds};
 use parley_tools::semantic::{self, Bounds, Snapshot, introspect, verified, write};
 use tokio_postgres::Client;
 
@@ -32,6 +34,41 @@ pub enum Action {
     Refresh(RefreshArgs),
     /// Check a catalog file against the database; exits 1 when something does not fit.
     Check(CheckArgs),
+    /// Rebuild the search index (`search_catalog`, `find_values`) from a catalog file and the
+    /// database's current values; `init` and `refresh` end with it.
+    Index(IndexArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct IndexArgs {
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub values: ValueArgs,
+}
+
+/// How much of each text column the value index holds.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct ValueArgs {
+    /// Distinct values indexed per text column.
+    #[arg(long, value_name = "N", default_value_t = ValueBounds::default().per_column)]
+    pub values_per_column: i64,
+    /// Rows read per text column to find its values.
+    #[arg(long, value_name = "N", default_value_t = ValueBounds::default().scan_rows)]
+    pub value_scan_rows: i64,
+    /// Write the catalog file only; leave the search index as it is (`init`, `refresh`).
+    #[arg(long)]
+    pub no_index: bool,
+}
+
+impl From<ValueArgs> for ValueBounds {
+    fn from(a: ValueArgs) -> Self {
+        ValueBounds {
+            per_column: a.values_per_column,
+            scan_rows: a.value_scan_rows,
+            ..ValueBounds::default()
+        }
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -47,6 +84,8 @@ pub struct InitArgs {
     pub force: bool,
     #[command(flatten)]
     pub bounds: BoundsArgs,
+    #[command(flatten)]
+    pub values: ValueArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -55,6 +94,8 @@ pub struct RefreshArgs {
     pub file: PathBuf,
     #[command(flatten)]
     pub bounds: BoundsArgs,
+    #[command(flatten)]
+    pub values: ValueArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -104,6 +145,8 @@ pub enum CatalogError {
     NoSchemas(String),
     #[error("reading the database failed: {0}")]
     Database(String),
+    #[error("embedding the catalog's entries failed: {0}")]
+    Embed(#[from] parley_embed::EmbedError),
     /// `check` found entries that do not fit (each said why on its line).
     #[error("{0} of the catalog's entries do not fit the database")]
     Misfits(usize),
@@ -135,6 +178,10 @@ pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
             let text = write::draft(&snapshot, &init.schemas);
             write_file(&init.out, &text)?;
             writeln!(out, "{}: {}", init.out.display(), summary(&snapshot))?;
+            if !init.values.no_index {
+                let (_, file) = read(&init.out)?;
+                index(env, &file, init.values.into(), out).await?;
+            }
         }
         Action::Refresh(refresh) => {
             let (text, file) = read(&refresh.file)?;
@@ -149,6 +196,10 @@ pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
             })?;
             write_file(&refresh.file, &refreshed)?;
             writeln!(out, "{}: {}", refresh.file.display(), summary(&snapshot))?;
+            if !refresh.values.no_index {
+                let (_, file) = read(&refresh.file)?;
+                index(env, &file, refresh.values.into(), out).await?;
+            }
         }
         Action::Check(check) => {
             let (_, file) = read(&check.file)?;
@@ -172,7 +223,53 @@ pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
                 file.verified_queries.len()
             )?;
         }
+        Action::Index(args) => {
+            let (_, file) = read(&args.file)?;
+            index(env, &file, args.values.into(), out).await?;
+        }
     }
+    Ok(())
+}
+
+/// Rebuilds the search index from `file`: its entries embedded with the configured model
+/// (`EMBEDDINGS_*`, as the mcp function embeds questions), then written with the database's
+/// values in one transaction.
+async fn index(
+    env: &Env,
+    file: &CatalogFile,
+    bounds: ValueBounds,
+    out: &mut Out,
+) -> Result<(), CmdError> {
+    let started = std::time::Instant::now();
+    let settings = EmbedSettings::from_env(env).map_err(CmdError::Settings)?;
+    let embedder = Embedder::from_settings(&settings).map_err(CatalogError::from)?;
+    let entries = index::entries(file);
+    let bodies: Vec<String> = entries.iter().map(|e| e.body.clone()).collect();
+    let embeddings = embedder
+        .embed(&bodies)
+        .await
+        .map_err(CatalogError::from)?;
+    let mut client = crate::db::connect(env).await?;
+    let tx = client.transaction().await.map_err(CatalogError::from)?;
+    let indexed = index::write(
+        &tx,
+        file,
+        &entries,
+        &embeddings,
+        embedder.model_id(),
+        bounds,
+    )
+    .await
+    .map_err(CatalogError::from)?;
+    tx.commit().await.map_err(CatalogError::from)?;
+    writeln!(
+        out,
+        "search index: {} entries, {} values of {} text columns ({} ms)",
+        indexed.entries,
+        indexed.values,
+        indexed.value_columns,
+        started.elapsed().as_millis()
+    )?;
     Ok(())
 }
 

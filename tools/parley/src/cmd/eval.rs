@@ -35,11 +35,14 @@ use crate::eval::{
                   for a bad questions file, tools file or option; 1 when the database or the \
                   embedder fails. The file format: docs/documents.md, \"Measuring retrieval\"."
 )]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct Args {
+    #[command(subcommand)]
+    pub of: Option<Of>,
     /// The questions: `[[question]]` tables with `q` and `pages` (or `documents`), and
     /// optionally `collection`, `filters`, `kind`, `part` and `split`.
-    #[arg(value_name = "QUESTIONS.toml")]
-    pub questions: PathBuf,
+    #[arg(value_name = "QUESTIONS.toml", required = true)]
+    pub questions: Option<PathBuf>,
     #[command(flatten)]
     pub search: SearchAs,
     /// Recall is over the first K results (the tool is asked for max(K, 10) rows).
@@ -56,6 +59,14 @@ pub struct Args {
     /// Only the questions of this split.
     #[arg(long, value_parser = questions::SPLITS)]
     pub split: Option<String>,
+}
+
+/// What else `parley eval` scores.
+#[derive(Debug, clap::Subcommand)]
+pub enum Of {
+    /// Score the semantic catalog's tools on labelled questions: recall@k and complete@k for
+    /// tables (search_catalog), value hit@5 (find_values), per split.
+    Catalog(super::eval_catalog::Args),
 }
 
 // Which tool runs, and for whom: shared with `parley search`. No doc comment: a flattened
@@ -139,8 +150,14 @@ struct Report {
 }
 
 pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
-    let mut all = questions::read(&args.questions).map_err(EvalError::from)?;
-    let file = args.questions.display().to_string();
+    let questions_file = match (args.of, args.questions) {
+        (Some(Of::Catalog(of)), _) => return super::eval_catalog::run(of, env, out).await,
+        (None, Some(file)) => file,
+        // clap requires one of the two.
+        (None, None) => return Err(CmdError::Usage("QUESTIONS.toml is required".into())),
+    };
+    let mut all = questions::read(&questions_file).map_err(EvalError::from)?;
+    let file = questions_file.display().to_string();
     if let Some(split) = &args.split {
         all.retain(|q| q.split.as_ref() == Some(split));
         if all.is_empty() {

@@ -9,6 +9,7 @@ pub mod collections;
 pub mod demo_data;
 pub mod enroll;
 pub mod eval;
+pub mod eval_catalog;
 pub mod ingest;
 pub mod logins;
 pub mod migrate;
@@ -135,6 +136,8 @@ pub enum CmdError {
     #[error(transparent)]
     Eval(#[from] eval::EvalError),
     #[error(transparent)]
+    EvalCatalog(#[from] eval_catalog::EvalCatalogError),
+    #[error(transparent)]
     Tool(#[from] crate::eval::ToolError),
     #[error(transparent)]
     Search(#[from] crate::eval::SearchError),
@@ -165,6 +168,7 @@ impl CmdError {
             CmdError::Collections(e) if e.is_usage() => ExitCode::from(2),
             CmdError::Logins(e) if e.is_usage() => ExitCode::from(2),
             CmdError::Eval(e) if e.is_usage() => ExitCode::from(2),
+            CmdError::EvalCatalog(e) if e.is_usage() => ExitCode::from(2),
             CmdError::Catalog(e) if e.is_usage() => ExitCode::from(2),
             CmdError::Search(e) if e.is_usage() => ExitCode::from(2),
             CmdError::Tool(_) => ExitCode::from(2),

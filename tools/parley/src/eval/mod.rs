@@ -4,6 +4,7 @@
 //! way for one query. It reads the database; it never writes to it.
 
 pub mod branches;
+pub mod catalog;
 pub mod questions;
 pub mod score;
 pub mod search;
