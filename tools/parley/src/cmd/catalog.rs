@@ -178,7 +178,7 @@ pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
             let text = write::draft(&snapshot, &init.schemas);
             write_file(&init.out, &text)?;
             writeln!(out, "{}: {}", init.out.display(), summary(&snapshot))?;
-            if !init.values.no_index {
+            if !init.values.no_index && may_index(&client, out).await? {
                 let (_, file) = read(&init.out)?;
                 index(env, &file, init.values.into(), out).await?;
             }
@@ -196,7 +196,7 @@ pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
             })?;
             write_file(&refresh.file, &refreshed)?;
             writeln!(out, "{}: {}", refresh.file.display(), summary(&snapshot))?;
-            if !refresh.values.no_index {
+            if !refresh.values.no_index && may_index(&client, out).await? {
                 let (_, file) = read(&refresh.file)?;
                 index(env, &file, refresh.values.into(), out).await?;
             }
@@ -229,6 +229,28 @@ pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
         }
     }
     Ok(())
+}
+
+/// Whether this login may write the search index. `init` and `refresh` made as a reader role
+/// (to draft only what it can read) leave the index to its owner, and say so.
+async fn may_index(client: &Client, out: &mut Out) -> Result<bool, CmdError> {
+    let may: bool = client
+        .query_one(
+            "SELECT coalesce(has_table_privilege(to_regclass('parley.catalog_entries'), \
+                                                 'INSERT'), false)",
+            &[],
+        )
+        .await
+        .map_err(CatalogError::from)?
+        .get(0);
+    if !may {
+        writeln!(
+            out,
+            "search index not rebuilt: this login may not write it; run `parley catalog index \
+             FILE` as the database's owner (after `parley migrate`)"
+        )?;
+    }
+    Ok(may)
 }
 
 /// Rebuilds the search index from `file`: its entries embedded with the configured model
