@@ -193,16 +193,19 @@ async fn load_catalog(env: &Env, config: &McpConfig) -> Result<Catalog, CatalogE
         let mut file = catalog::file::parse(&text, config.limits).map_err(named)?;
         // A `[catalog]` file is read beside the tools file, from disk or S3 alike.
         if let Some(spec) = &file.catalog {
-            let beside = source
-                .resolve(&spec.file)
-                .map_err(|problem| named(catalog::file::FileError::Catalog(format!(
+            let beside = source.resolve(&spec.file).map_err(|problem| {
+                named(catalog::file::FileError::Catalog(format!(
                     "file `{}` {problem}",
                     spec.file
-                ))))?;
-            let catalog_text = reader.read(&beside).await.map_err(|source| CatalogError::Read {
-                path: beside.to_string(),
-                source,
+                )))
             })?;
+            let catalog_text = reader
+                .read(&beside)
+                .await
+                .map_err(|source| CatalogError::Read {
+                    path: beside.to_string(),
+                    source,
+                })?;
             parley_tools::semantic::served::serve(&mut file, &catalog_text, config.limits)
                 .map_err(named)?;
         }

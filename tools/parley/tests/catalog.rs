@@ -257,19 +257,31 @@ async fn search_catalog_and_find_values_answer_under_the_readers_privileges() {
 
     // Loose matching: accents and case; the stored spelling comes back.
     let found = mcp
-        .rows("ana", "find_values", serde_json::json!({"text": "goncalves"}))
+        .rows(
+            "ana",
+            "find_values",
+            serde_json::json!({"text": "goncalves"}),
+        )
         .await;
     assert_eq!(found[0]["table"], "shop.customer", "{found:?}");
     assert_eq!(found[0]["column"], "name", "{found:?}");
     assert_eq!(found[0]["value"], "Luís Gonçalves", "{found:?}");
     // A typo still finds it.
     let typo = mcp
-        .rows("ana", "find_values", serde_json::json!({"text": "Luis Gonsalves"}))
+        .rows(
+            "ana",
+            "find_values",
+            serde_json::json!({"text": "Luis Gonsalves"}),
+        )
         .await;
     assert_eq!(typo[0]["value"], "Luís Gonçalves", "{typo:?}");
     // A personal column's values are never indexed.
     let email = mcp
-        .rows("ana", "find_values", serde_json::json!({"text": "luis@example.com"}))
+        .rows(
+            "ana",
+            "find_values",
+            serde_json::json!({"text": "luis@example.com"}),
+        )
         .await;
     assert!(email.iter().all(|r| r["column"] != "email"), "{email:?}");
 
@@ -306,9 +318,16 @@ async fn search_catalog_and_find_values_answer_under_the_readers_privileges() {
         }
     }
     let none = mcp
-        .rows("ana", "find_values", serde_json::json!({"text": "goncalves"}))
+        .rows(
+            "ana",
+            "find_values",
+            serde_json::json!({"text": "goncalves"}),
+        )
         .await;
-    assert!(none.is_empty(), "the narrow reader cannot read names: {none:?}");
+    assert!(
+        none.is_empty(),
+        "the narrow reader cannot read names: {none:?}"
+    );
     let country = mcp
         .rows("ana", "find_values", serde_json::json!({"text": "brasil"}))
         .await;
@@ -351,7 +370,14 @@ async fn eval_catalog_scores_tables_and_values_per_split() {
     assert_eq!(groups["held-out"]["values"], 0, "{report}");
 
     let text = stdout_of(&parley(
-        &["eval", "catalog", "--questions", questions.to_str().unwrap(), "--tools", &tools],
+        &[
+            "eval",
+            "catalog",
+            "--questions",
+            questions.to_str().unwrap(),
+            "--tools",
+            &tools,
+        ],
         &db.url,
     ));
     assert!(text.contains("complete@10"), "{text}");
@@ -360,7 +386,14 @@ async fn eval_catalog_scores_tables_and_values_per_split() {
     // A line that is not a question is named by its number.
     std::fs::write(&questions, "{\"question\": \"q\", \"tables\": []}\n").unwrap();
     let bad = parley(
-        &["eval", "catalog", "--questions", questions.to_str().unwrap(), "--tools", &tools],
+        &[
+            "eval",
+            "catalog",
+            "--questions",
+            questions.to_str().unwrap(),
+            "--tools",
+            &tools,
+        ],
         &db.url,
     );
     assert!(failure(&bad, 2).contains("line 1"), "usage error");

@@ -7,6 +7,7 @@
 //! Python and shell runners start), test-only JWT signing keys ([`keys`]), PDFs written byte by
 //! byte ([`pdf`]) and the demo domains' tools files ([`domains`]). Run the tests with `scripts/test`.
 
+pub mod catalog;
 mod cluster;
 mod db;
 pub mod domains;
@@ -26,7 +27,7 @@ pub mod raw_http;
 
 pub use cluster::{TestCluster, bin_dir as pg_bin_dir};
 pub use db::{READONLY_USER, SQL_READER_USER, TestDb, connect};
-pub use embeddings::model_dir;
+pub use embeddings::{embedder, model_dir};
 pub use moto::{MOTO_REGION, Moto, MotoBucket};
 pub use pooler::PgBouncer;
 pub use proxy::TcpProxy;

@@ -81,7 +81,9 @@ impl Catalog {
         let mut instructions = Vec::new();
         let mut origin: HashMap<(&'static str, String), String> = HashMap::new();
         let mut sql: Option<(String, adhoc::SqlSpec)> = None;
+        let mut semantic = false;
         for (path, file) in files {
+            semantic |= file.catalog.is_some();
             if let Some(spec) = file.sql {
                 if let Some((first, _)) = &sql {
                     return Err(CatalogError::SqlTwice {
@@ -121,7 +123,16 @@ impl Catalog {
             return Err(CatalogError::SqlName(clash.name.clone()));
         }
         let mut catalog = Self::new(specs);
-        catalog.sql = sql.map(|(_, spec)| spec);
+        catalog.sql = sql.map(|(_, mut spec)| {
+            // run_sql's description sends the model to the catalog first.
+            if semantic {
+                spec.notes = Some(match spec.notes.take() {
+                    Some(own) => format!("{own}\n\n{}", crate::semantic::served::RUN_SQL_NOTE),
+                    None => crate::semantic::served::RUN_SQL_NOTE.to_owned(),
+                });
+            }
+            spec
+        });
         catalog.prompts = prompts;
         catalog.instructions = instructions;
         Ok(catalog)

@@ -126,7 +126,10 @@ pub fn entries(file: &CatalogFile) -> Vec<Entry> {
         sentence(&mut body, table.description.as_deref());
         sentence(&mut body, table.db.comment.as_deref());
         if !table.synonyms.is_empty() {
-            sentence(&mut body, Some(&format!("Also: {}", table.synonyms.join(", "))));
+            sentence(
+                &mut body,
+                Some(&format!("Also: {}", table.synonyms.join(", "))),
+            );
         }
         let names: Vec<String> = columns.iter().map(|c| words(&c.name)).collect();
         sentence(&mut body, Some(&format!("Columns: {}", names.join(", "))));
@@ -410,7 +413,12 @@ async fn write_values(
         let added = tx
             .execute(
                 &sql,
-                &[&id, &bounds.scan_rows, &bounds.max_chars, &bounds.per_column],
+                &[
+                    &id,
+                    &bounds.scan_rows,
+                    &bounds.max_chars,
+                    &bounds.per_column,
+                ],
             )
             .await?;
         columns += 1;

@@ -25,6 +25,12 @@ spelled in the rows and in which column; when a verified_* tool answers the ques
 rather than writing SQL, and say the answer comes from that verified query; otherwise write \
 SQL with the tables, columns, joins and values found.";
 
+/// Added to `run_sql`'s description when a catalog is served.
+pub const RUN_SQL_NOTE: &str = "\
+Before writing SQL, call search_catalog with the question (tables, columns, joins, metrics, \
+rules) and find_values for each name or literal it mentions (the stored spelling); prefer a \
+verified_* tool that answers the question.";
+
 /// `[catalog]` of a tools file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CatalogSpec {
@@ -230,6 +236,10 @@ mod tests {
         let specs = tool_specs(&spec, &CatalogFile::default(), Limits::default()).unwrap();
         let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["search_catalog", "find_values"]);
-        assert!(specs.iter().all(|s| s.wrapped_sql.contains("'team_reader'")));
+        assert!(
+            specs
+                .iter()
+                .all(|s| s.wrapped_sql.contains("'team_reader'"))
+        );
     }
 }

@@ -3,6 +3,7 @@
 
 mod approvals;
 mod callers;
+mod catalog;
 mod clients;
 mod connections;
 mod conversations;

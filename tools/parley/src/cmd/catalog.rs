@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 
 use parley_core::config::Env;
 use parley_core::db::pg_message;
+use parley_embed::{EmbedSettings, Embedder};
 use parley_tools::output::Limits;
 use parley_tools::semantic::file::CatalogFile;
-use parley_embed::{EmbedSettings, Embedder};
 use parley_tools::semantic::index::{self, ValueBounds};
 use parley_tools::semantic::{self, Bounds, Snapshot, introspect, verified, write};
 use tokio_postgres::Client;
@@ -267,10 +267,7 @@ async fn index(
     let embedder = Embedder::from_settings(&settings).map_err(CatalogError::from)?;
     let entries = index::entries(file);
     let bodies: Vec<String> = entries.iter().map(|e| e.body.clone()).collect();
-    let embeddings = embedder
-        .embed(&bodies)
-        .await
-        .map_err(CatalogError::from)?;
+    let embeddings = embedder.embed(&bodies).await.map_err(CatalogError::from)?;
     let mut client = crate::db::connect(env).await?;
     let tx = client.transaction().await.map_err(CatalogError::from)?;
     let indexed = index::write(

@@ -44,10 +44,7 @@ pub struct ValueLabel {
 #[derive(Debug, thiserror::Error)]
 pub enum QuestionsError {
     #[error("cannot read {path}: {error}")]
-    Read {
-        path: String,
-        error: std::io::Error,
-    },
+    Read { path: String, error: std::io::Error },
     #[error("{path} line {line}: {problem}")]
     Line {
         path: String,
@@ -184,7 +181,10 @@ pub fn by_split(outcomes: &[Outcome]) -> Vec<(String, Scores)> {
             splits.push(s.clone());
         }
     }
-    let mut out = vec![("all".to_owned(), score(&outcomes.iter().collect::<Vec<_>>()))];
+    let mut out = vec![(
+        "all".to_owned(),
+        score(&outcomes.iter().collect::<Vec<_>>()),
+    )];
     for split in splits {
         let group: Vec<&Outcome> = outcomes
             .iter()
@@ -246,7 +246,12 @@ pub fn text(outcomes: &[Outcome], misses: usize) -> String {
                 "  {} missing {}; first: {}",
                 o.question.question,
                 missing.join(", "),
-                o.ranked.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+                o.ranked
+                    .iter()
+                    .take(5)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
         }
     }
@@ -262,7 +267,11 @@ pub fn text(outcomes: &[Outcome], misses: usize) -> String {
         })
         .collect();
     if !lost.is_empty() {
-        let _ = writeln!(s, "\nvalues not in the first {VALUE_DEPTH} ({}):", lost.len());
+        let _ = writeln!(
+            s,
+            "\nvalues not in the first {VALUE_DEPTH} ({}):",
+            lost.len()
+        );
         for (_, v) in lost.iter().take(misses) {
             let _ = writeln!(
                 s,
