@@ -3,6 +3,7 @@
 //! model's ingestion throughput alone (`embed`). Results go to stdout as
 //! a plain-text table, progress to stderr.
 
+mod catalog;
 mod chat;
 mod curve;
 mod docs;
@@ -46,6 +47,9 @@ enum Command {
     S3(s3::Args),
     /// The built-in model's throughput on ingestion batches of manual chunks (chunks/s).
     Embed(embed::Args),
+    /// The semantic catalog's tools at 500 tables, 10,000 columns and 1M values:
+    /// search_catalog (embedding and SQL) and find_values latency.
+    Catalog(catalog::Args),
     /// The concurrency curve: N mcp processes with one connection each, straight to Postgres
     /// and through PgBouncer in transaction mode: throughput, latency, errors, connections.
     Curve(curve::Args),
@@ -66,5 +70,6 @@ fn main() -> anyhow::Result<()> {
         Command::S3(args) => runtime.block_on(s3::run(args)),
         Command::Embed(args) => runtime.block_on(embed::run(args)),
         Command::Curve(args) => runtime.block_on(curve::run(args)),
+        Command::Catalog(args) => runtime.block_on(catalog::run(args)),
     }
 }
