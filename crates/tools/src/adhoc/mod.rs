@@ -7,8 +7,11 @@
 //! always rolled back (`run`). Where Postgres' privileges could not be narrowed (a managed
 //! server's master is no superuser) and for what a transaction does not undo, `guard` reads
 //! the names a statement and its plan use, and refuses the ones that reach past the call.
+//! An error for a table or column that does not exist gets the nearest names the role may
+//! read (`hints`).
 
 pub mod guard;
+pub mod hints;
 pub mod lexer;
 pub mod role;
 pub mod run;
@@ -161,7 +164,8 @@ impl SqlTools {
                 };
                 let guard = self.ensure_checked().await?;
                 guard.screen(sql)?;
-                self.run_sql(&session, guard, sql, limit).await
+                let outcome = self.run_sql(&session, guard, sql, limit).await;
+                self.with_hint(&session, sql, outcome).await
             }
             Kind::ExplainSql => {
                 let args: SqlArgs = parse_args(arguments)?;
@@ -169,7 +173,8 @@ impl SqlTools {
                 // EXPLAIN runs nothing, but its text reaches the server (and a proxy): the
                 // same words are refused as for run_sql.
                 self.ensure_checked().await?.screen(sql)?;
-                self.explain(&session, sql).await
+                let outcome = self.explain(&session, sql).await;
+                self.with_hint(&session, sql, outcome).await
             }
             Kind::ListTables => {
                 let args: ListTablesArgs = parse_args(arguments)?;
@@ -192,6 +197,24 @@ impl SqlTools {
                 self.ensure_checked().await?;
                 self.describe(&session, schema.as_deref(), &table).await
             }
+        }
+    }
+
+    /// `outcome`, with the nearest names the role can see added to an error about a table or
+    /// column `sql` names that does not exist (`hints`). Looked up after the call's own
+    /// transaction was rolled back, in one of its own.
+    async fn with_hint(
+        &self,
+        session: &Session<'_>,
+        sql: &str,
+        outcome: Result<ToolOutput, SqlError>,
+    ) -> Result<ToolOutput, SqlError> {
+        match outcome {
+            Err(SqlError::Postgres(mut failure)) => {
+                hints::add(&self.pool, session, sql, &mut failure).await;
+                Err(SqlError::Postgres(failure))
+            }
+            other => other,
         }
     }
 
@@ -573,7 +596,8 @@ fn describe(kind: Kind, spec: &SqlSpec) -> Listing {
                  aggregates rather than raw rows where you can. A statement runs at most {} ms. \
                  Look first: list_tables and describe_table give the exact table and column \
                  names. An error comes back with Postgres' message and its line and column in \
-                 your statement; correct it and try again.",
+                 your statement, and for a table or column that does not exist the nearest \
+                 names you may use; correct it and try again.",
                 spec.max_rows,
                 spec.timeout.as_millis()
             );

@@ -769,6 +769,14 @@ async fn neither_path_of_the_sql_tools_sends_what_a_proxy_pins_on() {
         run_sql(&app, "SELECT count(*) AS n FROM feedback")
             .await
             .unwrap();
+        // An unknown name: its repair hint is looked up in a transaction of its own.
+        let message = run_sql(&app, "SELECT count(*) FROM feedbak")
+            .await
+            .unwrap_err();
+        assert!(
+            message.contains("did you mean `public.feedback`"),
+            "{message}"
+        );
         // Refused before anything is sent, so the proxy never sees them.
         for sql in [
             "SET work_mem = '1GB'",
@@ -790,6 +798,7 @@ async fn neither_path_of_the_sql_tools_sends_what_a_proxy_pins_on() {
         "parley.begin_sql",
         "EXPLAIN (COSTS OFF)",
         "EXPLAIN (VERBOSE, FORMAT JSON)",
+        "json_build_array(n.nspname, c.relname)",
     ] {
         assert!(
             seen.iter().any(|s| s.statement.contains(what)),
@@ -936,6 +945,102 @@ async fn results_are_capped_and_errors_point_into_the_statement() {
         .tool_error("run_sql", json!({"sql": "SELECT 1", "rows": 3}))
         .await;
     assert!(message.contains("unknown field `rows`"), "{message}");
+}
+
+#[tokio::test]
+async fn an_unknown_table_or_column_gets_the_nearest_names_the_role_may_read() {
+    let app = spawn_sql(&[]).await;
+    // A table the role may read some columns of: the others exist but are never offered.
+    app.db
+        .client()
+        .await
+        .batch_execute(
+            "CREATE TABLE analytics.customers (id int, first_name text, last_name text, \
+                 card_number text);
+             GRANT SELECT (id, first_name, last_name) ON analytics.customers \
+                 TO parley_sql_reader;",
+        )
+        .await
+        .unwrap();
+
+    let message = run_sql(&app, "SELECT region_id,\n       amout FROM analytics.sales")
+        .await
+        .unwrap_err();
+    assert!(
+        message.contains("column \"amout\" does not exist; did you mean `sales.amount`"),
+        "{message}"
+    );
+    assert!(
+        message.contains("line 2, column 8"),
+        "Postgres' position is kept: {message}"
+    );
+    // A column of a table the statement does not name yet, found by its alias' last part.
+    let message = run_sql(&app, "SELECT s.frist_name FROM analytics.sales s")
+        .await
+        .unwrap_err();
+    assert!(
+        message.contains("did you mean `customers.first_name`"),
+        "{message}"
+    );
+    // explain_sql's errors get the same hints.
+    let message = app
+        .tool_error(
+            "explain_sql",
+            json!({"sql": "SELECT amout FROM analytics.sales"}),
+        )
+        .await;
+    assert!(message.contains("did you mean `sales.amount`"), "{message}");
+
+    let message = run_sql(&app, "SELECT * FROM analytics.sale")
+        .await
+        .unwrap_err();
+    assert!(
+        message
+            .contains("relation \"analytics.sale\" does not exist; did you mean `analytics.sales`"),
+        "{message}"
+    );
+    assert!(message.contains("line 1, column 15"), "{message}");
+    let message = run_sql(&app, "SELECT count(*) FROM region")
+        .await
+        .unwrap_err();
+    assert!(
+        message.contains("did you mean `analytics.regions`"),
+        "{message}"
+    );
+
+    // What the role may not read is never named, however close: a column it was not
+    // granted, a table of an allowed schema it was not granted, a schema it may not use.
+    for (sql, hidden) in [
+        (
+            "SELECT card_numbr FROM analytics.regions",
+            "`customers.card_number`",
+        ),
+        ("SELECT * FROM analytics.salary", "`analytics.salaries`"),
+        ("SELECT * FROM keys", "`secret.keys`"),
+    ] {
+        let message = run_sql(&app, sql).await.unwrap_err();
+        assert!(message.contains("does not exist"), "{sql}: {message}");
+        assert!(
+            !message.contains(hidden),
+            "{sql} names `{hidden}`: {message}"
+        );
+    }
+    // Nothing close, no hint.
+    for sql in [
+        "SELECT xyzzy FROM analytics.regions",
+        "SELECT * FROM nowhere_at_all",
+    ] {
+        let message = run_sql(&app, sql).await.unwrap_err();
+        assert!(
+            message.contains("does not exist") && !message.contains("did you mean"),
+            "{sql}: {message}"
+        );
+    }
+    // The lookup shares the one pooled connection and leaves nothing on it.
+    let out = run_sql(&app, "SELECT count(*) AS n FROM analytics.regions")
+        .await
+        .unwrap();
+    assert_eq!(out["rows"][0]["n"], 3);
 }
 
 #[tokio::test]
