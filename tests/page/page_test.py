@@ -377,6 +377,38 @@ def main() -> None:
 
         check("the retry, its sources and a long tool error", retry_with_sources)
 
+        def verified_source() -> str:
+            conversation = page.evaluate("location.hash.slice(1)")
+            reply = {
+                "conversation_id": conversation,
+                "reply": "AC/DC sold the most.",
+                "traces": [{"call_id": "c1", "step": 1, "name": "verified_top_artists", "args": {},
+                            "output": {"rows": [{"artist": "AC/DC"}], "row_count": 1, "truncated": False},
+                            "is_error": False, "duration_ms": 3}],
+                "usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15},
+                "steps": 1,
+                "cut_short": False,
+                "sources": [
+                    {"id": "verified:top_artists", "title": "verified: top_artists", "uri": None, "snippet": None,
+                     "score": None, "tool": "verified_top_artists", "call_id": "c1", "cited": True,
+                     "verified": "top_artists"},
+                ],
+            }
+            page.route("**/api/chat", lambda route: route.fulfill(json=reply))
+            page.get_by_label("Message", exact=True).fill("Who sold the most?")
+            page.get_by_label("Message", exact=True).press("Enter")
+            last = page.locator(".message.assistant").last
+            chip = last.locator(".sources li.verified .verified-chip")
+            expect(chip).to_have_text("verified: top_artists")
+            expect(chip).to_be_visible()
+            page.unroute("**/api/chat")
+            assert "[verified:top_artists]" not in (last.text_content() or ""), "the id shown as a citation"
+            last.locator(".sources-box").scroll_into_view_if_needed()
+            page.screenshot(path=str(SHOTS / "verified-source.png"))
+            return "a reply answered from a verified query shows the chip `verified: top_artists`"
+
+        check("a verified query's source", verified_source)
+
         def phone() -> str:
             phone = browser.new_context(viewport={"width": 375, "height": 740}, is_mobile=True, has_touch=True)
             phone.add_init_script(f"sessionStorage.setItem('parley.token', {json.dumps(TOKEN)})")

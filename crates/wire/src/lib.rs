@@ -1,6 +1,7 @@
 //! The contract between the chat and the mcp function, written once: the `_meta` keys a tool
-//! listing and a `tools/call` carry, the citation a tool publishes, the approval a call runs
-//! under, the idempotency key's form, and what a caller assertion says about itself. Any MCP client may rely on the same.
+//! listing and a `tools/call` carry, the citation a tool publishes, the verified query a tool
+//! answers with, the approval a call runs under, the idempotency key's form, and what a caller
+//! assertion says about itself. Any MCP client may rely on the same.
 //! Nothing here knows HTTP, SQL or a domain.
 
 mod approval;
@@ -23,6 +24,12 @@ pub const META_IDEMPOTENCY_KEY: &str = "parley/idempotency_key";
 
 /// Tool `_meta`: the [`Citation`], the output columns that make a row of the tool a source.
 pub const META_CITATION: &str = "parley/citation";
+
+/// Tool `_meta`: the name of the verified query the tool runs (`"top_artists"` for the tool
+/// `verified_top_artists`): SQL the team trusts, served from its semantic catalog. A reply that
+/// follows a successful call of it is answered from that query, and the client says so among the
+/// turn's sources (`verified: top_artists`). Absent for every other tool.
+pub const META_VERIFIED: &str = "parley/verified";
 
 /// Tool `_meta`: `"always"` when every call of the tool waits for the user's approval, whatever
 /// its annotations say (sending an e-mail, spending money). A client that pauses calls for

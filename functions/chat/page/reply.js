@@ -94,6 +94,13 @@ export class ReplyView {
     const scores = sources.map((s) => s.score).filter((n) => typeof n === "number" && n > 0);
     const best = scores.length ? Math.max(...scores) : 0;
     for (const s of sources) {
+      const verified = verifiedName(s);
+      if (verified) {
+        // A query the team trusts answered: a chip naming it, not a row to cite.
+        list.append(el("li", { id: prefix + s.id, tabindex: -1, class: "verified" },
+          el("span", { class: "verified-chip", title: "Answered from a query the team verified" }, `verified: ${verified}`)));
+        continue;
+      }
       const href = sourceLink(s.uri);
       const title = s.title || s.uri || s.id;
       list.append(el("li", { id: prefix + s.id, tabindex: -1 },
@@ -165,6 +172,13 @@ const fmt = (n) => (typeof n === "number" ? n.toLocaleString("en") : "?");
 
 function pretty(value) {
   return typeof value === "string" ? value : JSON.stringify(value, null, 2);
+}
+
+/** The verified query a source is (the API's `verified`, or a streamed part's `verified:<name>` id), or null. */
+function verifiedName(s) {
+  if (typeof s.verified === "string" && s.verified) return s.verified;
+  const id = typeof s.id === "string" ? s.id : "";
+  return id.startsWith("verified:") && id.length > 9 ? id.slice(9) : null;
 }
 
 /** A source's address as a link target: http(s) only; anything else stays text. */

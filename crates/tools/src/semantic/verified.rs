@@ -1,6 +1,7 @@
 //! A verified query as the declared read tool it is served as: `verified_<name>`, its SQL and
 //! typed parameters checked exactly as a tools file's `[[tool]]` (`tools::spec`), run under the
-//! caller's identity and row-level security like any declared tool.
+//! caller's identity and row-level security like any declared tool. Its listing names the
+//! query (`_meta["parley/verified"]`), so a client can say a reply was answered from it.
 
 use crate::output::Limits;
 use crate::tools::{self, DeclarationError, ToolSpec};
@@ -48,5 +49,46 @@ pub fn tool_spec(
                 tool: format!("{PREFIX}{}", query.name),
                 problem: e.message().to_owned(),
             })?;
-    Ok(tools::spec::parse_tools(vec![raw], limits)?.remove(0))
+    let mut spec = tools::spec::parse_tools(vec![raw], limits)?.remove(0);
+    spec.verified = Some(query.name.clone());
+    Ok(spec)
+}
+
+#[cfg(test)]
+mod tests {
+    use indexmap::IndexMap;
+    use serde_json::json;
+
+    use super::*;
+
+    fn top_artists() -> VerifiedQuery {
+        let mut since = toml::Table::new();
+        since.insert("type".into(), "string".into());
+        VerifiedQuery {
+            name: "top_artists".into(),
+            questions: vec!["Who sold best?".into()],
+            description: Some("Artists by revenue".into()),
+            sql: "SELECT name FROM artist WHERE created >= :since::date".into(),
+            params: IndexMap::from([("since".to_owned(), since)]),
+        }
+    }
+
+    #[test]
+    fn the_listing_of_a_verified_query_names_it_for_the_client() {
+        let spec = tool_spec(&top_artists(), Some("parley_reader"), Limits::default()).unwrap();
+        let listing = tools::describe(&spec);
+        assert_eq!(listing.name, "verified_top_artists");
+        assert!(listing.hints.read_only);
+        assert_eq!(
+            listing.meta[parley_wire::META_VERIFIED],
+            json!("top_artists")
+        );
+        assert!(
+            listing
+                .description
+                .starts_with("A query the team verified: Artists by revenue."),
+            "{}",
+            listing.description
+        );
+    }
 }

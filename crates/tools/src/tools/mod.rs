@@ -15,7 +15,9 @@ pub mod privileges;
 pub mod spec;
 pub mod sql;
 
-use parley_wire::{META_APPROVAL, META_CITATION, META_CONTEXT, META_IDEMPOTENCY_KEY};
+use parley_wire::{
+    META_APPROVAL, META_CITATION, META_CONTEXT, META_IDEMPOTENCY_KEY, META_VERIFIED,
+};
 use serde_json::{Map, json};
 
 pub use embedding::EmbeddingError;
@@ -38,6 +40,9 @@ pub fn describe(spec: &ToolSpec) -> Listing {
     }
     if let Some(citation) = &spec.citation {
         meta.insert(META_CITATION.into(), json!(citation));
+    }
+    if let Some(name) = &spec.verified {
+        meta.insert(META_VERIFIED.into(), json!(name));
     }
     // Absent unless "always": without it a client decides from `destructiveHint` above.
     if spec.approval == Approval::Always {

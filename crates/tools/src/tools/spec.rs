@@ -62,6 +62,9 @@ pub struct ToolSpec {
     pub settings: Vec<(String, String)>,
     /// Which output columns make a source the chat can cite (tool `_meta` `parley/citation`).
     pub citation: Option<Citation>,
+    /// The verified query the tool serves (tool `_meta` `parley/verified`): set by
+    /// `semantic::verified` only, never by a tools file, so only the catalog's queries claim it.
+    pub verified: Option<String>,
     /// The statement's rows as columns (placeholders as in [`ToolSpec::wrapped_sql`]),
     /// prepared at start-up to check its columns: each name once (a row becomes one JSON
     /// object), and every column a citation names.
@@ -386,6 +389,7 @@ fn tool(raw: RawTool, limits: Limits) -> Result<ToolSpec, String> {
         context: raw.context,
         settings,
         citation: raw.citation,
+        verified: None,
         columns_sql,
         keyed_sql,
         rerank,

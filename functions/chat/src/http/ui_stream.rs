@@ -453,7 +453,8 @@ fn tool_output(call_id: String, output: Value, is_error: bool) -> Value {
 }
 
 /// A source with a web address is a `source-url`; one known by a path inside a collection
-/// (`sql-set-transaction.html`) is a `source-document` naming that file.
+/// (`sql-set-transaction.html`) is a `source-document` naming that file; a verified query's is
+/// a `source-document` titled `verified: <name>`, with no file.
 fn source_part(source: &Source) -> Value {
     let title = source.title.clone().unwrap_or_else(|| source.id.clone());
     match source.uri.as_deref() {
@@ -720,6 +721,7 @@ mod tests {
             tool: "search_documents".into(),
             call_id: "c1".into(),
             cited: true,
+            verified: None,
         };
         assert_eq!(
             source_part(&source(Some("https://example.org/a")))["type"],

@@ -285,6 +285,7 @@ mod tests {
                 .map(|(k, p)| ((*k).to_owned(), (*p).to_owned()))
                 .collect(),
             citation: None,
+            verified: None,
             marks: ToolMarks {
                 read_only: true,
                 ..ToolMarks::default()
@@ -299,6 +300,7 @@ mod tests {
             destructive,
             context: Vec::new(),
             citation: None,
+            verified: None,
             marks: ToolMarks {
                 destructive,
                 ..ToolMarks::default()

@@ -1,6 +1,7 @@
 //! One chat turn: reload the history, ask the model, run every tool call it makes (several
 //! at once when it asks for several), loop up to the step limit, and record the outcome with
-//! the sources the tools returned (see [`sources`]), cited ones first.
+//! its sources (see [`sources`]): the verified queries it was answered from, then the rows the
+//! tools returned, cited ones first.
 //!
 //! The user's message is stored before the first LLM call and the rest in one transaction
 //! after, so a failed turn still leaves the question and the error on record. A turn that
@@ -482,6 +483,13 @@ async fn run_tools(
         {
             talk.sources
                 .cite_rows(citation, &trace.name, &trace.call_id, &mut trace.output);
+        }
+        if let Some(name) = step
+            .catalog
+            .verified(&trace.name)
+            .filter(|_| !trace.is_error)
+        {
+            talk.sources.verified(name, &trace.name, &trace.call_id);
         }
         progress.send(|| TurnEvent::ToolOutput {
             call_id: trace.call_id.clone(),

@@ -6,7 +6,11 @@
 //! `"cite": "S<n>"` in what the model sees and the trace stores. The turn's [`Source`] list puts
 //! the ones the reply cites first, in the order it first cites them. Numbers are the turn's own:
 //! [`strip_cites`] and [`strip_citations`] take them out of what earlier turns replay, so a
-//! later reply cannot cite an old number that now means another row. Knows no tool or domain.
+//! later reply cannot cite an old number that now means another row.
+//!
+//! A successful call of a tool that runs a verified query (`_meta["parley/verified"]`) makes
+//! that query a source of the reply that follows: `verified: <name>`, listed first, once per
+//! query however often it ran. Knows no tool or domain.
 
 use std::collections::HashMap;
 
@@ -16,6 +20,10 @@ use serde_json::{Map, Value};
 
 /// The field added to each source row: its number in this turn (`"S3"`).
 pub const CITE_FIELD: &str = "cite";
+
+/// What a verified query's source id and title start with: `verified:top_artists` and
+/// `verified: top_artists`.
+pub const VERIFIED_PREFIX: &str = "verified:";
 
 /// One source of a reply, as `POST /api/chat` returns it and `chat.messages.sources` stores it.
 /// A column the tool's citation does not name, or a row does not have, is `null`.
@@ -30,8 +38,12 @@ pub struct Source {
     /// The tool, and the call of this turn, that first returned it.
     pub tool: String,
     pub call_id: String,
-    /// The reply cites it.
+    /// The reply cites it; for a verified query, the turn has a reply that follows its call.
     pub cited: bool,
+    /// The verified query the reply was answered from, for its source (whose `id` is
+    /// `verified:<name>`); absent for a row. Turns stored before verified queries lack it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified: Option<String>,
 }
 
 /// The sources of one turn so far, in the order the tools returned them.
@@ -40,6 +52,8 @@ pub struct Sources {
     found: Vec<Source>,
     /// (id column, the value's JSON text) → index in `found`.
     index: HashMap<(String, String), usize>,
+    /// The verified queries that answered, each once, in the order they first did.
+    verified: Vec<Source>,
 }
 
 impl Sources {
@@ -81,12 +95,45 @@ impl Sources {
         }
     }
 
-    /// The turn's sources for `reply`: those it cites, in the order of their first citation,
-    /// marked `cited`, then the others in the order the tools returned them. Citations of
-    /// numbers the turn never gave are ignored.
+    /// Notes a successful call (`call_id`, of `tool`) that ran the verified query `name`: the
+    /// reply that follows is answered from it. A query that answered before keeps its first call.
+    pub fn verified(&mut self, name: &str, tool: &str, call_id: &str) {
+        if self
+            .verified
+            .iter()
+            .any(|s| s.verified.as_deref() == Some(name))
+        {
+            return;
+        }
+        self.verified.push(Source {
+            id: format!("{VERIFIED_PREFIX}{name}"),
+            title: Some(format!("{VERIFIED_PREFIX} {name}")),
+            uri: None,
+            snippet: None,
+            score: None,
+            tool: tool.to_owned(),
+            call_id: call_id.to_owned(),
+            cited: false,
+            verified: Some(name.to_owned()),
+        });
+    }
+
+    /// The turn's sources for `reply`: first the verified queries it was answered from (marked
+    /// `cited` when there is a reply), then the rows it cites, in the order of their first
+    /// citation, marked `cited`, then the other rows in the order the tools returned them.
+    /// Citations of numbers the turn never gave are ignored.
     pub fn for_reply(self, reply: &str) -> Vec<Source> {
+        let answered = !reply.trim().is_empty();
+        let mut ordered: Vec<Source> = self
+            .verified
+            .into_iter()
+            .map(|s| Source {
+                cited: answered,
+                ..s
+            })
+            .collect();
         let mut found: Vec<Option<Source>> = self.found.into_iter().map(Some).collect();
-        let mut ordered = Vec::with_capacity(found.len());
+        ordered.reserve(found.len());
         for n in citations(reply) {
             if let Some(mut source) = found.get_mut(n as usize - 1).and_then(Option::take) {
                 source.cited = true;
@@ -108,6 +155,7 @@ fn source(id: String, c: &Citation, row: &Map<String, Value>, tool: &str, call_i
         tool: tool.to_owned(),
         call_id: call_id.to_owned(),
         cited: false,
+        verified: None,
     }
 }
 
@@ -346,6 +394,31 @@ mod tests {
             ids,
             [("S3", true), ("S1", true), ("S2", false), ("S4", false)]
         );
+    }
+
+    #[test]
+    fn a_verified_query_that_answered_comes_first_once_and_stores_as_it_was() {
+        let mut sources = Sources::default();
+        let mut output = json!({"rows": [{"note_id": "a"}]});
+        sources.cite_rows(&citation(), "search_notes", "call_1", &mut output);
+        sources.verified("top_artists", "verified_top_artists", "call_2");
+        sources.verified("top_artists", "verified_top_artists", "call_3");
+        let listed = sources.for_reply("AC/DC sold most [S1].");
+        let ids: Vec<(&str, bool)> = listed.iter().map(|s| (s.id.as_str(), s.cited)).collect();
+        assert_eq!(ids, [("verified:top_artists", true), ("S1", true)]);
+        let verified = &listed[0];
+        assert_eq!(verified.title.as_deref(), Some("verified: top_artists"));
+        assert_eq!(verified.call_id, "call_2", "its first call");
+        let stored = serde_json::to_value(verified).unwrap();
+        assert_eq!(stored["verified"], "top_artists");
+        assert_eq!(serde_json::from_value::<Source>(stored).unwrap(), *verified);
+        let row = serde_json::to_value(&listed[1]).unwrap();
+        assert!(row.get("verified").is_none(), "a row says nothing of it");
+        assert_eq!(serde_json::from_value::<Source>(row).unwrap(), listed[1]);
+
+        let mut failed = Sources::default();
+        failed.verified("top_artists", "verified_top_artists", "call_1");
+        assert!(!failed.for_reply("")[0].cited, "no reply followed it");
     }
 
     #[test]

@@ -187,6 +187,21 @@ async fn spawn_mcp(db: &TestDb) -> McpHandle {
 /// when it does not set `MCP_CALLER_KEY`) goes through `parley_core::secrets::load` first, so
 /// `SECRET_IDS` in it is honoured. Every test's mcp function starts here.
 pub async fn spawn_mcp_from(env: Env) -> McpHandle {
+    spawn_mcp_listing_verified(env, &[]).await
+}
+
+/// [`spawn_mcp_from`] whose `tools/list` answers name a verified query for each (tool, query)
+/// of `verified`: `_meta["parley/verified"] = query`, what `parley_tools::semantic::verified`
+/// publishes for a catalog's `[[verified_query]]` (its unit test checks that). The tool is a
+/// tools file's `[[tool]]`, so it runs as a declared read tool like a verified query does;
+/// only the listing's mark is added here, until the mcp function serves catalogs' queries.
+pub async fn spawn_mcp_listing_verified(env: Env, verified: &[(&str, &str)]) -> McpHandle {
+    let verified: Arc<Vec<(String, String)>> = Arc::new(
+        verified
+            .iter()
+            .map(|(tool, query)| ((*tool).to_owned(), (*query).to_owned()))
+            .collect(),
+    );
     let mut env = with_metrics(with_caller_key(env)).overlay([("LISTEN_ADDR", "127.0.0.1:0")]);
     if !env.is_present("TOOLS_FILE") {
         env = env.overlay([("TOOLS_FILE", FEEDBACK_TOOLS_FILE)]);
@@ -202,14 +217,20 @@ pub async fn spawn_mcp_from(env: Env) -> McpHandle {
         .layer(axum::middleware::from_fn(
             move |req: Request, next: Next| {
                 let (counter, recorder) = (counter.clone(), recorder.clone());
+                let verified = verified.clone();
                 async move {
                     let mut req = req;
+                    let mut method = String::new();
                     if req.uri().path() == "/mcp" {
                         counter.fetch_add(1, Ordering::SeqCst);
-                        req = record(req, &recorder).await;
+                        (req, method) = record(req, &recorder).await;
                     }
                     let response: Response = next.run(req).await;
-                    response
+                    if method == "tools/list" && !verified.is_empty() {
+                        mark_verified(response, &verified).await
+                    } else {
+                        response
+                    }
                 }
             },
         ));
@@ -261,14 +282,25 @@ pub async fn spawn_chat_with_settings(
     chat_settings: &[(&str, &str)],
     llm: ScriptedLlm,
 ) -> TestChat {
-    let mcp = spawn_mcp_from(
-        Env::from_pairs([
-            ("DATABASE_URL", db.readonly_url.as_str()),
-            ("MCP_AUTH_TOKEN", MCP_TOKEN),
-        ])
-        .overlay(mcp_settings.iter().copied()),
-    )
-    .await;
+    let mcp = spawn_mcp_from(mcp_env(db).overlay(mcp_settings.iter().copied())).await;
+    spawn_chat_over(db, mcp, chat_settings, llm).await
+}
+
+/// The settings of an mcp function over `db`: the read-only login and the service token.
+pub fn mcp_env(db: &TestDb) -> Env {
+    Env::from_pairs([
+        ("DATABASE_URL", db.readonly_url.as_str()),
+        ("MCP_AUTH_TOKEN", MCP_TOKEN),
+    ])
+}
+
+/// A chat over `db` talking to `mcp`, with `chat_settings` laid over its own.
+pub async fn spawn_chat_over(
+    db: &TestDb,
+    mcp: McpHandle,
+    chat_settings: &[(&str, &str)],
+    llm: ScriptedLlm,
+) -> TestChat {
     let env = Env::from_pairs([
         ("DATABASE_URL", db.url.clone()),
         ("JWT_SECRET", JWT_SECRET.to_owned()),
@@ -303,10 +335,36 @@ fn with_caller_key(env: Env) -> Env {
     }
 }
 
-/// Notes a POST's method, bearer token and `_meta` in `posts`; the request goes on unchanged.
-async fn record(req: Request, posts: &Mutex<Vec<McpPost>>) -> Request {
+/// A JSON `tools/list` answer with `_meta["parley/verified"]` added to each tool of
+/// `verified` (tool, query); any other answer as it was.
+async fn mark_verified(response: Response, verified: &[(String, String)]) -> Response {
+    let (mut parts, body) = response.into_parts();
+    let bytes = axum::body::to_bytes(body, 10 * 1024 * 1024)
+        .await
+        .unwrap_or_default();
+    let Ok(mut message) = serde_json::from_slice::<Value>(&bytes) else {
+        return Response::from_parts(parts, Body::from(bytes));
+    };
+    if let Some(tools) = message["result"]["tools"].as_array_mut() {
+        for tool in tools {
+            let query = verified.iter().find(|(t, _)| tool["name"] == t.as_str());
+            if let Some((_, query)) = query {
+                if !tool["_meta"].is_object() {
+                    tool["_meta"] = json!({});
+                }
+                tool["_meta"][parley_wire::META_VERIFIED] = json!(query);
+            }
+        }
+    }
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(message.to_string()))
+}
+
+/// Notes a POST's method, bearer token and `_meta` in `posts`; the request goes on unchanged,
+/// with its JSON-RPC method ("" for none).
+async fn record(req: Request, posts: &Mutex<Vec<McpPost>>) -> (Request, String) {
     if req.method() != axum::http::Method::POST {
-        return req;
+        return (req, String::new());
     }
     let (parts, body) = req.into_parts();
     let bytes = axum::body::to_bytes(body, 10 * 1024 * 1024)
@@ -319,8 +377,9 @@ async fn record(req: Request, posts: &Mutex<Vec<McpPost>>) -> Request {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::to_owned);
+    let method = message["method"].as_str().unwrap_or_default().to_owned();
     posts.lock().expect("posts").push(McpPost {
-        method: message["method"].as_str().unwrap_or_default().to_owned(),
+        method: method.clone(),
         bearer,
         meta: message["params"]["_meta"].clone(),
         tool: message["params"]["name"]
@@ -328,7 +387,7 @@ async fn record(req: Request, posts: &Mutex<Vec<McpPost>>) -> Request {
             .unwrap_or_default()
             .to_owned(),
     });
-    Request::from_parts(parts, Body::from(bytes))
+    (Request::from_parts(parts, Body::from(bytes)), method)
 }
 
 /// The payload of a JWT, unverified: what a test reads from an assertion it saw go by.

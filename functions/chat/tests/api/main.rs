@@ -29,4 +29,5 @@ mod streaming;
 mod tasks;
 mod turns;
 mod validation;
+mod verified;
 mod writes;

@@ -9,11 +9,17 @@ use serde_json::{Value, json};
 
 use crate::helpers::{TestChat, input_of, spawn_chat_with_tools};
 
-const NOTES_TOOLS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/notes.toml");
+pub const NOTES_TOOLS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/notes.toml");
 
 /// A chat whose mcp function serves only the notes tools, over a fresh database with four
 /// notes, and a model that plays `steps`.
 async fn notes_chat(steps: Vec<Step>) -> TestChat {
+    let db = notes_db().await;
+    spawn_chat_with_tools(&db, NOTES_TOOLS, steps).await
+}
+
+/// A fresh database with a `notes` table of four notes the read-only role may read.
+pub async fn notes_db() -> TestDb {
     let db = TestDb::migrated().await;
     db.client()
         .await
@@ -32,7 +38,7 @@ async fn notes_chat(steps: Vec<Step>) -> TestChat {
         )
         .await
         .expect("notes table");
-    spawn_chat_with_tools(&db, NOTES_TOOLS, steps).await
+    db
 }
 
 /// Two searches in one response whose hits overlap, then a read of the note both found.

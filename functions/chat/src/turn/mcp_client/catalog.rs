@@ -1,8 +1,8 @@
 //! The tools offered to the model, built from the servers' listings: their names as the model
 //! sees them, where each call goes, whether a lost answer may be re-sent, and what the
-//! instructions say about each tool ([`ToolTraits`]) and each server ([`ServerGuidance`]), and
-//! which of a tool's output columns make a source ([`Citation`]). It reads listings only; it
-//! never calls a tool.
+//! instructions say about each tool ([`ToolTraits`]) and each server ([`ServerGuidance`]),
+//! which of a tool's output columns make a source ([`Citation`]) and which tools run a verified
+//! query. It reads listings only; it never calls a tool.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,7 +14,9 @@ use serde_json::{Map, Value};
 
 use crate::turn::approval::{About, Policy, ToolMarks, Why};
 use crate::turn::llm::ToolDef;
-use parley_wire::{Citation, META_APPROVAL, META_CITATION, META_CONTEXT, META_IDEMPOTENCY_KEY};
+use parley_wire::{
+    Citation, META_APPROVAL, META_CITATION, META_CONTEXT, META_IDEMPOTENCY_KEY, META_VERIFIED,
+};
 
 /// The tools offered to the model, under the names the model uses.
 #[derive(Debug, Default)]
@@ -62,6 +64,9 @@ pub struct ToolTraits {
     pub context: Vec<(String, String)>,
     /// `_meta["parley/citation"]`: its rows are sources the reply may cite.
     pub citation: Option<Citation>,
+    /// `_meta["parley/verified"]`: the name of the verified query it runs; a reply after a
+    /// successful call is answered from that query.
+    pub verified: Option<String>,
     /// What decides whether its calls wait for the user's approval (`APPROVAL`).
     pub marks: ToolMarks,
 }
@@ -103,6 +108,11 @@ impl Catalog {
     /// Which output columns of the tool the model calls `name` make a source, if any.
     pub fn citation(&self, name: &str) -> Option<&Citation> {
         self.routes.get(name)?.traits.citation.as_ref()
+    }
+
+    /// The verified query the tool the model calls `name` runs, if it runs one.
+    pub fn verified(&self, name: &str) -> Option<&str> {
+        self.routes.get(name)?.traits.verified.as_deref()
     }
 
     /// Whether a call of the tool the model calls `name` waits for the user's approval under
@@ -192,6 +202,7 @@ impl Catalog {
                     destructive: !read_only && hint(|a| a.destructive_hint) != Some(false),
                     context: context_pairs(meta),
                     citation: citation(&name, meta),
+                    verified: verified(&name, meta),
                     marks: ToolMarks {
                         read_only,
                         destructive: hint(|a| a.destructive_hint) == Some(true),
@@ -257,6 +268,21 @@ fn citation(tool: &str, meta: Option<&Map<String, Value>>) -> Option<Citation> {
                 tool,
                 why = %why,
                 "ignoring the tool's malformed `_meta[\"{META_CITATION}\"]`"
+            );
+            None
+        }
+    }
+}
+
+/// `_meta["parley/verified"]`, trimmed; one that is not a non-blank string is logged and
+/// ignored, so the tool is still offered, only without its source.
+fn verified(tool: &str, meta: Option<&Map<String, Value>>) -> Option<String> {
+    match meta?.get(META_VERIFIED)? {
+        Value::String(name) if !name.trim().is_empty() => Some(name.trim().to_owned()),
+        _ => {
+            tracing::warn!(
+                tool,
+                "ignoring the tool's `_meta[\"{META_VERIFIED}\"]`: not the name of a query"
             );
             None
         }
@@ -437,6 +463,16 @@ mod tests {
                         (Some(true), None, None),
                         json!({META_CITATION: {"title": "name"}}),
                     ),
+                    tool(
+                        "verified_top_artists",
+                        (Some(true), None, None),
+                        json!({META_VERIFIED: " top_artists "}),
+                    ),
+                    tool(
+                        "verified_blank",
+                        (Some(true), None, None),
+                        json!({META_VERIFIED: ""}),
+                    ),
                 ],
                 Some("Guidance."),
             )],
@@ -461,6 +497,16 @@ mod tests {
         assert_eq!(catalog.citation("broken"), None, "no `id`: ignored");
         assert!(catalog.contains("broken"), "the tool is still offered");
         assert_eq!(catalog.citation("lookup"), None);
+        assert_eq!(
+            catalog.verified("verified_top_artists"),
+            Some("top_artists")
+        );
+        assert_eq!(catalog.verified("verified_blank"), None, "blank: ignored");
+        assert!(
+            catalog.contains("verified_blank"),
+            "the tool is still offered"
+        );
+        assert_eq!(catalog.verified("lookup"), None);
         assert_eq!(
             catalog.guidance,
             [ServerGuidance {
