@@ -206,8 +206,7 @@ async fn load_catalog(env: &Env, config: &McpConfig) -> Result<Catalog, CatalogE
                     path: beside.to_string(),
                     source,
                 })?;
-            parley_tools::semantic::served::serve(&mut file, &catalog_text, config.limits)
-                .map_err(named)?;
+            catalog::serve_catalog(&mut file, &catalog_text, config.limits).map_err(named)?;
         }
         files.push((path, file));
     }

@@ -41,11 +41,46 @@ pub struct Args {
 
 /// Words table and column names are made of: a generic business vocabulary.
 const WORDS: [&str; 40] = [
-    "account", "address", "amount", "balance", "branch", "budget", "campaign", "category",
-    "channel", "city", "claim", "contract", "cost", "country", "customer", "delivery",
-    "department", "discount", "employee", "invoice", "item", "ledger", "lead", "margin",
-    "order", "partner", "payment", "plan", "price", "product", "project", "quota", "region",
-    "refund", "revenue", "shipment", "store", "supplier", "ticket", "vendor",
+    "account",
+    "address",
+    "amount",
+    "balance",
+    "branch",
+    "budget",
+    "campaign",
+    "category",
+    "channel",
+    "city",
+    "claim",
+    "contract",
+    "cost",
+    "country",
+    "customer",
+    "delivery",
+    "department",
+    "discount",
+    "employee",
+    "invoice",
+    "item",
+    "ledger",
+    "lead",
+    "margin",
+    "order",
+    "partner",
+    "payment",
+    "plan",
+    "price",
+    "product",
+    "project",
+    "quota",
+    "region",
+    "refund",
+    "revenue",
+    "shipment",
+    "store",
+    "supplier",
+    "ticket",
+    "vendor",
 ];
 /// Syllables names are made of (with accented ones, so folding has work to do).
 const SYLLABLES: [&str; 24] = [
@@ -75,10 +110,14 @@ fn name(i: usize) -> String {
         }
         let mut c = s.chars();
         c.next()
-            .map(|f| f.to_uppercase().chain(c).collect())
+            .map(|f| f.to_uppercase().chain(c).collect::<String>())
             .unwrap_or_default()
     };
-    format!("{} {}", part(i, 3), part(i.wrapping_mul(2_654_435_761) >> 7, 3))
+    format!(
+        "{} {}",
+        part(i, 3),
+        part(i.wrapping_mul(2_654_435_761) >> 7, 3)
+    )
 }
 
 /// `value` as a person might type it: lower case, accents dropped, one letter doubled.
@@ -134,7 +173,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     table_name(t),
                     cols.join(", "),
                     if t > 0 {
-                        format!(", {}_id integer REFERENCES bench.{}", word(t - 1), table_name(t - 1))
+                        format!(
+                            ", {}_id integer REFERENCES bench.{}",
+                            word(t - 1),
+                            table_name(t - 1)
+                        )
                     } else {
                         String::new()
                     }
@@ -163,9 +206,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let file = semantic::file::parse(&text)?;
         let entries = index::entries(&file);
         let drafted = started.elapsed();
-        let embedder = Embedder::from_settings(&EmbedSettings::built_in(
-            parley_embed::default_model_dir(),
-        ))?;
+        let embedder =
+            Embedder::from_settings(&EmbedSettings::built_in(parley_embed::default_model_dir()))?;
         let bodies: Vec<String> = entries.iter().map(|e| e.body.clone()).collect();
         let embedding = Instant::now();
         let vectors = embedder.embed(&bodies).await?;
@@ -215,9 +257,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
              GRANT SELECT ON ALL TABLES IN SCHEMA bench TO parley_sql_reader",
         )
         .await?;
-    let embedder = Embedder::from_settings(&EmbedSettings::built_in(
-        parley_embed::default_model_dir(),
-    ))?;
+    let embedder =
+        Embedder::from_settings(&EmbedSettings::built_in(parley_embed::default_model_dir()))?;
     let model = embedder.model_id().to_owned();
     let db = crate::setup::connect(&url).await?;
 

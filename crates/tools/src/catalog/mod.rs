@@ -289,6 +289,40 @@ impl Catalog {
 }
 
 /// A tools file read and parsed; errors name the file.
+/// Adds a catalog's tools and guidance to the tools file that names it (`catalog_text` is the
+/// catalog file's text). A tool of the file with one of their names is refused by the merge,
+/// as any name declared twice.
+pub fn serve_catalog(
+    tools_file: &mut file::ToolsFile,
+    catalog_text: &str,
+    limits: Limits,
+) -> Result<(), FileError> {
+    use crate::semantic::served::{INSTRUCTIONS, tool_specs};
+    let Some(spec) = &tools_file.catalog else {
+        return Ok(());
+    };
+    let catalog = crate::semantic::file::parse(catalog_text)
+        .map_err(|e| FileError::Catalog(format!("{}: {e}", spec.file)))?;
+    let added = tool_specs(spec, &catalog, limits)?;
+    if let Some(clash) = tools_file
+        .tools
+        .iter()
+        .find(|t| added.iter().any(|a| a.name == t.name))
+    {
+        return Err(FileError::Catalog(format!(
+            "tool `{}` has the name of a tool the catalog adds",
+            clash.name
+        )));
+    }
+    tools_file.tools.extend(added);
+    let guidance = match tools_file.instructions.take() {
+        Some(own) => format!("{own}\n\n{INSTRUCTIONS}"),
+        None => INSTRUCTIONS.to_owned(),
+    };
+    tools_file.instructions = Some(guidance);
+    Ok(())
+}
+
 fn read(path: &Path, limits: Limits) -> Result<ToolsFile, CatalogError> {
     let text = std::fs::read_to_string(path).map_err(|source| CatalogError::Read {
         path: path.display().to_string(),
@@ -306,7 +340,7 @@ fn read(path: &Path, limits: Limits) -> Result<ToolsFile, CatalogError> {
             path: at.display().to_string(),
             source,
         })?;
-        crate::semantic::served::serve(&mut parsed, &catalog_text, limits).map_err(named)?;
+        serve_catalog(&mut parsed, &catalog_text, limits).map_err(named)?;
     }
     Ok(parsed)
 }

@@ -91,40 +91,6 @@ pub fn tool_specs(
     Ok(specs)
 }
 
-/// Adds a catalog's tools and guidance to the tools file that names it (`catalog_text` is the
-/// catalog file's text). A tool of the file with one of their names is refused by the merge,
-/// as any name declared twice.
-pub fn serve(
-    tools_file: &mut crate::catalog::file::ToolsFile,
-    catalog_text: &str,
-    limits: Limits,
-) -> Result<(), crate::catalog::file::FileError> {
-    use crate::catalog::file::FileError;
-    let Some(spec) = &tools_file.catalog else {
-        return Ok(());
-    };
-    let catalog = super::file::parse(catalog_text)
-        .map_err(|e| FileError::Catalog(format!("{}: {e}", spec.file)))?;
-    let added = tool_specs(spec, &catalog, limits)?;
-    if let Some(clash) = tools_file
-        .tools
-        .iter()
-        .find(|t| added.iter().any(|a| a.name == t.name))
-    {
-        return Err(FileError::Catalog(format!(
-            "tool `{}` has the name of a tool the catalog adds",
-            clash.name
-        )));
-    }
-    tools_file.tools.extend(added);
-    let guidance = match tools_file.instructions.take() {
-        Some(own) => format!("{own}\n\n{INSTRUCTIONS}"),
-        None => INSTRUCTIONS.to_owned(),
-    };
-    tools_file.instructions = Some(guidance);
-    Ok(())
-}
-
 #[derive(Deserialize)]
 struct RawTools {
     tool: Vec<tools::spec::RawTool>,
