@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 use axum::body::Body;
 use axum::extract::Request;
 use axum::middleware::Next;
-use axum::response::Response;
 use jsonwebtoken::{EncodingKey, Header, encode};
 use parley_core::config::Env;
 use parley_core::metrics::{Recorded, Sink};
@@ -187,21 +186,6 @@ async fn spawn_mcp(db: &TestDb) -> McpHandle {
 /// when it does not set `MCP_CALLER_KEY`) goes through `parley_core::secrets::load` first, so
 /// `SECRET_IDS` in it is honoured. Every test's mcp function starts here.
 pub async fn spawn_mcp_from(env: Env) -> McpHandle {
-    spawn_mcp_listing_verified(env, &[]).await
-}
-
-/// [`spawn_mcp_from`] whose `tools/list` answers name a verified query for each (tool, query)
-/// of `verified`: `_meta["parley/verified"] = query`, what `parley_tools::semantic::verified`
-/// publishes for a catalog's `[[verified_query]]` (its unit test checks that). The tool is a
-/// tools file's `[[tool]]`, so it runs as a declared read tool like a verified query does;
-/// only the listing's mark is added here, until the mcp function serves catalogs' queries.
-pub async fn spawn_mcp_listing_verified(env: Env, verified: &[(&str, &str)]) -> McpHandle {
-    let verified: Arc<Vec<(String, String)>> = Arc::new(
-        verified
-            .iter()
-            .map(|(tool, query)| ((*tool).to_owned(), (*query).to_owned()))
-            .collect(),
-    );
     let mut env = with_metrics(with_caller_key(env)).overlay([("LISTEN_ADDR", "127.0.0.1:0")]);
     if !env.is_present("TOOLS_FILE") {
         env = env.overlay([("TOOLS_FILE", FEEDBACK_TOOLS_FILE)]);
@@ -217,20 +201,13 @@ pub async fn spawn_mcp_listing_verified(env: Env, verified: &[(&str, &str)]) -> 
         .layer(axum::middleware::from_fn(
             move |req: Request, next: Next| {
                 let (counter, recorder) = (counter.clone(), recorder.clone());
-                let verified = verified.clone();
                 async move {
                     let mut req = req;
-                    let mut method = String::new();
                     if req.uri().path() == "/mcp" {
                         counter.fetch_add(1, Ordering::SeqCst);
-                        (req, method) = record(req, &recorder).await;
+                        (req, _) = record(req, &recorder).await;
                     }
-                    let response: Response = next.run(req).await;
-                    if method == "tools/list" && !verified.is_empty() {
-                        mark_verified(response, &verified).await
-                    } else {
-                        response
-                    }
+                    next.run(req).await
                 }
             },
         ));
@@ -333,31 +310,6 @@ fn with_caller_key(env: Env) -> Env {
     } else {
         env.overlay([("MCP_CALLER_KEY", CALLER_KEY)])
     }
-}
-
-/// A JSON `tools/list` answer with `_meta["parley/verified"]` added to each tool of
-/// `verified` (tool, query); any other answer as it was.
-async fn mark_verified(response: Response, verified: &[(String, String)]) -> Response {
-    let (mut parts, body) = response.into_parts();
-    let bytes = axum::body::to_bytes(body, 10 * 1024 * 1024)
-        .await
-        .unwrap_or_default();
-    let Ok(mut message) = serde_json::from_slice::<Value>(&bytes) else {
-        return Response::from_parts(parts, Body::from(bytes));
-    };
-    if let Some(tools) = message["result"]["tools"].as_array_mut() {
-        for tool in tools {
-            let query = verified.iter().find(|(t, _)| tool["name"] == t.as_str());
-            if let Some((_, query)) = query {
-                if !tool["_meta"].is_object() {
-                    tool["_meta"] = json!({});
-                }
-                tool["_meta"][parley_wire::META_VERIFIED] = json!(query);
-            }
-        }
-    }
-    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
-    Response::from_parts(parts, Body::from(message.to_string()))
 }
 
 /// Notes a POST's method, bearer token and `_meta` in `posts`; the request goes on unchanged,

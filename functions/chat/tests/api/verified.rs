@@ -7,7 +7,7 @@
 use parley_testkit::llm::{ScriptedLlm, Step};
 use serde_json::{Value, json};
 
-use crate::helpers::{TestChat, mcp_env, spawn_chat_over, spawn_mcp_listing_verified, sse_data};
+use crate::helpers::{TestChat, mcp_env, spawn_chat_over, spawn_mcp_from, sse_data};
 use crate::sources::{NOTES_TOOLS, notes_db};
 
 const VERIFIED_TOOLS: &str = concat!(
@@ -15,15 +15,17 @@ const VERIFIED_TOOLS: &str = concat!(
     "/tests/data/verified_notes.toml"
 );
 
-/// A chat whose mcp function serves the notes tools and `verified_note_count`, listed as the
-/// verified query `note_count`, and a model that plays `steps`.
+/// A chat whose mcp function serves the notes tools and a catalog whose verified query
+/// `note_count` is the tool `verified_note_count`, and a model that plays `steps`.
 async fn verified_chat(steps: Vec<Step>) -> TestChat {
     let db = notes_db().await;
     let tools = format!("{NOTES_TOOLS},{VERIFIED_TOOLS}");
-    let mcp = spawn_mcp_listing_verified(
-        mcp_env(&db).overlay([("TOOLS_FILE", tools.as_str())]),
-        &[("verified_note_count", "note_count")],
-    )
+    // The catalog's search tools embed the question: the mcp function loads the model.
+    let model = parley_testkit::model_dir().display().to_string();
+    let mcp = spawn_mcp_from(mcp_env(&db).overlay([
+        ("TOOLS_FILE", tools.as_str()),
+        ("EMBEDDINGS_MODEL_DIR", model.as_str()),
+    ]))
     .await;
     spawn_chat_over(&db, mcp, &[], ScriptedLlm::start(steps).await).await
 }
