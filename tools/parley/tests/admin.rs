@@ -842,3 +842,89 @@ async fn as_a_master_that_is_not_a_superuser_the_logins_are_made_and_what_it_can
         .get(0);
     assert_eq!(limit, 40, "CONNECTION LIMIT needs only CREATEROLE");
 }
+
+/// The schedule's event exactly as the template writes it (CatalogIndexer's `Input`): the
+/// catalog file is read from S3 and indexed as the owner, even when the routine login cannot
+/// connect; a missing object is an answer naming the fix, not a crash.
+#[tokio::test]
+async fn the_scheduled_catalog_index_reads_its_file_from_s3_as_the_owner() {
+    let stack = Stack::new().await;
+    let receiver = Receiver::start(vec![]).await;
+    let created = answer(
+        &stack.admin(),
+        &receiver,
+        stack.event("Create", &receiver, "none"),
+    )
+    .await;
+    assert_eq!(created["Status"], "SUCCESS", "{created}");
+    stack
+        .owner()
+        .await
+        .batch_execute(
+            "CREATE SCHEMA shop; \
+             CREATE TABLE shop.customer (customer_id int PRIMARY KEY, country text); \
+             INSERT INTO shop.customer VALUES (1, 'Brazil'), (2, 'Canada')",
+        )
+        .await
+        .unwrap();
+    let bucket = stack.moto.versioned_bucket("team-config").await;
+    bucket
+        .put(
+            "parley/catalog.toml",
+            "schemas = [\"shop\"]\n\n[[table]]\nname = \"shop.customer\"\n\
+             description = \"People who bought something.\"\n\n\
+             [[table.column]]\nname = \"customer_id\"\n\n\
+             [[table.column]]\nname = \"country\"\n\
+             db = { type = \"text\", nullable = true, values = [\"Brazil\", \"Canada\"] }\n",
+        )
+        .await;
+    // The routine login's password no longer works: the command succeeds only as the owner.
+    stack
+        .moto
+        .put_secret(
+            &stack.secrets[4],
+            &json!({"username": stack.user("admin"), "password": "not-its-password"}),
+        )
+        .await;
+    let model = parley_testkit::model_dir();
+    let admin = Admin::new(stack.admin().base.overlay([
+        ("ADMIN_ROUTINE_SECRET_ID", stack.secrets[4].as_str()),
+        ("EMBEDDINGS_MODEL_DIR", model.to_str().unwrap()),
+    ]))
+    .unwrap();
+
+    let scheduled: Value = serde_json::from_str(
+        r#"{"command": ["catalog", "index", "s3://team-config/parley/catalog.toml"]}"#,
+    )
+    .unwrap();
+    let indexed = admin.handle(scheduled, TIME_LEFT).await.unwrap();
+    assert_eq!(indexed["ok"], true, "{indexed}");
+    assert!(
+        indexed["output"]
+            .as_str()
+            .unwrap()
+            .starts_with("search index: 3 entries, 2 values of 1 text columns"),
+        "{indexed}"
+    );
+    assert_eq!(
+        stack
+            .one::<i64>("SELECT count(*) FROM parley.catalog_values")
+            .await,
+        2
+    );
+
+    let missing = admin
+        .handle(
+            json!({"command": ["catalog", "index", "s3://team-config/parley/gone.toml"]}),
+            TIME_LEFT,
+        )
+        .await
+        .unwrap();
+    assert_eq!(missing["ok"], false);
+    let error = missing["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("s3://team-config/parley/gone.toml: S3 has no such key"),
+        "{error}"
+    );
+    assert!(error.contains("the template's CatalogFileS3Uri"), "{error}");
+}

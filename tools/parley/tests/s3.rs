@@ -1,6 +1,7 @@
-//! `parley ingest s3://...` and `parley sync s3://...` as a user runs them: the built binary
-//! against moto's S3 (a versioned bucket) and a fresh migrated database with the real built-in
-//! model, checking what it prints, its exit code and the rows it leaves.
+//! `parley ingest s3://...`, `parley sync s3://...` and `parley catalog index s3://...` as a
+//! user (or the admin function, on its schedule) runs them: the built binary against moto's S3
+//! (a versioned bucket) and a fresh migrated database with the real built-in model, checking
+//! what it prints, its exit code and the rows it leaves.
 
 mod common;
 
@@ -123,4 +124,119 @@ async fn s3_urls_refuse_local_only_options_and_bad_bucket_names() {
         err.contains("--collection NAME is required for local files"),
         "{err}"
     );
+}
+
+/// A catalog file as a team keeps it next to its tools file: one described table whose
+/// `country` values are indexed for `find_values`.
+const SHOP_CATALOG: &str = r#"schemas = ["shop"]
+
+[[table]]
+name = "shop.customer"
+description = "People who bought something from the shop."
+db = { kind = "table", rows = 3, primary_key = ["customer_id"] }
+
+[[table.column]]
+name = "customer_id"
+db = { type = "integer", nullable = false }
+
+[[table.column]]
+name = "country"
+synonyms = ["nation"]
+db = { type = "text", nullable = true, values = ["Brazil", "Canada", "France"] }
+"#;
+
+#[tokio::test]
+async fn catalog_index_reads_the_catalog_file_from_s3_and_a_missing_one_names_the_fix() {
+    let (db, moto) = (TestDb::migrated().await, Moto::start());
+    db.client()
+        .await
+        .batch_execute(
+            "CREATE SCHEMA shop; \
+             CREATE TABLE shop.customer (customer_id int PRIMARY KEY, country text); \
+             INSERT INTO shop.customer VALUES (1, 'Brazil'), (2, 'Canada'), (3, 'France')",
+        )
+        .await
+        .unwrap();
+    let bucket = moto.versioned_bucket("team-config").await;
+    bucket.put("parley/catalog.toml", SHOP_CATALOG).await;
+
+    let said = stdout_of(&parley(
+        &["catalog", "index", "s3://team-config/parley/catalog.toml"],
+        &db,
+        &moto,
+    ));
+    assert!(
+        said.contains("search index: 3 entries, 3 values of 1 text columns"),
+        "{said}"
+    );
+    assert_eq!(
+        rows(
+            &db,
+            "SELECT kind || ':' || name FROM parley.catalog_entries ORDER BY id"
+        )
+        .await,
+        [
+            "table:shop.customer",
+            "column:shop.customer.customer_id",
+            "column:shop.customer.country"
+        ]
+    );
+    assert_eq!(
+        rows(
+            &db,
+            "SELECT value FROM parley.catalog_values ORDER BY value"
+        )
+        .await,
+        ["Brazil", "Canada", "France"]
+    );
+
+    // A key that is not there, a bucket that is not there: each says what to do, and the index
+    // stays as it was.
+    let missing = failure(
+        &parley(
+            &["catalog", "index", "s3://team-config/parley/catalogue.toml"],
+            &db,
+            &moto,
+        ),
+        1,
+    );
+    assert!(
+        missing.starts_with("error: s3://team-config/parley/catalogue.toml: S3 has no such key"),
+        "{missing}"
+    );
+    assert!(
+        missing.contains(
+            "upload the catalog file (`aws s3 cp catalog.toml \
+             s3://team-config/parley/catalogue.toml`) or correct the key (the template's \
+             CatalogFileS3Uri)"
+        ),
+        "{missing}"
+    );
+    let no_bucket = failure(
+        &parley(
+            &["catalog", "index", "s3://team-konfig/parley/catalog.toml"],
+            &db,
+            &moto,
+        ),
+        1,
+    );
+    assert!(
+        no_bucket.contains("S3 has no bucket `team-konfig`"),
+        "{no_bucket}"
+    );
+    assert_eq!(
+        rows(&db, "SELECT count(*)::text FROM parley.catalog_entries").await,
+        ["3"]
+    );
+
+    // A URI that names no object is refused before anything is read.
+    let shapeless = failure(
+        &parley(
+            &["catalog", "index", "s3://team-config/parley/"],
+            &db,
+            &moto,
+        ),
+        2,
+    );
+    assert!(shapeless.contains("s3://<bucket>/<key>"), "{shapeless}");
 }

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::Admin;
 use crate::cmd::collections::Action;
-use crate::cmd::{self, Cli, Command};
+use crate::cmd::{self, Cli, Command, catalog};
 
 /// Lambda answers at most 6 MB; `audit --limit` can ask for more. The output is cut here,
 /// saying so, rather than the invocation failing with a payload error.
@@ -17,8 +17,10 @@ const MAX_OUTPUT_BYTES: usize = 5 * 1024 * 1024;
 
 /// The subcommands the function runs. Not `ingest`: it reads files, and the function has none
 /// of the caller's (put them in the documents bucket, or run it from a machine that reaches the
-/// database). `sync` reads the documents bucket.
-pub const ALLOWED: [&str; 7] = [
+/// database). `sync` reads the documents bucket. `catalog` for `index` (the scheduled rebuild of
+/// the search index from the catalog file in S3) and `check`; not `init` or `refresh`, which
+/// write a catalog file the function would throw away.
+pub const ALLOWED: [&str; 8] = [
     "migrate",
     "demo-data",
     "collections",
@@ -26,12 +28,15 @@ pub const ALLOWED: [&str; 7] = [
     "audit",
     "logins",
     "sync",
+    "catalog",
 ];
 
 /// The subcommands that change the schema or the roles, and so run as the database's owner
 /// (`SECRET_IDS`); the rest of [`ALLOWED`] is routine work and runs as the
-/// `ADMIN_ROUTINE_SECRET_ID` login (`parley_admin_ops`, migration 0025).
-pub const AS_OWNER: [&str; 3] = ["migrate", "demo-data", "logins"];
+/// `ADMIN_ROUTINE_SECRET_ID` login (`parley_admin_ops`, migration 0025). `catalog` too: its
+/// index reads the team's tables, which only the owner is sure to read, and writes
+/// `parley.catalog_*`, which only the owner may.
+pub const AS_OWNER: [&str; 4] = ["migrate", "demo-data", "logins", "catalog"];
 
 pub fn is_command(event: &Value) -> bool {
     event.get("command").is_some()
@@ -85,6 +90,24 @@ fn parse(event: &Value) -> Result<Command, Value> {
                 "`collections remove` asks for the name to be typed on a terminal, and the \
                  function has none: add \"--yes\" to remove {} without asking",
                 remove.name
+            ),
+        ));
+    }
+    if let Command::Catalog(args) = &cli.command
+        && let Some(verb) = match &args.action {
+            catalog::Action::Init(_) => Some("init"),
+            catalog::Action::Refresh(_) => Some("refresh"),
+            catalog::Action::Check(_) | catalog::Action::Index(_) => None,
+        }
+    {
+        return Err(answer(
+            false,
+            "",
+            &format!(
+                "`catalog {verb}` writes a catalog file, which the function would lose with its \
+                 /tmp: run it where the file is kept (`parley catalog {verb}` on a machine that \
+                 reaches the database), upload the file, and let the function run `catalog \
+                 index s3://<bucket>/<key>`"
             ),
         ));
     }
@@ -161,7 +184,7 @@ mod tests {
     }
 
     #[test]
-    fn only_migrations_and_roles_run_as_the_owner() {
+    fn only_migrations_roles_and_the_catalog_run_as_the_owner() {
         assert!(AS_OWNER.iter().all(|name| ALLOWED.contains(name)));
         let routine: Vec<&str> = ALLOWED
             .into_iter()
@@ -171,13 +194,57 @@ mod tests {
     }
 
     #[test]
+    fn the_catalog_is_indexed_from_s3_as_the_owner() {
+        let command = parse(
+            &json!({"command": ["catalog", "index", "s3://team-config/parley/catalog.toml"]}),
+        )
+        .expect("parsed");
+        assert!(AS_OWNER.contains(&command.name()));
+        match command {
+            Command::Catalog(catalog::Args {
+                action: catalog::Action::Index(args),
+            }) => assert_eq!(
+                args.file.to_string(),
+                "s3://team-config/parley/catalog.toml"
+            ),
+            other => panic!("parsed as {other:?}"),
+        }
+        assert!(
+            parse(&json!({"command": ["catalog", "check", "/opt/chinook/catalog.toml"]})).is_ok()
+        );
+    }
+
+    #[test]
+    fn catalog_init_and_refresh_are_refused_because_their_file_would_be_lost() {
+        let answer = refusal(json!({"command": ["catalog", "init", "--schema", "shop"]}));
+        assert_eq!(answer["ok"], false);
+        let error = answer["error"].as_str().unwrap();
+        assert!(
+            error
+                .starts_with("`catalog init` writes a catalog file, which the function would lose"),
+            "{error}"
+        );
+        assert!(
+            error.contains("`catalog index s3://<bucket>/<key>`"),
+            "{error}"
+        );
+        let answer = refusal(json!({"command": ["catalog", "refresh", "/tmp/catalog.toml"]}));
+        assert!(
+            answer["error"]
+                .as_str()
+                .unwrap()
+                .starts_with("`catalog refresh` writes a catalog file")
+        );
+    }
+
+    #[test]
     fn ingest_is_refused_because_the_function_has_no_files() {
         let answer = refusal(json!({"command": ["ingest", "--collection", "c", "docs/"]}));
         assert_eq!(answer["ok"], false);
         assert_eq!(
             answer["error"],
             "`ingest` cannot run in the function; it runs migrate, demo-data, collections, enroll, \
-             audit, logins, sync"
+             audit, logins, sync, catalog"
         );
     }
 

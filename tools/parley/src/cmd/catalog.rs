@@ -3,7 +3,10 @@
 //! FILE` brings one up to date and keeps every human edit; `check FILE` says, entry by entry,
 //! whether the file still fits the database: every table and column exists, every relationship
 //! joins columns that exist, and every metric and verified query plans (`EXPLAIN`) as the role
-//! the assistant's SQL runs as.
+//! the assistant's SQL runs as. `index FILE` rebuilds the search index, FILE a path or an
+//! `s3://bucket/key` object (the admin function runs it on a schedule; [`source`]).
+
+pub mod source;
 
 use std::path::{Path, PathBuf};
 
@@ -16,6 +19,7 @@ use parley_tools::semantic::index::{self, ValueBounds};
 use parley_tools::semantic::{self, Bounds, Snapshot, introspect, verified, write};
 use tokio_postgres::Client;
 
+use self::source::Source;
 use super::{CmdError, Out};
 
 #[derive(Debug, clap::Args)]
@@ -41,8 +45,10 @@ pub enum Action {
 
 #[derive(Debug, clap::Args)]
 pub struct IndexArgs {
-    #[arg(value_name = "FILE")]
-    pub file: PathBuf,
+    /// The catalog file: a path, or s3://bucket/key (read with the AWS settings: AWS_REGION,
+    /// credentials, AWS_ENDPOINT_URL_S3).
+    #[arg(value_name = "FILE", value_parser = Source::parse)]
+    pub file: Source,
     #[command(flatten)]
     pub values: ValueArgs,
 }
@@ -136,6 +142,9 @@ pub enum CatalogError {
     Exists(String),
     #[error("{path}: {error}")]
     Read { path: String, error: std::io::Error },
+    /// An S3 catalog file that could not be read, with the fix.
+    #[error("{uri}: {problem}")]
+    S3 { uri: String, problem: String },
     #[error("{path}: {error}")]
     File {
         path: String,
@@ -224,7 +233,8 @@ pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
             )?;
         }
         Action::Index(args) => {
-            let (_, file) = read(&args.file)?;
+            let text = read_source(&args.file, env).await?;
+            let file = parse(&args.file.to_string(), &text)?;
             index(env, &file, args.values.into(), out).await?;
         }
     }
@@ -320,11 +330,33 @@ fn read(path: &Path) -> Result<(String, CatalogFile), CatalogError> {
         path: path.display().to_string(),
         error,
     })?;
-    let file = semantic::file::parse(&text).map_err(|error| CatalogError::File {
-        path: path.display().to_string(),
-        error,
-    })?;
+    let file = parse(&path.display().to_string(), &text)?;
     Ok((text, file))
+}
+
+/// The text of `source`, a local file or an S3 object.
+async fn read_source(source: &Source, env: &Env) -> Result<String, CatalogError> {
+    match source {
+        Source::Path(path) => std::fs::read_to_string(path).map_err(|error| CatalogError::Read {
+            path: path.display().to_string(),
+            error,
+        }),
+        Source::S3 { bucket, key } => {
+            source::read_object(env, bucket, key)
+                .await
+                .map_err(|problem| CatalogError::S3 {
+                    uri: source.to_string(),
+                    problem,
+                })
+        }
+    }
+}
+
+fn parse(name: &str, text: &str) -> Result<CatalogFile, CatalogError> {
+    semantic::file::parse(text).map_err(|error| CatalogError::File {
+        path: name.to_owned(),
+        error,
+    })
 }
 
 fn write_file(path: &Path, text: &str) -> Result<(), CatalogError> {
