@@ -37,8 +37,23 @@ CREATE TABLE parley.catalog_entries (
     embedding vector,
     CHECK ((schema_name IS NULL) = (table_name IS NULL))
 );
-CREATE INDEX catalog_entries_tsv_idx ON parley.catalog_entries USING gin (tsv);
 CREATE INDEX catalog_entries_table_idx ON parley.catalog_entries (schema_name, table_name);
+CREATE INDEX catalog_entries_related_idx ON parley.catalog_entries (related_schema, related_table)
+    WHERE kind = 'relationship';
+-- Nearest by meaning through HNSW, for the built-in model's 384 dimensions (as 0004 does for
+-- chunks); another model's vectors are compared exactly.
+CREATE INDEX catalog_entries_embedding_idx ON parley.catalog_entries
+    USING hnsw ((embedding::vector(384)) vector_cosine_ops)
+    WHERE vector_dims(embedding) = 384;
+
+-- Each word of each entry with its BM25 impact (0017's parley.bm25_impact: saturated,
+-- length-normalised term frequency), so a question reads only each word's best postings.
+CREATE TABLE parley.catalog_postings (
+    term text NOT NULL,
+    impact real NOT NULL,
+    entry_id bigint NOT NULL REFERENCES parley.catalog_entries (id) ON DELETE CASCADE,
+    PRIMARY KEY (term, impact, entry_id)
+);
 
 -- In how many entries each word occurs (BM25's df), and N with the average length.
 CREATE TABLE parley.catalog_terms (
@@ -77,8 +92,7 @@ CREATE TABLE parley.catalog_values (
 );
 CREATE INDEX catalog_values_grams_idx ON parley.catalog_values USING gin (grams);
 CREATE INDEX catalog_values_folded_idx ON parley.catalog_values (folded text_pattern_ops);
-CREATE INDEX catalog_values_initials_idx ON parley.catalog_values (initials)
-    WHERE length(initials) >= 2;
+CREATE INDEX catalog_values_initials_idx ON parley.catalog_values (initials);
 -- In how many values each trigram occurs: a lookup starts from the query's rarest trigrams.
 CREATE TABLE parley.catalog_value_grams (
     gram text PRIMARY KEY,
@@ -150,13 +164,14 @@ BEGIN ATOMIC
 END;
 
 -- The catalog entries that answer `question`, best first, among those `reader` may see:
--- hybrid retrieval as for documents (0017): the 60 entries nearest the question's embedding
--- and the 60 best by BM25 over their words, fused by reciprocal rank (k = 10; the words
--- weigh 1, the meaning 1), with a third list: the columns that hold a value the question
--- names ("Miles Davis" is in artist.name). Then the join paths between the tables found:
--- every relationship that joins two of the first five tables, or joins them through one
--- table in between, is added just after the weaker of its two ends, so the model sees how
--- the tables it will use connect.
+-- hybrid retrieval as for documents (0017): the 40 entries nearest the question's embedding
+-- and the 60 best by BM25 over their words (each word's 500 best postings), fused by
+-- reciprocal rank (k = 10; each list weighs 1), with a third list: the columns that hold a
+-- value the question names ("Miles Davis" is in artist.name). Then the join paths between the
+-- tables found: every relationship that joins two of the first five tables, or joins them
+-- through one table in between, and every relationship of those five (their neighbours, at
+-- 0.9 of the table's score), each just after the weaker of its two ends, so the model sees
+-- how the tables it will use connect.
 CREATE FUNCTION parley.search_catalog(question text, question_embedding real[], reader name,
                                       max_rows integer)
     RETURNS TABLE (kind text, "table" text, "column" text, name text, description text,
@@ -167,59 +182,62 @@ CREATE FUNCTION parley.search_catalog(question text, question_embedding real[], 
 AS $$
 #variable_conflict use_column
 DECLARE
-    k1 constant real := 1.2;
-    b constant real := 0.75;
-    rrf constant real := 10;
+    near bigint[];
 BEGIN
-    RETURN QUERY
-    WITH stats AS (
-        SELECT s.entries, s.avg_length FROM parley.catalog_stats s
-    ),
-    terms AS (
+    IF cardinality(question_embedding) = 384 THEN
+        SELECT array_agg(x.id ORDER BY x.distance, x.id) INTO near
+          FROM (SELECT e.id, e.embedding::vector(384) <=> question_embedding::vector(384) AS distance
+                  FROM parley.catalog_entries e
+                 WHERE vector_dims(e.embedding) = 384
+                 ORDER BY e.embedding::vector(384) <=> question_embedding::vector(384)
+                 LIMIT 40) AS x;
+    ELSIF question_embedding IS NOT NULL THEN
+        SELECT array_agg(x.id ORDER BY x.distance, x.id) INTO near
+          FROM (SELECT e.id, e.embedding <=> question_embedding::vector AS distance
+                  FROM parley.catalog_entries e
+                 WHERE vector_dims(e.embedding) = cardinality(question_embedding)
+                 ORDER BY 2, 1
+                 LIMIT 40) AS x;
+    END IF;
+    -- Planned for this question's own words and phrases (as dynamic SQL is, each time): a
+    -- generic plan cannot tell how many there are and may read every value to join them.
+    RETURN QUERY EXECUTE $sql$
+    WITH terms AS (
         SELECT DISTINCT t.lexeme AS term,
                -- Lucene's idf: never negative, however common the word.
-               ln(1 + ((SELECT st.entries FROM stats st) - coalesce(ct.df, 0) + 0.5)
-                      / (coalesce(ct.df, 0) + 0.5)) AS idf
-          FROM unnest(to_tsvector('english', question)) AS t
-          LEFT JOIN parley.catalog_terms ct ON ct.term = t.lexeme
+               ln(1 + ((SELECT st.entries FROM parley.catalog_stats st) - ct.df + 0.5)
+                      / (ct.df + 0.5)) AS idf
+          FROM unnest(to_tsvector('english', $1)) AS t
+          JOIN parley.catalog_terms ct ON ct.term = t.lexeme
     ),
     words AS (
-        SELECT e.id, row_number() OVER (ORDER BY sum(
-                   tm.idf * (cardinality(w.positions) * (k1 + 1))
-                   / (cardinality(w.positions)
-                      + k1 * (1 - b + b * e.length / greatest((SELECT st.avg_length FROM stats st), 1)))
-               ) DESC, e.id) AS rank
-          FROM parley.catalog_entries e
-          CROSS JOIN LATERAL unnest(e.tsv) AS w
-          JOIN terms tm ON tm.term = w.lexeme
-         WHERE e.tsv @@ (SELECT to_tsquery('simple', string_agg(quote_literal(term), ' | '))
-                           FROM terms)
-         GROUP BY e.id
+        SELECT p.entry_id AS id,
+               row_number() OVER (ORDER BY sum(tm.idf * p.impact) DESC, p.entry_id) AS rank
+          FROM terms tm
+         CROSS JOIN LATERAL (SELECT cp.entry_id, cp.impact FROM parley.catalog_postings cp
+                              WHERE cp.term = tm.term
+                              ORDER BY cp.impact DESC
+                              LIMIT 500) AS p
+         GROUP BY p.entry_id
          ORDER BY rank
          LIMIT 60
     ),
     meaning AS (
-        SELECT e.id,
-               row_number() OVER (ORDER BY e.embedding <=> question_embedding::vector, e.id) AS rank
-          FROM parley.catalog_entries e
-         WHERE question_embedding IS NOT NULL
-           AND vector_dims(e.embedding) = cardinality(question_embedding)
-         ORDER BY e.embedding <=> question_embedding::vector, e.id
-         LIMIT 60
+        SELECT m.id, m.rank FROM unnest($2) WITH ORDINALITY AS m(id, rank)
     ),
     phrases AS (
-        -- The question's phrases of one to three words, folded as values are ("Miles
+        -- The $1's phrases of one to three words, folded as values are ("Miles
         -- Davis" is "milesdavis"); a single word only when it is not a stop word.
         SELECT DISTINCT parley.catalog_fold(array_to_string(q.w[i:i + n - 1], ' ')) AS folded,
                n AS words
-          FROM (SELECT regexp_split_to_array(btrim(question), '\s+') AS w) AS q
+          FROM (SELECT regexp_split_to_array(btrim($1), '\s+') AS w) AS q
          CROSS JOIN generate_series(1, cardinality(q.w)) AS i
          CROSS JOIN generate_series(1, 3) AS n
          WHERE i + n - 1 <= cardinality(q.w)
-           AND (n > 1 OR numnode(plainto_tsquery('english', q.w[i])) > 0)
+           AND (n > 1 OR to_tsvector('english', q.w[i]) <> ''::tsvector)
     ),
     named AS (
-        -- Columns holding a value the question names exactly (up to case, accents and
+        -- Columns holding a value the $1 names exactly (up to case, accents and
         -- punctuation): the longest phrase first.
         SELECT e.id, row_number() OVER (ORDER BY max(p.words) DESC, count(*) DESC, e.id) AS rank
           FROM phrases p
@@ -235,36 +253,45 @@ BEGIN
     ),
     fused AS (
         SELECT f.id, sum(f.score)::real AS score
-          FROM (SELECT wd.id, 1 / (rrf + wd.rank) AS score FROM words wd
+          FROM (SELECT wd.id, 1.0 / (10 + wd.rank) AS score FROM words wd
                 UNION ALL
-                SELECT m.id, 1 / (rrf + m.rank) FROM meaning m
+                SELECT m.id, 1.0 / (10 + m.rank) FROM meaning m
                 UNION ALL
-                SELECT nm.id, 1 / (rrf + nm.rank) FROM named nm) AS f
+                SELECT nm.id, 1.0 / (10 + nm.rank) FROM named nm) AS f
          GROUP BY f.id
     ),
     shown AS (
-        SELECT e.*, fu.score AS fused_score
+        SELECT e.id, e.kind, e.schema_name, e.table_name, e.column_name, e.related_schema,
+               e.related_table, e.name, e.description, e.sql, e.join_on, fu.score AS rank_score
           FROM fused fu
           JOIN parley.catalog_entries e ON e.id = fu.id
-         WHERE parley.catalog_entry_visible(reader, e.kind, e.schema_name, e.table_name,
+         WHERE parley.catalog_entry_visible($3, e.kind, e.schema_name, e.table_name,
                                             e.column_name, e.related_schema, e.related_table)
          ORDER BY fu.score DESC, e.id
-         LIMIT max_rows
+         LIMIT $4
     ),
     found AS (
         -- The first five tables the ranked entries belong to, with their best score.
         SELECT t.schema_name, t.table_name, t.best
-          FROM (SELECT s.schema_name, s.table_name, max(s.fused_score) AS best
+          FROM (SELECT s.schema_name, s.table_name, max(s.rank_score) AS best
                   FROM shown s WHERE s.table_name IS NOT NULL
                  GROUP BY 1, 2) AS t
          ORDER BY t.best DESC, 1, 2
          LIMIT 5
     ),
     edges AS (
-        SELECT e.* FROM parley.catalog_entries e
-         WHERE e.kind = 'relationship'
-           AND parley.catalog_entry_visible(reader, e.kind, e.schema_name, e.table_name,
-                                            e.column_name, e.related_schema, e.related_table)
+        -- The relationships of the tables found that the reader may see.
+        SELECT e.id, e.schema_name, e.table_name, e.related_schema, e.related_table
+          FROM parley.catalog_entries e
+         WHERE e.id IN (SELECT x.id FROM found f JOIN parley.catalog_entries x
+                          ON x.schema_name = f.schema_name AND x.table_name = f.table_name
+                         WHERE x.kind = 'relationship'
+                        UNION
+                        SELECT x.id FROM found f JOIN parley.catalog_entries x
+                          ON x.related_schema = f.schema_name AND x.related_table = f.table_name
+                         WHERE x.kind = 'relationship')
+           AND parley.catalog_entry_visible($3, 'relationship', e.schema_name, e.table_name,
+                                            NULL, e.related_schema, e.related_table)
     ),
     direct AS (
         SELECT ed.id, least(a.best, z.best) AS score
@@ -295,11 +322,11 @@ BEGIN
                                    = (z.schema_name, z.table_name, a.schema_name, a.table_name)))
     ),
     neighbours AS (
-        -- The tables next to the first three found, through one relationship, at half the
-        -- score of the table found: what a question about a table usually also needs (the
-        -- rows that record its events, the names its codes stand for).
+        -- The tables next to the five found, through one relationship, at 0.9 of the score of
+        -- the table found: what a $1 about a table usually also needs (the rows that
+        -- record its events, the names its codes stand for).
         SELECT ed.id, 0.9 * f.best AS score
-          FROM (SELECT * FROM found ORDER BY best DESC, schema_name, table_name LIMIT 5) AS f
+          FROM found f
           JOIN edges ed ON (f.schema_name, f.table_name) IN ((ed.schema_name, ed.table_name),
                                                              (ed.related_schema, ed.related_table))
     ),
@@ -314,9 +341,11 @@ BEGIN
     ),
     answer AS (
         -- A join path comes just after the weaker of the two tables it joins.
-        SELECT s.*, s.fused_score AS rank_score FROM shown s
+        SELECT s.* FROM shown s
         UNION ALL
-        SELECT e.*, 0::real, pa.score * 0.999 FROM paths pa
+        SELECT e.id, e.kind, e.schema_name, e.table_name, e.column_name, e.related_schema,
+               e.related_table, e.name, e.description, e.sql, e.join_on, pa.score * 0.999
+          FROM paths pa
           JOIN parley.catalog_entries e ON e.id = pa.id
     )
     SELECT an.kind,
@@ -326,7 +355,9 @@ BEGIN
                 THEN an.related_schema || '.' || an.related_table END,
            round(an.rank_score::numeric, 4)::real
       FROM answer an
-     ORDER BY an.rank_score DESC, an.id;
+     ORDER BY an.rank_score DESC, an.id
+    $sql$
+    USING question, near, reader, max_rows;
 END
 $$;
 
@@ -354,9 +385,11 @@ CREATE FUNCTION parley.catalog_entry_visible(reader name, kind text, schema_name
 -- the text a whole word of the value ("apple" in "Apple Inc.") 0.85 to 1, more as the text
 -- covers more of the value; the same initials ("NYC") 0.8; else trigram similarity, the
 -- larger of the share of all trigrams in common (typos) and of the text's trigrams found in
--- the value (a name given in part, misspelt), the second counting 0.9, at most 0.84. Candidates come from the query's rarest trigrams
--- (those whose values together number at most 20,000), so a common trigram never makes a
--- lookup read most of the index; a typo's trigrams occur in no value and cost nothing.
+-- the value (a name given in part, misspelt), the second counting 0.9, at most 0.84.
+-- Candidates hold two of the text's four rarest trigrams (those that occur in some value): a
+-- typo spoils at most three trigrams in a row, so a misspelt name keeps two of four, while
+-- asking for two at once keeps a common trigram from making a lookup read most of the index.
+-- At most 5,000 candidates are scored; privileges are checked on the columns of those scored.
 CREATE FUNCTION parley.find_values(query text, in_table text, in_column text, reader name,
                                    max_rows integer)
     RETURNS TABLE ("table" text, "column" text, value text, score real)
@@ -370,66 +403,76 @@ DECLARE
     q_words text[] := parley.catalog_words(query);
     picked text[];
     columns integer[];
-    budget constant integer := 20000;
+    lookup text;
 BEGIN
     IF q_folded IS NULL OR q_folded = '' THEN
         RETURN;
     END IF;
     q_grams := parley.catalog_grams(q_folded);
-    SELECT array_agg(c.id) INTO columns
-      FROM parley.catalog_value_columns c
-     WHERE (in_table IS NULL
-            OR c.table_name = in_table
-            OR c.schema_name || '.' || c.table_name = in_table)
-       AND (in_column IS NULL OR c.column_name = in_column)
-       AND coalesce(parley.catalog_column_readable(reader, c.schema_name, c.table_name,
-                                                   c.column_name), false);
-    IF columns IS NULL THEN
-        RETURN;
+    IF in_table IS NOT NULL OR in_column IS NOT NULL THEN
+        SELECT coalesce(array_agg(c.id), '{}') INTO columns
+          FROM parley.catalog_value_columns c
+         WHERE (in_table IS NULL
+                OR c.table_name = in_table
+                OR c.schema_name || '.' || c.table_name = in_table)
+           AND (in_column IS NULL OR c.column_name = in_column);
     END IF;
-    SELECT array_agg(x.gram) INTO picked
-      FROM (SELECT g.gram, sum(coalesce(d.df, 0)) OVER (ORDER BY coalesce(d.df, 0), g.gram)
-                           - coalesce(d.df, 0) AS before
-              FROM unnest(q_grams) AS g(gram)
-              LEFT JOIN parley.catalog_value_grams d ON d.gram = g.gram) AS x
-     WHERE x.before < budget;
-    RETURN QUERY
+    SELECT array_agg(r.gram ORDER BY r.df, r.gram) INTO picked
+      FROM (SELECT d.gram, d.df FROM unnest(q_grams) AS g(gram)
+              JOIN parley.catalog_value_grams d ON d.gram = g.gram
+             ORDER BY d.df, d.gram
+             LIMIT 4) AS r;
+    -- Which rows to score, spelt out so that each lookup is planned with its own trigrams: a
+    -- bitmap of each pair's GIN scan and of the B-tree lookups of the folded text and initials.
+    SELECT string_agg(format('w.grams @> ARRAY[%L, %L]', picked[i], picked[j]), ' OR ')
+      INTO lookup
+      FROM generate_series(1, 3) AS i, generate_series(2, 4) AS j
+     WHERE i < j AND j <= cardinality(picked);
+    lookup := coalesce(lookup || ' OR ', '') || 'w.folded = $1'
+             || CASE WHEN length(q_folded) >= 2 THEN ' OR w.initials = $1' ELSE '' END;
+    RETURN QUERY EXECUTE format($sql$
     WITH candidates AS (
-        SELECT v.column_id, v.value, v.folded, v.grams, v.words, v.initials
-          FROM parley.catalog_values v
-         WHERE v.grams && picked AND v.column_id = ANY (columns)
-        UNION
-        SELECT v.column_id, v.value, v.folded, v.grams, v.words, v.initials
-          FROM parley.catalog_values v
-         WHERE (v.folded = q_folded OR (v.initials = q_folded AND length(q_folded) >= 2))
-           AND v.column_id = ANY (columns)
+        SELECT w.column_id, w.value, w.folded, w.grams, w.words, w.initials
+          FROM parley.catalog_values w
+         WHERE (%s) AND ($2::integer[] IS NULL OR w.column_id = ANY ($2))
+         LIMIT 5000
     ),
     scored AS (
         SELECT ca.column_id, ca.value,
-               CASE WHEN ca.folded = q_folded THEN 1
-                    WHEN q_words <@ ca.words
-                        THEN 0.85 + 0.15 * length(q_folded) / greatest(length(ca.folded), 1)
-                    WHEN ca.initials = q_folded THEN 0.8
+               CASE WHEN ca.folded = $1 THEN 1
+                    WHEN $4 <@ ca.words
+                        THEN 0.85 + 0.15 * length($1) / greatest(length(ca.folded), 1)
+                    WHEN ca.initials = $1 THEN 0.8
                     ELSE least(0.84, greatest(
-                        common::real / (cardinality(ca.grams) + cardinality(q_grams) - common),
-                        0.9 * common::real / cardinality(q_grams)))
+                        c.common::real / (cardinality(ca.grams) + cardinality($3) - c.common),
+                        0.9 * c.common::real / cardinality($3)))
                END AS score
           FROM candidates ca
           CROSS JOIN LATERAL (SELECT count(*) AS common FROM unnest(ca.grams) AS g
-                               WHERE g = ANY (q_grams)) AS c
+                               WHERE g = ANY ($3)) AS c
+    ),
+    readable AS (
+        SELECT k.id, k.schema_name, k.table_name, k.column_name
+          FROM parley.catalog_value_columns k
+         WHERE k.id IN (SELECT DISTINCT sc.column_id FROM scored sc WHERE sc.score >= 0.3)
+           AND coalesce(parley.catalog_column_readable($5, k.schema_name, k.table_name,
+                                                       k.column_name), false)
     )
-    SELECT c.schema_name || '.' || c.table_name, c.column_name, s.value,
+    SELECT r.schema_name || '.' || r.table_name, r.column_name, s.value,
            round(s.score::numeric, 4)::real
       FROM scored s
-      JOIN parley.catalog_value_columns c ON c.id = s.column_id
+      JOIN readable r ON r.id = s.column_id
      WHERE s.score >= 0.3
      ORDER BY s.score DESC, length(s.value), s.value, 1, 2
-     LIMIT max_rows;
+     LIMIT $6
+    $sql$, lookup)
+    USING q_folded, columns, q_grams, q_words, reader, max_rows;
 END
 $$;
 
 -- The mcp function's tools read with parley_readonly; `parley catalog index` writes as the
 -- owner (a migration's role), like `parley migrate`.
-GRANT SELECT ON parley.catalog_entries, parley.catalog_terms, parley.catalog_stats,
+GRANT SELECT ON parley.catalog_entries, parley.catalog_postings, parley.catalog_terms,
+                parley.catalog_stats,
                 parley.catalog_value_columns, parley.catalog_values, parley.catalog_value_grams
     TO parley_readonly;

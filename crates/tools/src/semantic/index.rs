@@ -292,7 +292,8 @@ pub async fn write(
 ) -> Result<Indexed, tokio_postgres::Error> {
     assert_eq!(entries.len(), embeddings.len(), "one embedding per entry");
     tx.batch_execute(
-        "TRUNCATE parley.catalog_entries, parley.catalog_terms, parley.catalog_stats, \
+        "TRUNCATE parley.catalog_entries, parley.catalog_postings, parley.catalog_terms, \
+         parley.catalog_stats, \
          parley.catalog_value_columns, parley.catalog_values, parley.catalog_value_grams",
     )
     .await?;
@@ -349,7 +350,22 @@ pub async fn write(
         &[(&model, Type::TEXT)],
     )
     .await?;
+    tx.execute_typed(
+        "INSERT INTO parley.catalog_postings (term, impact, entry_id) \
+         SELECT l.lexeme, parley.bm25_impact(cardinality(l.positions)::real, e.length, \
+                                             s.avg_length), e.id \
+           FROM parley.catalog_entries e CROSS JOIN parley.catalog_stats s, unnest(e.tsv) AS l",
+        &[],
+    )
+    .await?;
     let (value_columns, values) = write_values(tx, file, bounds).await?;
+    // Fresh statistics, so the first questions are planned for the index as it now is (a
+    // million values scanned in full would take as long as the lookup should take in all).
+    tx.batch_execute(
+        "ANALYZE parley.catalog_entries, parley.catalog_postings, parley.catalog_terms, \
+         parley.catalog_value_columns, parley.catalog_values, parley.catalog_value_grams",
+    )
+    .await?;
     Ok(Indexed {
         entries: entries.len(),
         value_columns,
