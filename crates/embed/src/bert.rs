@@ -4,12 +4,15 @@
 //! (a dense layer is one matrix product over every word piece of the batch; attention runs per
 //! text over its own length, so no mask is needed and no padded word piece is ever computed), Q,
 //! K and V are one matrix product (their weights concatenated at load, the attention scale
-//! folded into Q), and GELU is a vectorisable erf of our own.
+//! folded into Q), and GELU is a vectorisable erf of our own. Calls of up to 64 word pieces (a
+//! query) run the same encoder with f16 weights instead, where the CPU has AVX-512 (`query`).
 
 use candle_core::{CpuStorage, InplaceOp1, InplaceOp2, Layout, Module, Result, Tensor};
 use candle_nn::{Embedding, LayerNorm, VarBuilder};
 use rayon::prelude::*;
 use serde::Deserialize;
+
+use crate::math::{exp, gelu, max, sum};
 
 /// The fields of a BERT `config.json` this encoder reads.
 #[derive(Debug, Clone, Deserialize)]
@@ -33,6 +36,9 @@ pub struct Bert {
     embeddings_norm: LayerNorm,
     layers: Vec<Layer>,
     heads: usize,
+    /// The f16 path for a few word pieces (a query), where the CPU has it (see `query`).
+    #[cfg(target_arch = "x86_64")]
+    query: Option<crate::query::QueryPath>,
 }
 
 struct Layer {
@@ -46,8 +52,9 @@ struct Layer {
 }
 
 impl Bert {
-    /// Loads the weights under `embeddings.` and `encoder.` (sentence-transformers' names).
-    pub fn load(vb: VarBuilder, config: &Config) -> Result<Bert> {
+    /// Loads the weights under `embeddings.` and `encoder.` (sentence-transformers' names);
+    /// with `query_path`, also the f16 copy for short inputs where the CPU can run it.
+    pub fn load(vb: VarBuilder, config: &Config, query_path: bool) -> Result<Bert> {
         if config.hidden_act != "gelu" {
             candle_core::bail!("hidden_act {:?} is not supported", config.hidden_act);
         }
@@ -81,6 +88,33 @@ impl Bert {
         let layers = (0..config.num_hidden_layers)
             .map(|i| Layer::load(vb.pp(format!("encoder.layer.{i}")), config, scale))
             .collect::<Result<Vec<_>>>()?;
+        #[cfg(target_arch = "x86_64")]
+        let query = if query_path {
+            let weights: Vec<_> = layers
+                .iter()
+                .map(|l| crate::query::LayerWeights {
+                    qkv: (&l.qkv.weight_t, &l.qkv.bias),
+                    attention_out: (&l.attention_out.weight_t, &l.attention_out.bias),
+                    attention_norm: &l.attention_norm,
+                    intermediate: (&l.intermediate.weight_t, &l.intermediate.bias),
+                    output: (&l.output.weight_t, &l.output.bias),
+                    output_norm: &l.output_norm,
+                })
+                .collect();
+            crate::query::QueryPath::new(
+                word_embeddings.embeddings(),
+                &position_embeddings,
+                &token_type,
+                &embeddings_norm,
+                &weights,
+                config.num_attention_heads,
+                eps,
+            )?
+        } else {
+            None
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = query_path;
         Ok(Bert {
             word_embeddings,
             position_embeddings,
@@ -88,7 +122,17 @@ impl Bert {
             embeddings_norm,
             layers,
             heads: config.num_attention_heads,
+            #[cfg(target_arch = "x86_64")]
+            query,
         })
+    }
+
+    /// Whether short inputs take the f16 query path.
+    pub fn has_query_path(&self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        return self.query.is_some();
+        #[cfg(not(target_arch = "x86_64"))]
+        false
     }
 
     /// `ids` is every text's word pieces, one text after another, and `lengths` how many
@@ -96,6 +140,13 @@ impl Bert {
     /// (word pieces, hidden), in the same order.
     pub fn forward(&self, ids: &[u32], lengths: &[usize]) -> Result<Tensor> {
         let total = ids.len();
+        #[cfg(target_arch = "x86_64")]
+        if let Some(query) = &self.query
+            && total <= crate::query::MAX_WORD_PIECES
+            && lengths.iter().sum::<usize>() == total
+        {
+            return query.forward(ids, lengths);
+        }
         let positions: Vec<u32> = lengths
             .iter()
             .flat_map(|&n| 0..u32::try_from(n).unwrap_or(u32::MAX))
@@ -244,12 +295,12 @@ impl Linear {
     }
 }
 
-/// GELU in its exact form, x·(1 + erf(x/√2))/2, in place, with [`erf`] below instead of
+/// GELU in its exact form, x·(1 + erf(x/√2))/2, in place, with `math::erf` instead of
 /// libm's: candle's `gelu_erf` calls libm's scalar `erff` per value (6% of a query's time) into
 /// a new tensor, and the intermediate layer has 1,536 values per word piece.
 struct GeluErf;
 
-/// Softmax over the last dimension, in place, with [`exp`] below instead of libm's: on
+/// Softmax over the last dimension, in place, with `math::exp` instead of libm's: on
 /// ingestion batches, libm's `expf` called once per attention score was 11% of the time.
 struct Softmax;
 
@@ -274,12 +325,6 @@ impl InplaceOp1 for GeluErf {
             gelu(values)
         });
         Ok(())
-    }
-}
-
-fn gelu(values: &mut [f32]) {
-    for x in values {
-        *x = 0.5 * *x * (1.0 + erf(*x * std::f32::consts::FRAC_1_SQRT_2));
     }
 }
 
@@ -393,101 +438,4 @@ fn in_parallel(values: &mut [f32], unit: usize, f: impl Fn(usize, &mut [f32]) + 
         .par_chunks_mut(part)
         .enumerate()
         .for_each(|(i, values)| f(i * part, values));
-}
-
-/// The largest of `values` (-∞ for none), in eight lanes so that it vectorises.
-fn max(values: &[f32]) -> f32 {
-    let mut lanes = [f32::NEG_INFINITY; 8];
-    let mut chunks = values.chunks_exact(8);
-    for chunk in &mut chunks {
-        for (lane, &x) in lanes.iter_mut().zip(chunk) {
-            *lane = lane.max(x);
-        }
-    }
-    let tail = chunks.remainder().iter().copied();
-    lanes
-        .into_iter()
-        .chain(tail)
-        .fold(f32::NEG_INFINITY, f32::max)
-}
-
-/// The sum of `values`, in eight lanes so that it vectorises.
-fn sum(values: &[f32]) -> f32 {
-    let mut lanes = [0f32; 8];
-    let mut chunks = values.chunks_exact(8);
-    for chunk in &mut chunks {
-        for (lane, &x) in lanes.iter_mut().zip(chunk) {
-            *lane += x;
-        }
-    }
-    lanes.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>()
-}
-
-/// e^x for f32: x = n·ln 2 + r with |r| ≤ ln 2 / 2, e^r by its Taylor polynomial to r⁷ (relative
-/// error under 2e-7 there), times 2^n put straight into the exponent bits. No branches and no
-/// calls, so the loops above vectorise. Inputs under -87 (e^x below f32's normal range: a
-/// softmax weight that small is zero for our purposes) give about 1.6e-38.
-fn exp(x: f32) -> f32 {
-    // 1.5 × 2^23: adding it rounds to an integer held in the low mantissa bits.
-    const ROUND: f32 = 12_582_912.0;
-    let x = x.clamp(-87.0, 88.0);
-    let shifted = x * std::f32::consts::LOG2_E + ROUND;
-    let n = shifted - ROUND;
-    let r = x - n * 0.693_145_75 - n * 1.428_606_8e-6;
-    let mut p = 1.0 / 5040.0;
-    p = p * r + 1.0 / 720.0;
-    p = p * r + 1.0 / 120.0;
-    p = p * r + 1.0 / 24.0;
-    p = p * r + 1.0 / 6.0;
-    p = p * r + 0.5;
-    p = p * r + 1.0;
-    p = p * r + 1.0;
-    let n_bits = shifted.to_bits().wrapping_sub(ROUND.to_bits());
-    f32::from_bits(p.to_bits().wrapping_add(n_bits << 23))
-}
-
-/// erf for f32 as a ratio of two polynomials in x² (Eigen's and XLA's `erf` for float, within
-/// a few units in the last place of the true value on [-4, 4], ±1 beyond). No branches and no
-/// calls, so the compiler vectorises the loop above.
-fn erf(x: f32) -> f32 {
-    let x = x.clamp(-4.0, 4.0);
-    let x2 = x * x;
-    let mut p = x2 * -2.726_142_3e-10 + 2.770_681_4e-8;
-    p = x2 * p + -2.101_024e-6;
-    p = x2 * p + -5.692_506_4e-5;
-    p = x2 * p + -7.349_906e-4;
-    p = x2 * p + -2.954_6e-3;
-    p = x2 * p + -1.609_603_3e-2;
-    let mut q = x2 * -1.456_607_2e-5 + -2.133_740_5e-4;
-    q = x2 * q + -1.682_827e-3;
-    q = x2 * q + -7.373_329e-3;
-    q = x2 * q + -1.426_473_9e-2;
-    x * p / q
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_fast_exp_agrees_with_libm_to_a_millionth_of_its_value() {
-        let mut worst = 0f64;
-        for i in -870_000..=880_000 {
-            let x = i as f32 / 10_000.0;
-            let exact = f64::from(x.exp());
-            worst = worst.max((f64::from(exp(x)) - exact).abs() / exact);
-        }
-        assert!(worst < 1e-6, "worst relative difference {worst}");
-    }
-
-    #[test]
-    fn the_fast_erf_agrees_with_libm_to_a_millionth() {
-        let mut worst = 0f64;
-        for i in -80_000..=80_000 {
-            let x = i as f32 / 10_000.0;
-            let exact = f64::from(candle_core::cpu::erf::erf_f32(x));
-            worst = worst.max((f64::from(erf(x)) - exact).abs());
-        }
-        assert!(worst < 1e-6, "worst difference {worst}");
-    }
 }

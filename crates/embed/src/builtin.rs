@@ -35,8 +35,24 @@ struct Model {
 
 impl BuiltIn {
     /// Loads `model.safetensors`, `config.json` and `tokenizer.json` from `dir`. `batch` is the
-    /// most texts run in one forward pass.
+    /// most texts run in one forward pass. Where the CPU has AVX-512, calls of up to 64 word
+    /// pieces (a query) run with f16 weights (see `query.rs`: within cosine 0.9999 of f32).
     pub fn load(dir: &Path, batch: usize) -> Result<BuiltIn, EmbedError> {
+        Self::load_with(dir, batch, true)
+    }
+
+    /// As [`BuiltIn::load`], but every call runs the f32 model: the reference the f16 query
+    /// path is checked against.
+    pub fn load_f32(dir: &Path, batch: usize) -> Result<BuiltIn, EmbedError> {
+        Self::load_with(dir, batch, false)
+    }
+
+    /// Whether short calls take the f16 query path (the CPU has AVX-512).
+    pub fn has_query_path(&self) -> bool {
+        self.inner.bert.has_query_path()
+    }
+
+    fn load_with(dir: &Path, batch: usize, query_path: bool) -> Result<BuiltIn, EmbedError> {
         let fail = |problem: String| EmbedError::Model {
             dir: dir.to_owned(),
             problem,
@@ -67,7 +83,8 @@ impl BuiltIn {
         let weights = read("model.safetensors")?;
         let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &Device::Cpu)
             .map_err(|e| fail(format!("model.safetensors: {e}")))?;
-        let bert = Bert::load(vb, &config).map_err(|e| fail(format!("model.safetensors: {e}")))?;
+        let bert = Bert::load(vb, &config, query_path)
+            .map_err(|e| fail(format!("model.safetensors: {e}")))?;
         Ok(BuiltIn {
             inner: Arc::new(Model {
                 bert,

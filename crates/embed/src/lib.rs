@@ -7,6 +7,9 @@ mod bert;
 mod builtin;
 mod error;
 mod http;
+mod math;
+#[cfg(target_arch = "x86_64")]
+mod query;
 mod settings;
 
 use std::path::PathBuf;

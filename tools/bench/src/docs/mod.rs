@@ -149,7 +149,6 @@ struct Report {
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let command = command_line();
-    let admin_url = admin_url()?;
     let concurrency = args.concurrency.max(1);
     let questions_path = args
         .questions
@@ -192,6 +191,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         embedder.model_id(),
         ms(started.elapsed())
     );
+    // Only now: timing query embedding alone (`--embed-only`) needs no database.
+    let admin_url = admin_url()?;
     if args.pdf_compare > 0 {
         let name = format!("{}_pdf", args.database);
         let (_, mut db) = create_database(&admin_url, &name).await?;
