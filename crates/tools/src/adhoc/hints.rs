@@ -63,12 +63,18 @@ pub struct Candidate {
 /// `failure` with the nearest names the role can see added to its message, when it reports a
 /// table or column `sql` names that does not exist; untouched otherwise, and when the lookup
 /// fails or finds nothing close.
-pub async fn add(pool: &Pool, session: &Session<'_>, sql: &str, failure: &mut PgFailure) {
+pub async fn add(
+    pool: &Pool,
+    session: &Session<'_>,
+    sql: &str,
+    hidden: &[String],
+    failure: &mut PgFailure,
+) {
     let Some(missing) = missing(failure, sql) else {
         return;
     };
     let candidates = match candidates(pool, session, &missing).await {
-        Ok(c) => c,
+        Ok(c) => visible(c, hidden),
         Err(e) => {
             tracing::warn!(error = %e, "no repair hint: the catalog lookup failed");
             return;
@@ -205,6 +211,23 @@ fn named_tables(sql: &str, qualifier: Option<&str>) -> Vec<String> {
     let mut seen = HashSet::new();
     tables.retain(|t| seen.insert(t.clone()));
     tables
+}
+
+/// `candidates` without the tables and columns a served catalog hides (`schema.table`,
+/// `schema.table.column`, as Postgres names them).
+fn visible(mut candidates: Vec<Candidate>, hidden: &[String]) -> Vec<Candidate> {
+    if hidden.is_empty() {
+        return candidates;
+    }
+    candidates.retain(|c| {
+        let table = format!("{}.{}", c.schema, c.table);
+        !hidden.contains(&table)
+            && !c
+                .column
+                .as_ref()
+                .is_some_and(|col| hidden.contains(&format!("{table}.{col}")))
+    });
+    candidates
 }
 
 /// The tables, or the columns, the role may read in the allowed schemas: at most
@@ -361,6 +384,41 @@ mod tests {
             position,
             line_column: None,
         }
+    }
+
+    #[test]
+    fn what_a_catalog_hides_is_never_suggested() {
+        let mut candidates = vec![table("s", "customer"), table("s", "internal")];
+        candidates.push(Candidate {
+            schema: "s".into(),
+            table: "customer".into(),
+            column: Some("card_number".into()),
+        });
+        candidates.push(Candidate {
+            schema: "s".into(),
+            table: "customer".into(),
+            column: Some("card_name".into()),
+        });
+        let hidden = vec!["s.internal".to_owned(), "s.customer.card_number".to_owned()];
+        let kept = visible(candidates, &hidden);
+        let names: Vec<String> = kept
+            .iter()
+            .map(|c| {
+                format!(
+                    "{}.{}.{}",
+                    c.schema,
+                    c.table,
+                    c.column.as_deref().unwrap_or("")
+                )
+            })
+            .collect();
+        assert_eq!(names, ["s.customer.", "s.customer.card_name"]);
+        let column = Missing::Column {
+            name: "card_numbr".into(),
+            qualifier: None,
+            tables: Vec::new(),
+        };
+        assert_eq!(suggest(&column, &kept), ["customer.card_name"]);
     }
 
     fn table(schema: &str, table: &str) -> Candidate {

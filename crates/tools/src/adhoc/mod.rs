@@ -211,7 +211,7 @@ impl SqlTools {
     ) -> Result<ToolOutput, SqlError> {
         match outcome {
             Err(SqlError::Postgres(mut failure)) => {
-                hints::add(&self.pool, session, sql, &mut failure).await;
+                hints::add(&self.pool, session, sql, &self.spec.hidden, &mut failure).await;
                 Err(SqlError::Postgres(failure))
             }
             other => other,

@@ -61,6 +61,9 @@ pub struct SqlSpec {
     /// What the deployment wants models to know about its data, added to `run_sql`'s
     /// description (e.g. "amounts are in pence").
     pub notes: Option<String>,
+    /// Tables (`schema.table`) and columns (`schema.table.column`) a served catalog hides:
+    /// never offered as a repair hint.
+    pub hidden: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -157,6 +160,7 @@ pub fn parse(raw: RawSql, limits: Limits) -> Result<SqlSpec, String> {
             .notes
             .map(|n| n.trim().to_owned())
             .filter(|n| !n.is_empty()),
+        hidden: Vec::new(),
     })
 }
 

@@ -21,6 +21,9 @@ pub struct ToolsFile {
     pub sql: Option<adhoc::SqlSpec>,
     /// `[catalog]`: the semantic catalog whose tools the server adds (`semantic::served`).
     pub catalog: Option<CatalogSpec>,
+    /// What that catalog hides (`schema.table`, `schema.table.column`): kept out of the SQL
+    /// tools' repair hints too.
+    pub hidden: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -114,6 +117,7 @@ pub fn parse(text: &str, limits: Limits) -> Result<ToolsFile, FileError> {
         prompts,
         sql,
         catalog,
+        hidden: Vec::new(),
     })
 }
 

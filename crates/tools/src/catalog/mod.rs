@@ -82,8 +82,10 @@ impl Catalog {
         let mut origin: HashMap<(&'static str, String), String> = HashMap::new();
         let mut sql: Option<(String, adhoc::SqlSpec)> = None;
         let mut semantic = false;
+        let mut hidden: Vec<String> = Vec::new();
         for (path, file) in files {
             semantic |= file.catalog.is_some();
+            hidden.extend(file.hidden.iter().cloned());
             if let Some(spec) = file.sql {
                 if let Some((first, _)) = &sql {
                     return Err(CatalogError::SqlTwice {
@@ -125,6 +127,7 @@ impl Catalog {
         let mut catalog = Self::new(specs);
         catalog.sql = sql.map(|(_, mut spec)| {
             // run_sql's description sends the model to the catalog first.
+            spec.hidden = hidden;
             if semantic {
                 spec.notes = Some(match spec.notes.take() {
                     Some(own) => format!("{own}\n\n{}", crate::semantic::served::RUN_SQL_NOTE),
@@ -315,6 +318,18 @@ pub fn serve_catalog(
         )));
     }
     tools_file.tools.extend(added);
+    tools_file.hidden = catalog
+        .tables
+        .iter()
+        .flat_map(|t| {
+            let columns = t
+                .columns
+                .iter()
+                .filter(|c| c.hidden)
+                .map(|c| format!("{}.{}", t.name, c.name));
+            t.hidden.then(|| t.name.clone()).into_iter().chain(columns)
+        })
+        .collect();
     let guidance = match tools_file.instructions.take() {
         Some(own) => format!("{own}\n\n{INSTRUCTIONS}"),
         None => INSTRUCTIONS.to_owned(),
@@ -487,4 +502,35 @@ async fn check_columns(
 /// The log line of a check that lost its database connection (start-up goes on without it).
 fn connection_lost(e: &tokio_postgres::Error) {
     tracing::warn!(error = %parley_core::db::pg_message(e), "database connection lost while checking tools");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_served_catalog_adds_its_tools_and_hides_its_hidden_names_from_the_sql_hints() {
+        let mut file = file::parse(
+            "[sql]\nschemas = [\"s\"]\n[catalog]\nfile = \"c.toml\"\n",
+            Limits::default(),
+        )
+        .unwrap();
+        let catalog = "schemas = [\"s\"]\n\
+            [[table]]\nname = \"s.internal\"\nhidden = true\n\
+            [[table]]\nname = \"s.customer\"\n\
+            [[table.column]]\nname = \"card_number\"\nhidden = true\n\
+            [[table.column]]\nname = \"name\"\n";
+        serve_catalog(&mut file, catalog, Limits::default()).unwrap();
+        let merged = Catalog::merge(vec![("tools.toml".into(), file)]).unwrap();
+        let names: Vec<&str> = merged.specs().iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["search_catalog", "find_values"]);
+        let sql = merged.sql().unwrap();
+        assert_eq!(sql.hidden, ["s.internal", "s.customer.card_number"]);
+        assert!(
+            sql.notes
+                .as_deref()
+                .unwrap()
+                .contains("call search_catalog")
+        );
+    }
 }
