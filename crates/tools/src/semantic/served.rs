@@ -9,6 +9,7 @@ use serde::Deserialize;
 use super::file::CatalogFile;
 use super::verified;
 use crate::output::Limits;
+use crate::tools::spec::is_role_name;
 use crate::tools::{self, DeclarationError, ToolSpec};
 
 /// The role whose privileges decide what the catalog shows when `[catalog]` names none: the
@@ -61,15 +62,6 @@ pub fn parse(raw: RawCatalog) -> Result<CatalogSpec, String> {
         ));
     }
     Ok(CatalogSpec { file, reader })
-}
-
-fn is_role_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 63
-        && !name.starts_with(|c: char| c.is_ascii_digit())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 
 /// The tools a catalog publishes: `search_catalog`, `find_values` and its verified queries.

@@ -482,7 +482,7 @@ fn effects(
 /// A role name `SET LOCAL ROLE "name"` reaches exactly as written: Postgres folds unquoted
 /// names to lower case, so a lower-case identifier means the same quoted or not. Setting
 /// names are made of the same identifiers.
-fn is_role_name(name: &str) -> bool {
+pub(crate) fn is_role_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 63
         && !name.starts_with(|c: char| c.is_ascii_digit())
