@@ -268,7 +268,8 @@ impl Chunks {
                 TurnEvent::Started { .. }
                 | TurnEvent::StepStarted { .. }
                 | TurnEvent::StepFinished
-                | TurnEvent::ToolInput { .. },
+                | TurnEvent::ToolInput { .. }
+                | TurnEvent::Chart { .. },
             ) => {}
             Update::Done(Ok(response)) => {
                 // A retried answer is told the stored outcome, which streamed nothing.

@@ -415,6 +415,13 @@ impl Encoder {
                 output,
                 is_error,
             } => frame(out, &tool_output(call_id, output, is_error)),
+            // A data part of the AI SDK's stream (`data-<name>`): any `useChat` front end
+            // receives it in the message's parts.
+            TurnEvent::Chart { id, call_id, spec } => frame(
+                out,
+                &json!({"type": "data-chart", "id": id,
+                        "data": {"call_id": call_id, "spec": spec}}),
+            ),
             TurnEvent::StepFinished => self.close_step(out),
         }
     }

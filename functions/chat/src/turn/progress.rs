@@ -9,7 +9,8 @@ use crate::turn::conversation::ConversationId;
 
 /// What a streamed turn reports as it goes, in order. A turn's events are `Started`, then per
 /// model response `StepStarted`, its `TextDelta`s, then for a response with tool calls one
-/// `ToolInput` per call and one `ToolOutput` per call, and `StepFinished`. The outcome (the
+/// `ToolInput` per call and one `ToolOutput` per call (a `show_chart` call's output followed by its
+/// `Chart`), and `StepFinished`. The outcome (the
 /// [`TurnOutcome`](super::TurnOutcome) or the error) is [`run`](super::run)'s return value, not an event. A turn that pauses
 /// reports its waiting calls' `ToolInput` only; they are the response's `pending_approvals`.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,6 +38,15 @@ pub enum TurnEvent {
         is_error: bool,
     },
     StepFinished,
+    /// A chart the model asked for (`show_chart`), after that call's `ToolOutput`: a Vega-Lite
+    /// spec whose data are the rows of the earlier call `call_id` of the same turn.
+    Chart {
+        /// The `show_chart` call that drew it.
+        id: String,
+        /// The call whose rows it draws.
+        call_id: String,
+        spec: Value,
+    },
 }
 
 /// A waiting call as its answer settled it: what the approved call returned, or that it did
