@@ -29,6 +29,7 @@
 
 pub mod approval;
 mod calls;
+pub mod chart;
 pub mod conversation;
 mod id;
 pub mod instructions;
