@@ -355,6 +355,9 @@ impl ScriptedLlm {
             .route("/v1/responses", post(answer))
             .route("/chat/completions", post(answer))
             .route("/v1/chat/completions", post(answer))
+            // A real model takes a long history; axum's 2 MB default refused a turn that had
+            // sent a 10 MB tool call (tests/page's show_chart size refusal) with a 413.
+            .layer(axum::extract::DefaultBodyLimit::max(64 * 1024 * 1024))
             .with_state(script.clone());
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
         let addr = listener.local_addr()?;
