@@ -12,8 +12,10 @@
 //   turn.js           one POST api/chat, read as it streams (or as JSON) into a reply
 //   conversations.js  the list; opening, starting, renaming, deleting; the open one's view
 //   context.js        the picker (PAGE_CONTEXT_OPTIONS)
-//   reply.js          one reply: text, tool calls and outputs, sources, usage, failure
+//   reply.js          one reply: text, tool calls and outputs, charts, sources, usage, failure
 //   approval-card.js  a call waiting for approval, as a card
+//   chart.js          a show_chart call's chart: checked, drawn (assets/charts-lib.js), saved
+//   table.js          a tool's rows as a table: sorted, paged, downloaded as CSV
 //   http.js           API calls, and what a failed response stands for
 //   session.js        the tokens the page calls with: kept, renewed, ended
 //   problems.js       failures in words

@@ -1,12 +1,14 @@
 // One assistant reply, as it arrives or as stored: its text (Markdown), its tool calls with their
-// arguments and outputs (rows as a table), the cards of calls waiting for approval, its sources
-// with their citations linked, its usage, and what went wrong.
+// arguments and outputs (rows as a table), the charts drawn from them, the cards of calls waiting
+// for approval, its sources with their citations linked, its usage, and what went wrong.
 
 import { ApprovalCard, cards } from "./approval-card.js";
+import { chartNode } from "./chart.js";
 import { el } from "./dom.js";
 import { renderMarkdown, safeUrl } from "./markdown.js";
 import { fromSummary, problemNode } from "./problems.js";
 import { state } from "./state.js";
+import { rowsOf, rowsTable } from "./table.js";
 
 export class ReplyView {
   constructor() {
@@ -55,7 +57,19 @@ export class ReplyView {
     if (!view) return;
     view.details.classList.add(isError ? "failed" : "done");
     view.status.textContent = isError ? "failed" : describeOutput(output);
-    view.output.replaceChildren(isError ? toolError(typeof output === "string" ? output : pretty(output)) : renderOutput(output));
+    view.output.replaceChildren(isError ? toolError(typeof output === "string" ? output : pretty(output)) : renderOutput(output, view.name));
+  }
+
+  /**
+   * A chart a show_chart call (`id`) drew (`chart`: its `call_id`, the call whose rows it draws,
+   * and its `spec`), under that call; "chart not shown: why" instead when the page refuses it.
+   */
+  chart(id, chart) {
+    const node = chartNode(chart);
+    node.dataset.chart = id;
+    const tool = this.tools.get(id);
+    if (tool?.details.isConnected) tool.details.after(node);
+    else this.parts.append(node);
   }
 
   /**
@@ -157,6 +171,7 @@ export class ReplyView {
       this.toolInput(t.call_id, t.name, t.args);
       this.toolOutput(t.call_id, t.output, t.is_error);
     }
+    for (const chart of turn.charts ?? []) this.chart(chart.id, chart);
     const text = turn.reply ?? turn.content ?? "";
     if (text) this.fullText(text);
     this.approvals(turn.approvals ?? turn.pending_approvals);
@@ -216,12 +231,6 @@ function toolError(text) {
   return el("div", {}, pre, toggle);
 }
 
-/** The rows of a tool's output when it is a list of objects (alone or as `rows`). */
-function rowsOf(output) {
-  const rows = Array.isArray(output) ? output : Array.isArray(output?.rows) ? output.rows : null;
-  return rows && rows.every((r) => r && typeof r === "object" && !Array.isArray(r)) ? rows : null;
-}
-
 function describeOutput(output) {
   const rows = rowsOf(output);
   if (!rows) return "done";
@@ -230,19 +239,15 @@ function describeOutput(output) {
 }
 
 /** A tool's output: rows as a table (and the rest as JSON), anything else as JSON. */
-function renderOutput(output) {
+function renderOutput(output, name) {
   const rows = rowsOf(output);
   if (!rows || !rows.length) return el("pre", { class: "json" }, pretty(output));
-  const columns = [...new Set(rows.flatMap((r) => Object.keys(r)))];
-  const cell = (v) => (v === null || v === undefined ? "" : typeof v === "object" ? JSON.stringify(v) : String(v));
-  const table = el("table", { class: "rows" },
-    el("thead", {}, el("tr", {}, ...columns.map((c) => el("th", { scope: "col" }, c)))),
-    el("tbody", {}, ...rows.map((r) => el("tr", {}, ...columns.map((c) => el("td", {}, cell(r[c])))))));
   const fragment = document.createDocumentFragment();
-  fragment.append(el("div", { class: "table-wrap" }, table));
+  fragment.append(rowsTable(rows, Array.isArray(output) ? null : output, name));
   if (!Array.isArray(output)) {
+    // What the table's line does not say already (a note, fields of a server not ours).
     const rest = { ...output };
-    delete rest.rows;
+    for (const said of ["rows", "row_count", "truncated", "truncated_reason"]) delete rest[said];
     if (Object.keys(rest).length) fragment.append(el("pre", { class: "json small" }, JSON.stringify(rest)));
   }
   return fragment;

@@ -130,6 +130,11 @@ async function readStream(body, view) {
       case "tool-output-error":
         view.toolOutput(part.toolCallId, part.errorText, true);
         break;
+      case "data-chart":
+        // A show_chart call's chart, right after that call's output.
+        view.chart(part.id, part.data);
+        scrollDown();
+        break;
       case "tool-approval-request": {
         // The AI SDK's part for a call that waits (AI SDK 5+); `finish` lists the same calls
         // with their expiry, so a server without this part shows the same cards.

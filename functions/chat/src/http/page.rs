@@ -1,6 +1,6 @@
 //! The chat page for people: `GET /` and its assets (a stylesheet and the ES modules of its
-//! script, listed in [`FILES`], and [`PAGE_SCRIPT`], those modules as the one script the page
-//! loads), compiled into the binary from `page/` (no files on disk, no build step, no server of
+//! script, listed in [`FILES`], [`PAGE_SCRIPT`], those modules as the one script the page
+//! loads, and the classic scripts of [`LIBRARIES`], loaded when first needed), compiled into the binary from `page/` (no files on disk, no build step, no server of
 //! its own, no request leaves for another host), and `GET /api/page`, what the page must know
 //! before its first API call.
 //!
@@ -184,6 +184,8 @@ const FILES: &[(&str, &str, &str)] = &[
     asset!("context.js", JS),
     asset!("reply.js", JS),
     asset!("approval-card.js", JS),
+    asset!("chart.js", JS),
+    asset!("table.js", JS),
     asset!("http.js", JS),
     asset!("session.js", JS),
     asset!("problems.js", JS),
@@ -193,6 +195,13 @@ const FILES: &[(&str, &str, &str)] = &[
     asset!("state.js", JS),
     asset!("dom.js", JS),
 ];
+
+/// Classic scripts (not ES modules: never bundled) the page adds with a `<script src>` element
+/// when it first needs them, so a page that never draws a chart never loads them.
+/// `charts-lib.js` is vega, vega-lite, vega-embed and vega-interpreter from npm (850 kB, 20
+/// times the page's own script), written by `scripts/vendor-charts` from the versions pinned in
+/// `functions/chat/vendor/`: committed, so building the chat needs no npm.
+const LIBRARIES: &[(&str, &str, &str)] = &[asset!("charts-lib.js", JS)];
 
 const HTML: &str = "text/html; charset=utf-8";
 const CSS: &str = "text/css; charset=utf-8";
@@ -216,11 +225,13 @@ static PAGE_SCRIPT: LazyLock<String> = LazyLock::new(|| {
     })
 });
 
-/// Every file served, as (path, body, content type): [`FILES`], then the page's script.
+/// Every file served, as (path, body, content type): [`FILES`], [`LIBRARIES`], then the
+/// page's script.
 fn served() -> impl Iterator<Item = (&'static str, &'static str, &'static str)> {
     let script: &'static str = PAGE_SCRIPT.as_str();
     FILES
         .iter()
+        .chain(LIBRARIES)
         .copied()
         .chain([(PAGE_SCRIPT_PATH, script, JS)])
 }
@@ -912,13 +923,17 @@ mod tests {
             })
             .collect();
         on_disk.sort();
-        let mut served: Vec<String> = FILES.iter().map(|f| f.0.to_owned()).collect();
+        let mut served: Vec<String> = FILES
+            .iter()
+            .chain(LIBRARIES)
+            .map(|f| f.0.to_owned())
+            .collect();
         served.sort();
         assert_eq!(
             on_disk, served,
-            "a file in page/ not in FILES, or the other way round"
+            "a file in page/ not in FILES or LIBRARIES, or the other way round"
         );
-        for &(path, _, content_type) in FILES {
+        for &(path, _, content_type) in FILES.iter().chain(LIBRARIES) {
             if path.ends_with(".js") {
                 assert_eq!(content_type, JS, "{path}");
             }
@@ -994,6 +1009,35 @@ mod tests {
                 "{line}"
             );
         }
+    }
+
+    #[test]
+    fn the_chart_library_is_a_classic_script_served_outside_the_bundle() {
+        let [(path, lib, content_type)] = LIBRARIES else {
+            panic!("one library: {LIBRARIES:?}")
+        };
+        assert_eq!((*path, *content_type), ("/assets/charts-lib.js", JS));
+        // A classic script: an `import` or `export` statement would be a syntax error in it.
+        for line in lib.lines() {
+            assert!(
+                !line.starts_with("import ") && !line.starts_with("export "),
+                "{line}"
+            );
+        }
+        // The globals chart.js uses, set by the UMD builds and the rewritten interpreter.
+        for global in [
+            ").vega={}",
+            ").vegaLite={}",
+            ").vegaEmbed=",
+            "globalThis.vegaInterpreter = ",
+        ] {
+            assert!(lib.contains(global), "charts-lib.js sets no {global}");
+        }
+        assert!(
+            !PAGE_SCRIPT.contains("vegaInterpreter = "),
+            "bundled into page.js"
+        );
+        assert!(served().any(|(p, body, _)| p == *path && body.len() == lib.len()));
     }
 
     #[test]
