@@ -139,6 +139,13 @@ impl ChatConfig {
                     100..=900_000,
                 )?,
                 page_max: env.limit("CONVERSATIONS_PAGE_MAX", 100, 1..=1000)? as u32,
+                chart_max_rows: env.limit("CHART_MAX_ROWS", 5000, 1..=100_000)? as usize,
+                chart_max_spec_bytes: env.limit(
+                    "CHART_MAX_SPEC_BYTES",
+                    1024 * 1024,
+                    1024..=16 * 1024 * 1024,
+                )? as usize,
+                v1_table_rows: env.limit("V1_TABLE_ROWS", 50, 0..=10_000)? as usize,
             },
             page_context_options: ContextOptions::from_env(env, max_context_bytes)?,
             page_examples: Examples::from_env(env, max_message_chars)?,
@@ -303,6 +310,7 @@ fn server_url(var: &str, raw: &str) -> Result<url::Url, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::turn::chart::ChartLimits;
 
     fn env(extra: &[(&str, &str)]) -> Env {
         let mut pairs = vec![
@@ -321,6 +329,10 @@ mod tests {
         assert_eq!(c.limits.max_steps, 8);
         assert_eq!(c.limits.max_calls_per_step, 16);
         assert_eq!(c.limits.turn_deadline, Duration::from_secs(25));
+        let chart = ChartLimits::default();
+        assert_eq!(c.limits.chart_max_rows, chart.max_rows);
+        assert_eq!(c.limits.chart_max_spec_bytes, chart.max_spec_bytes);
+        assert_eq!(c.limits.v1_table_rows, 50);
         assert_eq!(c.mcp_servers.len(), 1);
         assert_eq!(c.mcp_servers[0].name, "parley");
     }

@@ -45,4 +45,12 @@ pub struct Limits {
     /// `CONVERSATIONS_PAGE_MAX`: most conversations per page of `GET /api/conversations`
     /// (default 100).
     pub page_max: u32,
+    /// `CHART_MAX_ROWS`: most rows one chart (`show_chart`) draws (default 5000). With the
+    /// next, what `turn::chart::ChartLimits` is made of (this layer is below `turn`).
+    pub chart_max_rows: usize,
+    /// `CHART_MAX_SPEC_BYTES`: largest chart spec, rows included, as JSON (default 1 MiB).
+    pub chart_max_spec_bytes: usize,
+    /// `V1_TABLE_ROWS`: most rows of a chart's table in a `/v1` answer (default 50); a line
+    /// says how many more there were.
+    pub v1_table_rows: usize,
 }

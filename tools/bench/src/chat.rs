@@ -1043,6 +1043,7 @@ impl ChatSql {
             cut_short: false,
             interrupted: false,
             sources: &[],
+            charts: &[],
             approvals: &[],
         })
         .await

@@ -669,6 +669,9 @@ mod tests {
             turn_lease: Duration::from_secs(30),
             mcp_timeout: Duration::from_secs(1),
             page_max: 100,
+            chart_max_rows: 5000,
+            chart_max_spec_bytes: 1024 * 1024,
+            v1_table_rows: 50,
         }
     }
 

@@ -1,13 +1,14 @@
 //! The chat's HTTP edge: [`AppState`], the router, `POST /api/chat` (JSON, or streamed by
 //! [`ui_stream`]) and `GET /health`; the conversations' routes are in [`conversations`], the
-//! OpenAI-compatible ones in [`openai`], the page and its sign-in in [`page`] and [`sign_in`].
-//! It runs a turn through [`crate::turn::run`], handing
+//! OpenAI-compatible ones in [`openai`] (charts as tables: [`chart_table`]), the page and its
+//! sign-in in [`page`] and [`sign_in`]. It runs a turn through [`crate::turn::run`], handing
 //! it only what it needs, and renders the outcome; nothing below this room sees axum.
 //!
 //! Bodies are parsed by [`bodies`] into checked domain values (parse, don't validate), so the
 //! turn loop never sees an empty message, an oversize context or a malformed id.
 
 pub mod bodies;
+pub mod chart_table;
 pub mod conversations;
 pub mod cross_site;
 pub mod error;

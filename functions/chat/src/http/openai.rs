@@ -7,6 +7,9 @@
 //! the same header. Without one a new conversation starts, seeded with the earlier messages the
 //! client sent, as stateless OpenAI clients expect.
 //!
+//! Each chart the turn showed (`show_chart`) follows the reply as a Markdown table of its rows
+//! and a line saying the chart is in the page ([`chart_table`]).
+//!
 //! A turn that pauses for the user's approval ends in a written question naming each waiting
 //! call, and a last line naming the conversation ([`bodies::approval_ref_line`]); a next user
 //! message in the answer grammar ([`Said`]) becomes the typed answer. A request that names no
@@ -25,6 +28,7 @@ use serde_json::{Value, json};
 use super::AppState;
 use crate::auth::User;
 use crate::http::bodies::{self, ChatBody, Completion, CompletionBody, Wire, WireAnswer};
+use crate::http::chart_table;
 use crate::http::error::ApiError;
 use crate::http::ui_stream::{self, DONE, Update, frame};
 use crate::turn::TurnRequest;
@@ -126,6 +130,7 @@ pub async fn completions(
     }
     let model = state.model_id.to_string();
     let tool_blocks = completion.tool_blocks.unwrap_or(state.v1_tool_blocks);
+    let table_rows = state.limits.v1_table_rows;
     if completion.stream {
         let flush = state.limits.stream_flush;
         let (conversation, updates) = ui_stream::begin(state, user, completion.turn).await?;
@@ -133,9 +138,17 @@ pub async fn completions(
             updates,
             flush,
             conversation,
-            model,
-            completion.include_usage,
-            tool_blocks,
+            Chunks {
+                id: completion_id(),
+                created: now(),
+                model,
+                include_usage: completion.include_usage,
+                tool_blocks,
+                table_rows,
+                started: false,
+                at_line_start: true,
+                pending: Vec::new(),
+            },
         ));
     }
     let response = turn::run(&state.turn_deps(), &user, completion.turn, Progress::none()).await?;
@@ -146,6 +159,12 @@ pub async fn completions(
         }
     }
     content.push_str(&response.reply);
+    let tables = chart_table::tables(&response.charts, table_rows);
+    content.push_str(if content.is_empty() {
+        tables.trim_start()
+    } else {
+        &tables
+    });
     if !response.pending_approvals.is_empty() {
         if !content.is_empty() {
             content.push_str("\n\n");
@@ -173,25 +192,14 @@ pub async fn completions(
 }
 
 /// The streamed answer: `chat.completion.chunk`s whose content is the reply as it is written,
-/// with each tool call as a block once its output is in (unless `tool_blocks` is off).
+/// with each tool call as a block once its output is in (unless `tool_blocks` is off), and
+/// the charts' tables at the end.
 fn streamed(
     updates: ui_stream::Updates,
     flush: std::time::Duration,
     conversation: Option<ConversationId>,
-    model: String,
-    include_usage: bool,
-    tool_blocks: bool,
+    mut chunks: Chunks,
 ) -> Response {
-    let mut chunks = Chunks {
-        id: completion_id(),
-        created: now(),
-        model,
-        include_usage,
-        tool_blocks,
-        started: false,
-        at_line_start: true,
-        pending: Vec::new(),
-    };
     let body = ui_stream::body(updates, flush, move |update, out| {
         chunks.encode(update, out)
     });
@@ -210,6 +218,8 @@ struct Chunks {
     include_usage: bool,
     /// Tool calls are written as `<details>` blocks (`V1_TOOL_BLOCKS`, `tool_blocks`).
     tool_blocks: bool,
+    /// `V1_TABLE_ROWS`: most rows of a chart's table.
+    table_rows: usize,
     /// The first chunk (the role) has gone out.
     started: bool,
     /// The content so far ends a line, so a block can start on its own.
@@ -278,6 +288,8 @@ impl Chunks {
                 if response.status == TurnStatus::AlreadyDecided {
                     self.content(out, &response.reply);
                 }
+                let tables = chart_table::tables(&response.charts, self.table_rows);
+                self.content(out, &tables);
                 if !response.pending_approvals.is_empty() {
                     let mut question = String::new();
                     if !self.at_line_start {

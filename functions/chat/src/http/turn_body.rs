@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use crate::turn::TurnOutcome;
 use crate::turn::approval::PendingApproval;
-use crate::turn::conversation::{ConversationId, Trace};
+use crate::turn::conversation::{Chart, ConversationId, Trace};
 use crate::turn::llm::Usage;
 use crate::turn::sources::Source;
 
@@ -23,6 +23,8 @@ pub struct TurnBody {
     pub cut_short: bool,
     /// The rows of citing tools this turn, one per source: those `reply` cites first.
     pub sources: Vec<Source>,
+    /// The charts the turn showed (`show_chart`): `[{id, call_id, spec}]`, maybe empty.
+    pub charts: Vec<Chart>,
     /// The client of a streamed turn went away and `reply` holds what there was.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub interrupted: bool,
@@ -42,6 +44,7 @@ impl From<TurnOutcome> for TurnBody {
             steps: outcome.steps,
             cut_short: outcome.cut_short,
             sources: outcome.sources,
+            charts: outcome.charts,
             interrupted: outcome.interrupted,
             pending_approvals: outcome.pending_approvals,
         }

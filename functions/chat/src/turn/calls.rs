@@ -1,5 +1,7 @@
 //! One step's tool calls: which tools are on offer, which calls wait for the user's approval
 //! instead of running, and how a call runs (or is refused in words the model can act on).
+//! The chat's own tool, `show_chart` ([`chart`]), is offered beside the servers' tools and run
+//! here by the chat ([`run_chart`]), never sent to a server nor held for approval.
 
 use std::borrow::Cow;
 
@@ -11,7 +13,8 @@ use super::outcome::TurnError;
 use crate::auth::User;
 use crate::nul;
 use crate::turn::approval::{self, Pending, PendingApproval};
-use crate::turn::conversation::Trace;
+use crate::turn::chart::{self, ChartLimits};
+use crate::turn::conversation::{Chart, Trace};
 use crate::turn::llm::{ToolCall, ToolDef};
 use crate::turn::mcp_client::{CallFor, Catalog, IdempotencyKey, ToolOutcome};
 
@@ -30,7 +33,7 @@ pub(super) fn waiting(
         key,
     }: &Call<'_>,
 ) -> Option<Pending> {
-    if *over_cap || narrowed.is_some_and(|offered| !offered.iter().any(|t| t.name == call.name)) {
+    if *over_cap || not_offered(narrowed, &call.name) {
         return None;
     }
     let about = catalog.about(&call.name, deps.approval.policy)?;
@@ -52,33 +55,47 @@ pub(super) fn waiting(
     })
 }
 
-/// The catalog's tools, or only the ones the request names (each must exist).
+/// The catalog's tools and, when there is any, `show_chart`; or only the tools the request
+/// names (each must exist; `show_chart` is offered then only when named). A server's own tool
+/// named `show_chart` is never offered: the name is the chat's.
 pub(super) fn offered_tools<'a>(
     catalog: &'a Catalog,
     wanted: Option<&[String]>,
 ) -> Result<Cow<'a, [ToolDef]>, TurnError> {
+    let servers = || catalog.tools.iter().filter(|t| t.name != chart::TOOL_NAME);
     let Some(wanted) = wanted else {
-        return Ok(Cow::Borrowed(&catalog.tools));
+        if catalog.tools.is_empty() {
+            return Ok(Cow::Borrowed(&catalog.tools));
+        }
+        return Ok(Cow::Owned(
+            servers().cloned().chain([chart::tool_def()]).collect(),
+        ));
     };
     // With a server unreachable its tools are missing from the catalog; that is an outage,
     // not a bad request, so the names are let through and any call to them becomes a tool
     // error.
     if let Some(unknown) = wanted
         .iter()
-        .find(|n| !catalog.contains(n) && !catalog.is_incomplete())
+        .find(|n| *n != chart::TOOL_NAME && !catalog.contains(n) && !catalog.is_incomplete())
     {
-        let known: Vec<&str> = catalog.tools.iter().map(|t| t.name.as_str()).collect();
+        let known: Vec<&str> = servers()
+            .map(|t| t.name.as_str())
+            .chain([chart::TOOL_NAME])
+            .collect();
         return Err(TurnError::UnknownTool {
             unknown: unknown.clone(),
             available: known.join(", "),
         });
     }
+    let chart = wanted
+        .iter()
+        .any(|n| n == chart::TOOL_NAME)
+        .then(chart::tool_def);
     Ok(Cow::Owned(
-        catalog
-            .tools
-            .iter()
+        servers()
             .filter(|t| wanted.contains(&t.name))
             .cloned()
+            .chain(chart)
             .collect(),
     ))
 }
@@ -111,22 +128,13 @@ pub(super) async fn run_call(
     let (args, outcome) = match parse_arguments(&call.arguments) {
         Ok(map) if over_cap => (
             Value::Object(map),
-            ToolOutcome::error(format!(
-                "not run: one response may make at most {} tool calls; make the ones you \
-still need in your next response",
-                deps.limits.max_calls_per_step
-            )),
+            ToolOutcome::error(over_cap_error(deps.limits.max_calls_per_step)),
         ),
         // A request that narrowed the tools is obeyed even if the model calls another one.
-        Ok(map) if narrowed.is_some_and(|offered| !offered.iter().any(|t| t.name == call.name)) => {
-            (
-                Value::Object(map),
-                ToolOutcome::error(format!(
-                    "the tool `{}` is not available in this conversation turn",
-                    call.name
-                )),
-            )
-        }
+        Ok(map) if not_offered(narrowed, &call.name) => (
+            Value::Object(map),
+            ToolOutcome::error(not_offered_error(&call.name)),
+        ),
         Ok(map) => {
             let args = Value::Object(map.clone());
             (
@@ -164,6 +172,78 @@ still need in your next response",
         duration_ms,
         approval: None,
     }
+}
+
+/// Runs a `show_chart` call: draws the chart from the rows of a call among `earlier` (this
+/// turn's calls so far, the step's own included), or refuses it with a tool error the model
+/// reads and can correct its call from. The chart comes back beside its trace.
+pub(super) fn run_chart(
+    limits: &ChartLimits,
+    max_calls_per_step: usize,
+    narrowed: Option<&[ToolDef]>,
+    Call {
+        call,
+        step,
+        over_cap,
+        ..
+    }: Call<'_>,
+    earlier: &[Trace],
+) -> (Trace, Option<Chart>) {
+    let started = Instant::now();
+    let parsed = parse_arguments(&call.arguments);
+    let args = match &parsed {
+        Ok(map) => Value::Object(map.clone()),
+        Err(_) => Value::String(call.arguments.clone()),
+    };
+    let drawn = match parsed {
+        Ok(_) if over_cap => Err(over_cap_error(max_calls_per_step)),
+        Ok(_) if not_offered(narrowed, &call.name) => Err(not_offered_error(&call.name)),
+        Ok(map) => chart::draw(&map, earlier, limits),
+        Err(problem) => Err(problem),
+    };
+    let (output, is_error, chart) = match drawn {
+        Ok(drawn) => {
+            let chart = Chart {
+                id: call.call_id.clone(),
+                call_id: drawn.call_id.clone(),
+                // The title and labels are the model's words: stored as jsonb, which takes no
+                // NUL.
+                spec: nul::clean_json(drawn.spec.clone()),
+            };
+            (drawn.tool_output(), false, Some(chart))
+        }
+        Err(problem) => (Value::String(problem), true, None),
+    };
+    let duration_ms = started.elapsed().as_millis() as u64;
+    tracing::info!(tool = %call.name, is_error, duration_ms, "chart");
+    let trace = Trace {
+        call_id: call.call_id.clone(),
+        step,
+        name: call.name.clone(),
+        args: nul::clean_json(args),
+        output: nul::clean_json(output),
+        is_error,
+        duration_ms,
+        approval: None,
+    };
+    (trace, chart)
+}
+
+/// A call past `MAX_TOOL_CALLS_PER_STEP`, as the model is told it.
+fn over_cap_error(max: usize) -> String {
+    format!(
+        "not run: one response may make at most {max} tool calls; make the ones you still \
+need in your next response"
+    )
+}
+
+/// Whether the request narrowed the tools and left `name` out.
+fn not_offered(narrowed: Option<&[ToolDef]>, name: &str) -> bool {
+    narrowed.is_some_and(|offered| !offered.iter().any(|t| t.name == name))
+}
+
+fn not_offered_error(name: &str) -> String {
+    format!("the tool `{name}` is not available in this conversation turn")
 }
 
 pub(super) fn parse_arguments(raw: &str) -> Result<Map<String, Value>, String> {

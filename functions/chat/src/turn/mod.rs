@@ -13,6 +13,11 @@
 //! client goes away, the turn stops calling the model and tools and stores what it has, marked
 //! interrupted.
 //!
+//! The model may also call the chat's own tool, `show_chart` ([`chart`]): the chat draws it
+//! after the step's other calls are in, from the rows of a call of this turn, and the chart
+//! goes to the client (a [`TurnEvent::Chart`], the outcome's `charts`) and is stored with the
+//! turn; a chart it cannot draw is a tool error the model reads and can correct.
+//!
 //! A call of a tool whose calls wait for the user's approval ([`approval`]) is not run: the
 //! step's other calls are, and the turn stores its message with the waiting calls and ends
 //! (`awaiting_approval`). A request answering them takes the conversation's lease again,
@@ -55,8 +60,9 @@ use crate::auth::User;
 use crate::limits::Limits;
 use crate::nul;
 use approval::Pending;
-use calls::{Call, offered_tools, parse_arguments, run_call, waiting};
-use conversation::{StoredMessage, Trace, TurnRecord, TurnStart};
+use calls::{Call, offered_tools, parse_arguments, run_call, run_chart, waiting};
+use chart::ChartLimits;
+use conversation::{Chart, StoredMessage, Trace, TurnRecord, TurnStart};
 use instructions::Briefing;
 use llm::{Item, Llm, LlmError, Prompt, Reply, ToolCall, ToolDef, Usage};
 use mcp_client::{Catalog, McpClients, key_for_call};
@@ -266,6 +272,7 @@ fn brief(deps: &Deps<'_>, catalog: &Catalog, tools: &[ToolDef], request: &TurnRe
         guidance: &catalog.guidance,
         context: request.context(),
         approval: deps.approval.policy,
+        charts: tools.iter().any(|t| t.name == chart::TOOL_NAME),
     })
 }
 
@@ -306,6 +313,8 @@ struct Talk {
     steps: u32,
     usage: Usage,
     sources: Sources,
+    /// The charts drawn so far (`show_chart`), in order.
+    charts: Vec<Chart>,
     /// What the model said along the way, for a reply cut short.
     said: Vec<String>,
     /// What a streamed client saw of the step that failed: stored with the error.
@@ -428,7 +437,9 @@ async fn ask_model(step: &Step<'_>, talk: &mut Talk, meter: &mut Meter) -> Asked
 }
 
 /// Runs one step's calls at once, except those that wait for the user's approval, which it
-/// returns; each output is numbered for citing, reported, given to the model and traced.
+/// returns; each output is numbered for citing, reported, given to the model and traced. The
+/// step's `show_chart` calls are drawn after its other calls are in, so a chart may draw the
+/// rows of a call of the same step.
 async fn run_tools(
     step: &Step<'_>,
     talk: &mut Talk,
@@ -446,9 +457,11 @@ async fn run_tools(
         });
     }
     let cap = step.deps.limits.max_calls_per_step;
-    // The calls that wait for the user's approval are not run; the others of the step are.
+    // The calls that wait for the user's approval are not run; the others of the step are,
+    // charts last.
     let mut awaiting = Vec::new();
     let mut running = Vec::new();
+    let mut charts = Vec::new();
     for (i, call) in calls.iter().enumerate() {
         let call = Call {
             call,
@@ -456,6 +469,10 @@ async fn run_tools(
             over_cap: i >= cap,
             key: key_for_call(&step.turn_id, &call.call_id, talk.steps, i),
         };
+        if call.call.name == chart::TOOL_NAME {
+            charts.push(call);
+            continue;
+        }
         match waiting(step.deps, step.catalog, step.narrowed, &call) {
             Some(pending) => awaiting.push(pending),
             None => running.push(call),
@@ -492,18 +509,44 @@ async fn run_tools(
         {
             talk.sources.verified(name, &trace.name, &trace.call_id);
         }
-        progress.send(|| TurnEvent::ToolOutput {
-            call_id: trace.call_id.clone(),
-            output: trace.output.clone(),
-            is_error: trace.is_error,
-        });
-        talk.items.push(Item::Output {
-            call_id: trace.call_id.clone(),
-            output: replay::output_text(&trace.output),
-        });
-        talk.traces.push(trace);
+        took(progress, talk, trace);
+    }
+    let limits = chart_limits(step.deps.limits);
+    for call in charts {
+        let (trace, chart) = run_chart(&limits, cap, step.narrowed, call, &talk.traces);
+        took(progress, talk, trace);
+        if let Some(chart) = chart {
+            progress.send(|| TurnEvent::Chart {
+                id: chart.id.clone(),
+                call_id: chart.call_id.clone(),
+                spec: chart.spec.clone(),
+            });
+            talk.charts.push(chart);
+        }
     }
     awaiting
+}
+
+/// A call's outcome, reported, given to the model and traced.
+fn took(progress: &Progress, talk: &mut Talk, trace: Trace) {
+    progress.send(|| TurnEvent::ToolOutput {
+        call_id: trace.call_id.clone(),
+        output: trace.output.clone(),
+        is_error: trace.is_error,
+    });
+    talk.items.push(Item::Output {
+        call_id: trace.call_id.clone(),
+        output: replay::output_text(&trace.output),
+    });
+    talk.traces.push(trace);
+}
+
+/// `CHART_MAX_ROWS` and `CHART_MAX_SPEC_BYTES`, as `show_chart` takes them.
+fn chart_limits(limits: &Limits) -> ChartLimits {
+    ChartLimits {
+        max_rows: limits.chart_max_rows,
+        max_spec_bytes: limits.chart_max_spec_bytes,
+    }
 }
 
 /// Stores how the loop ended with all the turn gathered, and gives the conversation back; a
@@ -519,6 +562,7 @@ async fn store(
         steps,
         usage,
         sources,
+        charts,
         seen_before_failure,
         ..
     } = talk;
@@ -539,6 +583,8 @@ async fn store(
                     interrupted: false,
                     // Nothing was cited, but the record shows what the tools had found.
                     sources: &sources.for_reply(""),
+                    // What the user was shown stays on record.
+                    charts: &charts,
                     approvals: &[],
                 })
                 .await
@@ -578,6 +624,7 @@ async fn store(
         cut_short,
         interrupted,
         sources: &sources,
+        charts: &charts,
         approvals: &awaiting,
     })
     .await?;
@@ -590,6 +637,7 @@ async fn store(
         steps,
         cut_short,
         sources,
+        charts,
         interrupted,
         pending_approvals: awaiting.into_iter().map(|p| p.public).collect(),
     })

@@ -3,7 +3,7 @@
 //! (`http`) picks statuses and renders bodies.
 
 use crate::turn::approval::{ApprovalError, Pending, PendingApproval};
-use crate::turn::conversation::{ConversationId, StorageError, Trace};
+use crate::turn::conversation::{Chart, ConversationId, StorageError, Trace};
 use crate::turn::llm::{LlmError, Usage};
 use crate::turn::sources::Source;
 
@@ -169,6 +169,8 @@ pub struct TurnOutcome {
     pub cut_short: bool,
     /// The rows of citing tools this turn, one per source: those `reply` cites first.
     pub sources: Vec<Source>,
+    /// The charts the turn showed (`show_chart`), in the order they were drawn.
+    pub charts: Vec<Chart>,
     /// The client of a streamed turn went away and `reply` holds what there was.
     pub interrupted: bool,
     /// With `status: awaiting_approval`: the calls waiting for the user's answer.

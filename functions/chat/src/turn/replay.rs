@@ -117,6 +117,7 @@ mod tests {
             cut_short: false,
             interrupted: false,
             sources: None,
+            charts: None,
             created_at: Utc::now(),
             approvals: Vec::new(),
         }

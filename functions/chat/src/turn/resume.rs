@@ -79,6 +79,10 @@ impl Settled {
                 .as_ref()
                 .and_then(|m| m.sources.clone())
                 .unwrap_or_default(),
+            charts: message
+                .as_ref()
+                .and_then(|m| m.charts.clone())
+                .unwrap_or_default(),
             interrupted: message.as_ref().is_some_and(|m| m.interrupted),
             pending_approvals: self.pending,
         }

@@ -411,6 +411,7 @@ async fn a_turn_that_outlives_its_lease_is_taken_over_and_its_late_answer_is_not
         cut_short: false,
         interrupted: false,
         sources: &[],
+        charts: &[],
         approvals: &[],
     };
     let first = conversation::begin(&pool, start(None, "start"))

@@ -4,6 +4,7 @@
 mod approvals;
 mod callers;
 mod catalog;
+mod charts;
 mod clients;
 mod connections;
 mod conversations;

@@ -22,7 +22,7 @@ use uuid::Uuid;
 
 use parley_core::db::{CheckedOut, retry_once_if_stale};
 
-use super::{Attempt, ConversationId, StorageError, StoredMessage, Trace, window_from};
+use super::{Attempt, Chart, ConversationId, StorageError, StoredMessage, Trace, window_from};
 use crate::auth::UserId;
 use crate::turn::approval::Pending;
 use crate::turn::llm::Usage;
@@ -54,6 +54,8 @@ pub struct TurnRecord<'a> {
     pub interrupted: bool,
     /// What the turn's tools returned that the reply may cite, cited ones first.
     pub sources: &'a [Source],
+    /// The charts the turn showed (`show_chart`), in the order they were drawn.
+    pub charts: &'a [Chart],
     /// The calls that wait for the user's approval: the turn paused after this message.
     pub approvals: &'a [Pending],
 }
@@ -325,8 +327,8 @@ const FINISH: &str = "WITH freed AS (
      stored AS (
        INSERT INTO chat.messages
          (conversation_id, seq, role, content, traces, usage, steps, error, cut_short, sources,
-          interrupted)
-       SELECT $1, message_count, 'assistant', $2, $3, $4, $5, $6, $8, $9, $10 FROM freed
+          interrupted, charts)
+       SELECT $1, message_count, 'assistant', $2, $3, $4, $5, $6, $8, $9, $10, $12 FROM freed
        RETURNING 1),
      -- The calls that wait for approval, on the message just stored (checked against it at
      -- the end of the statement).
@@ -349,9 +351,10 @@ const RELEASE: &str = "UPDATE chat.conversations SET turn_lease_until = NULL
      WHERE id = $1 AND turn_lease = $2 AND turn_lease_until IS NOT NULL";
 
 impl Turn {
-    /// Stores the assistant's side of the turn (reply, traces, sources, usage, or the error) and frees
-    /// the conversation in one statement: one round trip, one commit. That commit waits for its
-    /// WAL flush (as the server is configured), which also makes [`begin`]'s durable.
+    /// Stores the assistant's side of the turn (reply, traces, sources, charts, usage, or the
+    /// error) and frees the conversation in one statement: one round trip, one commit. That
+    /// commit waits for its WAL flush (as the server is configured), which also makes
+    /// [`begin`]'s durable.
     ///
     /// A turn whose lease expired and was taken over by a later turn stores nothing and gets
     /// [`StorageError::LeaseLost`]: its question stays on record without an answer (as after a
@@ -406,6 +409,7 @@ struct Finish {
     sources: Value,
     interrupted: bool,
     approvals: Value,
+    charts: Value,
 }
 
 impl Finish {
@@ -425,14 +429,15 @@ impl Finish {
             sources: json(serde_json::to_value(record.sources))?,
             interrupted: record.interrupted,
             approvals: Value::Array(record.approvals.iter().map(Pending::row).collect()),
+            charts: json(serde_json::to_value(record.charts))?,
         })
     }
 
     /// One try, with one retry on a connection found dead: whether it was stored.
     async fn run(&self, pool: &Pool) -> Result<bool, StorageError> {
         let (traces, usage, sources) = (Json(&self.traces), Json(&self.usage), Json(&self.sources));
-        let approvals = Json(&self.approvals);
-        let params: [(&(dyn ToSql + Sync), Type); 11] = [
+        let (approvals, charts) = (Json(&self.approvals), Json(&self.charts));
+        let params: [(&(dyn ToSql + Sync), Type); 12] = [
             (self.conversation.as_uuid(), Type::UUID),
             (&self.reply, Type::TEXT),
             (&traces, Type::JSONB),
@@ -444,6 +449,7 @@ impl Finish {
             (&sources, Type::JSONB),
             (&self.interrupted, Type::BOOL),
             (&approvals, Type::JSONB),
+            (&charts, Type::JSONB),
         ];
         retry_once_if_stale!(pool, |conn| try_finish(&conn, &params).await)
             .map_err(Attempt::into_error)

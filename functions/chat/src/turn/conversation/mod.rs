@@ -23,7 +23,7 @@ use crate::turn::sources::Source;
 macro_rules! columns {
     () => {
         "seq, role, content, context, traces, usage, steps, error, cut_short, interrupted, sources, \
-         created_at, (SELECT coalesce(jsonb_agg(to_jsonb(a) - 'conversation_id' - 'message_seq' \
+         charts, created_at, (SELECT coalesce(jsonb_agg(to_jsonb(a) - 'conversation_id' - 'message_seq' \
          ORDER BY a.step, a.created_at, a.call_id), '[]'::jsonb) FROM chat.approvals a \
          WHERE a.conversation_id = chat.messages.conversation_id \
          AND a.message_seq = chat.messages.seq) AS approvals"
@@ -187,6 +187,17 @@ impl Trace {
     }
 }
 
+/// A chart a turn showed (`show_chart`), as stored, returned and given back with the
+/// conversation: the Vega-Lite `spec` drawn from the rows of the call `call_id`.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct Chart {
+    /// The `show_chart` call that drew it.
+    pub id: String,
+    /// The call of the same turn whose rows it draws.
+    pub call_id: String,
+    pub spec: Value,
+}
+
 /// A stored message, as `GET /api/conversations/{id}/messages` returns it.
 #[derive(Debug, Clone, Serialize)]
 pub struct StoredMessage {
@@ -212,6 +223,9 @@ pub struct StoredMessage {
     /// An assistant message's sources (`[]` when it had none); `None` for a user's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sources: Option<Vec<Source>>,
+    /// An assistant message's charts (`[]` when it showed none); `None` for a user's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub charts: Option<Vec<Chart>>,
     pub created_at: DateTime<Utc>,
     /// The calls of an assistant message that waited for the user's approval, and their
     /// decisions: the turn paused after this message.
@@ -263,13 +277,16 @@ fn message(row: &tokio_postgres::Row) -> Result<StoredMessage, StorageError> {
         .try_get("usage")
         .map_err(|e| StorageError::Failed(format!("stored usage: {e}")))?;
     let role: String = row.get("role");
-    let sources = if role == "assistant" {
-        let stored: Json<Vec<Source>> = row
+    let (sources, charts) = if role == "assistant" {
+        let sources: Json<Vec<Source>> = row
             .try_get("sources")
             .map_err(|e| StorageError::Failed(format!("stored sources: {e}")))?;
-        Some(stored.0)
+        let charts: Json<Vec<Chart>> = row
+            .try_get("charts")
+            .map_err(|e| StorageError::Failed(format!("stored charts: {e}")))?;
+        (Some(sources.0), Some(charts.0))
     } else {
-        None
+        (None, None)
     };
     Ok(StoredMessage {
         seq: row.get("seq"),
@@ -283,6 +300,7 @@ fn message(row: &tokio_postgres::Row) -> Result<StoredMessage, StorageError> {
         cut_short: row.get("cut_short"),
         interrupted: row.get("interrupted"),
         sources,
+        charts,
         created_at: row.get("created_at"),
         approvals: row
             .try_get::<_, Json<Vec<Approval>>>("approvals")
