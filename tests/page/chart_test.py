@@ -37,7 +37,8 @@ SHOTS = Path(os.environ["SCREENSHOTS"])
 # The scripted model's call ids (the stub numbers calls call_1, call_2, ... across its script).
 BAR_ROWS, LINE_ROWS, LADS = "call_1", "call_2", "call_3"
 BAR, LINE = "call_4", "call_5"
-HOSTILE = ["call_7", "call_8", "call_9", "call_10"]
+# The refused show_chart calls, each with a word the chat's refusal must name.
+HOSTILE = [("call_7", "spec.data"), ("call_8", "no_such_column"), ("call_9", "image"), ("call_10", "CHART_MAX_SPEC_BYTES")]
 
 # The page's colours (app.css): an axis title is drawn in --fg.
 LIGHT_FG, DARK_FG = "#1d1d1f", "#e8e8ea"
@@ -293,13 +294,15 @@ def main() -> None:
             reply = last_reply()
             expect(reply.locator(".usage")).to_be_visible(timeout=60_000)
             refused = []
-            for call in HOSTILE:
-                tool = reply.locator("details.tool[data-tool=show_chart]").nth(HOSTILE.index(call))
+            for n, (_, names) in enumerate(HOSTILE):
+                tool = reply.locator("details.tool[data-tool=show_chart]").nth(n)
                 expect(tool).to_have_class("tool failed")
-                refused.append((tool.locator(".tool-output").text_content() or "").strip()[:80])
+                said = (tool.locator(".tool-output").text_content() or "").strip()
+                assert names in said, f"{said[:300]!r} does not name {names}"
+                refused.append(said[:70])
             expect(reply.locator("figure.chart")).to_have_count(0)
             expect(reply.locator(".mark-rect, svg")).to_have_count(0)
-            return "; ".join(refused)
+            return " | ".join(refused)
 
         check("the chat refuses hostile show_chart calls (url data, unknown field, image mark, 10 MB)", server_refuses)
 
