@@ -198,7 +198,7 @@ const FILES: &[(&str, &str, &str)] = &[
 
 /// Classic scripts (not ES modules: never bundled) the page adds with a `<script src>` element
 /// when it first needs them, so a page that never draws a chart never loads them.
-/// `charts-lib.js` is vega, vega-lite, vega-embed and vega-interpreter from npm (850 kB, 20
+/// `charts-lib.js` is vega, vega-lite, vega-embed and vega-interpreter from npm (850 kB, 7
 /// times the page's own script), written by `scripts/vendor-charts` from the versions pinned in
 /// `functions/chat/vendor/`: committed, so building the chat needs no npm.
 const LIBRARIES: &[(&str, &str, &str)] = &[asset!("charts-lib.js", JS)];
