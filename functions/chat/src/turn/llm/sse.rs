@@ -17,7 +17,7 @@ pub(super) struct Reader {
     has_data: bool,
     /// The last piece ended in `\r`: a `\n` opening the next belongs to that line end.
     skip_lf: bool,
-    /// The stream's first bytes have been read (a byte order mark there is skipped).
+    /// The stream's first line has been read (a byte order mark opening it is skipped).
     begun: bool,
 }
 
@@ -39,10 +39,6 @@ impl Reader {
         mut piece: &[u8],
         mut on_data: impl FnMut(&str) -> Result<Option<T>, LlmError>,
     ) -> Result<Option<T>, LlmError> {
-        if !self.begun && !piece.is_empty() {
-            self.begun = true;
-            piece = piece.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(piece);
-        }
         if self.skip_lf {
             self.skip_lf = false;
             piece = piece.strip_prefix(b"\n").unwrap_or(piece);
@@ -71,7 +67,8 @@ impl Reader {
                 // A line begun in the last piece (never an empty one): put together, so copied.
                 let mut line = std::mem::take(&mut self.line);
                 line.extend_from_slice(&piece[start..line_end]);
-                if let Some(value) = data_value(&line) {
+                let line = self.first_line(&line);
+                if let Some(value) = data_value(line) {
                     if !matches!(data, Data::None) {
                         self.own(data, piece);
                         self.data.push(b'\n');
@@ -82,7 +79,7 @@ impl Reader {
                 }
                 continue;
             }
-            let line = &piece[start..line_end];
+            let line = self.first_line(&piece[start..line_end]);
             if line.is_empty() {
                 let taken = std::mem::replace(&mut data, Data::None);
                 self.has_data = false;
@@ -103,8 +100,7 @@ impl Reader {
             }
             if let Some(value) = data_value(line) {
                 if matches!(data, Data::None) {
-                    let from = start + (line.len() - value.len());
-                    data = Data::Borrowed(from, line_end);
+                    data = Data::Borrowed(line_end - value.len(), line_end);
                 } else {
                     self.own(data, piece);
                     self.data.push(b'\n');
@@ -118,6 +114,15 @@ impl Reader {
         self.line.extend_from_slice(&piece[at..]);
         self.own(data, piece);
         Ok(None)
+    }
+
+    /// `line` without the byte order mark a stream may open with, if it is the first.
+    fn first_line<'l>(&mut self, line: &'l [u8]) -> &'l [u8] {
+        if std::mem::replace(&mut self.begun, true) {
+            line
+        } else {
+            line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line)
+        }
     }
 
     /// The event's data copied into [`data`](Self::data) if it is still borrowed from `piece`.
