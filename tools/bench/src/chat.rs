@@ -650,6 +650,9 @@ struct Streamed {
 const DELTA_LAG_TARGET: Duration = Duration::from_millis(2);
 const STREAM_CPU_TARGET: f64 = 0.25;
 
+/// Turns of each kind in a row when measuring the CPU of streamed turns against JSON ones.
+const CPU_BLOCK: usize = 20;
+
 /// Streamed turns and JSON ones, alternating, the model writing at `--word-interval-ms`; then
 /// the chat's CPU per turn for each, with the model writing as fast as it can.
 async fn streamed(
@@ -702,19 +705,29 @@ async fn streamed(
         v.sort_unstable();
     }
     // CPU: the same words, written at once, so the chat's work is all there is to measure.
+    // JSON and streamed turns take turns in blocks, timed to the nanosecond: run one kind after
+    // the other, a change in the machine's load between the two (two builds beside the bench)
+    // moved the ratio by tens of percent.
     stubs.set_pace(args.stream_words, Duration::ZERO);
-    let before = chat.cpu_time()?;
-    for i in 0..n {
-        client.turn(offset + 2 * n + i, None).await?;
+    let (mut json_cpu, mut streamed_cpu) = (Duration::ZERO, Duration::ZERO);
+    let mut done = 0;
+    while done < n {
+        let block = CPU_BLOCK.min(n - done);
+        let before = chat.thread_cpu_time()?;
+        for i in done..done + block {
+            client.turn(offset + 2 * n + i, None).await?;
+        }
+        let between = chat.thread_cpu_time()?;
+        for i in done..done + block {
+            client.streamed_turn(offset + 3 * n + i).await?;
+        }
+        json_cpu += between.saturating_sub(before);
+        streamed_cpu += chat.thread_cpu_time()?.saturating_sub(between);
+        done += block;
     }
-    let json_cpu = chat.cpu_time()?.saturating_sub(before) / n.max(1) as u32;
-    let before = chat.cpu_time()?;
-    for i in 0..n {
-        client.streamed_turn(offset + 3 * n + i).await?;
-    }
-    let streamed_cpu = chat.cpu_time()?.saturating_sub(before) / n.max(1) as u32;
+    let turns = n.max(1) as u32;
     meter.take();
-    out.cpu = (json_cpu, streamed_cpu);
+    out.cpu = (json_cpu / turns, streamed_cpu / turns);
     stubs.set_pace(0, Duration::ZERO);
     Ok(out)
 }

@@ -96,6 +96,26 @@ impl Server {
         self.child.try_wait().context("checking the server process")
     }
 
+    /// CPU time its threads alive now have used so far, to the nanosecond: the scheduler's own
+    /// count (`/proc/<pid>/task/*/schedstat`). A thread that has ended no longer counts, so this
+    /// is for a stretch of work on threads that stay (a chat's runtime thread).
+    pub fn thread_cpu_time(&self) -> anyhow::Result<Duration> {
+        let tasks = format!("/proc/{}/task", self.pid());
+        let mut total = 0u64;
+        for task in std::fs::read_dir(&tasks).with_context(|| format!("reading {tasks}"))? {
+            // A thread ending meanwhile leaves no file to read: it no longer counts.
+            let Ok(stat) = std::fs::read_to_string(task?.path().join("schedstat")) else {
+                continue;
+            };
+            total += stat
+                .split_whitespace()
+                .next()
+                .and_then(|ns| ns.parse::<u64>().ok())
+                .with_context(|| format!("no run time in a schedstat of {tasks}: {stat}"))?;
+        }
+        Ok(Duration::from_nanos(total))
+    }
+
     /// CPU time (user + system) the process has used so far, at clock-tick resolution (10 ms).
     pub fn cpu_time(&self) -> anyhow::Result<Duration> {
         let path = format!("/proc/{}/stat", self.pid());

@@ -7,16 +7,17 @@
 
 use std::convert::Infallible;
 use std::fmt::Write as _;
-use std::pin::Pin;
+use std::task::Poll;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
+use futures::future::{BoxFuture, FutureExt};
+use futures::stream::BoxStream;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
-use tokio::time::{Instant, Sleep};
 use tracing::Instrument;
 
 use super::AppState;
@@ -47,8 +48,16 @@ pub fn wanted(headers: &axum::http::HeaderMap) -> bool {
         })
 }
 
-/// A streamed turn as it happens: its events, then its outcome.
-pub type Updates = futures::stream::BoxStream<'static, Update>;
+/// A streamed turn as it happens: its events, then its outcome. Read by [`body`], which says
+/// how often text may go out.
+pub struct Updates {
+    /// The first event, read by [`begin`] for the conversation's id.
+    first: Option<TurnEvent>,
+    /// The turn's other events, once given the flush interval; `None` when it ended before
+    /// its first event.
+    events: Option<Box<dyn FnOnce(Duration) -> BoxStream<'static, TurnEvent> + Send>>,
+    done: BoxFuture<'static, Result<TurnOutcome, ApiError>>,
+}
 
 pub enum Update {
     Event(TurnEvent),
@@ -84,11 +93,15 @@ pub async fn begin(
             ))
         })
     };
-    let Some(first) = events.recv().await else {
+    let Some(first) = events.next().await else {
         // The turn ended before its first event: it never began.
         let response = done.await?;
         let id = response.conversation_id;
-        let updates = futures::stream::once(async move { Update::Done(Ok(response)) }).boxed();
+        let updates = Updates {
+            first: None,
+            events: None,
+            done: std::future::ready(Ok(response)).boxed(),
+        };
         return Ok((Some(id), updates));
     };
     let conversation = match &first {
@@ -97,12 +110,11 @@ pub async fn begin(
         } => Some(*conversation_id),
         _ => None,
     };
-    let events = futures::stream::once(std::future::ready(first))
-        .chain(futures::stream::poll_fn(move |cx| events.poll_recv(cx)))
-        .map(Update::Event);
-    let updates = events
-        .chain(futures::stream::once(done).map(Update::Done))
-        .boxed();
+    let updates = Updates {
+        first: Some(first),
+        events: Some(Box::new(move |flush| events.every(flush).boxed())),
+        done: done.boxed(),
+    };
     Ok((conversation, updates))
 }
 
@@ -130,111 +142,56 @@ pub fn event_stream(body: Body, protocol: bool) -> Response {
 }
 
 /// The body of an event stream: `write` appends each update's frames. Updates that are ready
-/// together go out in one write. Text deltas go out at most once per `flush`
-/// (`STREAM_FLUSH_MS`): the first after a quiet spell at once, those that follow it within
-/// `flush` joined into one delta when it is up. A model writes a word at a time, and a write
-/// per word cost the chat more CPU than the rest of the turn; other updates (steps, tool
-/// calls, the end) go out as they come, after the text held before them.
+/// together go out in one write. Text goes out at most once per `flush` (`STREAM_FLUSH_MS`,
+/// held by the turn's events until then: `Progress::channel`): a model writes a word at a
+/// time, and a write per word cost the chat more CPU than the rest of the turn; other updates
+/// (steps, tool calls, the end) go out as they come, after the text before them.
 pub fn body(
     updates: Updates,
     flush: Duration,
-    write: impl FnMut(Update, &mut String) + Send + 'static,
+    mut write: impl FnMut(Update, &mut String) + Send + 'static,
 ) -> Body {
-    let writer = Writer::new(updates, flush, write);
-    Body::from_stream(futures::stream::unfold(writer, |mut writer| async move {
-        let out = writer.next_write().await?;
-        Some((Ok::<Bytes, Infallible>(Bytes::from(out)), writer))
-    }))
-}
-
-/// The state of [`body`] between two writes.
-struct Writer<W> {
-    updates: futures::stream::ReadyChunks<Updates>,
-    flush: Duration,
-    write: W,
-    /// Text deltas received and not yet written.
-    held: String,
-    /// When text last went out.
-    text_written: Option<Instant>,
-    /// Fires when held text is due.
-    timer: Option<Pin<Box<Sleep>>>,
-}
-
-impl<W: FnMut(Update, &mut String)> Writer<W> {
-    fn new(updates: Updates, flush: Duration, write: W) -> Self {
-        Writer {
-            updates: updates.ready_chunks(READY_CHUNK),
-            flush,
-            write,
-            held: String::new(),
-            text_written: None,
-            timer: None,
+    let events = match updates.events {
+        Some(events) => events(flush),
+        None => futures::stream::empty().boxed(),
+    };
+    let mut updates = futures::stream::iter(updates.first)
+        .chain(events)
+        .map(Update::Event)
+        .chain(futures::stream::once(updates.done).map(Update::Done));
+    let mut ended = false;
+    Body::from_stream(futures::stream::poll_fn(move |cx| {
+        if ended {
+            return Poll::Ready(None);
         }
-    }
-
-    /// The next write's bytes; `None` once the updates have ended and all is written.
-    async fn next_write(&mut self) -> Option<String> {
+        // What is ready is written into one string, handed to hyper as one chunk.
         let mut out = String::new();
-        loop {
-            let ready = match self.text_written {
-                Some(at) if !self.held.is_empty() => {
-                    let timer = set(&mut self.timer, at + self.flush);
-                    tokio::select! {
-                        biased;
-                        ready = self.updates.next() => ready,
-                        () = timer => {
-                            self.write_held(&mut out);
-                            return Some(out);
-                        }
-                    }
+        let mut waiting = false;
+        for _ in 0..READY_CHUNK {
+            match updates.poll_next_unpin(cx) {
+                Poll::Ready(Some(update)) => write(update, &mut out),
+                Poll::Ready(None) => {
+                    ended = true;
+                    break;
                 }
-                _ => self.updates.next().await,
-            };
-            let Some(ready) = ready else {
-                self.write_held(&mut out);
-                return (!out.is_empty()).then_some(out);
-            };
-            let mut other = false;
-            for update in ready {
-                match update {
-                    Update::Event(TurnEvent::TextDelta(text)) => self.held.push_str(&text),
-                    update => {
-                        self.write_held(&mut out);
-                        (self.write)(update, &mut out);
-                        other = true;
-                    }
+                Poll::Pending => {
+                    waiting = true;
+                    break;
                 }
             }
-            let due = self
-                .text_written
-                .is_none_or(|at| at.elapsed() >= self.flush);
-            if other || due {
-                self.write_held(&mut out);
-            }
-            if !out.is_empty() {
-                return Some(out);
-            }
         }
-    }
-
-    fn write_held(&mut self, out: &mut String) {
-        if !self.held.is_empty() {
-            let text = std::mem::take(&mut self.held);
-            (self.write)(Update::Event(TurnEvent::TextDelta(text)), out);
-            self.text_written = Some(Instant::now());
+        if !out.is_empty() {
+            Poll::Ready(Some(Ok::<Bytes, Infallible>(Bytes::from(out))))
+        } else if ended {
+            Poll::Ready(None)
+        } else {
+            if !waiting {
+                // READY_CHUNK updates that wrote nothing: poll again rather than loop here.
+                cx.waker().wake_by_ref();
+            }
+            Poll::Pending
         }
-    }
-}
-
-/// `timer`, set for `due`. One timer set again only when the time changes: a timer made per
-/// wait would be registered with the runtime's clock for every batch of words, and each
-/// registration wakes its driver.
-fn set(timer: &mut Option<Pin<Box<Sleep>>>, due: Instant) -> &mut Pin<Box<Sleep>> {
-    let timer = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
-    if timer.deadline() != due {
-        timer.as_mut().reset(due);
-    }
-    timer
+    }))
 }
 
 /// One server-sent event: `data: <json>` and a blank line (JSON never holds a raw newline).
@@ -532,84 +489,45 @@ mod tests {
             .collect()
     }
 
-    /// A writer over a channel whose `write` shows text deltas as `[text]` and other
-    /// updates as `<Event>`.
-    fn writer(
-        flush: Duration,
-    ) -> (
-        tokio::sync::mpsc::UnboundedSender<Update>,
-        Writer<impl FnMut(Update, &mut String)>,
-    ) {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let updates = futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed();
+    /// The body of updates made of `events` and a turn that ended in `outcome`, its
+    /// writes as `write` shows them: text deltas as `[text]`, other updates as `<Event>`.
+    async fn written(events: Vec<TurnEvent>, flush: Duration) -> Vec<String> {
+        let (progress, receiver) = Progress::channel();
+        for event in events {
+            progress.send(|| event);
+        }
+        drop(progress);
+        let updates = Updates {
+            first: None,
+            events: Some(Box::new(move |flush| receiver.every(flush).boxed())),
+            done: std::future::ready(Err(ApiError::Internal("end".into()))).boxed(),
+        };
         let write = |update: Update, out: &mut String| match update {
             Update::Event(TurnEvent::TextDelta(text)) => out.push_str(&format!("[{text}]")),
             Update::Event(event) => out.push_str(&format!("<{event:?}>")),
             Update::Done(_) => out.push_str("<done>"),
         };
-        (tx, Writer::new(updates, flush, write))
-    }
-
-    fn delta(text: &str) -> Update {
-        Update::Event(TurnEvent::TextDelta(text.into()))
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn text_goes_out_at_once_after_a_pause_then_at_most_once_per_flush() {
-        let flush = Duration::from_millis(20);
-        let (tx, mut writer) = writer(flush);
-        let start = Instant::now();
-        tx.send(delta("The ")).unwrap();
-        assert_eq!(writer.next_write().await.as_deref(), Some("[The ]"));
-        assert_eq!(
-            start.elapsed(),
-            Duration::ZERO,
-            "the first words wait for nothing"
-        );
-
-        // Words that follow within the flush go out together when it is up, as one delta.
-        tx.send(delta("answer ")).unwrap();
-        let later = tx.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            later.send(delta("is ")).unwrap();
-        });
-        assert_eq!(writer.next_write().await.as_deref(), Some("[answer is ]"));
-        assert_eq!(start.elapsed(), flush);
-
-        // After a quiet spell the next word is written at once again.
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let resumed = Instant::now();
-        tx.send(delta("42")).unwrap();
-        assert_eq!(writer.next_write().await.as_deref(), Some("[42]"));
-        assert_eq!(resumed.elapsed(), Duration::ZERO);
-
-        // Anything else goes out as it comes, after the text held before it.
-        tx.send(delta(".")).unwrap();
-        tx.send(Update::Event(TurnEvent::StepFinished)).unwrap();
-        assert_eq!(
-            writer.next_write().await.as_deref(),
-            Some("[.]<StepFinished>")
-        );
-        assert_eq!(resumed.elapsed(), Duration::ZERO);
-
-        // Text held when the turn ends is written before the stream closes.
-        tx.send(delta(" Bye.")).unwrap();
-        drop(tx);
-        assert_eq!(writer.next_write().await.as_deref(), Some("[ Bye.]"));
-        assert_eq!(writer.next_write().await, None);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_flush_of_zero_writes_each_delta_as_it_comes() {
-        let (tx, mut writer) = writer(Duration::ZERO);
-        for word in ["a", "b"] {
-            tx.send(delta(word)).unwrap();
-            assert_eq!(
-                writer.next_write().await.as_deref(),
-                Some(&*format!("[{word}]"))
-            );
+        let mut body = body(updates, flush, write).into_data_stream();
+        let mut writes = Vec::new();
+        while let Some(chunk) = body.next().await {
+            writes.push(String::from_utf8(chunk.unwrap().to_vec()).unwrap());
         }
+        writes
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn updates_ready_together_go_out_in_one_write_text_first() {
+        let writes = written(
+            vec![
+                TurnEvent::TextDelta("Let me ".into()),
+                TurnEvent::TextDelta("check.".into()),
+                TurnEvent::StepFinished,
+                TurnEvent::TextDelta("Bye.".into()),
+            ],
+            Duration::from_millis(20),
+        )
+        .await;
+        assert_eq!(writes, ["[Let me check.]<StepFinished>[Bye.]<done>"]);
     }
 
     #[test]

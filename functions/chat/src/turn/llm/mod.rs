@@ -8,6 +8,7 @@ mod chat_completions;
 mod fixtures;
 mod responses;
 mod retry;
+mod sse;
 mod streamed;
 
 use std::time::Duration;

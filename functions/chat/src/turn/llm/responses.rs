@@ -169,6 +169,18 @@ struct Incomplete {
     reason: Option<String>,
 }
 
+impl Answer {
+    /// The answer with `items` as its output when it lists none: a streamed answer's final
+    /// response may leave them to the `output_item.done` events before it.
+    pub(super) fn or_items(mut self, items: &[Box<RawValue>]) -> serde_json::Result<Answer> {
+        if self.output.as_ref().is_none_or(Vec::is_empty) && !items.is_empty() {
+            let items = items.iter().map(|item| serde_json::from_str(item.get()));
+            self.output = Some(items.collect::<Result<_, _>>()?);
+        }
+        Ok(self)
+    }
+}
+
 pub(super) fn parse(answer: Answer) -> Result<Reply, LlmError> {
     let Some(output) = &answer.output else {
         // A failed response may come back as a 2xx without output; its error says why.

@@ -13,12 +13,11 @@ use parley_core::retry::{Streaming, excerpt};
 use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
-use sse_stream::{Sse, SseStream};
 use tokio::time::Instant;
 
 use super::chat_completions::{self, StreamedCall};
-use super::responses;
 use super::{Llm, LlmApi, LlmError, Reply, WireUsage};
+use super::{responses, sse};
 
 /// Reads an opened stream to its end, or to `deadline`.
 pub(super) async fn read(
@@ -53,21 +52,26 @@ async fn read_events(
     key: Option<&str>,
     said: &mut Said<'_>,
 ) -> Result<Reply, LlmError> {
-    let mut events = pin!(SseStream::from_bytes_stream(chunks));
+    let mut chunks = pin!(chunks);
+    let mut events = sse::Reader::default();
     let mut answer = match api {
         LlmApi::Responses => Answer::Responses(ResponsesAnswer::default()),
         LlmApi::ChatCompletions => Answer::ChatCompletions(ChatAnswer::default()),
     };
+    // One timer for the whole answer: a timeout per piece would register one with the
+    // runtime's clock each time the next piece is not there yet, and remove it again.
+    let mut deadline = pin!(tokio::time::sleep_until(deadline));
     loop {
-        let next = tokio::time::timeout_at(deadline, events.next())
-            .await
-            .map_err(|_| LlmError::DeadlineReached)?;
-        let event = match next {
-            Some(Ok(event)) => event,
-            Some(Err(e)) => return Err(stream_error(e)),
+        let next = tokio::select! {
+            biased;
+            next = chunks.next() => next,
+            () = &mut deadline => return Err(LlmError::DeadlineReached),
+        };
+        let piece = match next {
+            Some(piece) => piece?,
             None => return answer.ended(),
         };
-        if let Some(reply) = answer.event(&event, said, key)? {
+        if let Some(reply) = events.feed(&piece, |data| answer.event(data, said, key))? {
             return Ok(reply);
         }
     }
@@ -108,7 +112,7 @@ impl<'a> Said<'a> {
     }
 }
 
-/// Why reading the body stopped, carried through the SSE parser as its body error.
+/// Why reading the body stopped.
 #[derive(Debug, thiserror::Error)]
 enum ReadError {
     #[error("no bytes for LLM_TIMEOUT_MS")]
@@ -141,16 +145,24 @@ fn chunks(
     silence: Duration,
     limit: usize,
 ) -> impl Stream<Item = Result<Bytes, ReadError>> + Send {
-    futures::stream::unfold(Some((opened, 0usize)), move |state| async move {
-        let (mut opened, read) = state?;
-        let error = match tokio::time::timeout(silence, opened.chunk()).await {
-            Err(_) => ReadError::Silence,
-            Ok(Err(e)) => ReadError::Transport(e),
-            Ok(Ok(None)) => return None,
-            Ok(Ok(Some(chunk))) if read + chunk.len() > limit => ReadError::TooLarge { limit },
-            Ok(Ok(Some(chunk))) => {
+    // One timer, pushed back at each piece: moving a timer later is an atomic store, where a
+    // timeout per piece registered a timer with the runtime's clock and removed it again.
+    let quiet = Box::pin(tokio::time::sleep(silence));
+    futures::stream::unfold(Some((opened, 0usize, quiet)), move |state| async move {
+        let (mut opened, read, mut quiet) = state?;
+        quiet.as_mut().reset(Instant::now() + silence);
+        let chunk = tokio::select! {
+            biased;
+            chunk = opened.chunk() => chunk,
+            () = &mut quiet => return Some((Err(ReadError::Silence), None)),
+        };
+        let error = match chunk {
+            Err(e) => ReadError::Transport(e),
+            Ok(None) => return None,
+            Ok(Some(chunk)) if read + chunk.len() > limit => ReadError::TooLarge { limit },
+            Ok(Some(chunk)) => {
                 let read = read + chunk.len();
-                return Some((Ok(chunk), Some((opened, read))));
+                return Some((Ok(chunk), Some((opened, read, quiet))));
             }
         };
         Some((Err(error), None))
@@ -164,24 +176,17 @@ async fn read_whole(
 ) -> Result<Vec<u8>, LlmError> {
     let mut chunks = pin!(chunks);
     let mut body = Vec::new();
+    let mut deadline = pin!(tokio::time::sleep_until(deadline));
     loop {
-        let next = tokio::time::timeout_at(deadline, chunks.next())
-            .await
-            .map_err(|_| LlmError::DeadlineReached)?;
+        let next = tokio::select! {
+            biased;
+            next = chunks.next() => next,
+            () = &mut deadline => return Err(LlmError::DeadlineReached),
+        };
         match next {
             Some(chunk) => body.extend_from_slice(&chunk?),
             None => return Ok(body),
         }
-    }
-}
-
-fn stream_error(error: sse_stream::Error) -> LlmError {
-    match error {
-        sse_stream::Error::Body(source) => match source.downcast::<ReadError>() {
-            Ok(read) => LlmError::from(*read),
-            Err(other) => LlmError::Transport(other.to_string()),
-        },
-        malformed => LlmError::BadResponse(format!("the event stream is malformed: {malformed}")),
     }
 }
 
@@ -220,17 +225,13 @@ enum Answer {
 }
 
 impl Answer {
-    /// Takes one event; the reply once the answer is complete.
+    /// Takes one event's data; the reply once the answer is complete.
     fn event(
         &mut self,
-        event: &Sse,
+        raw: &str,
         text: &mut Said<'_>,
         key: Option<&str>,
     ) -> Result<Option<Reply>, LlmError> {
-        // Events without data (a bare `retry:` or `id:`) carry nothing for us.
-        let Some(raw) = event.data.as_deref() else {
-            return Ok(None);
-        };
         match self {
             Answer::Responses(answer) => answer.event(data(raw, key)?, text, key),
             Answer::ChatCompletions(answer) if raw.trim() == "[DONE]" => {
@@ -323,10 +324,38 @@ struct ResponsesAnswer {
     /// The output item the last text delta belonged to.
     text_item: Option<(Option<u64>, Option<String>)>,
     /// Items as their `output_item.done` events gave them, for a final response without them.
-    items: Vec<Value>,
+    items: Vec<Box<RawValue>>,
 }
 
 impl ResponsesAnswer {
+    /// The final response of `event` read as a tree first: its `output` replaced by the
+    /// items streamed before it when it has no list of them.
+    fn completed_as_value(
+        &mut self,
+        event: &ResponsesEvent<'_>,
+    ) -> Result<responses::Answer, LlmError> {
+        let mut response: Value = event.required("response", event.response)?;
+        if let Some(fields) = response.as_object_mut()
+            && fields
+                .get("output")
+                .and_then(Value::as_array)
+                .is_none_or(Vec::is_empty)
+            && !self.items.is_empty()
+        {
+            let items = std::mem::take(&mut self.items)
+                .into_iter()
+                .map(|item| serde_json::from_str(item.get()))
+                .collect::<Result<Vec<Value>, _>>()
+                .map_err(|e| LlmError::BadResponse(format!("an output item is not JSON: {e}")))?;
+            fields.insert("output".to_owned(), Value::Array(items));
+        }
+        serde_json::from_value(response).map_err(|e| {
+            LlmError::BadResponse(format!(
+                "the final response is not in the expected shape: {e}"
+            ))
+        })
+    }
+
     fn event(
         &mut self,
         event: ResponsesEvent<'_>,
@@ -354,27 +383,22 @@ impl ResponsesAnswer {
                 Ok(None)
             }
             "response.output_item.done" => {
-                let item: Value = event.required("item", event.item)?;
+                let item: Box<RawValue> = event.required("item", event.item)?;
                 self.items.push(item);
                 Ok(None)
             }
             "response.completed" | "response.incomplete" => {
-                let mut response: Value = event.required("response", event.response)?;
-                if let Some(fields) = response.as_object_mut()
-                    && fields
-                        .get("output")
-                        .and_then(Value::as_array)
-                        .is_none_or(Vec::is_empty)
-                    && !self.items.is_empty()
-                {
-                    let items = std::mem::take(&mut self.items);
-                    fields.insert("output".to_owned(), Value::Array(items));
-                }
-                let answer = serde_json::from_value(response).map_err(|e| {
-                    LlmError::BadResponse(format!(
-                        "the final response is not in the expected shape: {e}"
-                    ))
-                })?;
+                // Read straight into the answer's shape (the whole reply again, so a tree of
+                // it first cost as much as its deltas did); a response that does not fit is
+                // read the long way, which says why or fits it together.
+                let fast = event
+                    .response
+                    .and_then(|raw| serde_json::from_str::<responses::Answer>(raw.get()).ok())
+                    .and_then(|answer| answer.or_items(&self.items).ok());
+                let answer = match fast {
+                    Some(answer) => answer,
+                    None => self.completed_as_value(&event)?,
+                };
                 responses::parse(answer).map(Some)
             }
             "response.failed" => {
