@@ -398,7 +398,7 @@ async fn ask_model(step: &Step<'_>, talk: &mut Talk, meter: &mut Meter) -> Asked
     let answer = if progress.is_streamed() {
         let mut on_text = |delta: &str| {
             streamed.push_str(delta);
-            progress.send(|| TurnEvent::TextDelta(delta.to_owned()));
+            progress.text(delta);
         };
         tokio::select! {
             answer = step.deps.llm.respond_streaming(prompt, deadline, &mut on_text) => Some(answer),
