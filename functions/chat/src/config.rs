@@ -143,7 +143,8 @@ impl ChatConfig {
                 chart_max_spec_bytes: env.limit(
                     "CHART_MAX_SPEC_BYTES",
                     1024 * 1024,
-                    1024..=16 * 1024 * 1024,
+                    // The page draws no spec over 2 MiB (`MAX_SPEC_CHARS`, page/chart.js).
+                    1024..=2 * 1024 * 1024,
                 )? as usize,
                 v1_table_rows: env.limit("V1_TABLE_ROWS", 50, 0..=10_000)? as usize,
             },
