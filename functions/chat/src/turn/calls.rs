@@ -159,16 +159,29 @@ pub(super) async fn run_call(
             ToolOutcome::error(problem),
         ),
     };
+    traced(call, step, args, outcome.output, outcome.is_error, started)
+}
+
+/// The trace of a call that ran (or was refused) from `started`, logged as one line.
+fn traced(
+    call: &ToolCall,
+    step: u32,
+    args: Value,
+    output: Value,
+    is_error: bool,
+    started: Instant,
+) -> Trace {
     let duration_ms = started.elapsed().as_millis() as u64;
-    tracing::info!(tool = %call.name, is_error = outcome.is_error, duration_ms, "tool call");
+    tracing::info!(tool = %call.name, is_error, duration_ms, "tool call");
     Trace {
         call_id: call.call_id.clone(),
         step,
         name: call.name.clone(),
-        // Arguments parse `\u0000` escapes into NULs; tool servers may send them too.
+        // Arguments parse `\u0000` escapes into NULs; tool servers may send them too, and a
+        // chart's title and labels are the model's words.
         args: nul::clean_json(args),
-        output: nul::clean_json(outcome.output),
-        is_error: outcome.is_error,
+        output: nul::clean_json(output),
+        is_error,
         duration_ms,
         approval: None,
     }
@@ -203,30 +216,19 @@ pub(super) fn run_chart(
     };
     let (output, is_error, chart) = match drawn {
         Ok(drawn) => {
+            let output = drawn.tool_output();
             let chart = Chart {
                 id: call.call_id.clone(),
-                call_id: drawn.call_id.clone(),
+                call_id: drawn.call_id,
                 // The title and labels are the model's words: stored as jsonb, which takes no
                 // NUL.
-                spec: nul::clean_json(drawn.spec.clone()),
+                spec: nul::clean_json(drawn.spec),
             };
-            (drawn.tool_output(), false, Some(chart))
+            (output, false, Some(chart))
         }
         Err(problem) => (Value::String(problem), true, None),
     };
-    let duration_ms = started.elapsed().as_millis() as u64;
-    tracing::info!(tool = %call.name, is_error, duration_ms, "chart");
-    let trace = Trace {
-        call_id: call.call_id.clone(),
-        step,
-        name: call.name.clone(),
-        args: nul::clean_json(args),
-        output: nul::clean_json(output),
-        is_error,
-        duration_ms,
-        approval: None,
-    };
-    (trace, chart)
+    (traced(call, step, args, output, is_error, started), chart)
 }
 
 /// A call past `MAX_TOOL_CALLS_PER_STEP`, as the model is told it.
