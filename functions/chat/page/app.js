@@ -12,10 +12,12 @@
 //   turn.js           one POST api/chat, read as it streams (or as JSON) into a reply
 //   conversations.js  the list; opening, starting, renaming, deleting; the open one's view
 //   context.js        the picker (PAGE_CONTEXT_OPTIONS)
+//   usage.js          the usage view: tokens and cost per user, model and day (GET api/usage)
 //   reply.js          one reply: text, tool calls and outputs, charts, sources, usage, failure
 //   approval-card.js  a call waiting for approval, as a card
 //   chart.js          a show_chart call's chart: checked, drawn (assets/charts-lib.js), saved
 //   table.js          a tool's rows as a table: sorted, paged, downloaded as CSV
+//   feedback.js       thumbs up or down, with a comment, on a reply
 //   http.js           API calls, and what a failed response stands for
 //   session.js        the tokens the page calls with: kept, renewed, ended
 //   problems.js       failures in words
@@ -50,6 +52,7 @@ import { HttpError, UUID, httpError } from "./http.js";
 import { showSignIn } from "./session.js";
 import { signIn, signOut, startSignIn, startWithProvider } from "./sign-in.js";
 import { DRAFT_KEY, TOKEN_KEY, state } from "./state.js";
+import { setUpUsage } from "./usage.js";
 
 /** Signed in: the conversations, the one the address names open, and a question a refused turn
  * left behind back in the message box. */
@@ -161,6 +164,7 @@ async function start() {
   }
   setUpPicker();
   setUpExamples();
+  setUpUsage();
   if (state.info.sign_in) {
     if (await startWithProvider()) await showApp();
   } else {

@@ -5,6 +5,7 @@
 import { ApprovalCard, cards } from "./approval-card.js";
 import { chartNode } from "./chart.js";
 import { el } from "./dom.js";
+import { feedbackControls } from "./feedback.js";
 import { renderMarkdown, safeUrl } from "./markdown.js";
 import { fromSummary, problemNode } from "./problems.js";
 import { state } from "./state.js";

@@ -18,11 +18,12 @@ use crate::auth::{AuthConfig, AuthMode};
 use crate::http::cross_site::CrossSiteConfig;
 use crate::http::page::{ContextOptions, Examples, StreamUrl};
 use crate::http::sign_in::SignInSettings;
+use crate::http::{feedback, usage};
 use crate::limits::Limits;
-use crate::turn::approval;
 use crate::turn::instructions::AssistantName;
 use crate::turn::llm::LlmConfig;
 use crate::turn::mcp_client::McpServer;
+use crate::turn::{approval, quota};
 
 #[derive(Debug, Clone)]
 pub struct ChatConfig {
@@ -62,6 +63,12 @@ pub struct ChatConfig {
     /// `HISTORY_READS_PER_USER`: reads of one user's conversations run at once (default 2,
     /// half the default pool of 4), so one user's burst cannot take every pooled connection.
     pub history_reads_per_user: usize,
+    /// `BUDGET_*`, `RATE_*`: each user's daily token budget and turn rate (`turn::quota`).
+    pub quota: quota::Settings,
+    /// `ADMIN_GROUP`, `MODEL_PRICES`: the usage view (`http::usage`).
+    pub usage: usage::Settings,
+    /// `FEEDBACK_*`: feedback on answers (`http::feedback`).
+    pub feedback: feedback::Settings,
 }
 
 fn model_id(env: &Env) -> Result<String, ConfigError> {
@@ -155,6 +162,9 @@ impl ChatConfig {
             cross_site: CrossSiteConfig::from_env(env, auth.mode)?,
             history_reads_per_user: env.limit("HISTORY_READS_PER_USER", 2, 1..=256)? as usize,
             approval: approval::Settings::from_env(env)?,
+            quota: quota::Settings::from_env(env)?,
+            usage: usage::Settings::from_env(env)?,
+            feedback: feedback::Settings::from_env(env)?,
         };
         // A lease shorter than a turn may run lets a second turn take the conversation over
         // while the first is still working: the first one's reply is then lost (409).

@@ -107,6 +107,9 @@ fn router(
         model_id: Arc::from(config.model_id.as_str()),
         v1_tool_blocks: config.v1_tool_blocks,
         approval: config.approval,
+        quota: Arc::new(config.quota.clone()),
+        usage: Arc::new(config.usage.clone()),
+        feedback: Arc::new(config.feedback.clone()),
         metrics,
     };
     config.approval.warn_if_off();

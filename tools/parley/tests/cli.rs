@@ -408,6 +408,8 @@ const SUMMARY_WORDS: &[(&str, &[&str])] = &[
     ("logins", &["login roles"]),
     ("eval", &["Score", "questions"]),
     ("check", &["running stack", "fix"]),
+    ("usage", &["Usage", "cost"]),
+    ("feedback", &["feedback", "JSONL"]),
     ("catalog", &["catalog", "tables"]),
     ("help", &["help"]),
 ];

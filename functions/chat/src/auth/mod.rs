@@ -36,6 +36,10 @@ pub struct AuthConfig {
     /// How tokens are verified (`JWT_*`, `JWKS_*`). With `CHAT_AUTH=jwt`, at least one of
     /// `JWT_SECRET` and `JWT_JWKS_URL` is required.
     pub jwt: JwtConfig,
+    /// `GROUPS_CLAIM`: the token claim listing the user's groups (default `groups`; Cognito's
+    /// is `cognito:groups`), an array of strings or one string of space-separated names.
+    /// Budgets are overridden and the usage view opened per group.
+    pub groups_claim: String,
 }
 
 impl AuthConfig {
@@ -53,7 +57,18 @@ impl AuthConfig {
                  (or CHAT_AUTH=none for local development)",
             ));
         }
-        Ok(Self { mode, jwt })
+        let groups_claim = env.get("GROUPS_CLAIM").unwrap_or("groups").trim();
+        if groups_claim.is_empty() || groups_claim.len() > 200 {
+            return Err(ConfigError::new(
+                "GROUPS_CLAIM",
+                "must be 1 to 200 characters",
+            ));
+        }
+        Ok(Self {
+            mode,
+            jwt,
+            groups_claim: groups_claim.to_owned(),
+        })
     }
 }
 
@@ -117,6 +132,8 @@ pub enum AuthError {
 pub struct Authenticator {
     /// `None` with `CHAT_AUTH=none`.
     verifier: Option<Verifier>,
+    /// `GROUPS_CLAIM`.
+    groups_claim: String,
 }
 
 impl fmt::Debug for Authenticator {
@@ -142,7 +159,10 @@ impl Authenticator {
                 None
             }
         };
-        Self { verifier }
+        Self {
+            verifier,
+            groups_claim: config.groups_claim,
+        }
     }
 
     /// True with `CHAT_AUTH=none`.
@@ -163,6 +183,7 @@ impl Authenticator {
             .map_err(|e| AuthError::Token(TokenError::Invalid(format!("the sub claim {e}"))))?;
         Ok(User {
             id,
+            groups: groups(&verified.claims, &self.groups_claim),
             claims: Arc::new(verified.claims),
         })
     }
@@ -177,6 +198,9 @@ pub struct User {
     /// Every claim of the verified token (`sub` included), for the tools that act for the user
     /// (e.g. `caller.claims.email`); empty with `CHAT_AUTH=none`. Never logged.
     pub claims: Arc<Map<String, Value>>,
+    /// The groups named by the `GROUPS_CLAIM` claim, in the token's order without repeats;
+    /// empty when the token has none.
+    pub groups: Arc<[String]>,
 }
 
 impl User {
@@ -185,8 +209,32 @@ impl User {
         Self {
             id: UserId::local(),
             claims: Arc::default(),
+            groups: Arc::from([]),
         }
     }
+
+    /// Whether the user is a member of `group`.
+    pub fn in_group(&self, group: &str) -> bool {
+        self.groups.iter().any(|g| g == group)
+    }
+}
+
+/// The groups a token's `claim` names: an array of strings (non-strings skipped), or one
+/// string of names separated by spaces or commas. Empty names and repeats are dropped.
+fn groups(claims: &Map<String, Value>, claim: &str) -> Arc<[String]> {
+    let mut names: Vec<String> = Vec::new();
+    let mut add = |name: &str| {
+        let name = name.trim();
+        if !name.is_empty() && !names.iter().any(|n| n == name) {
+            names.push(name.to_owned());
+        }
+    };
+    match claims.get(claim) {
+        Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).for_each(&mut add),
+        Some(Value::String(list)) => list.split([' ', ',']).for_each(&mut add),
+        _ => {}
+    }
+    names.into()
 }
 
 impl<S> FromRequestParts<S> for User
@@ -219,6 +267,22 @@ mod tests {
     use super::*;
 
     const SECRET: &str = "a-test-secret-that-is-at-least-32-bytes-long";
+
+    #[test]
+    fn groups_come_from_an_array_or_a_spaced_string_of_the_named_claim() {
+        let claims = |v: Value| v.as_object().unwrap().clone();
+        let of = |v: Value, claim: &str| groups(&claims(v), claim).to_vec();
+        assert_eq!(
+            of(json!({"groups": ["a", "b", "a", 3, ""]}), "groups"),
+            ["a", "b"]
+        );
+        assert_eq!(
+            of(json!({"cognito:groups": "x y,z"}), "cognito:groups"),
+            ["x", "y", "z"]
+        );
+        assert!(of(json!({"groups": ["a"]}), "roles").is_empty());
+        assert!(of(json!({"groups": {"a": 1}}), "groups").is_empty());
+    }
 
     fn config(pairs: &[(&str, &str)]) -> Result<AuthConfig, ConfigError> {
         AuthConfig::from_env(&Env::from_pairs(pairs.iter().copied()))

@@ -12,11 +12,13 @@ pub mod chart_table;
 pub mod conversations;
 pub mod cross_site;
 pub mod error;
+pub mod feedback;
 pub mod openai;
 pub mod page;
 pub mod sign_in;
 pub mod turn_body;
 pub mod ui_stream;
+pub mod usage;
 
 use std::sync::Arc;
 
@@ -27,7 +29,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, FromRef, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, patch, post};
+use axum::routing::{get, patch, post, put};
 use deadpool_postgres::Pool;
 use parley_core::metrics::Metrics;
 use serde_json::{Value, json};
@@ -59,6 +61,12 @@ pub struct AppState {
     pub v1_tool_blocks: bool,
     /// `APPROVAL`, `APPROVAL_TTL_MS`: which tool calls wait for the user's approval.
     pub approval: approval::Settings,
+    /// `BUDGET_*`, `RATE_*`: each user's token budget and turn rate.
+    pub quota: Arc<turn::quota::Settings>,
+    /// `ADMIN_GROUP`, `MODEL_PRICES`: who sees everyone's usage, and what it costs.
+    pub usage: Arc<usage::Settings>,
+    /// `FEEDBACK_*`: feedback on answers.
+    pub feedback: Arc<feedback::Settings>,
     /// Where each turn's metrics go (`METRICS`, `METRICS_NAMESPACE`; see docs/metrics.md).
     pub metrics: Metrics,
 }
@@ -73,6 +81,7 @@ impl AppState {
             limits: &self.limits,
             assistant: self.assistant.as_str(),
             approval: self.approval,
+            quota: &self.quota,
             metrics: &self.metrics,
         }
     }
@@ -97,6 +106,11 @@ pub fn router(state: AppState) -> Router {
             "/api/conversations/{id}/messages",
             get(conversations::messages),
         )
+        .route(
+            "/api/conversations/{id}/messages/{seq}/feedback",
+            put(feedback::put),
+        )
+        .route("/api/usage", get(usage::report))
         .route("/health", get(health))
         .route("/v1/models", get(openai::models))
         .route("/v1/chat/completions", post(openai::completions))

@@ -43,6 +43,7 @@ pub mod mcp_client;
 mod meter;
 mod outcome;
 mod progress;
+pub mod quota;
 pub mod replay;
 pub mod request;
 mod resume;
@@ -87,6 +88,8 @@ pub struct Deps<'a> {
     pub assistant: &'a str,
     /// `APPROVAL`, `APPROVAL_TTL_MS`: which tool calls wait for the user's approval.
     pub approval: approval::Settings,
+    /// `BUDGET_*`, `RATE_*`: each user's token budget and turn rate.
+    pub quota: &'a quota::Settings,
     pub metrics: &'a Metrics,
 }
 

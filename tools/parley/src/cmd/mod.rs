@@ -10,12 +10,14 @@ pub mod demo_data;
 pub mod enroll;
 pub mod eval;
 pub mod eval_catalog;
+pub mod feedback;
 pub mod ingest;
 pub mod logins;
 pub mod migrate;
 pub mod search;
 pub mod sync;
 mod table;
+pub mod usage;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -70,6 +72,10 @@ pub enum Command {
     Check(check::Args),
     /// Draft, refresh or check the semantic catalog: what the tables of a database mean.
     Catalog(catalog::Args),
+    /// Usage and cost per user, model or day: turns, model calls, tokens, tool calls, errors.
+    Usage(usage::Args),
+    /// Export the feedback people gave on answers (thumbs, comments) as JSONL for `parley eval`.
+    Feedback(feedback::Args),
 }
 
 impl Command {
@@ -88,6 +94,8 @@ impl Command {
             Command::Eval(_) => "eval",
             Command::Check(_) => "check",
             Command::Catalog(_) => "catalog",
+            Command::Usage(_) => "usage",
+            Command::Feedback(_) => "feedback",
         }
     }
 }
@@ -110,6 +118,8 @@ pub async fn run(command: Command, env: &Env, out: &mut Out) -> Result<(), CmdEr
         Command::Eval(args) => Box::pin(eval::run(args, env, out)).await,
         Command::Check(args) => Box::pin(check::run(args, env, out)).await,
         Command::Catalog(args) => Box::pin(catalog::run(args, env, out)).await,
+        Command::Usage(args) => Box::pin(usage::run(args, env, out)).await,
+        Command::Feedback(args) => Box::pin(feedback::run(args, env, out)).await,
     }
 }
 
@@ -137,6 +147,10 @@ pub enum CmdError {
     Eval(#[from] eval::EvalError),
     #[error(transparent)]
     EvalCatalog(#[from] eval_catalog::EvalCatalogError),
+    #[error(transparent)]
+    UsageReport(#[from] usage::UsageError),
+    #[error(transparent)]
+    Feedback(#[from] feedback::FeedbackError),
     #[error(transparent)]
     Tool(#[from] crate::eval::ToolError),
     #[error(transparent)]
@@ -171,6 +185,8 @@ impl CmdError {
             CmdError::EvalCatalog(e) if e.is_usage() => ExitCode::from(2),
             CmdError::Catalog(e) if e.is_usage() => ExitCode::from(2),
             CmdError::Search(e) if e.is_usage() => ExitCode::from(2),
+            CmdError::UsageReport(e) if e.is_usage() => ExitCode::from(2),
+            CmdError::Feedback(e) if e.is_usage() => ExitCode::from(2),
             CmdError::Tool(_) => ExitCode::from(2),
             CmdError::LoginSource(logins::SourceError::NoPassword { .. }) => ExitCode::from(2),
             CmdError::Settings(_) | CmdError::Usage(_) => ExitCode::from(2),
