@@ -1,4 +1,5 @@
--- 0028: what each turn cost (issue 37), one row per turn that reached the model: the ledger
+-- 0028: what each turn cost (issue 37), one row per turn stored (its answer or its error, in
+-- the statement that stores it): the ledger
 -- `GET /api/usage` and `parley usage` report per user, model and day, priced at report time
 -- from MODEL_PRICES. Kept apart from chat.messages, without a foreign key, so deleting a
 -- conversation does not delete what it cost.
