@@ -18,3 +18,4 @@ pub mod retry;
 pub mod secrets;
 pub mod serve;
 pub mod telemetry;
+pub mod usage;
