@@ -122,17 +122,35 @@ async fn run_measured(
     let clock = Clock::start(deps.limits, progress.is_streamed());
     let catalog = list_tools(deps, clock.deadline).await;
     let tools = offered_tools(&catalog, request.tools())?;
-    let mut turn = begin(deps, user, &request, &clock).await?;
+    // The user's budget and rate, after the checks that need no database and before anything
+    // is stored: a refused turn leaves nothing behind.
+    let admission = admit(deps, user).await?;
+    // Until the model is asked, a turn that ends gives its rate slot back: it was no question.
+    let not_asked = || admission.give_back(deps.pool, &user.id);
+    let mut turn = match begin(deps, user, &request, &clock).await {
+        Ok(turn) => turn,
+        Err(e) => {
+            not_asked().await;
+            return Err(e);
+        }
+    };
     let conversation_id = turn.conversation;
-    let (traces, steps, decided) =
-        match answer_waiting(deps, user, &catalog, &request, &mut turn, clock.deadline).await? {
-            Resumed::Continue {
-                traces,
-                steps,
-                decided,
-            } => (traces, steps, decided),
-            Resumed::Done(done) => return Ok(done.outcome(conversation_id)),
-        };
+    let waiting = answer_waiting(deps, user, &catalog, &request, &mut turn, clock.deadline).await;
+    let (traces, steps, decided) = match waiting {
+        Ok(Resumed::Continue {
+            traces,
+            steps,
+            decided,
+        }) => (traces, steps, decided),
+        Ok(Resumed::Done(done)) => {
+            not_asked().await;
+            return Ok(done.outcome(conversation_id));
+        }
+        Err(e) => {
+            not_asked().await;
+            return Err(e);
+        }
+    };
     progress.send(|| TurnEvent::Started {
         conversation_id,
         decided,
@@ -160,6 +178,7 @@ async fn run_measured(
     let charge = Charge {
         turn_id: step.turn_id,
         model: &deps.llm.config().model,
+        rate_slot: admission.rate_slot,
     };
     store(turn, talk, ending, charge).await
 }
@@ -194,6 +213,17 @@ async fn list_tools(deps: &Deps<'_>, deadline: Instant) -> Arc<Catalog> {
     tokio::time::timeout_at(deadline, deps.mcp.catalog())
         .await
         .unwrap_or_else(|_| Arc::new(Catalog::unavailable()))
+}
+
+/// Admits the turn under its user's budget and rate (`turn::quota`), or refuses it.
+async fn admit(deps: &Deps<'_>, user: &User) -> Result<quota::Admission, TurnError> {
+    let limits = deps.quota.limits_for(user);
+    quota::admit(deps.pool, &user.id, limits)
+        .await
+        .map_err(|e| match e {
+            quota::AdmitError::Exceeded(exceeded) => TurnError::QuotaExceeded(exceeded),
+            quota::AdmitError::Storage(e) => TurnError::Storage(e),
+        })
 }
 
 /// Takes the conversation (a new one, or the request's, waiting for another turn on it at
@@ -564,6 +594,8 @@ fn chart_limits(limits: &Limits) -> ChartLimits {
 struct Charge<'a> {
     turn_id: Uuid,
     model: &'a str,
+    /// The rate window the turn was admitted in (`quota::Admission`).
+    rate_slot: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl<'a> Charge<'a> {
@@ -574,7 +606,7 @@ impl<'a> Charge<'a> {
             model_calls,
             outcome,
             failed: is_failure(outcome),
-            rate_slot: None,
+            rate_slot: self.rate_slot,
         }
     }
 }

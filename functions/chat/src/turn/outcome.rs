@@ -41,6 +41,10 @@ pub enum TurnError {
     /// most once and brings back its first result.
     #[error("the outcome of the approved call `{tool}` is not known yet")]
     ApprovedCallUnsettled { tool: String },
+    /// The user's daily token budget or turn rate is used up (`turn::quota`): refused before
+    /// anything was stored.
+    #[error("{0}")]
+    QuotaExceeded(crate::turn::quota::Exceeded),
 }
 
 impl From<ApprovalError> for TurnError {
@@ -120,6 +124,7 @@ impl TurnError {
             TurnError::Lost => "internal",
             TurnError::ApprovalNotFound => "approval_not_found",
             TurnError::ApprovedCallUnsettled { .. } => "approval_outcome_unknown",
+            TurnError::QuotaExceeded(_) => "quota_exceeded",
         }
     }
 }

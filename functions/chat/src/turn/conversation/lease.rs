@@ -338,8 +338,9 @@ const INSERT_QUESTION: &str =
      WHERE id = $1 AND turn_lease = $4
      RETURNING seq";
 
-/// The assistant's side of a turn, its row in the usage ledger and the end of its lease, atomic
-/// without `BEGIN`/`COMMIT` because it is one statement. Stored only while the turn still holds the lease (`$7`, even if
+/// The assistant's side of a turn, its row in the usage ledger, its charge to its owner's
+/// budget and the end of its lease, atomic without `BEGIN`/`COMMIT` because it is one
+/// statement. Stored only while the turn still holds the lease (`$7`, even if
 /// expired: nobody took it over). The lease id stays on the row with no expiry, so a repeat of
 /// this statement after a lost answer reads `true` ("already stored") instead of storing twice.
 /// `false`: a later turn took the conversation over, and nothing was stored.
@@ -375,6 +376,22 @@ const FINISH: &str = "WITH freed AS (
        SELECT $13, $14, $1, freed.message_count, $15, $16, $17, $18, $19, $20, $21, $22
        FROM freed
        ON CONFLICT (turn_id) DO NOTHING
+       RETURNING 1),
+     -- The turn's tokens charged to its owner's day (turn::quota), with its ledger row so
+     -- exactly once; a turn the model never answered charges nothing and gives back its slot
+     -- in the rate window it was admitted in ($23), if that window still runs.
+     charged AS (
+       INSERT INTO chat.quota_counters AS q
+         (owner, day, tokens, window_start, window_turns, admitted)
+       SELECT $14, (now() AT TIME ZONE 'UTC')::date, $17 + $18,
+              now() - interval '1 minute', 0, true
+       FROM ledger
+       ON CONFLICT (owner) DO UPDATE SET
+         tokens = CASE WHEN q.day = EXCLUDED.day THEN q.tokens ELSE 0 END + EXCLUDED.tokens,
+         day = EXCLUDED.day,
+         window_turns = q.window_turns
+           - CASE WHEN $16 = 0 AND q.window_start = $23 AND q.window_turns > 0
+                  THEN 1 ELSE 0 END
        RETURNING 1)
      SELECT EXISTS (SELECT 1 FROM stored)
        OR EXISTS (SELECT 1 FROM chat.conversations
@@ -454,6 +471,7 @@ struct Finish {
     tool_errors: i32,
     outcome: String,
     failed: bool,
+    rate_slot: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl Finish {
@@ -486,6 +504,7 @@ impl Finish {
             tool_errors: count(record.traces.iter().filter(|t| t.is_error).count()),
             outcome: record.ledger.outcome.to_owned(),
             failed: record.ledger.failed,
+            rate_slot: record.ledger.rate_slot,
         })
     }
 
@@ -493,7 +512,7 @@ impl Finish {
     async fn run(&self, pool: &Pool) -> Result<bool, StorageError> {
         let (traces, usage, sources) = (Json(&self.traces), Json(&self.usage), Json(&self.sources));
         let (approvals, charts) = (Json(&self.approvals), Json(&self.charts));
-        let params: [(&(dyn ToSql + Sync), Type); 22] = [
+        let params: [(&(dyn ToSql + Sync), Type); 23] = [
             (self.conversation.as_uuid(), Type::UUID),
             (&self.reply, Type::TEXT),
             (&traces, Type::JSONB),
@@ -516,6 +535,7 @@ impl Finish {
             (&self.tool_errors, Type::INT4),
             (&self.outcome, Type::TEXT),
             (&self.failed, Type::BOOL),
+            (&self.rate_slot, Type::TIMESTAMPTZ),
         ];
         retry_once_if_stale!(pool, |conn| try_finish(&conn, &params).await)
             .map_err(Attempt::into_error)
