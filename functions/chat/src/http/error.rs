@@ -396,6 +396,11 @@ mod tests {
             TurnError::Storage(StorageError::Unavailable("down".into())),
             TurnError::Storage(StorageError::Failed("bug".into())),
             TurnError::Lost,
+            TurnError::QuotaExceeded(crate::turn::quota::Exceeded {
+                limit: Limit::TurnRate { per_minute: 1 },
+                resets_at: chrono::Utc::now(),
+                retry_after: Duration::from_secs(1),
+            }),
         ];
         for failure in failures {
             let code = failure.code();
@@ -453,6 +458,56 @@ mod tests {
                 .unwrap_or_else(|| panic!("{what}: Retry-After {after:?}"));
             assert!((1..=10).contains(&seconds), "{what}: Retry-After {seconds}");
         }
+    }
+
+    fn over(limit: crate::turn::quota::Limit, secs: u64) -> ApiError {
+        ApiError::Turn(TurnError::QuotaExceeded(crate::turn::quota::Exceeded {
+            limit,
+            resets_at: "2026-11-30T00:00:00Z".parse().unwrap(),
+            retry_after: Duration::from_secs(secs),
+        }))
+    }
+
+    async fn body_of(response: Response) -> serde_json::Value {
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    /// Over a budget or rate: 429 with when it resets, in the chat's body and in OpenAI's; a
+    /// budget tells OpenAI's clients not to retry by themselves.
+    #[tokio::test]
+    async fn a_quota_refusal_says_when_it_resets_in_both_shapes() {
+        let budget = Limit::DailyTokens { budget: 5000 };
+        let response = over(budget, 11_520).into_response();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "11520");
+        assert_eq!(response.headers()["x-should-retry"], "false");
+        let body = body_of(response).await;
+        assert_eq!(
+            body,
+            serde_json::json!({
+                "error": {"code": "quota_exceeded", "message":
+                    "You have used today's token budget (5000 tokens); it resets at 00:00 UTC, in 3 h 12 min"},
+                "limit": "daily_tokens", "retry_after": 11520, "resets_at": "2026-11-30T00:00:00Z",
+            })
+        );
+        let response = over(Limit::TurnRate { per_minute: 3 }, 42).into_openai_response();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "42");
+        assert!(response.headers().get("x-should-retry").is_none());
+        let body = body_of(response).await;
+        assert_eq!(
+            body["error"],
+            serde_json::json!({"code": "quota_exceeded", "type": "requests", "param": null,
+                "message": "Too many questions in a minute (at most 3); try again in 42 s"})
+        );
+        assert_eq!(body["limit"], "turns_per_minute");
+        // Any other error keeps its code in OpenAI's shape.
+        let body = body_of(ApiError::Turn(TurnError::NoModel).into_openai_response()).await;
+        assert_eq!(body["error"]["code"], "llm_key_missing");
+        assert_eq!(body["error"]["type"], "server_error");
     }
 
     #[test]

@@ -496,7 +496,7 @@ impl Finish {
             charts: json(serde_json::to_value(record.charts))?,
             turn_id: record.ledger.turn_id,
             owner: turn.owner.as_str().to_owned(),
-            model: record.ledger.model.to_owned(),
+            model: ledger_model(record.ledger.model),
             model_calls: count(record.ledger.model_calls as usize),
             input_tokens: tokens(record.usage.input_tokens),
             output_tokens: tokens(record.usage.output_tokens),
@@ -606,6 +606,15 @@ impl Drop for Turn {
     }
 }
 
+/// The model's name as the ledger takes it (1-200 characters): `LLM_MODEL` is not bounded, and
+/// a name the ledger refused would refuse the whole turn's store.
+fn ledger_model(model: &str) -> String {
+    match model.trim() {
+        "" => "(unnamed)".to_owned(),
+        name => name.chars().take(200).collect(),
+    }
+}
+
 /// A conversation's title: the start of its first message, on one line.
 fn title(message: &str) -> String {
     let line: String = message.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -618,6 +627,13 @@ fn title(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ledger_takes_any_model_name() {
+        assert_eq!(ledger_model("gpt-4.1-mini"), "gpt-4.1-mini");
+        assert_eq!(ledger_model(" "), "(unnamed)");
+        assert_eq!(ledger_model(&"é".repeat(300)).chars().count(), 200);
+    }
 
     #[test]
     fn titles_are_one_short_line() {
