@@ -45,7 +45,8 @@ export function busyWait(retryAfter) {
 const BUSY_WORDS = /busy|unavailable|too many|throttl|rate exceeded|concurrency|slow down/i;
 
 /**
- * Why a failed request is worth sending again after a wait: `"busy"` (429, 503, the chat's
+ * Why a failed request is worth sending again after a wait: `"quota"` (429 `quota_exceeded`:
+ * the user's daily token budget or question rate is used up, until its `resets_at`), `"busy"` (429, 503, the chat's
  * `conversation_busy`, API Gateway's `busy`, a front door's 5xx saying it is busy),
  * `"unreachable"` (a front door's other 5xx: the function could not be run), else null. A 5xx
  * in the chat's own envelope (`internal`, `llm_*`) is the chat's word and stays as it is.
@@ -53,6 +54,8 @@ const BUSY_WORDS = /busy|unavailable|too many|throttl|rate exceeded|concurrency|
  * `message`/`Message`.
  */
 export function refusalOf(status, code, envelope, said = "") {
+  // The user's own budget or rate, not the service's load: said with when it resets (problems.js).
+  if (code === "quota_exceeded") return "quota";
   if (status === 429 || status === 503 || code === "conversation_busy" || code === "busy") return "busy";
   if (status >= 500 && !envelope) return BUSY_WORDS.test(said ?? "") ? "busy" : "unreachable";
   return null;

@@ -1,6 +1,6 @@
 // The message box: a question sent as a turn (declining the calls still waiting for approval), a
-// question refused because busy put back with Send held for the wait, and the example questions
-// that fill the box.
+// question refused because busy put back with Send held for the wait (over the user's budget or
+// rate: put back, with when it resets), and the example questions that fill the box.
 
 import { cards } from "./approval-card.js";
 import { refreshCards } from "./approvals.js";
@@ -8,6 +8,7 @@ import { busyText, countdown } from "./busy.js";
 import { chosenContext } from "./context.js";
 import { userMessage, welcome } from "./conversations.js";
 import { $, el, setStatus } from "./dom.js";
+import { quotaText } from "./problems.js";
 import { SessionEnded } from "./session.js";
 import { DRAFT_KEY, state } from "./state.js";
 import { runTurn } from "./turn.js";
@@ -23,6 +24,7 @@ export async function send(event) {
   const body = { message };
   if (state.conversation) body.conversation_id = state.conversation;
   if (context) body.context = context;
+  $("status").classList.remove("quota");
   const messages = $("messages");
   const asked = userMessage(message, context);
   messages.append(asked);
@@ -53,19 +55,32 @@ export async function send(event) {
     // until the next send.
     box.value = box.value.trim() ? `${message}\n\n${box.value}` : message;
     sessionStorage.setItem(DRAFT_KEY, box.value);
-    holdSend(e.wait, `${busyText(e)} Your question is back in the message box.`);
+    const back = "Your question is back in the message box.";
+    if (e.refusal !== "quota") holdSend(e.wait, `${busyText(e)} ${back}`);
+    // Over the question rate: Send waits out the minute. Over the day's budget: the hours are
+    // said, not counted down on the button.
+    else if (e.quota?.limit === "turns_per_minute") holdSend(e.wait, `${quotaText(e)} ${back}`, "quota");
+    else quotaNotice(`${quotaText(e)} ${back}`);
     box.focus();
   }
   if (waiting.length) await refreshCards(outcome.conversationId);
 }
 
-/** Send off for `seconds`, counting down on the button, after a busy refusal said `text` in the
- * status line; when the wait is over, the status line says the question can go again. */
-function holdSend(seconds, text) {
+/** Over the user's budget or rate: `text` in the status line, marked until the next turn. */
+function quotaNotice(text) {
+  setStatus(text);
+  $("status").classList.add("busy", "quota");
+}
+
+/** Send off for `seconds`, counting down on the button, after a busy refusal (or, `kind`
+ * "quota", one over the question rate) said `text` in the status line; when the wait is over,
+ * the status line says the question can go again. */
+function holdSend(seconds, text, kind = "busy") {
   state.hold?.();
   const button = $("send");
   const status = $("status");
-  setStatus(text);
+  if (kind === "quota") quotaNotice(text);
+  else setStatus(text);
   status.classList.add("busy");
   button.disabled = true;
   state.hold = countdown(seconds, (left) => {
@@ -74,6 +89,7 @@ function holdSend(seconds, text) {
     state.hold = null;
     button.disabled = false;
     button.textContent = "Send";
+    status.classList.remove("quota");
     if (!state.abort) setStatus("You can send your question again now.");
   });
 }

@@ -16,14 +16,20 @@ export class HttpError extends Error {
     this.code = code;
     // A turn that failed after its question was stored names its conversation.
     this.conversationId = conversationId;
-    // Refused because busy (`refusalOf`): worth sending again after `wait` seconds.
+    // Refused because busy (`refusalOf`): worth sending again after `wait` seconds. Over the
+    // user's budget or rate (`"quota"`) the wait is the limit's own, however long.
     this.refusal = refusal;
-    this.wait = refusal ? busyWait(retryAfter) : null;
+    this.wait = refusal === "quota" ? Math.max(1, Math.ceil(retryAfter ?? 1))
+      : refusal ? busyWait(retryAfter) : null;
+    // With `quota_exceeded`: which limit (`daily_tokens`, `turns_per_minute`) and when it
+    // resets (ms since the epoch), from the body.
+    this.quota = null;
   }
 }
 
 /** The failure a response that is not ok stands for: the chat's `{"error": {"code", "message"}}`
- * (with `conversation_id` beside it after a stored question), or a front door's own body (AWS's
+ * (with `conversation_id` beside it after a stored question, `limit` and `resets_at` over a
+ * budget or rate), or a front door's own body (AWS's
  * `{"message"}`/`{"Message"}`, text, HTML); whether it is a refusal because busy, and its
  * `Retry-After`. */
 export async function httpError(response) {
@@ -32,6 +38,7 @@ export async function httpError(response) {
   let conversationId = null;
   let envelope = false;
   let said = "";
+  let quota = null;
   const text = await response.text().catch(() => "");
   try {
     const body = JSON.parse(text);
@@ -39,6 +46,10 @@ export async function httpError(response) {
       envelope = true;
       code = body.error.code ?? code;
       message = body.error.message ?? message;
+      if (code === "quota_exceeded") {
+        const resetsAt = Date.parse(body.resets_at);
+        quota = { limit: String(body.limit ?? ""), resetsAt: Number.isFinite(resetsAt) ? resetsAt : null };
+      }
     } else if (body && typeof body === "object") {
       // A front door's own JSON: API Gateway's `{"message"}`, Lambda's `{"Message"}`.
       said = String(body.message ?? body.Message ?? "");
@@ -51,8 +62,10 @@ export async function httpError(response) {
   const refusal = refusalOf(response.status, code, envelope, said || response.statusText);
   // A front door's refusal has no code of the chat's: none is shown for it.
   if (refusal && !envelope) code = null;
-  return new HttpError(response.status, code, message, conversationId,
+  const error = new HttpError(response.status, code, message, conversationId,
     { refusal, retryAfter: retryAfterSeconds(response.headers.get("retry-after")) });
+  error.quota = quota;
+  return error;
 }
 
 /** A call of this origin's API (relative, so a path prefix in front of the page works too). */

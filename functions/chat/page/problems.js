@@ -1,5 +1,6 @@
 // Failures in words: each code the API documents (docs/api.md, "chat errors") as what happened
-// and what to do; the code itself stays beside it, small, for whoever is asked for help.
+// and what to do; the code itself stays beside it, small, for whoever is asked for help. A
+// budget or rate used up (`quota_exceeded`) says when it resets, on the reader's clock.
 
 import { busyText } from "./busy.js";
 import { el } from "./dom.js";
@@ -29,8 +30,34 @@ const PROBLEMS = {
   invalid_title: "That title cannot be used: give 1 to 200 characters on one line.",
   host_not_allowed: "This server does not answer to the address in your browser. Open the chat at the address you were given.",
   cross_site_request: "The request was refused as coming from another site. Reload the page and try again.",
+  quota_exceeded: "You have used your budget of questions for now. Try again later.",
   internal: "Something went wrong inside the assistant. Try again; if it keeps happening, tell whoever runs it, with the code below.",
 };
+
+/** A wait until a reset, rounded up: "42 s", "12 min", "3 h 12 min". */
+export function untilText(seconds) {
+  if (seconds < 60) return `${Math.max(1, Math.ceil(seconds))} s`;
+  const minutes = Math.ceil(seconds / 60);
+  const hours = Math.floor(minutes / 60);
+  if (!hours) return `${minutes} min`;
+  return minutes % 60 ? `${hours} h ${minutes % 60} min` : `${hours} h`;
+}
+
+/** The user's budget or rate used up (`quota_exceeded`), and when it resets: the reset on the
+ * reader's own clock (with "tomorrow" when it falls on their next day) and how long until then. */
+export function quotaText(problem, now = Date.now()) {
+  const quota = problem.quota ?? {};
+  const at = quota.resetsAt ?? now + (problem.wait ?? 60) * 1000;
+  const left = untilText(Math.max(1, Math.ceil((at - now) / 1000)));
+  const reset = new Date(at);
+  if (quota.limit === "turns_per_minute") {
+    const clock = reset.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+    return `You have asked too many questions in a minute. You can ask again at ${clock}, in ${left}.`;
+  }
+  const clock = reset.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+  const day = reset.toDateString() === new Date(now).toDateString() ? "" : "tomorrow ";
+  return `You have used your token budget for today. It resets ${day}at ${clock}, in ${left}.`;
+}
 
 /** `{code, message}` from a stored or streamed `"<code>: <message>"`. */
 export function fromSummary(summary) {
@@ -42,6 +69,7 @@ export function fromSummary(summary) {
  * for a request refused because the service is busy, that and the wait. */
 export function problemText(problem) {
   const { code, message } = problem;
+  if (problem.refusal === "quota") return quotaText(problem);
   if (problem.refusal) return busyText(problem);
   return (code && PROBLEMS[code]) || message || "Something went wrong.";
 }

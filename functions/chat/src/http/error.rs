@@ -15,6 +15,7 @@ use crate::http::bodies::RequestError;
 use crate::http::cross_site::Refusal;
 use crate::turn::conversation::StorageError;
 use crate::turn::llm::{self, LlmError};
+use crate::turn::quota::Limit;
 use crate::turn::{TurnError, TurnFailure};
 
 /// `Retry-After` of a 503 that knows no better wait (the model's limit without its own, a
@@ -143,6 +144,15 @@ impl ApiError {
                 TurnError::ApprovalNotFound => {
                     (StatusCode::NOT_FOUND, "approval_not_found", e.to_string())
                 }
+                // The user's own limit, not the service's: 429 with when it resets.
+                TurnError::QuotaExceeded(exceeded) => {
+                    retry_after = Some(exceeded.retry_after);
+                    (
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "quota_exceeded",
+                        exceeded.to_string(),
+                    )
+                }
                 TurnError::ApprovedCallUnsettled { tool } => {
                     retry_after = Some(Duration::from_secs(2));
                     (
@@ -166,8 +176,35 @@ run twice, and the turn goes on with its result"
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+impl ApiError {
+    /// What the body says beside `error`: the conversation a failed turn was stored in (so the
+    /// client's retry goes there instead of starting another); for a turn over its user's
+    /// budget or rate, which `limit`, `retry_after` (seconds) and `resets_at` (RFC 3339).
+    fn beside(&self) -> serde_json::Map<String, serde_json::Value> {
+        let mut beside = serde_json::Map::new();
+        match self {
+            ApiError::Turn(TurnError::LlmInConversation { conversation, .. }) => {
+                beside.insert("conversation_id".into(), serde_json::json!(conversation));
+            }
+            ApiError::Turn(TurnError::QuotaExceeded(exceeded)) => {
+                beside.insert("limit".into(), exceeded.limit.name().into());
+                beside.insert("retry_after".into(), exceeded.retry_after.as_secs().into());
+                beside.insert(
+                    "resets_at".into(),
+                    exceeded
+                        .resets_at
+                        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                        .into(),
+                );
+            }
+            _ => {}
+        }
+        beside
+    }
+
+    /// The status and headers of this error's response, logged as it is sent; the body is the
+    /// caller's to put in.
+    fn response_head(&self) -> (Response, &'static str, String) {
         let (status, code, message, retry_after) = self.public_parts();
         if status.is_server_error() {
             tracing::error!(error = %self, "request failed");
@@ -175,14 +212,6 @@ impl IntoResponse for ApiError {
             tracing::info!(error = %self, "request refused");
         }
         let mut response = parley_core::http::error_response(status, code, &message);
-        // A turn that failed after its question was stored names its conversation, so the
-        // client's retry goes there instead of starting another.
-        if let ApiError::Turn(TurnError::LlmInConversation { conversation, .. }) = &self {
-            let mut beside = serde_json::Map::new();
-            beside.insert("conversation_id".into(), serde_json::json!(conversation));
-            let body = parley_core::http::error_body_with(code, &message, beside);
-            *response.body_mut() = axum::body::Body::from(body);
-        }
         if status == StatusCode::UNAUTHORIZED {
             response
                 .headers_mut()
@@ -192,6 +221,64 @@ impl IntoResponse for ApiError {
             && let Ok(v) = HeaderValue::from_str(&after.as_secs().max(1).to_string())
         {
             response.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        // A budget comes back in hours: OpenAI's own clients (which retry a 429 by
+        // themselves) are told not to wait for it. A rate's minute they may wait out.
+        if let ApiError::Turn(TurnError::QuotaExceeded(exceeded)) = self
+            && matches!(exceeded.limit, Limit::DailyTokens { .. })
+        {
+            response
+                .headers_mut()
+                .insert(SHOULD_RETRY, HeaderValue::from_static("false"));
+        }
+        (response, code, message)
+    }
+
+    /// This error in OpenAI's shape, for `/v1`: `{"error":{"message","type","param","code"}}`
+    /// (what OpenAI's clients read), with the same status, headers and fields beside `error`.
+    pub fn into_openai_response(self) -> Response {
+        let beside = self.beside();
+        let kind = self.openai_type();
+        let (mut response, code, message) = self.response_head();
+        let mut body = beside;
+        body.insert(
+            "error".into(),
+            serde_json::json!({"message": message, "type": kind, "param": null, "code": code}),
+        );
+        *response.body_mut() = axum::body::Body::from(serde_json::Value::Object(body).to_string());
+        response
+    }
+
+    /// OpenAI's error `type` for this error's status (and, over a user's limits, OpenAI's own
+    /// names for a spent quota and a request rate).
+    fn openai_type(&self) -> &'static str {
+        if let ApiError::Turn(TurnError::QuotaExceeded(exceeded)) = self {
+            return match exceeded.limit {
+                Limit::DailyTokens { .. } => "insufficient_quota",
+                Limit::TurnRate { .. } => "requests",
+            };
+        }
+        match self.public_parts().0.as_u16() {
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            429 => "rate_limit_error",
+            s if s >= 500 => "server_error",
+            _ => "invalid_request_error",
+        }
+    }
+}
+
+/// The header OpenAI's clients read to decide whether to retry by themselves.
+const SHOULD_RETRY: header::HeaderName = header::HeaderName::from_static("x-should-retry");
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let beside = self.beside();
+        let (mut response, code, message) = self.response_head();
+        if !beside.is_empty() {
+            let body = parley_core::http::error_body_with(code, &message, beside);
+            *response.body_mut() = axum::body::Body::from(body);
         }
         response
     }
@@ -309,6 +396,11 @@ mod tests {
             TurnError::Storage(StorageError::Unavailable("down".into())),
             TurnError::Storage(StorageError::Failed("bug".into())),
             TurnError::Lost,
+            TurnError::QuotaExceeded(crate::turn::quota::Exceeded {
+                limit: Limit::TurnRate { per_minute: 1 },
+                resets_at: chrono::Utc::now(),
+                retry_after: Duration::from_secs(1),
+            }),
         ];
         for failure in failures {
             let code = failure.code();
@@ -366,6 +458,56 @@ mod tests {
                 .unwrap_or_else(|| panic!("{what}: Retry-After {after:?}"));
             assert!((1..=10).contains(&seconds), "{what}: Retry-After {seconds}");
         }
+    }
+
+    fn over(limit: crate::turn::quota::Limit, secs: u64) -> ApiError {
+        ApiError::Turn(TurnError::QuotaExceeded(crate::turn::quota::Exceeded {
+            limit,
+            resets_at: "2026-11-30T00:00:00Z".parse().unwrap(),
+            retry_after: Duration::from_secs(secs),
+        }))
+    }
+
+    async fn body_of(response: Response) -> serde_json::Value {
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    /// Over a budget or rate: 429 with when it resets, in the chat's body and in OpenAI's; a
+    /// budget tells OpenAI's clients not to retry by themselves.
+    #[tokio::test]
+    async fn a_quota_refusal_says_when_it_resets_in_both_shapes() {
+        let budget = Limit::DailyTokens { budget: 5000 };
+        let response = over(budget, 11_520).into_response();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "11520");
+        assert_eq!(response.headers()["x-should-retry"], "false");
+        let body = body_of(response).await;
+        assert_eq!(
+            body,
+            serde_json::json!({
+                "error": {"code": "quota_exceeded", "message":
+                    "You have used today's token budget (5000 tokens); it resets at 00:00 UTC, in 3 h 12 min"},
+                "limit": "daily_tokens", "retry_after": 11520, "resets_at": "2026-11-30T00:00:00Z",
+            })
+        );
+        let response = over(Limit::TurnRate { per_minute: 3 }, 42).into_openai_response();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "42");
+        assert!(response.headers().get("x-should-retry").is_none());
+        let body = body_of(response).await;
+        assert_eq!(
+            body["error"],
+            serde_json::json!({"code": "quota_exceeded", "type": "requests", "param": null,
+                "message": "Too many questions in a minute (at most 3); try again in 42 s"})
+        );
+        assert_eq!(body["limit"], "turns_per_minute");
+        // Any other error keeps its code in OpenAI's shape.
+        let body = body_of(ApiError::Turn(TurnError::NoModel).into_openai_response()).await;
+        assert_eq!(body["error"]["code"], "llm_key_missing");
+        assert_eq!(body["error"]["type"], "server_error");
     }
 
     #[test]

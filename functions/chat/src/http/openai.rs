@@ -105,8 +105,22 @@ async fn referenced(
     }
 }
 
-/// `POST /v1/chat/completions`.
+/// `POST /v1/chat/completions`. What it refuses is in OpenAI's error shape
+/// ([`ApiError::into_openai_response`]): a user over their budget or rate gets 429 with code
+/// `quota_exceeded`, `Retry-After`, and for a budget `x-should-retry: false`, so OpenAI's
+/// clients raise it at once instead of retrying for hours.
 pub async fn completions(
+    state: State<AppState>,
+    user: User,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    complete(state, user, headers, body)
+        .await
+        .unwrap_or_else(ApiError::into_openai_response)
+}
+
+async fn complete(
     State(state): State<AppState>,
     user: User,
     headers: HeaderMap,

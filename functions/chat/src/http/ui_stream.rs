@@ -205,6 +205,14 @@ pub fn frame(out: &mut String, part: &Value) {
 pub const DONE: &str = "data: [DONE]\n\n";
 
 /// `POST /api/chat`, streamed: the turn's updates as UI message stream parts.
+///
+/// A request refused before its turn begins (over its user's budget or rate, a busy or
+/// unknown conversation) is answered as the JSON route answers it, status, `Retry-After` and
+/// error body, not with a stream: the AI SDK's transport raises any non-2xx as an
+/// `APICallError` carrying `statusCode` and `responseBody` without reading a stream, so an
+/// `error` part in a 429 would never be read as one, and a 200 carrying it would lose the
+/// 429 and `Retry-After` that clients, proxies and the SDK's `isRetryable` act on. The
+/// `error` part is for what fails once the stream has begun (docs/budgets.md).
 pub async fn respond(state: AppState, user: User, request: TurnRequest) -> Response {
     // A resumed turn goes on in the message that paused: the one `useChat` names, else the
     // client's current one (a `start` without `messageId` keeps it).

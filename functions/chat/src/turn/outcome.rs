@@ -41,6 +41,10 @@ pub enum TurnError {
     /// most once and brings back its first result.
     #[error("the outcome of the approved call `{tool}` is not known yet")]
     ApprovedCallUnsettled { tool: String },
+    /// The user's daily token budget or turn rate is used up (`turn::quota`): refused before
+    /// anything was stored.
+    #[error("{0}")]
+    QuotaExceeded(crate::turn::quota::Exceeded),
 }
 
 impl From<ApprovalError> for TurnError {
@@ -120,8 +124,19 @@ impl TurnError {
             TurnError::Lost => "internal",
             TurnError::ApprovalNotFound => "approval_not_found",
             TurnError::ApprovedCallUnsettled { .. } => "approval_outcome_unknown",
+            TurnError::QuotaExceeded(_) => "quota_exceeded",
         }
     }
+}
+
+/// Whether an outcome code (a [`TurnStatus`] or [`TurnError`] code) is a failure, as the
+/// metrics' `TurnErrors` and the ledger's `error` count it: an interrupted turn is none (its
+/// client left), nor one waiting for approval; a turn cut short by its deadline is one.
+pub fn is_failure(code: &str) -> bool {
+    !matches!(
+        code,
+        "answered" | "interrupted" | "awaiting_approval" | "already_decided"
+    )
 }
 
 /// How a turn ended, short of a failure.
