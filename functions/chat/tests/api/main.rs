@@ -19,6 +19,7 @@ mod openai_approvals;
 mod page;
 mod pins;
 mod pooler;
+mod quota;
 mod secrets;
 mod sign_in;
 mod sources;

@@ -33,7 +33,7 @@ macro_rules! columns {
 pub mod edit;
 mod lease;
 
-pub use lease::{Turn, TurnRecord, TurnStart, begin};
+pub use lease::{Ledger, Turn, TurnRecord, TurnStart, begin};
 
 /// Why the conversation store could not do what was asked.
 #[derive(Debug, thiserror::Error)]
