@@ -229,8 +229,9 @@ async fn parley_usage_prints_what_the_api_answers_after_real_turns() {
         r#"{"model-x": {"input": 1, "output": 4}, "*": {"input": 10, "output": 10}}"#,
     );
     let priced: Value = serde_json::from_str(&stdout_of(&priced)).unwrap();
-    // ben: 700*1 + 70*4 on model-x, 55 tokens at 10 per million on model-y.
-    assert_eq!(priced["rows"][1]["cost"], json!(0.00153));
+    // ben: 1400*1 + 140*4 on model-x (a tool call and an answer), 55 tokens at 10 per
+    // million on model-y.
+    assert_eq!(priced["rows"][1]["cost"], json!(0.00251));
 }
 
 #[test]
