@@ -13,8 +13,8 @@ fn utc(rfc3339: &str) -> DateTime<Utc> {
 }
 
 /// Four turns: alice on priced m-a and unpriced m-b, bob on m-a at midnight, carol before the
-/// period. Columns: owner, model, at, model_calls, input, output, tool_calls, tool_errors, error.
-const LEDGER: &[(&str, &str, &str, i32, i64, i64, i32, i32, bool)] = &[
+/// period.
+const LEDGER: &[Entry] = &[
     (
         "alice",
         "m-a",
@@ -60,6 +60,9 @@ const LEDGER: &[(&str, &str, &str, i32, i64, i64, i32, i32, bool)] = &[
         false,
     ),
 ];
+
+/// owner, model, at, model_calls, input, output, tool_calls, tool_errors, error.
+type Entry = (&'static str, &'static str, &'static str, i32, i64, i64, i32, i32, bool);
 
 async fn ledger() -> (TestDb, Client) {
     let db = TestDb::migrated().await;
