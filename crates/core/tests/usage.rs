@@ -62,7 +62,17 @@ const LEDGER: &[Entry] = &[
 ];
 
 /// owner, model, at, model_calls, input, output, tool_calls, tool_errors, error.
-type Entry = (&'static str, &'static str, &'static str, i32, i64, i64, i32, i32, bool);
+type Entry = (
+    &'static str,
+    &'static str,
+    &'static str,
+    i32,
+    i64,
+    i64,
+    i32,
+    i32,
+    bool,
+);
 
 async fn ledger() -> (TestDb, Client) {
     let db = TestDb::migrated().await;
