@@ -73,6 +73,11 @@ async function loadUsage(by) {
     status.textContent = "";
   } catch (e) {
     if (request !== usageRequest) return;
+    // A refused token: http.js has put up the sign-in screen, which this view must not cover.
+    if (e.status === 401 || !$("sign-in").hidden) {
+      $("usage").hidden = true;
+      $("usage-open").hidden = true;
+    }
     $("usage-report").replaceChildren();
     $("usage-note").replaceChildren();
     status.textContent = `Usage could not be loaded: ${e.message}`;
