@@ -365,3 +365,21 @@ async fn a_bad_parameter_is_a_400_naming_it_and_the_forms_it_takes() {
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn with_chat_auth_none_the_one_local_user_sees_everyones_usage() {
+    let day = scripted_day().await;
+    let local = spawn_chat_with_settings(
+        &day.db,
+        &[],
+        &[("CHAT_AUTH", "none"), ("MODEL_PRICES", PRICES)],
+        ScriptedLlm::start(vec![]).await,
+    )
+    .await;
+    let (status, report) = usage(&local, None, "?since=1d").await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["admin"], true);
+    assert_eq!(report["by"], "user");
+    assert_rows(&report, &ledger(&day.db, "owner", None).await);
+    assert_eq!(report["totals"]["turns"], 5);
+}
