@@ -28,8 +28,8 @@
 //   dom.js            $, el and the status line
 //
 // It talks only to this origin's API: GET api/page (settings), GET api/conversations,
-// GET api/conversations/{id}/messages, PATCH and DELETE api/conversations/{id} and
-// POST api/chat, whose reply it reads as the AI SDK UI message stream (v1) when the server
+// GET api/conversations/{id}/messages, PATCH and DELETE api/conversations/{id}, GET api/usage
+// and POST api/chat, whose reply it reads as the AI SDK UI message stream (v1) when the server
 // streams, else as the JSON response. The one exception: when api/page names a stream_url (a
 // deployment's streaming Function URL, as this origin's API Gateway buffers), POST api/chat
 // goes there. When api/page names an OpenID provider (sign_in), the page signs people in there
@@ -60,6 +60,7 @@ async function showApp() {
   $("sign-in").hidden = true;
   $("app").hidden = false;
   $("sign-out").hidden = state.info.auth !== "token";
+  $("usage-open").hidden = false;
   $("sidebar-toggle").hidden = false;
   await loadConversations(true);
   const id = location.hash.slice(1);

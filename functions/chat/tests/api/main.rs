@@ -30,6 +30,7 @@ mod streamed_approvals;
 mod streaming;
 mod tasks;
 mod turns;
+mod usage;
 mod validation;
 mod verified;
 mod writes;
