@@ -67,12 +67,13 @@ struct Functions {
 }
 
 impl Functions {
-    /// `tracing` settings (`OTEL_TRACES` aside, the endpoint is `receiver`'s) go to both
-    /// functions; `mcp_settings` to mcp only.
+    /// Both functions export to `receiver`, with `OTEL_TRACES=otlp` when `traces`;
+    /// `mcp_settings` and `chat_settings` go to that function only.
     async fn start(
         receiver: OtlpReceiver,
         traces: bool,
         mcp_settings: &[(&str, &str)],
+        chat_settings: &[(&str, &str)],
     ) -> Functions {
         let db = TestDb::with_demo_data(100).await;
         let mut tracing = vec![("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())];
@@ -112,6 +113,7 @@ impl Functions {
             .env("MCP_TIMEOUT_MS", "10000")
             .env("LISTEN_ADDR", format!("127.0.0.1:{chat_port}"))
             .envs(tracing.iter().map(|(k, v)| (k, v)))
+            .envs(chat_settings.iter().copied())
             .spawn()
             .expect("chat runs");
         let functions = Functions {
@@ -267,7 +269,7 @@ fn every_attribute(spans: &[ReceivedSpan]) -> String {
 
 #[tokio::test]
 async fn one_trace_covers_the_turn_in_the_chat_and_its_tool_call_in_mcp_without_user_text() {
-    let functions = Functions::start(OtlpReceiver::start().await, true, &[]).await;
+    let functions = Functions::start(OtlpReceiver::start().await, true, &[], &[]).await;
     let body = functions.turn().await;
     let spans = the_turns_trace(&functions.receiver).await;
 
@@ -374,11 +376,12 @@ async fn one_trace_covers_the_turn_in_the_chat_and_its_tool_call_in_mcp_without_
 }
 
 #[tokio::test]
-async fn the_statement_text_is_on_the_sql_span_only_when_otel_sql_text_allows_it() {
+async fn statement_text_and_tool_content_are_on_spans_only_where_their_settings_allow_them() {
     let functions = Functions::start(
         OtlpReceiver::start().await,
         true,
         &[("OTEL_SQL_TEXT", "true")],
+        &[("OTEL_GENAI_CONTENT", "true")],
     )
     .await;
     functions.turn().await;
@@ -394,17 +397,29 @@ async fn the_statement_text_is_on_the_sql_span_only_when_otel_sql_text_allows_it
     );
     // The argument is bound as a parameter: the text never holds it.
     assert!(!text.contains(ARGUMENT), "{text}");
-    // The setting is mcp's: the chat's spans still carry no user text.
+
+    // The chat's call carries what the model sent and what it got back.
+    let tool = spans
+        .iter()
+        .find(|s| s.service == "parley-chat" && s.name == "execute_tool lad_by_ref")
+        .expect("the chat's tool span");
+    let arguments = tool.attr("gen_ai.tool.call.arguments").expect("arguments");
+    assert!(arguments.contains(ARGUMENT), "{arguments}");
+    assert!(tool.attr("gen_ai.tool.call.result").is_some(), "{tool:?}");
+
+    // Neither setting puts the question or the answer on any span, nor a secret.
     let all = every_attribute(&spans);
-    assert!(
-        !all.contains("question-text-5d1") && !all.contains("answer-text-3e9"),
-        "{all}"
-    );
+    for private in ["question-text-5d1", "answer-text-3e9", MCP_TOKEN, LLM_KEY] {
+        assert!(
+            !all.contains(private),
+            "{private:?} is in an attribute:\n{all}"
+        );
+    }
 }
 
 #[tokio::test]
 async fn with_traces_off_nothing_is_sent_even_with_an_endpoint_set() {
-    let mut functions = Functions::start(OtlpReceiver::start().await, false, &[]).await;
+    let mut functions = Functions::start(OtlpReceiver::start().await, false, &[], &[]).await;
     functions.turn().await;
     // Stopped as Lambda stops them: a function that traced would have flushed by now.
     functions.stop();

@@ -379,4 +379,43 @@ mod tests {
             Some("service".into())
         );
     }
+
+    #[test]
+    fn the_trace_context_becomes_headers_for_the_parley_server_only_and_leaves_the_message() {
+        let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let meta = || {
+            call_with_meta(json!({
+                "traceparent": traceparent,
+                "tracestate": "vendor=1",
+                "parley/idempotency_key": "t:c1"
+            }))
+        };
+
+        let parley = UrlFree::new(reqwest::Client::new(), Some(Assertions::default()));
+        let mut message = meta();
+        let headers = parley.with_trace_context(&mut message, HashMap::new());
+        assert_eq!(
+            headers[&HeaderName::from_static("traceparent")],
+            traceparent
+        );
+        assert_eq!(headers[&HeaderName::from_static("tracestate")], "vendor=1");
+        let sent = sent_meta(&message);
+        assert!(!sent.contains_key("traceparent") && !sent.contains_key("tracestate"));
+        assert_eq!(sent["parley/idempotency_key"], "t:c1");
+
+        // A server of MCP_SERVERS: neither the headers nor the keys reach it.
+        let other = UrlFree::new(reqwest::Client::new(), None);
+        let mut message = meta();
+        let headers = other.with_trace_context(&mut message, HashMap::new());
+        assert!(headers.is_empty(), "{headers:?}");
+        let sent = sent_meta(&message);
+        assert!(!sent.contains_key("traceparent") && !sent.contains_key("tracestate"));
+    }
+
+    #[test]
+    fn with_traces_off_no_trace_context_is_lent() {
+        let mut meta = serde_json::Map::new();
+        lend_trace_context(&mut meta);
+        assert!(meta.is_empty(), "{meta:?}");
+    }
 }
