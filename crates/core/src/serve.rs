@@ -140,9 +140,11 @@ impl Bound {
         self.router
     }
 
-    /// Serves until the process is told to stop.
+    /// Serves until the process is told to stop, then exports the spans still waiting.
     pub async fn run_until_stopped(self) -> Result<(), ServeError> {
-        self.listener.serve(self.router).await
+        let served = self.listener.serve(self.router).await;
+        crate::telemetry::traces::shutdown().await;
+        served
     }
 
     /// Serves plain HTTP on a task of its own and returns at once, for tests. `None` under
@@ -280,12 +282,97 @@ async fn one_value_per_header(mut response: Response) -> Response {
 /// Wraps a router so every request runs in a span carrying its request id, `x-request-id` is
 /// echoed on every response (the caller's, else the Lambda invocation id, else a new UUID), and
 /// an unknown path or method gets the JSON error shape instead of axum's empty body.
+///
+/// With OpenTelemetry traces on (`OTEL_TRACES=otlp`, installed before the router is built),
+/// the request span takes a trusted caller's `traceparent` as its parent, and a response's body
+/// ends only once the request's spans are exported ([`flushed_at_the_end`]); off, neither
+/// layer exists.
 pub fn traced(router: Router) -> Router {
-    router
+    let router = router
         .layer(axum::middleware::from_fn(json_routing_errors))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
-        .layer(TraceLayer::new_for_http().make_span_with(request_span))
-        .layer(SetRequestIdLayer::new(REQUEST_ID, InvocationId))
+        .layer(TraceLayer::new_for_http().make_span_with(request_span));
+    let router = if crate::telemetry::traces::enabled() {
+        router.layer(axum::middleware::map_response(flushed_at_the_end))
+    } else {
+        router
+    };
+    router.layer(SetRequestIdLayer::new(REQUEST_ID, InvocationId))
+}
+
+/// The response with a body that, once its last frame is out, drops what it wraps (ending
+/// the request span) and exports the request's spans before it reports its end. Lambda
+/// freezes an instance once the invocation's response is complete, buffered or streamed, so
+/// spans left for later might never leave; the person asking has every byte by then.
+async fn flushed_at_the_end(response: Response) -> Response {
+    response.map(|body| Body::new(Flushed::new(body)))
+}
+
+/// A body that exports the spans when the one it wraps ends ([`flushed_at_the_end`]).
+struct Flushed(Stage);
+
+enum Stage {
+    Sending(Body),
+    Exporting(std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>),
+    Done,
+}
+
+impl Flushed {
+    fn new(body: Body) -> Self {
+        Flushed(Stage::Sending(body))
+    }
+}
+
+impl HttpBody for Flushed {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        use std::task::Poll;
+        loop {
+            match &mut self.0 {
+                Stage::Sending(body) => match std::pin::Pin::new(body).poll_frame(cx) {
+                    Poll::Ready(None) => {
+                        // Dropping the inner body closes the request span, so it is exported too.
+                        self.0 = Stage::Exporting(Box::pin(crate::telemetry::traces::flush()));
+                    }
+                    other => return other,
+                },
+                Stage::Exporting(export) => {
+                    std::task::ready!(export.as_mut().poll(cx));
+                    self.0 = Stage::Done;
+                }
+                Stage::Done => return Poll::Ready(None),
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self.0, Stage::Done)
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        match &self.0 {
+            Stage::Sending(body) => body.size_hint(),
+            _ => hyper::body::SizeHint::with_exact(0),
+        }
+    }
+}
+
+impl Drop for Flushed {
+    /// A body dropped before its end (the client left) still has its spans exported, on a
+    /// task of their own when there is a runtime to run it (the inner body, and with it the
+    /// request span, is dropped right after this).
+    fn drop(&mut self) {
+        if !matches!(self.0, Stage::Done)
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(crate::telemetry::traces::flush());
+        }
+    }
 }
 
 /// Under Lambda the invocation id, which is what CloudWatch shows beside the function's log
@@ -340,12 +427,14 @@ fn request_span<B>(request: &Request<B>) -> tracing::Span {
             .unwrap_or("-")
             .to_owned(),
     };
-    tracing::info_span!(
+    let span = tracing::info_span!(
         "request",
         method = %request.method(),
         path = %request.uri().path(),
         request_id = %request_id,
-    )
+    );
+    crate::telemetry::traces::adopt_parent(&span, request.headers());
+    span
 }
 
 /// Plain HTTP on an already bound listener with `limits`, until Ctrl-C or SIGTERM.

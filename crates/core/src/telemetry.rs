@@ -4,10 +4,21 @@
 //! Nothing here logs values of settings: secrets reach logs only if someone logs them on purpose.
 //! The MCP library (rmcp) logs whole tool arguments and results at debug level, so its own
 //! logs stay at info unless `RUST_LOG` names it; colour codes only go to a terminal.
+//!
+//! The chat and mcp also export OpenTelemetry traces when `OTEL_TRACES=otlp` ([`traces`],
+//! [`init_with_traces`]); their spans ([`traces::TARGET`]) never reach the log lines.
+
+mod export;
+pub mod traces;
 
 use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
+pub use traces::{FunctionTraces, TraceSettings, TracesMode};
 
 use crate::config::{ConfigError, Env, in_lambda};
 
@@ -56,6 +67,58 @@ pub fn init(env: &Env) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// [`init`], and OpenTelemetry traces when `OTEL_TRACES=otlp` (a bad trace setting stops
+/// start-up like any other). Off, the subscriber is exactly [`init`]'s.
+pub fn init_with_traces(env: &Env, function: FunctionTraces) -> Result<(), ConfigError> {
+    let settings = TraceSettings::from_env(env, function)?;
+    if settings.mode == TracesMode::Off {
+        return init(env);
+    }
+    let format = LogFormat::from_env(env)?;
+    let http = reqwest::Client::builder()
+        .connect_timeout(std::time::Duration::from_secs(2))
+        .build()
+        .map_err(|e| {
+            ConfigError::new("OTEL_TRACES", format!("cannot build the HTTP client: {e}"))
+        })?;
+    let Some(tracer) = traces::install(&settings, env, http)? else {
+        return init(env);
+    };
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    let fmt: Box<dyn Layer<_> + Send + Sync> = match format {
+        LogFormat::Json => fmt
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .without_time()
+            .boxed(),
+        LogFormat::Text => fmt.compact().boxed(),
+    };
+    // Spans only, never events (a log line may quote Postgres), and only Parley's.
+    let exported = tracing_subscriber::filter::filter_fn(traces::is_exported);
+    let otel = tracing_opentelemetry::layer()
+        .with_tracer(tracer)
+        .with_location(false)
+        .with_threads(false)
+        .with_target(false)
+        .with_level(false)
+        .with_tracked_inactivity(false)
+        .with_filter(exported);
+    let _ = tracing_subscriber::registry()
+        .with(fmt.with_filter(filter(env)?))
+        .with(otel)
+        .try_init();
+    tracing::info!(
+        endpoint = %settings.endpoint,
+        service = %settings.service_name,
+        "exporting OpenTelemetry traces"
+    );
+    Ok(())
+}
+
 /// `RUST_LOG` (default `info`), with `rmcp=info` added when its default level is debug or
 /// trace and it does not name rmcp itself: rmcp's debug lines carry whole tool arguments and
 /// results, which may be personal data.
@@ -72,6 +135,15 @@ fn filter(env: &Env) -> Result<EnvFilter, ConfigError> {
         default_level.as_deref(),
         Some("debug" | "trace" | "4" | "5")
     );
+    // The trace's own spans are for the exporter: in the log they would hide the request
+    // span (and its id) that JSON lines show.
+    if !directives.contains(traces::TARGET) {
+        filter = filter.add_directive(
+            format!("{}=off", traces::TARGET)
+                .parse()
+                .map_err(|_| ConfigError::new("RUST_LOG", "cannot switch the trace spans off"))?,
+        );
+    }
     if verbose && !directives.contains("rmcp") {
         filter = filter.add_directive(
             "rmcp=info"

@@ -20,6 +20,7 @@ use parley_core::metrics::{Document, Metrics};
 use parley_embed::Embedder;
 use parley_wire::{IdempotencyKey, META_APPROVED};
 use serde_json::{Map, Value};
+use tracing::Instrument;
 
 use crate::adhoc::{self, SqlTools};
 use crate::audit::{self, Approval, Audit, Marker, Outcome, Record};
@@ -182,13 +183,51 @@ impl Engine {
     ) -> Result<Result<ToolOutput, ToolError>, CallError> {
         let this = self.clone();
         let caller = caller.clone();
-        let call = tokio::spawn(async move { this.call_to_end(&request, &caller).await });
+        let span = self.span(&request.tool);
+        let call = tokio::spawn(
+            async move { this.call_to_end(&request, &caller).await }.instrument(span.clone()),
+        );
         match call.await {
-            Ok(answer) => answer,
+            Ok(answer) => {
+                if !span.is_disabled() {
+                    call_ended(&span, &answer);
+                }
+                answer
+            }
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
             // Only a runtime shutting down cancels the task.
             Err(_) => Err(CallError::ShuttingDown),
         }
+    }
+
+    /// The span of one call (OpenTelemetry's GenAI `execute_tool`; docs/tracing.md), a child
+    /// of the request's (whose parent is the chat's call, by its `traceparent`), named as its
+    /// parent since rmcp's own span stands between them: the tool's
+    /// name when the tools files or `[sql]` declare it (else `unknown`, as in the metrics),
+    /// never its arguments.
+    fn span(&self, tool: &str) -> tracing::Span {
+        tracing::info_span!(
+            target: parley_core::telemetry::traces::TARGET,
+            parent: parley_core::telemetry::traces::exported_parent(),
+            "execute_tool",
+            otel.name = %format_args!("execute_tool {}", self.known_name(tool)),
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = self.known_name(tool),
+            "gen_ai.tool.type" = "function",
+            parley.tool.outcome = tracing::field::Empty,
+            "error.type" = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        )
+    }
+
+    /// `tool` if declared, else [`UNKNOWN_TOOL`]: a caller's made-up name is not recorded.
+    fn known_name<'a>(&self, tool: &'a str) -> &'a str {
+        let known = self.catalog.get(tool).is_some()
+            || self
+                .sql
+                .as_ref()
+                .is_some_and(|sql| sql.kind(tool).is_some());
+        if known { tool } else { UNKNOWN_TOOL }
     }
 
     /// [`Self::call`]'s work, from the arguments to the audit record.
@@ -400,6 +439,21 @@ impl Engine {
                 .millis("ToolDuration", started.elapsed())
                 .count("ToolRows", rows),
         );
+    }
+}
+
+/// Records a call's outcome (the audit's word) on its span; a failure's kind as `error.type`.
+fn call_ended(span: &tracing::Span, answer: &Result<Result<ToolOutput, ToolError>, CallError>) {
+    let outcome = match answer {
+        Ok(Ok(_)) => Outcome::Ok,
+        Ok(Err(e)) => e.outcome(),
+        Err(CallError::UnknownTool(_) | CallError::Approval(_)) => Outcome::Refused,
+        Err(CallError::ShuttingDown) => Outcome::ToolError,
+    };
+    span.record("parley.tool.outcome", outcome.as_str());
+    if outcome != Outcome::Ok {
+        span.record("error.type", outcome.as_str());
+        span.record("otel.status_code", "ERROR");
     }
 }
 

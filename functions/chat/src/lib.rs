@@ -31,6 +31,13 @@ use crate::turn::conversation;
 use crate::turn::llm::Llm;
 use crate::turn::mcp_client::McpClients;
 
+/// The function's OpenTelemetry defaults (docs/tracing.md): service `parley-chat`; a request's
+/// `traceparent` is ignored unless `OTEL_TRUST_TRACEPARENT` says otherwise, as its callers are browsers: a `traceparent` from one would let anyone pick the trace id.
+pub const TRACES: parley_core::telemetry::FunctionTraces = parley_core::telemetry::FunctionTraces {
+    service_name: "parley-chat",
+    trust_traceparent: false,
+};
+
 /// Where the function listens outside Lambda when `LISTEN_ADDR` is not set.
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:3000";
 

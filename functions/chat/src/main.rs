@@ -11,7 +11,7 @@ use parley_core::config::Env;
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::process::ExitCode {
     let env = Env::from_process();
-    if let Err(e) = parley_core::telemetry::init(&env) {
+    if let Err(e) = parley_core::telemetry::init_with_traces(&env, parley_chat::TRACES) {
         return parley_core::serve::exit("chat", Err(e));
     }
     let outcome = async {

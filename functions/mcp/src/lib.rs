@@ -32,6 +32,13 @@ use parley_tools::call::Engine;
 use parley_tools::catalog::{self, Catalog, CatalogError};
 use parley_tools::{adhoc, audit, rerank};
 
+/// The function's OpenTelemetry defaults (docs/tracing.md): service `parley-mcp`; a request's
+/// `traceparent` is trusted unless `OTEL_TRUST_TRACEPARENT` says otherwise, as its callers hold its token, and the chat sends its tool call's span so one trace covers both.
+pub const TRACES: parley_core::telemetry::FunctionTraces = parley_core::telemetry::FunctionTraces {
+    service_name: "parley-mcp",
+    trust_traceparent: true,
+};
+
 /// Where the function listens outside Lambda when `LISTEN_ADDR` is not set.
 pub const DEFAULT_LISTEN_ADDR: &str = "127.0.0.1:3001";
 

@@ -13,7 +13,7 @@ use parley_mcp::Application;
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::process::ExitCode {
     let env = Env::from_process();
-    if let Err(e) = parley_core::telemetry::init(&env) {
+    if let Err(e) = parley_core::telemetry::init_with_traces(&env, parley_mcp::TRACES) {
         return parley_core::serve::exit("mcp", Err(e));
     }
     let outcome = async {

@@ -78,6 +78,11 @@ pub struct Args {
     /// Milliseconds between two words as the model writes them (the paced runs).
     #[arg(long, default_value_t = 10)]
     word_interval_ms: u64,
+    /// Runs both functions with OpenTelemetry traces on (`OTEL_TRACES=otlp`), exporting to an
+    /// OTLP/HTTP receiver in this process (`parley_testkit::otlp`): what tracing on costs.
+    /// Without it the functions get no `OTEL_*` setting, i.e. tracing off (docs/tracing.md).
+    #[arg(long)]
+    traces: bool,
 }
 
 /// One measured turn, one at a time: client total and what the stubs measured meanwhile.
@@ -192,21 +197,33 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let mcp_bin = args.mcp_bin.clone().map_or_else(|| beside("mcp"), Ok)?;
     let chat_bin = args.chat_bin.clone().map_or_else(|| beside("chat"), Ok)?;
     let mcp_token = format!("bench-{:x}-{}", std::process::id(), setup::now_nanos());
-    let mcp = Server::start(
-        &mcp_bin,
-        &[
-            ("DATABASE_URL", bench_url.clone()),
-            ("MCP_AUTH_TOKEN", mcp_token.clone()),
-            (
-                "TOOLS_FILE",
-                crate::mcp_client::tools_file_setting(&[parley_domain_feedback::tools_path()]),
-            ),
-            ("RUST_LOG", args.server_log.clone()),
-            ("DB_POOL_MAX_SIZE", concurrency.to_string()),
-        ],
-    )
-    .await
-    .context("starting the mcp function")?;
+    let receiver = match args.traces {
+        true => Some(parley_testkit::otlp::OtlpReceiver::start().await),
+        false => None,
+    };
+    let traces_env: Vec<(&str, String)> = receiver
+        .iter()
+        .flat_map(|r| {
+            [
+                ("OTEL_TRACES", "otlp".to_owned()),
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", r.endpoint()),
+            ]
+        })
+        .collect();
+    let mut mcp_env = vec![
+        ("DATABASE_URL", bench_url.clone()),
+        ("MCP_AUTH_TOKEN", mcp_token.clone()),
+        (
+            "TOOLS_FILE",
+            crate::mcp_client::tools_file_setting(&[parley_domain_feedback::tools_path()]),
+        ),
+        ("RUST_LOG", args.server_log.clone()),
+        ("DB_POOL_MAX_SIZE", concurrency.to_string()),
+    ];
+    mcp_env.extend(traces_env.iter().cloned());
+    let mcp = Server::start(&mcp_bin, &mcp_env)
+        .await
+        .context("starting the mcp function")?;
     let stubs = Stubs::start(&mcp.base)?;
     let mut chat_db_url = url::Url::parse(&bench_url)?;
     if let Some(mode) = &args.synchronous_commit {
@@ -227,6 +244,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ("DB_POOL_MAX_SIZE", concurrency.to_string()),
     ];
     chat_env.extend(stubs.chat_env(&mcp_token));
+    chat_env.extend(traces_env.iter().cloned());
     let chat = Server::start(&chat_bin, &chat_env)
         .await
         .context("starting the chat function")?;
@@ -427,6 +445,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ),
     };
     print!("{}", report.text());
+    if let Some(receiver) = &receiver {
+        eprintln!(
+            "traces on: {} spans received in {} exports",
+            receiver.spans().len(),
+            receiver.posts()
+        );
+    }
     if let Some(path) = &args.json {
         setup::write_json(path, &report.json())?;
     }

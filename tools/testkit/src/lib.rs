@@ -5,7 +5,7 @@
 //! ([`TcpProxy`]), PgBouncer in transaction mode in front of the test server ([`PgBouncer`]),
 //! the one scripted LLM ([`llm`], also the `parley-llm-stub` binary the
 //! Python and shell runners start), test-only JWT signing keys ([`keys`]), PDFs written byte by
-//! byte ([`pdf`]) and the demo domains' tools files ([`domains`]). Run the tests with `scripts/test`.
+//! byte ([`pdf`]), an OTLP trace receiver ([`otlp`]) and the demo domains' tools files ([`domains`]). Run the tests with `scripts/test`.
 
 pub mod catalog;
 mod cluster;
@@ -17,6 +17,8 @@ pub mod llm;
 /// A server whose migrating role is not a superuser, as on RDS and Aurora.
 pub mod managed;
 mod moto;
+/// A real OTLP/HTTP trace receiver, for the tracing tests.
+pub mod otlp;
 pub mod pdf;
 /// Statements RDS Proxy documents as pinning a session, found in a server's statement log.
 pub mod pin_lint;

@@ -18,10 +18,12 @@ pub mod run;
 pub mod spec;
 
 use deadpool_postgres::Pool;
+use parley_core::telemetry::traces;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio::sync::OnceCell;
 use tokio_postgres::types::Type;
+use tracing::Instrument;
 
 pub use run::SqlError;
 pub use spec::{Kind, SqlSpec};
@@ -164,7 +166,12 @@ impl SqlTools {
                 };
                 let guard = self.ensure_checked().await?;
                 guard.screen(sql)?;
-                let outcome = self.run_sql(&session, guard, sql, limit).await;
+                let span = traces::sql_span(sql, traces::operation_of(sql));
+                let outcome = self
+                    .run_sql(&session, guard, sql, limit)
+                    .instrument(span.clone())
+                    .await;
+                traces::sql_ended(&span, span_outcome(&outcome));
                 self.with_hint(&session, sql, outcome).await
             }
             Kind::ExplainSql => {
@@ -173,7 +180,9 @@ impl SqlTools {
                 // EXPLAIN runs nothing, but its text reaches the server (and a proxy): the
                 // same words are refused as for run_sql.
                 self.ensure_checked().await?.screen(sql)?;
-                let outcome = self.explain(&session, sql).await;
+                let span = traces::sql_span(sql, Some("EXPLAIN"));
+                let outcome = self.explain(&session, sql).instrument(span.clone()).await;
+                traces::sql_ended(&span, span_outcome(&outcome));
                 self.with_hint(&session, sql, outcome).await
             }
             Kind::ListTables => {
@@ -694,6 +703,20 @@ fn object(value: Value) -> Map<String, Value> {
     match value {
         Value::Object(map) => map,
         _ => Map::new(),
+    }
+}
+
+/// A statement's end as its span records it: its rows, or its failure's kind (never
+/// Postgres' message, which may quote the statement).
+fn span_outcome(outcome: &Result<ToolOutput, SqlError>) -> Result<u64, &'static str> {
+    match outcome {
+        Ok(out) => Ok(out.row_count as u64),
+        Err(SqlError::Refused(_)) => Err("refused"),
+        Err(SqlError::Timeout { .. }) => Err("timeout"),
+        Err(SqlError::Postgres(_)) => Err("query"),
+        Err(SqlError::NotFound(_)) => Err("not_found"),
+        Err(SqlError::Cancelled { .. }) => Err("cancelled"),
+        Err(SqlError::Unavailable) => Err("unavailable"),
     }
 }
 

@@ -20,9 +20,11 @@ use futures_util::TryStreamExt;
 use parley_core::db::retry_once_if_stale;
 use parley_core::db::{DbError, Statements};
 use parley_core::jwt::VerifiedClaims;
+use parley_core::telemetry::traces;
 use parley_wire::IdempotencyKey;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
+use tracing::Instrument;
 
 use super::params::SqlValue;
 use super::spec::ToolSpec;
@@ -62,6 +64,22 @@ pub enum ExecError {
     Raised(String),
     #[error("the query failed (SQLSTATE {0}); the tool's declaration may need fixing")]
     Query(String),
+}
+
+impl ExecError {
+    /// A span's `error.type`: the kind, never the message (a raised one may quote values).
+    pub fn span_kind(&self) -> &'static str {
+        match self {
+            ExecError::Timeout { .. } => "timeout",
+            ExecError::Cancelled { .. } => "cancelled",
+            ExecError::Unavailable => "unavailable",
+            ExecError::ReadOnly => "read_only",
+            ExecError::PermissionDenied => "permission_denied",
+            ExecError::Replay => "replay",
+            ExecError::Raised(_) => "raised",
+            ExecError::Query(_) => "query",
+        }
+    }
 }
 
 /// Most characters of a `RAISE EXCEPTION` message passed on to the caller.
@@ -163,6 +181,41 @@ pub fn row_limit(tool: &ToolSpec, args: &[SqlValue]) -> u64 {
 /// [`run`] with other caps than the call's own, `(rows, bytes)`: a reranked call fetches
 /// deeper than it returns (`crate::rerank`).
 pub async fn run_capped(
+    (pool, statements): (&Pool, Statements),
+    tool: &ToolSpec,
+    args: &[SqlValue],
+    user: Option<&VerifiedClaims>,
+    key: Option<&IdempotencyKey>,
+    marker: Marker<'_>,
+    (row_limit, max_bytes): (u64, u64),
+) -> Result<ToolOutput, ExecError> {
+    // A read's statement wraps the declared one in a CTE: a SELECT whatever it starts with. A
+    // write's may insert, update or delete: left unnamed rather than guessed.
+    let operation = (!tool.writes).then_some("SELECT");
+    let span = traces::sql_span(&tool.wrapped_sql, operation);
+    let outcome = run_statement(
+        (pool, statements),
+        tool,
+        args,
+        user,
+        key,
+        marker,
+        (row_limit, max_bytes),
+    )
+    .instrument(span.clone())
+    .await;
+    traces::sql_ended(
+        &span,
+        outcome
+            .as_ref()
+            .map(|out| out.row_count as u64)
+            .map_err(ExecError::span_kind),
+    );
+    outcome
+}
+
+/// [`run_capped`]'s work, in its span.
+async fn run_statement(
     (pool, statements): (&Pool, Statements),
     tool: &ToolSpec,
     args: &[SqlValue],

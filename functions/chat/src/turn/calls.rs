@@ -7,6 +7,7 @@ use std::borrow::Cow;
 
 use serde_json::{Map, Value};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::Deps;
 use super::outcome::TurnError;
@@ -125,41 +126,93 @@ pub(super) async fn run_call(
     deadline: Instant,
 ) -> Trace {
     let started = Instant::now();
-    let (args, outcome) = match parse_arguments(&call.arguments) {
-        Ok(map) if over_cap => (
-            Value::Object(map),
-            ToolOutcome::error(over_cap_error(deps.limits.max_calls_per_step)),
-        ),
-        // A request that narrowed the tools is obeyed even if the model calls another one.
-        Ok(map) if not_offered(narrowed, &call.name) => (
-            Value::Object(map),
-            ToolOutcome::error(not_offered_error(&call.name)),
-        ),
-        Ok(map) => {
-            let args = Value::Object(map.clone());
-            (
-                args,
-                deps.mcp
-                    .call(
-                        catalog,
-                        &call.name,
-                        map,
-                        CallFor {
-                            user,
-                            key: &key,
-                            approved: None,
-                        },
-                        deadline,
-                    )
-                    .await,
-            )
+    let span = tool_span(call);
+    let (args, outcome) = async {
+        match parse_arguments(&call.arguments) {
+            Ok(map) if over_cap => (
+                Value::Object(map),
+                ToolOutcome::error(over_cap_error(deps.limits.max_calls_per_step)),
+            ),
+            // A request that narrowed the tools is obeyed even if the model calls another one.
+            Ok(map) if not_offered(narrowed, &call.name) => (
+                Value::Object(map),
+                ToolOutcome::error(not_offered_error(&call.name)),
+            ),
+            Ok(map) => {
+                let args = Value::Object(map.clone());
+                (
+                    args,
+                    deps.mcp
+                        .call(
+                            catalog,
+                            &call.name,
+                            map,
+                            CallFor {
+                                user,
+                                key: &key,
+                                approved: None,
+                            },
+                            deadline,
+                        )
+                        .await,
+                )
+            }
+            Err(problem) => (
+                Value::String(call.arguments.clone()),
+                ToolOutcome::error(problem),
+            ),
         }
-        Err(problem) => (
-            Value::String(call.arguments.clone()),
-            ToolOutcome::error(problem),
-        ),
-    };
+    }
+    .instrument(span.clone())
+    .await;
+    ended(&span, call, &outcome.output, outcome.is_error);
     traced(call, step, args, outcome.output, outcome.is_error, started)
+}
+
+/// The span of one tool call (OpenTelemetry's GenAI `execute_tool`; docs/tracing.md): the
+/// tool's name and the call's id, never its arguments unless `OTEL_GENAI_CONTENT` says so.
+/// A call to `MCP_URL` carries it to mcp as its parent.
+fn tool_span(call: &ToolCall) -> tracing::Span {
+    tracing::info_span!(
+        target: parley_core::telemetry::traces::TARGET,
+        "execute_tool",
+        otel.name = %format_args!("execute_tool {}", call.name),
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = %call.name,
+        gen_ai.tool.call.id = %call.call_id,
+        "gen_ai.tool.type" = "function",
+        "error.type" = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+        gen_ai.tool.call.arguments = tracing::field::Empty,
+        gen_ai.tool.call.result = tracing::field::Empty,
+    )
+}
+
+/// The most of a call's arguments or result a span carries (`OTEL_GENAI_CONTENT`).
+const CONTENT_MAX_BYTES: usize = 8 * 1024;
+
+/// Records how a call ended on its span: a tool error as `error.type`, and with
+/// `OTEL_GENAI_CONTENT` its arguments and result, cut at [`CONTENT_MAX_BYTES`].
+fn ended(span: &tracing::Span, call: &ToolCall, output: &Value, is_error: bool) {
+    if span.is_disabled() {
+        return;
+    }
+    if is_error {
+        span.record("error.type", "tool_error");
+        span.record("otel.status_code", "ERROR");
+    }
+    if parley_core::telemetry::traces::content() {
+        span.record("gen_ai.tool.call.arguments", cut(&call.arguments));
+        span.record("gen_ai.tool.call.result", cut(&output.to_string()));
+    }
+}
+
+fn cut(text: &str) -> &str {
+    let mut end = text.len().min(CONTENT_MAX_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// The trace of a call that ran (or was refused) from `started`, logged as one line.
@@ -203,6 +256,7 @@ pub(super) fn run_chart(
     earlier: &[Trace],
 ) -> (Trace, Option<Chart>) {
     let started = Instant::now();
+    let span = tool_span(call);
     let parsed = parse_arguments(&call.arguments);
     let args = match &parsed {
         Ok(map) => Value::Object(map.clone()),
@@ -228,6 +282,7 @@ pub(super) fn run_chart(
         }
         Err(problem) => (Value::String(problem), true, None),
     };
+    ended(&span, call, &output, is_error);
     (traced(call, step, args, output, is_error, started), chart)
 }
 

@@ -93,15 +93,55 @@ pub struct Deps<'a> {
     pub metrics: &'a Metrics,
 }
 
-/// Runs one turn (see the module's documentation) and records its metrics.
+/// Runs one turn (see the module's documentation) and records its metrics, in a span of its
+/// own (OpenTelemetry's GenAI `invoke_agent`; docs/tracing.md) holding the turn's model and
+/// tool spans: the assistant, the model, then the conversation's id, the steps, the tokens
+/// and the outcome's code; never the question or the answer.
 pub async fn run(
     deps: &Deps<'_>,
     user: &User,
     request: TurnRequest,
     progress: Progress,
 ) -> Result<TurnOutcome, TurnError> {
+    use tracing::Instrument;
     let mut meter = Meter::start();
-    let outcome = run_measured(deps, user, request, &progress, &mut meter).await;
+    let span = tracing::info_span!(
+        target: parley_core::telemetry::traces::TARGET,
+        "invoke_agent",
+        otel.name = %format_args!("invoke_agent {}", deps.assistant),
+        gen_ai.operation.name = "invoke_agent",
+        gen_ai.agent.name = %deps.assistant,
+        gen_ai.request.model = %deps.llm.config().model,
+        gen_ai.conversation.id = tracing::field::Empty,
+        gen_ai.usage.input_tokens = tracing::field::Empty,
+        gen_ai.usage.output_tokens = tracing::field::Empty,
+        parley.turn.steps = tracing::field::Empty,
+        parley.turn.outcome = tracing::field::Empty,
+        "error.type" = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    let outcome = run_measured(deps, user, request, &progress, &mut meter)
+        .instrument(span.clone())
+        .await;
+    if !span.is_disabled() {
+        span.record("gen_ai.usage.input_tokens", meter.usage.input_tokens);
+        span.record("gen_ai.usage.output_tokens", meter.usage.output_tokens);
+        span.record("parley.turn.steps", meter.steps);
+        match &outcome {
+            Ok(done) => {
+                span.record(
+                    "gen_ai.conversation.id",
+                    tracing::field::display(&done.conversation_id),
+                );
+                span.record("parley.turn.outcome", done.status.code());
+            }
+            Err(e) => {
+                span.record("parley.turn.outcome", e.code());
+                span.record("error.type", e.code());
+                span.record("otel.status_code", "ERROR");
+            }
+        }
+    }
     deps.metrics.emit(meter.document(&outcome));
     outcome
 }

@@ -19,6 +19,7 @@ use parley_core::retry::{RetryDefaults, RetryPolicy, RetrySettings, post_json, p
 use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
+use tracing::Instrument;
 
 use crate::nul;
 
@@ -377,13 +378,16 @@ until it is"
         let started = std::time::Instant::now();
         let mut retries = 0;
         let (path, body) = self.request(prompt, false);
+        let span = self.span();
         let reply = async {
             let url = self.url(path)?;
             let (http, policy, key) = (&self.http, &self.policy, self.config.api_key.as_ref());
             let bytes = post_json(http, policy, key, url, body, deadline, &mut retries).await?;
             self.parse(&bytes)
         }
+        .instrument(span.clone())
         .await;
+        answered(&span, &reply);
         self.measured(&reply, retries, started);
         reply
     }
@@ -406,15 +410,39 @@ until it is"
         let started = std::time::Instant::now();
         let mut retries = 0;
         let (path, body) = self.request(prompt, true);
+        let span = self.span();
         let reply = async {
             let url = self.url(path)?;
             let (http, policy, key) = (&self.http, &self.policy, self.config.api_key.as_ref());
             let opened = post_stream(http, policy, key, url, body, deadline, &mut retries).await?;
             streamed::read(self, opened, deadline, on_text).await
         }
+        .instrument(span.clone())
         .await;
+        answered(&span, &reply);
         self.measured(&reply, retries, started);
         reply
+    }
+
+    /// The span of one model request, its retries included (OpenTelemetry's GenAI `chat`;
+    /// docs/tracing.md): the provider, the model, the server, then the tokens; never the
+    /// prompt or the answer.
+    fn span(&self) -> tracing::Span {
+        tracing::info_span!(
+            target: parley_core::telemetry::traces::TARGET,
+            "chat",
+            otel.name = %format_args!("chat {}", self.config.model),
+            otel.kind = "client",
+            gen_ai.operation.name = "chat",
+            gen_ai.provider.name = provider_name(&self.config.base_url),
+            gen_ai.request.model = %self.config.model,
+            gen_ai.request.max_tokens = self.config.max_output_tokens,
+            server.address = self.config.base_url.host_str(),
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            "error.type" = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        )
     }
 
     /// One request's metrics, once its retries are over: a request abandoned half-way (a
@@ -463,6 +491,38 @@ until it is"
     /// The key as text, to blank it out of what a server quotes back.
     fn api_key(&self) -> Option<&str> {
         self.config.api_key.as_ref().map(|k| k.expose_secret())
+    }
+}
+
+/// `gen_ai.provider.name` for the server at `base_url`: the semantic conventions' name of the
+/// well-known ones, `_OTHER` for any other OpenAI-compatible server (Ollama, vLLM, a proxy).
+fn provider_name(base_url: &url::Url) -> &'static str {
+    let host = base_url.host_str().unwrap_or_default();
+    if host == "api.openai.com" {
+        "openai"
+    } else if host.ends_with(".openai.azure.com") {
+        "azure.ai.openai"
+    } else if host.starts_with("bedrock-runtime.") && host.ends_with(".amazonaws.com") {
+        "aws.bedrock"
+    } else {
+        "_OTHER"
+    }
+}
+
+/// Records a model request's end on its span: the tokens it used, or its error's kind.
+fn answered(span: &tracing::Span, reply: &Result<Reply, LlmError>) {
+    if span.is_disabled() {
+        return;
+    }
+    match reply {
+        Ok(reply) => {
+            span.record("gen_ai.usage.input_tokens", reply.usage.input_tokens);
+            span.record("gen_ai.usage.output_tokens", reply.usage.output_tokens);
+        }
+        Err(_) => {
+            span.record("error.type", status_of(reply).as_str());
+            span.record("otel.status_code", "ERROR");
+        }
     }
 }
 

@@ -5,6 +5,12 @@
 //! The message never holds the assertion itself, only a reference (`_meta["parley/caller"]`)
 //! to [`Assertions`]: rmcp may log whole messages (at trace level, when `RUST_LOG` names it),
 //! and a reference means nothing outside this instance or after its call.
+//!
+//! With traces on (docs/tracing.md), a call to the `parley` server (`MCP_URL`) carries its
+//! span's W3C trace context the same way: [`lend_trace_context`] puts `traceparent` (and
+//! `tracestate`) in its `_meta` where the call is made, since the POST itself is sent from
+//! rmcp's worker task, outside the call's span; here they become that POST's headers. Servers
+//! of `MCP_SERVERS` never receive them: a trace id joins their logs to ours.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +29,25 @@ use serde_json::Value;
 /// The `_meta` key of a `tools/call` that refers to its caller assertion; removed before the
 /// message is sent.
 pub(super) const CALLER_META: &str = parley_wire::META_CALLER;
+
+/// The `_meta` keys of a `tools/call` that carry its W3C trace context to this client; the
+/// names MCP's trace-context proposal gives them. Removed before the message is sent.
+const TRACE_META: [&str; 2] = ["traceparent", "tracestate"];
+
+/// Puts the current span's trace context in a `tools/call`'s `meta` when traces are on; the
+/// caller does so only for the `parley` server.
+pub(super) fn lend_trace_context(meta: &mut serde_json::Map<String, Value>) {
+    if !parley_core::telemetry::traces::enabled() {
+        return;
+    }
+    let mut headers = reqwest::header::HeaderMap::new();
+    parley_core::telemetry::traces::inject_current(&mut headers);
+    for name in TRACE_META {
+        if let Some(value) = headers.get(name).and_then(|v| v.to_str().ok()) {
+            meta.insert(name.into(), value.into());
+        }
+    }
+}
 
 /// Assertions lent to the tool calls in flight, by reference. One per instance, shared by the
 /// `parley` server's connections.
@@ -127,6 +152,36 @@ impl UrlFree {
         };
         assertion.map(|a| a.expose_secret().to_owned())
     }
+
+    /// `custom_headers` with the trace context a `tools/call` carries in its `_meta` (taken
+    /// out of the message), for the `parley` server only.
+    fn with_trace_context(
+        &self,
+        message: &mut ClientJsonRpcMessage,
+        mut custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> HashMap<HeaderName, HeaderValue> {
+        let JsonRpcMessage::Request(request) = message else {
+            return custom_headers;
+        };
+        let ClientRequest::CallToolRequest(call) = &mut request.request else {
+            return custom_headers;
+        };
+        let Some(meta) = call.params.meta.as_mut() else {
+            return custom_headers;
+        };
+        for name in TRACE_META {
+            let Some(Value::String(value)) = meta.remove(name) else {
+                continue;
+            };
+            if self.assertions.is_none() {
+                continue;
+            }
+            if let Ok(value) = HeaderValue::from_str(&value) {
+                custom_headers.insert(HeaderName::from_static(name), value);
+            }
+        }
+        custom_headers
+    }
 }
 
 type HttpResult<T> = Result<T, StreamableHttpError<reqwest::Error>>;
@@ -172,6 +227,7 @@ impl StreamableHttpClient for UrlFree {
         limits: StreamableHttpResponseLimits,
     ) -> HttpResult<StreamableHttpPostResponse> {
         let bearer = self.bearer_for(&mut message, auth_header);
+        let custom_headers = self.with_trace_context(&mut message, custom_headers);
         url_free(
             self.http
                 .post_message_with_response_limits(
@@ -322,5 +378,44 @@ mod tests {
             client.bearer_for(&mut list, Some("service".into())),
             Some("service".into())
         );
+    }
+
+    #[test]
+    fn the_trace_context_becomes_headers_for_the_parley_server_only_and_leaves_the_message() {
+        let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let meta = || {
+            call_with_meta(json!({
+                "traceparent": traceparent,
+                "tracestate": "vendor=1",
+                "parley/idempotency_key": "t:c1"
+            }))
+        };
+
+        let parley = UrlFree::new(reqwest::Client::new(), Some(Assertions::default()));
+        let mut message = meta();
+        let headers = parley.with_trace_context(&mut message, HashMap::new());
+        assert_eq!(
+            headers[&HeaderName::from_static("traceparent")],
+            traceparent
+        );
+        assert_eq!(headers[&HeaderName::from_static("tracestate")], "vendor=1");
+        let sent = sent_meta(&message);
+        assert!(!sent.contains_key("traceparent") && !sent.contains_key("tracestate"));
+        assert_eq!(sent["parley/idempotency_key"], "t:c1");
+
+        // A server of MCP_SERVERS: neither the headers nor the keys reach it.
+        let other = UrlFree::new(reqwest::Client::new(), None);
+        let mut message = meta();
+        let headers = other.with_trace_context(&mut message, HashMap::new());
+        assert!(headers.is_empty(), "{headers:?}");
+        let sent = sent_meta(&message);
+        assert!(!sent.contains_key("traceparent") && !sent.contains_key("tracestate"));
+    }
+
+    #[test]
+    fn with_traces_off_no_trace_context_is_lent() {
+        let mut meta = serde_json::Map::new();
+        lend_trace_context(&mut meta);
+        assert!(meta.is_empty(), "{meta:?}");
     }
 }

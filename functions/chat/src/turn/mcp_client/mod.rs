@@ -310,6 +310,9 @@ impl McpClients {
         if let Some((_, lent)) = &caller {
             meta.insert(CALLER_META.into(), lent.reference().into());
         }
+        if server.config.carries_caller {
+            http_client::lend_trace_context(&mut meta);
+        }
         let mut params =
             CallToolRequestParams::new(route.remote_name.clone()).with_arguments(arguments);
         params.meta = Some(RequestMetaObject(MetaObject(meta)));
@@ -499,13 +502,17 @@ the server could not be reached to send it again",
             preferred_versions: vec![ProtocolVersion::V_2026_07_28],
             legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
         };
-        let client = tokio::time::timeout(
-            self.timeout,
-            info.serve_with_lifecycle(transport, lifecycle),
-        )
-        .await
-        .map_err(|_| failure("connecting timed out".to_owned(), false))?
-        .map_err(|e| failure(e.to_string(), e.auth_challenge().is_some()))?;
+        // On a task of its own, outside the request's span: rmcp's service task keeps the span
+        // current at its start for the connection's life, so a turn's span would never end
+        // (nor be exported: docs/tracing.md), and later requests' log lines would name it.
+        let mut connecting = tokio::spawn(info.serve_with_lifecycle(transport, lifecycle));
+        let Ok(joined) = tokio::time::timeout(self.timeout, &mut connecting).await else {
+            connecting.abort();
+            return Err(failure("connecting timed out".to_owned(), false));
+        };
+        let client = joined
+            .map_err(|e| failure(format!("connecting failed: {e}"), false))?
+            .map_err(|e| failure(e.to_string(), e.auth_challenge().is_some()))?;
         let connected = Connected {
             client: Arc::new(client),
             token_generation,
