@@ -1083,6 +1083,15 @@ impl ChatSql {
             sources: &[],
             charts: &[],
             approvals: &[],
+            // A real finish writes the turn's ledger row too: the storage it measures includes it.
+            ledger: conversation::Ledger {
+                turn_id: uuid::Uuid::new_v4(),
+                model: "bench-model",
+                model_calls: 1,
+                outcome: "answered",
+                failed: false,
+                rate_slot: None,
+            },
         })
         .await
         .map_err(|e| anyhow::anyhow!("finish: {e}"))?;
