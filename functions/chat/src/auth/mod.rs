@@ -36,10 +36,12 @@ pub struct AuthConfig {
     /// How tokens are verified (`JWT_*`, `JWKS_*`). With `CHAT_AUTH=jwt`, at least one of
     /// `JWT_SECRET` and `JWT_JWKS_URL` is required.
     pub jwt: JwtConfig,
-    /// `GROUPS_CLAIM`: the token claim listing the user's groups (default `groups`; Cognito's
-    /// is `cognito:groups`), an array of strings or one string of space-separated names.
-    /// Budgets are overridden and the usage view opened per group.
-    pub groups_claim: String,
+    /// `GROUPS_CLAIM`: the token claims listing the user's groups, each an array of strings or
+    /// one string of names separated by spaces or commas. Unset, both `groups` and Cognito's
+    /// `cognito:groups`, as the mcp function's `parley.caller_groups()` reads them, so a
+    /// collection's group and a budget's group are the same group. Budgets are overridden and
+    /// the usage view opened per group.
+    pub groups_claims: Vec<String>,
 }
 
 impl AuthConfig {
@@ -57,17 +59,20 @@ impl AuthConfig {
                  (or CHAT_AUTH=none for local development)",
             ));
         }
-        let groups_claim = env.get("GROUPS_CLAIM").unwrap_or("groups").trim();
-        if groups_claim.is_empty() || groups_claim.len() > 200 {
-            return Err(ConfigError::new(
-                "GROUPS_CLAIM",
-                "must be 1 to 200 characters",
-            ));
-        }
+        let groups_claims = match env.get("GROUPS_CLAIM").map(str::trim) {
+            None => vec!["groups".to_owned(), "cognito:groups".to_owned()],
+            Some(claim) if !claim.is_empty() && claim.len() <= 200 => vec![claim.to_owned()],
+            Some(_) => {
+                return Err(ConfigError::new(
+                    "GROUPS_CLAIM",
+                    "must be 1 to 200 characters",
+                ));
+            }
+        };
         Ok(Self {
             mode,
             jwt,
-            groups_claim: groups_claim.to_owned(),
+            groups_claims,
         })
     }
 }
@@ -133,7 +138,7 @@ pub struct Authenticator {
     /// `None` with `CHAT_AUTH=none`.
     verifier: Option<Verifier>,
     /// `GROUPS_CLAIM`.
-    groups_claim: String,
+    groups_claims: Vec<String>,
 }
 
 impl fmt::Debug for Authenticator {
@@ -161,7 +166,7 @@ impl Authenticator {
         };
         Self {
             verifier,
-            groups_claim: config.groups_claim,
+            groups_claims: config.groups_claims,
         }
     }
 
@@ -183,7 +188,7 @@ impl Authenticator {
             .map_err(|e| AuthError::Token(TokenError::Invalid(format!("the sub claim {e}"))))?;
         Ok(User {
             id,
-            groups: groups(&verified.claims, &self.groups_claim),
+            groups: groups(&verified.claims, &self.groups_claims),
             claims: Arc::new(verified.claims),
         })
     }
@@ -219,9 +224,10 @@ impl User {
     }
 }
 
-/// The groups a token's `claim` names: an array of strings (non-strings skipped), or one
-/// string of names separated by spaces or commas. Empty names and repeats are dropped.
-fn groups(claims: &Map<String, Value>, claim: &str) -> Arc<[String]> {
+/// The groups the token's `claims` name, in order: each an array of strings (non-strings
+/// skipped) or one string of names separated by spaces or commas. Empty names and repeats are
+/// dropped.
+fn groups(claims: &Map<String, Value>, names_of: &[String]) -> Arc<[String]> {
     let mut names: Vec<String> = Vec::new();
     let mut add = |name: &str| {
         let name = name.trim();
@@ -229,10 +235,12 @@ fn groups(claims: &Map<String, Value>, claim: &str) -> Arc<[String]> {
             names.push(name.to_owned());
         }
     };
-    match claims.get(claim) {
-        Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).for_each(&mut add),
-        Some(Value::String(list)) => list.split([' ', ',']).for_each(&mut add),
-        _ => {}
+    for claim in names_of {
+        match claims.get(claim) {
+            Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).for_each(&mut add),
+            Some(Value::String(list)) => list.split([' ', ',']).for_each(&mut add),
+            _ => {}
+        }
     }
     names.into()
 }
@@ -271,17 +279,29 @@ mod tests {
     #[test]
     fn groups_come_from_an_array_or_a_spaced_string_of_the_named_claim() {
         let claims = |v: Value| v.as_object().unwrap().clone();
-        let of = |v: Value, claim: &str| groups(&claims(v), claim).to_vec();
+        let of = |v: Value, names: &[&str]| {
+            let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+            groups(&claims(v), &names).to_vec()
+        };
         assert_eq!(
-            of(json!({"groups": ["a", "b", "a", 3, ""]}), "groups"),
+            of(json!({"groups": ["a", "b", "a", 3, ""]}), &["groups"]),
             ["a", "b"]
         );
         assert_eq!(
-            of(json!({"cognito:groups": "x y,z"}), "cognito:groups"),
+            of(json!({"cognito:groups": "x y,z"}), &["cognito:groups"]),
             ["x", "y", "z"]
         );
-        assert!(of(json!({"groups": ["a"]}), "roles").is_empty());
-        assert!(of(json!({"groups": {"a": 1}}), "groups").is_empty());
+        assert!(of(json!({"groups": ["a"]}), &["roles"]).is_empty());
+        assert!(of(json!({"groups": {"a": 1}}), &["groups"]).is_empty());
+        // Unset GROUPS_CLAIM reads both, as the mcp function does.
+        let both = config(&[("JWT_SECRET", SECRET)]).unwrap().groups_claims;
+        assert_eq!(
+            of(
+                json!({"groups": ["a"], "cognito:groups": ["b", "a"]}),
+                &both.iter().map(String::as_str).collect::<Vec<_>>()
+            ),
+            ["a", "b"]
+        );
     }
 
     fn config(pairs: &[(&str, &str)]) -> Result<AuthConfig, ConfigError> {
