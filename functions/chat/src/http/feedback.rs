@@ -179,7 +179,11 @@ mod tests {
     fn a_missing_or_unknown_rating_a_stray_comment_and_a_long_one_are_refused_by_name() {
         let err = parsed(r#"{"rating": "meh"}"#).unwrap_err();
         assert!(err.contains("rating") && err.contains("up"), "{err}");
-        assert!(parsed(r#"{"comment": "x"}"#).unwrap_err().contains("`rating` is required"));
+        assert!(
+            parsed(r#"{"comment": "x"}"#)
+                .unwrap_err()
+                .contains("`rating` is required")
+        );
         assert!(
             parsed(r#"{"rating": null, "comment": "x"}"#)
                 .unwrap_err()
@@ -187,7 +191,11 @@ mod tests {
         );
         let err = parsed(r#"{"rating": "up", "comment": "eleven char"}"#).unwrap_err();
         assert!(err.contains("FEEDBACK_MAX_COMMENT_CHARS"), "{err}");
-        assert!(parsed(r#"{"rating": "up", "stars": 5}"#).unwrap_err().contains("stars"));
+        assert!(
+            parsed(r#"{"rating": "up", "stars": 5}"#)
+                .unwrap_err()
+                .contains("stars")
+        );
     }
 
     #[test]
@@ -200,7 +208,8 @@ mod tests {
 
     #[test]
     fn the_comment_limit_is_a_setting_bounded_by_the_column() {
-        let read = |v: &str| Settings::from_env(&Env::from_pairs([("FEEDBACK_MAX_COMMENT_CHARS", v)]));
+        let read =
+            |v: &str| Settings::from_env(&Env::from_pairs([("FEEDBACK_MAX_COMMENT_CHARS", v)]));
         assert_eq!(read("500").unwrap().max_comment_chars, 500);
         let err = read("10001").unwrap_err().to_string();
         assert!(err.contains("FEEDBACK_MAX_COMMENT_CHARS"), "{err}");

@@ -45,7 +45,13 @@ async fn chat() -> (TestChat, TestDb) {
 }
 
 /// `PUT .../messages/{seq}/feedback` as `user` with a raw body: status and JSON body.
-async fn put(chat: &TestChat, user: &str, conversation: &str, seq: &str, body: &str) -> (u16, Value) {
+async fn put(
+    chat: &TestChat,
+    user: &str,
+    conversation: &str,
+    seq: &str,
+    body: &str,
+) -> (u16, Value) {
     let response = reqwest::Client::new()
         .put(format!(
             "{}/api/conversations/{conversation}/messages/{seq}/feedback",
@@ -79,7 +85,10 @@ fn code(body: &Value) -> &str {
 async fn a_thumbs_down_with_a_comment_is_stored_with_the_answer_shown_again_changed_and_cleared() {
     let (chat, db) = chat().await;
     let body = chat
-        .turn("alice", json!({"message": "What is the default isolation level?"}))
+        .turn(
+            "alice",
+            json!({"message": "What is the default isolation level?"}),
+        )
         .await;
     let conversation = body["conversation_id"].as_str().unwrap().to_owned();
     let names: Vec<&str> = body["traces"]
@@ -129,7 +138,11 @@ async fn a_thumbs_down_with_a_comment_is_stored_with_the_answer_shown_again_chan
     let (status, cleared) = put(&chat, "alice", &conversation, "2", r#"{"rating": null}"#).await;
     assert_eq!(status, 200, "{cleared}");
     assert_eq!(cleared["feedback"], Value::Null);
-    assert!(chat.messages("alice", &conversation).await[1].get("feedback").is_none());
+    assert!(
+        chat.messages("alice", &conversation).await[1]
+            .get("feedback")
+            .is_none()
+    );
 
     // Given again, then the conversation deleted: its feedback goes with it.
     let (status, _) = put(&chat, "alice", &conversation, "2", r#"{"rating": "down"}"#).await;
@@ -149,17 +162,28 @@ async fn a_thumbs_down_with_a_comment_is_stored_with_the_answer_shown_again_chan
 async fn feedback_on_what_is_not_the_callers_answer_or_not_well_formed_is_refused_by_name() {
     let (chat, db) = chat().await;
     let body = chat
-        .turn("alice", json!({"message": "What is the default isolation level?"}))
+        .turn(
+            "alice",
+            json!({"message": "What is the default isolation level?"}),
+        )
         .await;
     let conversation = body["conversation_id"].as_str().unwrap().to_owned();
     let down = r#"{"rating": "down"}"#;
 
     // Another user's conversation looks missing, as everywhere in the API.
     let (status, refused) = put(&chat, "bob", &conversation, "2", down).await;
-    assert_eq!((status, code(&refused)), (404, "conversation_not_found"), "{refused}");
+    assert_eq!(
+        (status, code(&refused)),
+        (404, "conversation_not_found"),
+        "{refused}"
+    );
     // The question is the user's own message.
     let (status, refused) = put(&chat, "alice", &conversation, "1", down).await;
-    assert_eq!((status, code(&refused)), (422, "not_an_answer"), "{refused}");
+    assert_eq!(
+        (status, code(&refused)),
+        (422, "not_an_answer"),
+        "{refused}"
+    );
     assert!(
         refused["error"]["message"]
             .as_str()
@@ -170,12 +194,20 @@ async fn feedback_on_what_is_not_the_callers_answer_or_not_well_formed_is_refuse
     // No such message, or not a message number.
     for seq in ["3", "0", "two"] {
         let (status, refused) = put(&chat, "alice", &conversation, seq, down).await;
-        assert_eq!((status, code(&refused)), (404, "message_not_found"), "{seq}: {refused}");
+        assert_eq!(
+            (status, code(&refused)),
+            (404, "message_not_found"),
+            "{seq}: {refused}"
+        );
     }
     // A comment over FEEDBACK_MAX_COMMENT_CHARS (40 here).
     let long = json!({"rating": "down", "comment": "x".repeat(41)}).to_string();
     let (status, refused) = put(&chat, "alice", &conversation, "2", &long).await;
-    assert_eq!((status, code(&refused)), (422, "comment_too_long"), "{refused}");
+    assert_eq!(
+        (status, code(&refused)),
+        (422, "comment_too_long"),
+        "{refused}"
+    );
     assert!(
         refused["error"]["message"]
             .as_str()
@@ -186,9 +218,16 @@ async fn feedback_on_what_is_not_the_callers_answer_or_not_well_formed_is_refuse
     // A rating that is not up or down, or none at all, names the field.
     for body in [r#"{"rating": "meh"}"#, r#"{"comment": "no rating"}"#] {
         let (status, refused) = put(&chat, "alice", &conversation, "2", body).await;
-        assert_eq!((status, code(&refused)), (422, "invalid_request"), "{refused}");
+        assert_eq!(
+            (status, code(&refused)),
+            (422, "invalid_request"),
+            "{refused}"
+        );
         assert!(
-            refused["error"]["message"].as_str().unwrap().contains("rating"),
+            refused["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("rating"),
             "{refused}"
         );
     }

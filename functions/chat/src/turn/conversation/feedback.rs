@@ -44,7 +44,9 @@ pub struct Comment(String);
 /// Why a comment was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CommentError {
-    #[error("`comment` is {chars} characters; at most {limit} are kept (FEEDBACK_MAX_COMMENT_CHARS)")]
+    #[error(
+        "`comment` is {chars} characters; at most {limit} are kept (FEEDBACK_MAX_COMMENT_CHARS)"
+    )]
     TooLong { chars: usize, limit: usize },
     #[error("`comment` holds a control character other than a line break or tab")]
     ControlCharacter,
@@ -236,7 +238,10 @@ mod tests {
     fn a_comment_is_trimmed_an_empty_one_is_none_and_a_long_one_is_refused_by_characters() {
         assert_eq!(Comment::parse("  \n ", 10), Ok(None));
         assert_eq!(
-            Comment::parse("  wrong table\n", 20).unwrap().unwrap().as_str(),
+            Comment::parse("  wrong table\n", 20)
+                .unwrap()
+                .unwrap()
+                .as_str(),
             "wrong table"
         );
         // Characters, not bytes: ten accented letters fit a limit of ten.
@@ -252,7 +257,11 @@ mod tests {
             Comment::parse("a\u{0}b", 10),
             Err(CommentError::ControlCharacter)
         );
-        assert!(Comment::parse("line one\n\tline two", 30).unwrap().is_some());
+        assert!(
+            Comment::parse("line one\n\tline two", 30)
+                .unwrap()
+                .is_some()
+        );
     }
 
     #[test]

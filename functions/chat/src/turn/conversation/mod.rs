@@ -32,8 +32,8 @@ macro_rules! columns {
     };
 }
 
-pub mod feedback;
 pub mod edit;
+pub mod feedback;
 mod lease;
 
 pub use lease::{Turn, TurnRecord, TurnStart, begin};
