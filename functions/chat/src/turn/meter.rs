@@ -4,7 +4,7 @@
 use parley_core::metrics::Document;
 use tokio::time::Instant;
 
-use super::outcome::{TurnError, TurnOutcome};
+use super::outcome::{TurnError, TurnOutcome, is_failure};
 use crate::turn::llm::Usage;
 
 /// What one turn's metrics are made of, gathered as it runs.
@@ -45,12 +45,6 @@ impl Meter {
             .count("TurnSteps", u64::from(self.steps))
             .count("TokensIn", self.usage.input_tokens)
             .count("TokensOut", self.usage.output_tokens)
-            .count(
-                "TurnErrors",
-                u64::from(!matches!(
-                    code,
-                    "answered" | "interrupted" | "awaiting_approval" | "already_decided"
-                )),
-            )
+            .count("TurnErrors", u64::from(is_failure(code)))
     }
 }

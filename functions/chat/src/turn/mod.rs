@@ -63,12 +63,12 @@ use crate::nul;
 use approval::Pending;
 use calls::{Call, offered_tools, parse_arguments, run_call, run_chart, waiting};
 use chart::ChartLimits;
-use conversation::{Chart, StoredMessage, Trace, TurnRecord, TurnStart};
+use conversation::{Chart, Ledger, StoredMessage, Trace, TurnRecord, TurnStart};
 use instructions::Briefing;
 use llm::{Item, Llm, LlmError, Prompt, Reply, ToolCall, ToolDef, Usage};
 use mcp_client::{Catalog, McpClients, key_for_call};
 use meter::Meter;
-use outcome::Ending;
+use outcome::{Ending, is_failure};
 use resume::Resumed;
 use sources::Sources;
 
@@ -157,7 +157,11 @@ async fn run_measured(
     let ending = converse(&step, &mut talk, meter).await;
     meter.steps = talk.steps;
     meter.usage = talk.usage;
-    store(turn, talk, ending).await
+    let charge = Charge {
+        turn_id: step.turn_id,
+        model: &deps.llm.config().model,
+    };
+    store(turn, talk, ending, charge).await
 }
 
 /// When a turn must be done, and how long its claim on the conversation lasts.
@@ -315,6 +319,8 @@ struct Talk {
     traces: Vec<Trace>,
     steps: u32,
     usage: Usage,
+    /// Responses the model gave (its `usage` is theirs): 0 means it never answered.
+    model_calls: u32,
     sources: Sources,
     /// The charts drawn so far (`show_chart`), in order.
     charts: Vec<Chart>,
@@ -340,6 +346,7 @@ async fn converse(step: &Step<'_>, talk: &mut Talk, meter: &mut Meter) -> Result
             Asked::Ended(ending) => return ending,
         };
         talk.usage += reply.usage;
+        talk.model_calls += 1;
         if reply.calls.is_empty() {
             progress.send(|| TurnEvent::StepFinished);
             return Ok(Ending::answered(reply.text.unwrap_or_default()));
@@ -552,18 +559,41 @@ fn chart_limits(limits: &Limits) -> ChartLimits {
     }
 }
 
+/// Which run of the loop is charged, for what model: the ledger's keys beyond the turn's own
+/// record.
+struct Charge<'a> {
+    turn_id: Uuid,
+    model: &'a str,
+}
+
+impl<'a> Charge<'a> {
+    fn ledger(&self, model_calls: u32, outcome: &'a str) -> Ledger<'a> {
+        Ledger {
+            turn_id: self.turn_id,
+            model: self.model,
+            model_calls,
+            outcome,
+            failed: is_failure(outcome),
+            rate_slot: None,
+        }
+    }
+}
+
 /// Stores how the loop ended with all the turn gathered, and gives the conversation back; a
-/// model that failed is stored as a failed turn, and its error returned.
+/// model that failed is stored as a failed turn, and its error returned. Either way the turn's
+/// row in the usage ledger goes in with it.
 async fn store(
     turn: conversation::Turn,
     talk: Talk,
     ending: Result<Ending, LlmError>,
+    charge: Charge<'_>,
 ) -> Result<TurnOutcome, TurnError> {
     let conversation_id = turn.conversation;
     let Talk {
         traces,
         steps,
         usage,
+        model_calls,
         sources,
         charts,
         seen_before_failure,
@@ -574,7 +604,8 @@ async fn store(
         Err(e) => {
             // The record is shown to the user later: a stable code and a plain sentence; the
             // details (hosts, upstream bodies) went to the log.
-            let error = TurnFailure::of_llm(&e).to_string();
+            let failure = TurnFailure::of_llm(&e);
+            let error = failure.to_string();
             if let Err(record_error) = turn
                 .finish(TurnRecord {
                     reply: &seen_before_failure,
@@ -589,6 +620,7 @@ async fn store(
                     // What the user was shown stays on record.
                     charts: &charts,
                     approvals: &[],
+                    ledger: charge.ledger(model_calls, failure.code),
                 })
                 .await
             {
@@ -629,6 +661,7 @@ async fn store(
         sources: &sources,
         charts: &charts,
         approvals: &awaiting,
+        ledger: charge.ledger(model_calls, status.code()),
     })
     .await?;
     Ok(TurnOutcome {

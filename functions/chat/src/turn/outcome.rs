@@ -124,6 +124,16 @@ impl TurnError {
     }
 }
 
+/// Whether an outcome code (a [`TurnStatus`] or [`TurnError`] code) is a failure, as the
+/// metrics' `TurnErrors` and the ledger's `error` count it: an interrupted turn is none (its
+/// client left), nor one waiting for approval; a turn cut short by its deadline is one.
+pub fn is_failure(code: &str) -> bool {
+    !matches!(
+        code,
+        "answered" | "interrupted" | "awaiting_approval" | "already_decided"
+    )
+}
+
 /// How a turn ended, short of a failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TurnStatus {

@@ -413,6 +413,14 @@ async fn a_turn_that_outlives_its_lease_is_taken_over_and_its_late_answer_is_not
         sources: &[],
         charts: &[],
         approvals: &[],
+        ledger: conversation::Ledger {
+            turn_id: uuid::Uuid::new_v4(),
+            model: "scripted-model",
+            model_calls: 1,
+            outcome: "answered",
+            failed: false,
+            rate_slot: None,
+        },
     };
     let first = conversation::begin(&pool, start(None, "start"))
         .await

@@ -20,6 +20,7 @@ mod openai_approvals;
 mod page;
 mod pins;
 mod pooler;
+mod quota;
 mod secrets;
 mod sign_in;
 mod sources;

@@ -58,6 +58,27 @@ pub struct TurnRecord<'a> {
     pub charts: &'a [Chart],
     /// The calls that wait for the user's approval: the turn paused after this message.
     pub approvals: &'a [Pending],
+    /// What the turn cost, for the usage ledger (`chat.turn_usage`).
+    pub ledger: Ledger<'a>,
+}
+
+/// A turn's row in the usage ledger beyond what [`TurnRecord`] already holds (its tokens are
+/// the record's `usage`, its tool calls and errors its `traces`).
+#[derive(Debug, Clone, Copy)]
+pub struct Ledger<'a> {
+    /// This run of the loop (a turn resumed after an approval is another).
+    pub turn_id: Uuid,
+    /// The model the LLM endpoint was asked for (`LLM_MODEL`).
+    pub model: &'a str,
+    /// Responses the model gave this run: 0 means it never answered.
+    pub model_calls: u32,
+    /// The outcome's stable code (`answered`, `cut_short`, `llm_unavailable`, ...).
+    pub outcome: &'a str,
+    /// Whether the outcome counts as a failure (as the metrics' `TurnErrors` count it).
+    pub failed: bool,
+    /// The rate window the turn was admitted in (`turn::quota`), whose slot a turn the model
+    /// never answered gives back; `None` when it took none.
+    pub rate_slot: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 pub struct TurnStart<'a> {
@@ -79,6 +100,8 @@ pub struct TurnStart<'a> {
 pub struct Turn {
     pool: Pool,
     lease: Uuid,
+    /// Whose turn it is: the ledger's `owner`.
+    owner: UserId,
     /// `TURN_LEASE_MS` (stretched for a streamed turn): how long a failed finish keeps trying.
     lease_for: Duration,
     /// Whether Drop still has to give the lease back.
@@ -127,6 +150,7 @@ pub async fn begin(pool: &Pool, start: TurnStart<'_>) -> Result<Turn, StorageErr
             return Ok(Turn {
                 pool: pool.clone(),
                 lease,
+                owner: start.owner.clone(),
                 lease_for: start.lease,
                 open: true,
                 conversation,
@@ -314,8 +338,8 @@ const INSERT_QUESTION: &str =
      WHERE id = $1 AND turn_lease = $4
      RETURNING seq";
 
-/// The assistant's side of a turn and the end of its lease, atomic without `BEGIN`/`COMMIT`
-/// because it is one statement. Stored only while the turn still holds the lease (`$7`, even if
+/// The assistant's side of a turn, its row in the usage ledger and the end of its lease, atomic
+/// without `BEGIN`/`COMMIT` because it is one statement. Stored only while the turn still holds the lease (`$7`, even if
 /// expired: nobody took it over). The lease id stays on the row with no expiry, so a repeat of
 /// this statement after a lost answer reads `true` ("already stored") instead of storing twice.
 /// `false`: a later turn took the conversation over, and nothing was stored.
@@ -341,6 +365,16 @@ const FINISH: &str = "WITH freed AS (
        FROM freed, jsonb_to_recordset($11::jsonb) AS a(id uuid, step integer, call_id text,
             server text, tool text, arguments jsonb, idempotency_key text,
             expires_at timestamptz, why text, description text, title text)
+       RETURNING 1),
+     -- What the turn cost, in the ledger, with the message (once: a repeat never gets here,
+     -- as `freed` is empty then, and the turn id is the key besides).
+     ledger AS (
+       INSERT INTO chat.turn_usage
+         (turn_id, owner, conversation_id, seq, model, model_calls, input_tokens,
+          output_tokens, tool_calls, tool_errors, outcome, error)
+       SELECT $13, $14, $1, freed.message_count, $15, $16, $17, $18, $19, $20, $21, $22
+       FROM freed
+       ON CONFLICT (turn_id) DO NOTHING
        RETURNING 1)
      SELECT EXISTS (SELECT 1 FROM stored)
        OR EXISTS (SELECT 1 FROM chat.conversations
@@ -410,10 +444,22 @@ struct Finish {
     interrupted: bool,
     approvals: Value,
     charts: Value,
+    turn_id: Uuid,
+    owner: String,
+    model: String,
+    model_calls: i32,
+    input_tokens: i64,
+    output_tokens: i64,
+    tool_calls: i32,
+    tool_errors: i32,
+    outcome: String,
+    failed: bool,
 }
 
 impl Finish {
     fn new(turn: &Turn, record: TurnRecord<'_>) -> Result<Finish, StorageError> {
+        let tokens = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
         let json = |v: Result<Value, serde_json::Error>| {
             v.map_err(|e| StorageError::Failed(format!("the turn could not be encoded: {e}")))
         };
@@ -430,6 +476,16 @@ impl Finish {
             interrupted: record.interrupted,
             approvals: Value::Array(record.approvals.iter().map(Pending::row).collect()),
             charts: json(serde_json::to_value(record.charts))?,
+            turn_id: record.ledger.turn_id,
+            owner: turn.owner.as_str().to_owned(),
+            model: record.ledger.model.to_owned(),
+            model_calls: count(record.ledger.model_calls as usize),
+            input_tokens: tokens(record.usage.input_tokens),
+            output_tokens: tokens(record.usage.output_tokens),
+            tool_calls: count(record.traces.len()),
+            tool_errors: count(record.traces.iter().filter(|t| t.is_error).count()),
+            outcome: record.ledger.outcome.to_owned(),
+            failed: record.ledger.failed,
         })
     }
 
@@ -437,7 +493,7 @@ impl Finish {
     async fn run(&self, pool: &Pool) -> Result<bool, StorageError> {
         let (traces, usage, sources) = (Json(&self.traces), Json(&self.usage), Json(&self.sources));
         let (approvals, charts) = (Json(&self.approvals), Json(&self.charts));
-        let params: [(&(dyn ToSql + Sync), Type); 12] = [
+        let params: [(&(dyn ToSql + Sync), Type); 22] = [
             (self.conversation.as_uuid(), Type::UUID),
             (&self.reply, Type::TEXT),
             (&traces, Type::JSONB),
@@ -450,6 +506,16 @@ impl Finish {
             (&self.interrupted, Type::BOOL),
             (&approvals, Type::JSONB),
             (&charts, Type::JSONB),
+            (&self.turn_id, Type::UUID),
+            (&self.owner, Type::TEXT),
+            (&self.model, Type::TEXT),
+            (&self.model_calls, Type::INT4),
+            (&self.input_tokens, Type::INT8),
+            (&self.output_tokens, Type::INT8),
+            (&self.tool_calls, Type::INT4),
+            (&self.tool_errors, Type::INT4),
+            (&self.outcome, Type::TEXT),
+            (&self.failed, Type::BOOL),
         ];
         retry_once_if_stale!(pool, |conn| try_finish(&conn, &params).await)
             .map_err(Attempt::into_error)

@@ -36,7 +36,7 @@ pub mod edit;
 pub mod feedback;
 mod lease;
 
-pub use lease::{Turn, TurnRecord, TurnStart, begin};
+pub use lease::{Ledger, Turn, TurnRecord, TurnStart, begin};
 
 /// Why the conversation store could not do what was asked.
 #[derive(Debug, thiserror::Error)]
