@@ -166,14 +166,15 @@ async fn a_thumbs_down_is_exported_with_its_sql_and_sources_and_once_labelled_bo
         &http,
         &base,
         &leave_id,
-        2,
+        leave["seq"].as_u64().expect("the answer's seq"),
         json!({"rating": "down", "comment": "The handbook says 25 days, not 20."}),
     )
     .await;
     assert_eq!(down["rating"], "down");
     let districts = ask(&http, &base, "How many districts are there?").await;
     let districts_id = districts["conversation_id"].as_str().unwrap().to_owned();
-    rate(&http, &base, &districts_id, 2, json!({"rating": "up"})).await;
+    let seq = districts["seq"].as_u64().expect("the answer's seq");
+    rate(&http, &base, &districts_id, seq, json!({"rating": "up"})).await;
 
     // Only the thumbs down, with everything that explains it.
     let out = dir.path().join("down.jsonl");
@@ -205,6 +206,8 @@ async fn a_thumbs_down_is_exported_with_its_sql_and_sources_and_once_labelled_bo
     assert_eq!(feedback["conversation_id"], leave_id.as_str());
     assert_eq!(feedback["seq"], 2);
     assert_eq!(feedback["error"], Value::Null);
+    // From the turn's row in the usage ledger.
+    assert_eq!(feedback["model"], "scripted-model");
     let calls = feedback["tool_calls"].as_array().unwrap();
     assert_eq!(calls.len(), 2, "{feedback}");
     assert_eq!(calls[0]["name"], "search_documents");

@@ -8,7 +8,7 @@ use parley_testkit::TestDb;
 use parley_testkit::llm::{ScriptedLlm, Step};
 use serde_json::{Value, json};
 
-use crate::helpers::{TestChat, spawn_chat_with_settings, token};
+use crate::helpers::{TestChat, spawn_chat_with_settings, sse_data, token};
 use crate::sources::{NOTES_TOOLS, notes_db};
 
 const SQL_TOOLS: &str = concat!(
@@ -19,14 +19,14 @@ const SQL_TOOLS: &str = concat!(
 const COUNT_SQL: &str = "SELECT count(*) AS notes FROM notes";
 
 /// A chat over the notes whose model searches them and counts them with run_sql, then
-/// answers citing the first source; comments are at most 40 characters.
+/// answers citing the first source, every turn; comments are at most 40 characters.
 async fn chat() -> (TestChat, TestDb) {
     let db = notes_db().await;
     let sql_url = db
         .sql_reader_url("GRANT SELECT ON notes TO parley_sql_reader")
         .await;
     let tools = format!("{NOTES_TOOLS},{SQL_TOOLS}");
-    let llm = ScriptedLlm::start(vec![
+    let llm = ScriptedLlm::per_turn(vec![
         Step::calls([
             ("search_notes", r#"{"query": "isolation"}"#.to_owned()),
             ("run_sql", json!({ "sql": COUNT_SQL }).to_string()),
@@ -91,6 +91,8 @@ async fn a_thumbs_down_with_a_comment_is_stored_with_the_answer_shown_again_chan
         )
         .await;
     let conversation = body["conversation_id"].as_str().unwrap().to_owned();
+    // The answer's number, to rate it without reading the conversation back.
+    assert_eq!(body["seq"], 2, "{body}");
     let names: Vec<&str> = body["traces"]
         .as_array()
         .unwrap()
@@ -236,4 +238,40 @@ async fn feedback_on_what_is_not_the_callers_answer_or_not_well_formed_is_refuse
 
     // None of that stored anything.
     assert_eq!(stored(&db).await, 0);
+}
+
+#[tokio::test]
+async fn a_streamed_answer_says_its_seq_when_it_finishes_and_takes_feedback_by_it() {
+    let (chat, _db) = chat().await;
+    let first = chat
+        .turn(
+            "alice",
+            json!({"message": "What is the default isolation level?"}),
+        )
+        .await;
+    let conversation = first["conversation_id"].as_str().unwrap().to_owned();
+    let streamed = chat
+        .post_streamed(
+            "alice",
+            "/api/chat",
+            json!({"conversation_id": conversation, "message": "And the strictest?"}),
+        )
+        .await;
+    assert_eq!(streamed.status(), 200);
+    let parts = sse_data(&streamed.text().await.unwrap());
+    let finish = parts
+        .iter()
+        .find(|p| p["type"] == "finish")
+        .unwrap_or_else(|| panic!("no finish in {parts:?}"));
+    assert_eq!(finish["messageMetadata"]["seq"], 4, "{finish}");
+    assert_eq!(
+        finish["messageMetadata"]["conversationId"],
+        conversation.as_str()
+    );
+    let (status, given) = put(&chat, "alice", &conversation, "4", r#"{"rating": "up"}"#).await;
+    assert_eq!(status, 200, "{given}");
+    let messages = chat.messages("alice", &conversation).await;
+    assert_eq!(messages[3]["role"], "assistant");
+    assert_eq!(messages[3]["feedback"]["rating"], "up");
+    assert!(messages[1].get("feedback").is_none());
 }
