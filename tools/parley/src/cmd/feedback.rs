@@ -154,10 +154,10 @@ struct Context {
     conversation_id: String,
     seq: i32,
     owner: String,
-    /// When the feedback was last given or changed.
-    given_at: DateTime<Utc>,
+    /// When the feedback was last given or changed (RFC 3339, UTC, to the microsecond).
+    given_at: String,
     /// When the answer was stored.
-    answered_at: DateTime<Utc>,
+    answered_at: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -310,7 +310,7 @@ async fn export(db: &Client, filter: &Filter, out: &mut Out) -> Result<usize, Cm
             out.write_all(b"\n")?;
             written += 1;
             after = Some((
-                exported.feedback.given_at,
+                row.get("updated_at"),
                 exported.feedback.conversation_id.clone(),
                 exported.feedback.seq,
             ));
@@ -353,10 +353,15 @@ fn line(row: &tokio_postgres::Row) -> Result<Line, FeedbackError> {
             conversation_id,
             seq,
             owner: row.get("owner"),
-            given_at: row.get("updated_at"),
-            answered_at: row.get("answered_at"),
+            given_at: rfc3339(row.get("updated_at")),
+            answered_at: rfc3339(row.get("answered_at")),
         },
     })
+}
+
+/// A time as the lines write it: `2026-11-29T21:07:02.123456Z`.
+fn rfc3339(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
 }
 
 /// A stored trace (`{name, args, is_error, output}` as [`READ`] shapes it) as exported.
