@@ -33,7 +33,8 @@ use crate::eval::{
                   public collections); with --user SUB, what that user may read. It embeds each question \
                   with the EMBEDDINGS_* settings. Exits 0 when it ran, whatever the scores; 2 \
                   for a bad questions file, tools file or option; 1 when the database or the \
-                  embedder fails. The file format: docs/documents.md, \"Measuring retrieval\"."
+                  embedder fails. The file format: docs/documents.md, \"Measuring retrieval\"; a \
+                  .jsonl file (labelled `parley feedback export` lines): docs/feedback.md."
 )]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct Args {
