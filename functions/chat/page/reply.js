@@ -1,6 +1,7 @@
 // One assistant reply, as it arrives or as stored: its text (Markdown), its tool calls with their
 // arguments and outputs (rows as a table), the charts drawn from them, the cards of calls waiting
-// for approval, its sources with their citations linked, its usage, and what went wrong.
+// for approval, its sources with their citations linked, its usage, what went wrong, and the
+// thumbs to rate it (feedback.js).
 
 import { ApprovalCard, cards } from "./approval-card.js";
 import { chartNode } from "./chart.js";
@@ -148,7 +149,11 @@ export class ReplyView {
     }
   }
 
-  meta({ usage, steps, cutShort, interrupted }) {
+  /**
+   * The turn's usage and state; with the stored message's `seq` (and its conversation), the
+   * thumbs to rate it, showing the `feedback` already given.
+   */
+  meta({ usage, steps, cutShort, interrupted, conversationId, seq, feedback }) {
     const bits = [];
     // A turn that failed before the model answered, or a server that reports no usage, stores
     // zeros: saying "0 tokens" would be wrong, so nothing is said.
@@ -159,14 +164,20 @@ export class ReplyView {
     if (cutShort) bits.push("cut short at the time limit");
     if (interrupted) bits.push("interrupted");
     if (bits.length) this.footer.append(el("p", { class: "usage" }, bits.join(" · ")));
+    if (conversationId && Number.isInteger(seq) && !this.footer.querySelector(".feedback")) {
+      this.footer.append(feedbackControls(conversationId, seq, feedback ?? null));
+    }
   }
 
   /** A failure: what happened and what to do, the code kept small for support. */
   error(problem) {
-    this.footer.append(problemNode(problem));
+    const feedback = this.footer.querySelector(".feedback");
+    if (feedback) feedback.before(problemNode(problem));
+    else this.footer.append(problemNode(problem));
   }
 
-  /** The JSON `TurnResponse`, or a stored assistant message (same fields, `content`). */
+  /** The JSON `TurnResponse`, or a stored assistant message (same fields, `content`; its
+   * conversation is the open one). */
   whole(turn) {
     for (const t of turn.traces ?? []) {
       this.toolInput(t.call_id, t.name, t.args);
@@ -177,7 +188,8 @@ export class ReplyView {
     if (text) this.fullText(text);
     this.approvals(turn.approvals ?? turn.pending_approvals);
     this.sources(turn.sources);
-    this.meta({ usage: turn.usage, steps: turn.steps, cutShort: turn.cut_short, interrupted: turn.interrupted });
+    this.meta({ usage: turn.usage, steps: turn.steps, cutShort: turn.cut_short, interrupted: turn.interrupted,
+      conversationId: turn.conversation_id ?? state.conversation, seq: turn.seq, feedback: turn.feedback });
     if (turn.error) this.error(fromSummary(turn.error));
   }
 }

@@ -12,6 +12,9 @@ use crate::turn::sources::Source;
 #[derive(Debug, Serialize)]
 pub struct TurnBody {
     pub conversation_id: ConversationId,
+    /// The answer's message number, for `PUT .../messages/{seq}/feedback`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seq: Option<i32>,
     /// [`crate::turn::TurnStatus::code`]: `answered`, `cut_short`, `interrupted`,
     /// `awaiting_approval` or `already_decided`.
     pub status: &'static str,
@@ -37,6 +40,7 @@ impl From<TurnOutcome> for TurnBody {
     fn from(outcome: TurnOutcome) -> Self {
         TurnBody {
             conversation_id: outcome.conversation_id,
+            seq: outcome.seq,
             status: outcome.status.code(),
             reply: outcome.reply,
             traces: outcome.traces,

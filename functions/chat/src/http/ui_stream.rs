@@ -454,6 +454,7 @@ fn source_part(source: &Source) -> Value {
 fn metadata(response: &TurnOutcome) -> Value {
     let mut metadata = json!({
         "conversationId": response.conversation_id,
+        "seq": response.seq,
         "status": response.status.code(),
         "usage": response.usage,
         "steps": response.steps,

@@ -722,22 +722,24 @@ async fn store(
     }
     // A reply cut short keeps what the model had said, citations included.
     let sources = sources.for_reply(&reply);
-    turn.finish(TurnRecord {
-        reply: &reply,
-        traces: &traces,
-        usage,
-        steps,
-        error: None,
-        cut_short,
-        interrupted,
-        sources: &sources,
-        charts: &charts,
-        approvals: &awaiting,
-        ledger: charge.ledger(model_calls, status.code()),
-    })
-    .await?;
+    let seq = turn
+        .finish(TurnRecord {
+            reply: &reply,
+            traces: &traces,
+            usage,
+            steps,
+            error: None,
+            cut_short,
+            interrupted,
+            sources: &sources,
+            charts: &charts,
+            approvals: &awaiting,
+            ledger: charge.ledger(model_calls, status.code()),
+        })
+        .await?;
     Ok(TurnOutcome {
         conversation_id,
+        seq: Some(seq),
         status,
         reply,
         traces,

@@ -175,6 +175,9 @@ impl TurnStatus {
 #[derive(Debug, Clone)]
 pub struct TurnOutcome {
     pub conversation_id: ConversationId,
+    /// The answer's message number (`seq`), for feedback on it; `None` when a resume that ran
+    /// nothing finds no stored answer.
+    pub seq: Option<i32>,
     pub status: TurnStatus,
     pub reply: String,
     pub traces: Vec<Trace>,

@@ -120,6 +120,7 @@ mod tests {
             charts: None,
             created_at: Utc::now(),
             approvals: Vec::new(),
+            feedback: None,
         }
     }
 

@@ -60,6 +60,7 @@ impl Settled {
         let message = self.message;
         TurnOutcome {
             conversation_id,
+            seq: message.as_ref().map(|m| m.seq),
             status: self.status,
             reply: message
                 .as_ref()

@@ -9,6 +9,7 @@ mod clients;
 mod connections;
 mod conversations;
 mod cross_site;
+mod feedback;
 mod helpers;
 mod identity;
 mod logs;

@@ -1,4 +1,4 @@
-//! `parley eval QUESTIONS.toml`: a team's labelled questions run through its search tool's own
+//! `parley eval QUESTIONS.toml` (or `.jsonl`): a team's labelled questions run through its search tool's own
 //! SQL (the shipped hybrid, each branch alone, the hybrid reranked when `RERANK` is set),
 //! scored by recall@k and MRR@10, with the misses and what came instead. Reads only; exits 0
 //! whatever the scores.
@@ -33,16 +33,22 @@ use crate::eval::{
                   public collections); with --user SUB, what that user may read. It embeds each question \
                   with the EMBEDDINGS_* settings. Exits 0 when it ran, whatever the scores; 2 \
                   for a bad questions file, tools file or option; 1 when the database or the \
-                  embedder fails. The file format: docs/documents.md, \"Measuring retrieval\"."
+                  embedder fails. The file format: docs/documents.md, \"Measuring retrieval\"; a \
+                  .jsonl file (labelled `parley feedback export` lines): docs/feedback.md."
 )]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct Args {
     #[command(subcommand)]
     pub of: Option<Of>,
     /// The questions: `[[question]]` tables with `q` and `pages` (or `documents`), and
-    /// optionally `collection`, `filters`, `kind`, `part` and `split`.
-    #[arg(value_name = "QUESTIONS.toml", required = true)]
+    /// optionally `collection`, `filters`, `kind`, `part` and `split`; or a `.jsonl` file, one
+    /// JSON object with those fields per line (`parley feedback export`'s, once labelled).
+    #[arg(value_name = "QUESTIONS.toml|.jsonl", required = true)]
     pub questions: Option<PathBuf>,
+    /// Leave out the questions nobody has labelled yet (no `pages` or `documents`), listing
+    /// them on stderr, instead of refusing the file.
+    #[arg(long)]
+    pub skip_unlabelled: bool,
     #[command(flatten)]
     pub search: SearchAs,
     /// Recall is over the first K results (the tool is asked for max(K, 10) rows).
@@ -154,10 +160,17 @@ pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
         (Some(Of::Catalog(of)), _) => return super::eval_catalog::run(of, env, out).await,
         (None, Some(file)) => file,
         // clap requires one of the two.
-        (None, None) => return Err(CmdError::Usage("QUESTIONS.toml is required".into())),
+        (None, None) => {
+            return Err(CmdError::Usage(
+                "QUESTIONS.toml (or .jsonl) is required".into(),
+            ));
+        }
     };
-    let mut all = questions::read(&questions_file).map_err(EvalError::from)?;
+    let read =
+        questions::read_file(&questions_file, args.skip_unlabelled).map_err(EvalError::from)?;
     let file = questions_file.display().to_string();
+    say_skipped(&file, &read.skipped);
+    let mut all = read.questions;
     if let Some(split) = &args.split {
         all.retain(|q| q.split.as_ref() == Some(split));
         if all.is_empty() {
@@ -310,6 +323,21 @@ pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
         out.write_all(report.text().as_bytes())?;
     }
     Ok(())
+}
+
+/// Tells stderr which questions `--skip-unlabelled` left out (the report itself stays as it
+/// is, so `--json` still parses).
+pub(super) fn say_skipped(file: &str, skipped: &[usize]) {
+    if skipped.is_empty() {
+        return;
+    }
+    let places: Vec<String> = skipped.iter().map(usize::to_string).collect();
+    eprintln!(
+        "skipped {} unlabelled question{} of {file} (at {})",
+        skipped.len(),
+        if skipped.len() == 1 { "" } else { "s" },
+        places.join(", ")
+    );
 }
 
 /// Each branch alone, named, as SQL wrapped like the tool's: the hybrid with the other branches

@@ -16,10 +16,15 @@ use crate::eval::{SearchError, search, tool};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The questions, one JSON object per line: `question`, `tables` (schema.table), and
-    /// optionally `values` ([{text, table, column, value}]), `split` and `id`.
+    /// The questions, one JSON object per line: `question` (or `q`), `tables` (schema.table),
+    /// and optionally `values` ([{text, table, column, value}]), `split` and `id`; other keys
+    /// (a `parley feedback export` line's `feedback`, `pages`) are ignored.
     #[arg(long, value_name = "FILE.jsonl")]
     pub questions: PathBuf,
+    /// Leave out the lines nobody has labelled yet (no `tables`), listing them on stderr,
+    /// instead of refusing the file.
+    #[arg(long)]
+    pub skip_unlabelled: bool,
     /// The tools file whose `[catalog]` is scored [default: the TOOLS_FILE setting].
     #[arg(long, value_name = "FILE")]
     pub tools: Option<PathBuf>,
@@ -57,7 +62,10 @@ impl EvalCatalogError {
 }
 
 pub async fn run(args: Args, env: &Env, out: &mut Out) -> Result<(), CmdError> {
-    let mut questions = catalog::read(&args.questions).map_err(EvalCatalogError::from)?;
+    let read =
+        catalog::read(&args.questions, args.skip_unlabelled).map_err(EvalCatalogError::from)?;
+    super::eval::say_skipped(&args.questions.display().to_string(), &read.skipped);
+    let mut questions = read.questions;
     if let Some(split) = &args.split {
         questions.retain(|q| q.split.as_ref() == Some(split));
         if questions.is_empty() {

@@ -21,10 +21,15 @@ pub const SEARCH_ROWS: usize = 50;
 /// Values `find_values` is asked for.
 pub const VALUE_DEPTH: usize = 5;
 
-/// One line of the questions file.
+/// One line of the questions file. Other keys are ignored: the documents eval's labels
+/// (`pages`, ...) and the `feedback` context of a line `parley feedback export` wrote.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Question {
+    /// `question`, or `q` as the documents eval and `parley feedback export` name it.
+    #[serde(alias = "q")]
     pub question: String,
+    /// Missing or empty: the line is not labelled yet.
+    #[serde(default)]
     pub tables: Vec<String>,
     #[serde(default)]
     pub values: Vec<ValueLabel>,
@@ -53,36 +58,66 @@ pub enum QuestionsError {
     },
     #[error("{0} holds no questions")]
     Empty(String),
+    #[error("{path} holds no labelled question ({skipped} unlabelled skipped)")]
+    NoneLabelled { path: String, skipped: usize },
 }
 
-/// Reads a JSONL questions file: one question per non-blank line.
-pub fn read(path: &Path) -> Result<Vec<Question>, QuestionsError> {
+/// The questions read, and the lines skipped as unlabelled.
+#[derive(Debug, Clone)]
+pub struct Read {
+    pub questions: Vec<Question>,
+    pub skipped: Vec<usize>,
+}
+
+/// Reads a JSONL questions file: one question per non-blank line. A line without `tables` is
+/// not labelled yet: refused naming its line, or with `skip_unlabelled` left out and listed.
+pub fn read(path: &Path, skip_unlabelled: bool) -> Result<Read, QuestionsError> {
     let name = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|error| QuestionsError::Read {
         path: name.clone(),
         error,
     })?;
-    let mut out = Vec::new();
+    let mut out = Read {
+        questions: Vec::new(),
+        skipped: Vec::new(),
+    };
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let q: Question = serde_json::from_str(line).map_err(|e| QuestionsError::Line {
+        let refused = |problem: String| QuestionsError::Line {
             path: name.clone(),
             line: i + 1,
-            problem: e.to_string(),
-        })?;
-        if q.tables.is_empty() {
-            return Err(QuestionsError::Line {
-                path: name.clone(),
-                line: i + 1,
-                problem: "`tables` is empty: name the tables that answer the question".into(),
-            });
+            problem,
+        };
+        let q: Question = serde_json::from_str(line).map_err(|e| refused(e.to_string()))?;
+        if q.question.trim().is_empty() {
+            return Err(refused(
+                "`question` (or `q`) is empty: write the question".into(),
+            ));
         }
-        out.push(q);
+        if q.tables.is_empty() {
+            if skip_unlabelled {
+                out.skipped.push(i + 1);
+                continue;
+            }
+            return Err(refused(
+                "not labelled: `tables` is empty: name the tables that answer the question \
+                 (schema.table); label it, or pass --skip-unlabelled to leave it out"
+                    .into(),
+            ));
+        }
+        out.questions.push(q);
     }
-    if out.is_empty() {
-        return Err(QuestionsError::Empty(name));
+    if out.questions.is_empty() {
+        return Err(if out.skipped.is_empty() {
+            QuestionsError::Empty(name)
+        } else {
+            QuestionsError::NoneLabelled {
+                path: name,
+                skipped: out.skipped.len(),
+            }
+        });
     }
     Ok(out)
 }
@@ -332,6 +367,34 @@ mod tests {
             ranked: ranked.iter().map(|t| t.to_string()).collect(),
             value_hits: Vec::new(),
         }
+    }
+
+    #[test]
+    fn an_export_line_labelled_with_tables_is_read_and_an_unlabelled_one_named_or_skipped() {
+        let dir = std::env::temp_dir().join(format!("catalog-q-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("fb.jsonl");
+        std::fs::write(
+            &path,
+            concat!(
+                r#"{"q":"Orders per country?","pages":[],"tables":["shop.orders"],"values":[],"split":null,"id":"c/4","feedback":{"rating":"down"}}"#,
+                "\n",
+                r#"{"q":"How long is annual leave?","pages":["leave.md"],"tables":[],"id":"c/2","feedback":{}}"#,
+                "\n"
+            ),
+        )
+        .unwrap();
+        let err = read(&path, false).unwrap_err().to_string();
+        assert!(
+            err.contains("line 2") && err.contains("`tables` is empty"),
+            "{err}"
+        );
+        assert!(err.contains("--skip-unlabelled"), "{err}");
+        let read = read(&path, true).unwrap();
+        assert_eq!(read.skipped, [2]);
+        assert_eq!(read.questions[0].question, "Orders per country?");
+        assert_eq!(read.questions[0].id.as_deref(), Some("c/4"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

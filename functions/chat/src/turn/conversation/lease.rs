@@ -342,8 +342,8 @@ const INSERT_QUESTION: &str =
 /// budget and the end of its lease, atomic without `BEGIN`/`COMMIT` because it is one
 /// statement. Stored only while the turn still holds the lease (`$7`, even if
 /// expired: nobody took it over). The lease id stays on the row with no expiry, so a repeat of
-/// this statement after a lost answer reads `true` ("already stored") instead of storing twice.
-/// `false`: a later turn took the conversation over, and nothing was stored.
+/// this statement after a lost answer reads the answer's seq ("already stored") instead of
+/// storing twice. NULL: a later turn took the conversation over, and nothing was stored.
 const FINISH: &str = "WITH freed AS (
        UPDATE chat.conversations
        SET message_count = message_count + 1, updated_at = now(), turn_lease_until = NULL
@@ -393,9 +393,10 @@ const FINISH: &str = "WITH freed AS (
            - CASE WHEN $16 = 0 AND q.window_start = $23 AND q.window_turns > 0
                   THEN 1 ELSE 0 END
        RETURNING 1)
-     SELECT EXISTS (SELECT 1 FROM stored)
-       OR EXISTS (SELECT 1 FROM chat.conversations
-                  WHERE id = $1 AND turn_lease = $7 AND turn_lease_until IS NULL)";
+     -- The answer's seq once stored (by this statement or its earlier run), else NULL.
+     SELECT coalesce((SELECT message_count FROM freed),
+                     (SELECT message_count FROM chat.conversations
+                      WHERE id = $1 AND turn_lease = $7 AND turn_lease_until IS NULL))";
 
 /// Gives the lease back without an answer (a turn dropped unfinished).
 const RELEASE: &str = "UPDATE chat.conversations SET turn_lease_until = NULL
@@ -419,7 +420,8 @@ impl Turn {
     /// expires (`TURN_LEASE_MS`, 30 s by default; 305 s for a streamed turn, whose lease is
     /// stretched by its longer deadline). Under Lambda the retries run while the instance is
     /// thawed. A statement the database refuses is not repeated; the lease is given back.
-    pub async fn finish(mut self, record: TurnRecord<'_>) -> Result<(), StorageError> {
+    /// The answer's `seq` once stored.
+    pub async fn finish(mut self, record: TurnRecord<'_>) -> Result<i32, StorageError> {
         // From here on the lease ends by this statement, by the background retries, or by
         // expiry; Drop has nothing to do.
         self.open = false;
@@ -431,8 +433,8 @@ impl Turn {
             }
         };
         match finish.run(&self.pool).await {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(StorageError::LeaseLost),
+            Ok(Some(seq)) => Ok(seq),
+            Ok(None) => Err(StorageError::LeaseLost),
             Err(e @ (StorageError::Unavailable(_) | StorageError::PoolExhausted)) => {
                 tracing::warn!(error = %e, conversation = %self.conversation, "could not store the turn; trying again in the background");
                 let (pool, until) = (self.pool.clone(), Instant::now() + self.lease_for);
@@ -508,8 +510,8 @@ impl Finish {
         })
     }
 
-    /// One try, with one retry on a connection found dead: whether it was stored.
-    async fn run(&self, pool: &Pool) -> Result<bool, StorageError> {
+    /// One try, with one retry on a connection found dead: the answer's seq once stored.
+    async fn run(&self, pool: &Pool) -> Result<Option<i32>, StorageError> {
         let (traces, usage, sources) = (Json(&self.traces), Json(&self.usage), Json(&self.sources));
         let (approvals, charts) = (Json(&self.approvals), Json(&self.charts));
         let params: [(&(dyn ToSql + Sync), Type); 23] = [
@@ -553,11 +555,11 @@ impl Finish {
             tokio::time::sleep(pause.min(left)).await;
             pause = (pause * 2).min(LONGEST_STORE_RETRY);
             match self.run(&pool).await {
-                Ok(true) => {
+                Ok(Some(_)) => {
                     tracing::info!(conversation = %self.conversation, "stored the turn once the database answered");
                     return;
                 }
-                Ok(false) => return,
+                Ok(None) => return,
                 Err(StorageError::Unavailable(_) | StorageError::PoolExhausted) => {}
                 Err(e) => {
                     tracing::error!(error = %e, conversation = %self.conversation, "could not store the turn; giving its lease back");
@@ -572,7 +574,7 @@ impl Finish {
 async fn try_finish(
     conn: &Object,
     params: &[(&(dyn ToSql + Sync), Type)],
-) -> Result<bool, Attempt> {
+) -> Result<Option<i32>, Attempt> {
     Ok(conn.query_typed_one(FINISH, params).await?.get(0))
 }
 

@@ -26,11 +26,14 @@ macro_rules! columns {
          charts, created_at, (SELECT coalesce(jsonb_agg(to_jsonb(a) - 'conversation_id' - 'message_seq' \
          ORDER BY a.step, a.created_at, a.call_id), '[]'::jsonb) FROM chat.approvals a \
          WHERE a.conversation_id = chat.messages.conversation_id \
-         AND a.message_seq = chat.messages.seq) AS approvals"
+         AND a.message_seq = chat.messages.seq) AS approvals, (SELECT to_jsonb(f) - 'conversation_id' \
+         - 'seq' - 'owner' FROM chat.feedback f WHERE f.conversation_id = chat.messages.conversation_id \
+         AND f.seq = chat.messages.seq) AS feedback"
     };
 }
 
 pub mod edit;
+pub mod feedback;
 mod lease;
 
 pub use lease::{Ledger, Turn, TurnRecord, TurnStart, begin};
@@ -231,6 +234,9 @@ pub struct StoredMessage {
     /// decisions: the turn paused after this message.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub approvals: Vec<Approval>,
+    /// The owner's thumbs up or down on an assistant message, when given (`feedback`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub feedback: Option<feedback::Feedback>,
 }
 
 impl StoredMessage {
@@ -306,6 +312,10 @@ fn message(row: &tokio_postgres::Row) -> Result<StoredMessage, StorageError> {
             .try_get::<_, Json<Vec<Approval>>>("approvals")
             .map_err(|e| StorageError::Failed(format!("stored approvals: {e}")))?
             .0,
+        feedback: row
+            .try_get::<_, Option<Json<feedback::Feedback>>>("feedback")
+            .map_err(|e| StorageError::Failed(format!("stored feedback: {e}")))?
+            .map(|f| f.0),
     })
 }
 
