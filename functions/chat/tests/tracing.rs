@@ -85,48 +85,49 @@ impl Functions {
             Step::text(ANSWER),
         ])
         .await;
-        let (mcp_port, chat_port) = (free_port(), free_port());
-        let mut mcp = Command::new(std::env::current_exe().expect("this test binary"));
-        mcp.args(["mcp_process", "--exact", "--ignored", "--nocapture"])
-            .env_clear()
-            .env("PARLEY_TRACING_TEST_MCP", "1")
-            // The harness runs the test on a thread of its own; give it main's stack.
-            .env("RUST_MIN_STACK", "8388608")
-            .env("DATABASE_URL", &db.readonly_url)
-            .env("MCP_AUTH_TOKEN", MCP_TOKEN)
-            .env("MCP_CALLER_KEY", CALLER_KEY)
-            .env("TOOLS_FILE", TOOLS_FILE)
-            .env("LISTEN_ADDR", format!("127.0.0.1:{mcp_port}"))
-            .envs(tracing.iter().map(|(k, v)| (k, v)))
-            .envs(mcp_settings.iter().copied());
-        let mcp = mcp.spawn().expect("mcp runs");
-        let chat = Command::new(env!("CARGO_BIN_EXE_chat"))
-            .env_clear()
-            .env("DATABASE_URL", &db.url)
-            .env("JWT_SECRET", JWT_SECRET)
-            .env("MCP_URL", format!("http://127.0.0.1:{mcp_port}/mcp"))
-            .env("MCP_AUTH_TOKEN", MCP_TOKEN)
-            .env("MCP_CALLER_KEY", CALLER_KEY)
-            .env("LLM_BASE_URL", llm.base_url())
-            .env("LLM_MODEL", "scripted-model")
-            .env("LLM_API_KEY", LLM_KEY)
-            .env("MCP_TIMEOUT_MS", "10000")
-            .env("LISTEN_ADDR", format!("127.0.0.1:{chat_port}"))
-            .envs(tracing.iter().map(|(k, v)| (k, v)))
-            .envs(chat_settings.iter().copied())
-            .spawn()
-            .expect("chat runs");
-        let functions = Functions {
+        let mcp_command = |port: u16| {
+            let mut mcp = Command::new(std::env::current_exe().expect("this test binary"));
+            mcp.args(["mcp_process", "--exact", "--ignored", "--nocapture"])
+                .env_clear()
+                .env("PARLEY_TRACING_TEST_MCP", "1")
+                // The harness runs the test on a thread of its own; give it main's stack.
+                .env("RUST_MIN_STACK", "8388608")
+                .env("DATABASE_URL", &db.readonly_url)
+                .env("MCP_AUTH_TOKEN", MCP_TOKEN)
+                .env("MCP_CALLER_KEY", CALLER_KEY)
+                .env("TOOLS_FILE", TOOLS_FILE)
+                .env("LISTEN_ADDR", format!("127.0.0.1:{port}"))
+                .envs(tracing.iter().map(|(k, v)| (k, v)))
+                .envs(mcp_settings.iter().copied());
+            mcp
+        };
+        let (mcp, mcp_port) = spawn_serving(mcp_command).await;
+        let chat_command = |port: u16| {
+            let mut chat = Command::new(env!("CARGO_BIN_EXE_chat"));
+            chat.env_clear()
+                .env("DATABASE_URL", &db.url)
+                .env("JWT_SECRET", JWT_SECRET)
+                .env("MCP_URL", format!("http://127.0.0.1:{mcp_port}/mcp"))
+                .env("MCP_AUTH_TOKEN", MCP_TOKEN)
+                .env("MCP_CALLER_KEY", CALLER_KEY)
+                .env("LLM_BASE_URL", llm.base_url())
+                .env("LLM_MODEL", "scripted-model")
+                .env("LLM_API_KEY", LLM_KEY)
+                .env("MCP_TIMEOUT_MS", "10000")
+                .env("LISTEN_ADDR", format!("127.0.0.1:{port}"))
+                .envs(tracing.iter().map(|(k, v)| (k, v)))
+                .envs(chat_settings.iter().copied());
+            chat
+        };
+        let (chat, chat_port) = spawn_serving(chat_command).await;
+        Functions {
             chat,
             mcp,
             chat_url: format!("http://127.0.0.1:{chat_port}"),
             receiver,
             _llm: llm,
             _db: db,
-        };
-        serving(mcp_port).await;
-        serving(chat_port).await;
-        functions
+        }
     }
 
     /// One turn, answered.
@@ -176,18 +177,43 @@ fn free_port() -> u16 {
 }
 
 /// Returns once something accepts connections on `port`.
-async fn serving(port: u16) {
-    let until = tokio::time::Instant::now() + PATIENCE;
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(
-            tokio::time::Instant::now() < until,
-            "nothing serves on {port}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+/// Spawns `command(port)` on a free port until it serves there. Another test may take the port
+/// between `free_port` and the process binding it: then that process exits ("address already in
+/// use") while something else answers on the port, so a process that exits within a second of
+/// its port answering is started again on another one.
+async fn spawn_serving(command: impl Fn(u16) -> Command) -> (Child, u16) {
+    for _ in 0..5 {
+        let port = free_port();
+        let mut child = command(port).spawn().expect("the function starts");
+        let until = tokio::time::Instant::now() + PATIENCE;
+        let mut exited = false;
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            if child.try_wait().expect("its status").is_some() {
+                exited = true;
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < until,
+                "nothing serves on {port}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        for _ in 0..20 {
+            if exited || child.try_wait().expect("its status").is_some() {
+                exited = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if !exited {
+            return (child, port);
+        }
+        let _ = child.wait();
     }
+    panic!("the function could not take a free port in five tries");
 }
 
 fn token(sub: &str) -> String {
